@@ -1,0 +1,53 @@
+# servingctl: every target sets up what it needs on a fresh machine (venvs, npm tools, the tiny
+# model) and is a no-op the second time. The interpreters come from pyenv when it is there.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYENV_ROOT ?= $(shell pyenv root 2>/dev/null || echo $$HOME/.pyenv)
+PY312 ?= $(or $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/3.12.*/bin/python3.12))),$(shell command -v python3.12))
+PY311 ?= $(or $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/3.11.*/bin/python3.11))),$(shell command -v python3.11))
+
+VENV        := .venv
+VLLM_VENV   := .venv-vllm
+SAM_VENV    := .venv-sam
+CHECKOV_VENV := .venv-checkov
+TINY_MODEL  := .cache/tiny-llama
+PYTEST_ARGS ?=
+
+export SERVINGCTL_VLLM_PYTHON := $(abspath $(VLLM_VENV))/bin/python
+export SERVINGCTL_TINY_MODEL := $(abspath $(TINY_MODEL))
+
+# Extra prerequisites of `make test` and `make demo`, added by the fragments in mk/.
+TEST_DEPS :=
+DEMO_DEPS :=
+
+.PHONY: help setup test demo unit clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+# ---- environments -----------------------------------------------------------------------------
+$(VENV)/.stamp: pyproject.toml constraints.txt
+	@test -n "$(PY312)" || { echo "python3.12 not found (pyenv or PATH): it is the Lambda runtime"; exit 1; }
+	$(PY312) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.stamp ## main venv (package, AWS emulation, test tools)
+
+clean: ## remove every venv, build and cache
+	rm -rf $(VENV) $(VLLM_VENV) $(SAM_VENV) $(CHECKOV_VENV) node_modules .cache .aws-sam
+
+# Each area owns one fragment: mk/vllm.mk (real vLLM venv + tiny model), mk/sam.mk, mk/node.mk,
+# mk/terraform.mk. They add their stamps to TEST_DEPS / DEMO_DEPS.
+include $(sort $(wildcard mk/*.mk))
+
+# ---- test suites ------------------------------------------------------------------------------
+unit: setup ## fast unit tests
+	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
+
+test: setup $(TEST_DEPS) ## everything: unit, integration (state machines on the twin), e2e (real vLLM), lint
+	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q tests $(PYTEST_ARGS)
+
+demo: setup $(DEMO_DEPS) ## the main job on the local twin
+	$(VENV)/bin/servingctl --help

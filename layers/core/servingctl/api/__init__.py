@@ -1,0 +1,1 @@
+"""The REST API: Powertools resolver routes and the OpenAPI document generated from them."""

@@ -1,0 +1,1 @@
+"""The benchmark engine: backend (HTTP/SSE), scheduler (load modes), metrics, outputs."""

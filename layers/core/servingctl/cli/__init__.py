@@ -1,0 +1,1 @@
+"""The `servingctl` command: one module per command group, each exposing register(subparsers)."""

@@ -1,0 +1,1 @@
+"""Start and stop steps of serving profiles: lock, scale, probes, rollback, pool guard."""

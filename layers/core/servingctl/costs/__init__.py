@@ -1,0 +1,1 @@
+"""Costs: the price catalog, the session ledger and the self-hosted vs managed API comparison."""

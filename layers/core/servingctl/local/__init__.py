@@ -1,0 +1,1 @@
+"""The local twin: emulated AWS, a world simulator and a local model server (vLLM or the simulator)."""

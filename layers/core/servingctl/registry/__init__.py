@@ -1,0 +1,29 @@
+"""The registry: compute pools and serving profiles, the one source of names the controller uses."""
+
+from servingctl.registry.models import (
+    ComputePool,
+    IdleSettings,
+    Period,
+    Registry,
+    RoutingHeader,
+    Schedule,
+    ServingOptions,
+    ServingProfile,
+    StartSettings,
+)
+from servingctl.registry.loader import RegistryError, load_registry, parse_registry
+
+__all__ = [
+    "ComputePool",
+    "IdleSettings",
+    "Period",
+    "Registry",
+    "RegistryError",
+    "RoutingHeader",
+    "Schedule",
+    "ServingOptions",
+    "ServingProfile",
+    "StartSettings",
+    "load_registry",
+    "parse_registry",
+]

@@ -1,0 +1,49 @@
+"""Load and validate the registry from SSM Parameter Store (cached) or from a local JSON file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from servingctl.registry.models import Registry
+
+# Env var naming where the registry lives: "ssm:<parameter name>" or a file path.
+REGISTRY_ENV = "SERVINGCTL_REGISTRY"
+CACHE_SECONDS = 60
+
+
+class RegistryError(ValueError):
+    """The registry document is missing or invalid; the message names the field path."""
+
+
+def parse_registry(document: str | bytes | dict) -> Registry:
+    """Validate a registry document and return the model, or raise RegistryError naming the field."""
+    try:
+        data = json.loads(document) if isinstance(document, (str, bytes)) else document
+    except json.JSONDecodeError as exc:
+        raise RegistryError(f"registry is not valid JSON: {exc}") from exc
+    try:
+        return Registry.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<document>'}: {err['msg']}" for err in exc.errors()
+        )
+        raise RegistryError(f"invalid registry: {problems}") from exc
+
+
+def load_registry(source: str | None = None) -> Registry:
+    """Load the registry from source ("ssm:<name>" or a file path; default $SERVINGCTL_REGISTRY)."""
+    source = source or os.environ.get(REGISTRY_ENV)
+    if not source:
+        raise RegistryError(f"no registry configured: set {REGISTRY_ENV} to ssm:<parameter name> or a file path")
+    if source.startswith("ssm:"):
+        from aws_lambda_powertools.utilities import parameters
+
+        return parse_registry(parameters.get_parameter(source[len("ssm:") :], max_age=CACHE_SECONDS))
+    path = Path(source)
+    if not path.is_file():
+        raise RegistryError(f"registry file not found: {source}")
+    return parse_registry(path.read_text())

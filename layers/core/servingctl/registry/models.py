@@ -1,0 +1,175 @@
+"""Pydantic models of the registry document that Terraform publishes to SSM Parameter Store.
+
+The JSON Schema exported from `Registry` (registry/schema.json) is the contract with the Terraform
+side: both the controller and the Terraform tests check documents against it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+SCHEMA_VERSION = 1
+
+Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
+ClockTime = Annotated[str, StringConstraints(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
+Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+WEEKDAYS: tuple[str, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ComputePool(_Strict):
+    """One GPU shape: a launch template + ASG + ECS capacity provider."""
+
+    asg_name: str = Field(min_length=1, description="Auto Scaling group name")
+    asg_arn: str = Field(pattern=r"^arn:aws[a-z-]*:autoscaling:", description="Auto Scaling group ARN")
+    capacity_provider: str = Field(min_length=1, description="ECS capacity provider name")
+    instance_type: str = Field(pattern=r"^[a-z0-9-]+\.[a-z0-9]+$", description="EC2 instance type, e.g. g7e.12xlarge")
+    gpu_count: int = Field(ge=1, le=16)
+    price_key: str | None = Field(
+        default=None, description="key in the price catalog; the instance type when absent"
+    )
+
+
+class RoutingHeader(_Strict):
+    """The ALB listener rule routes requests carrying this header to the profile's target group."""
+
+    name: str = Field(default="X-LLM-Profile", min_length=1)
+    value: str = Field(min_length=1)
+
+
+class ServingOptions(_Strict):
+    """vLLM serving options, kept for the benchmark reproducibility record."""
+
+    image: str = Field(min_length=1, description="container image of the model server")
+    vllm_version: str | None = None
+    model_id: str = Field(min_length=1, description="model repository id, e.g. nvidia/DeepSeek-V4-Flash-NVFP4")
+    revision: str | None = Field(default=None, description="pinned model revision (commit)")
+    tensor_parallel_size: int = Field(default=1, ge=1, le=16)
+    max_num_seqs: int = Field(default=4, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    max_model_len: int | None = Field(default=None, ge=1)
+    kv_cache_dtype: str | None = None
+    speculative_tokens: int = Field(default=0, ge=0, le=8)
+    cudagraph_capture_sizes: list[int] = Field(default_factory=list)
+    args: list[str] = Field(default_factory=list, description="the full vLLM command line as deployed")
+
+    @model_validator(mode="after")
+    def _capture_sizes_cover_batches(self) -> ServingOptions:
+        # The reference lost 80 % of its throughput when size 8 was missing under MTP at 4 seqs.
+        if self.cudagraph_capture_sizes:
+            needed = self.max_num_seqs * (1 + self.speculative_tokens)
+            if max(self.cudagraph_capture_sizes) < needed:
+                raise ValueError(
+                    f"cudagraph_capture_sizes must reach max_num_seqs x (1 + speculative_tokens) = {needed}"
+                )
+        return self
+
+
+class Period(_Strict):
+    """A running period (Instance Scheduler's model): times are local to the schedule's time zone."""
+
+    begin_time: ClockTime | None = Field(default=None, description="HH:MM; start of day when absent")
+    end_time: ClockTime | None = Field(default=None, description="HH:MM, exclusive; end of day when absent")
+    weekdays: list[Weekday] = Field(default_factory=lambda: list(WEEKDAYS))
+    month_days: list[Annotated[int, Field(ge=1, le=31)]] | None = None
+
+
+class Schedule(_Strict):
+    """When a profile may run; outside every period the sweep stops it."""
+
+    timezone: str = Field(default="UTC", description="IANA time zone, e.g. Asia/Tokyo")
+    periods: list[Period] = Field(min_length=1)
+    override: Literal["running", "stopped"] | None = Field(
+        default=None, description="running: never stop for the schedule; stopped: always stop"
+    )
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown IANA time zone {value!r}") from exc
+        return value
+
+
+class IdleSettings(_Strict):
+    """Stop a READY profile that served no request through its target group for window_minutes."""
+
+    enabled: bool = True
+    window_minutes: int = Field(default=30, ge=5, le=24 * 60)
+
+
+class StartSettings(_Strict):
+    """Deadlines of the start flow's wait loops (seconds) and how many task failures to tolerate."""
+
+    capacity_timeout_s: int = Field(default=900, ge=1)
+    task_timeout_s: int = Field(default=2400, ge=1)
+    health_timeout_s: int = Field(default=2400, ge=1)
+    max_task_failures: int = Field(default=3, ge=1)
+
+
+class ServingProfile(_Strict):
+    """One model served by one ECS service on one compute pool behind the internal ALB."""
+
+    cluster: str = Field(min_length=1, description="ECS cluster name")
+    service: str = Field(min_length=1, description="ECS service name")
+    pool: Name = Field(description="name of a compute pool in this registry")
+    target_group_arn: str = Field(pattern=r"^arn:aws[a-z-]*:elasticloadbalancing:")
+    load_balancer_arn: str = Field(pattern=r"^arn:aws[a-z-]*:elasticloadbalancing:")
+    endpoint_url: str = Field(pattern=r"^https?://", description="base URL of the internal ALB")
+    routing_header: RoutingHeader
+    model: str = Field(min_length=1, description="served model name clients send in requests")
+    serving: ServingOptions
+    schedule: Schedule | None = None
+    idle: IdleSettings = Field(default_factory=IdleSettings)
+    default_lease_minutes: int = Field(default=120, ge=5, le=7 * 24 * 60)
+    max_lease_minutes: int = Field(default=12 * 60, ge=5, le=31 * 24 * 60)
+    start: StartSettings = Field(default_factory=StartSettings)
+
+    @model_validator(mode="after")
+    def _lease_bounds(self) -> ServingProfile:
+        if self.default_lease_minutes > self.max_lease_minutes:
+            raise ValueError("default_lease_minutes must not exceed max_lease_minutes")
+        return self
+
+
+class Registry(_Strict):
+    """The whole registry document."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    pools: dict[Name, ComputePool]
+    profiles: dict[Name, ServingProfile]
+
+    @model_validator(mode="after")
+    def _profiles_name_known_pools(self) -> Registry:
+        for name, profile in self.profiles.items():
+            if profile.pool not in self.pools:
+                raise ValueError(
+                    f"profiles.{name}.pool: unknown pool {profile.pool!r}; known pools: {sorted(self.pools)}"
+                )
+        return self
+
+    def profile(self, name: str) -> ServingProfile:
+        """Return the profile called name or raise KeyError naming the known ones."""
+        try:
+            return self.profiles[name]
+        except KeyError:
+            raise KeyError(f"unknown profile {name!r}; known profiles: {sorted(self.profiles)}") from None
+
+    def pool_of(self, profile_name: str) -> ComputePool:
+        """Return the compute pool a profile runs on."""
+        return self.pools[self.profile(profile_name).pool]
+
+    def profiles_on_pool(self, pool_name: str) -> list[str]:
+        """Return the names of every profile that runs on pool_name."""
+        return sorted(n for n, p in self.profiles.items() if p.pool == pool_name)
+
+

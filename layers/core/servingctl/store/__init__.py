@@ -1,0 +1,1 @@
+"""State, locks, ledger and benchmark storage behind small interfaces (DynamoDB/S3 and in-memory)."""
