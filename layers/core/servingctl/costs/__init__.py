@@ -1,1 +1,17 @@
 """Costs: the price catalog, the session ledger and the self-hosted vs managed API comparison."""
+
+from servingctl.costs.catalog import CatalogError, PriceCatalog, load_catalog
+from servingctl.costs.compare import CompareInput, Comparison, compare
+from servingctl.costs.ledger import SessionCost, monthly_totals, session_cost
+
+__all__ = [
+    "CatalogError",
+    "CompareInput",
+    "Comparison",
+    "PriceCatalog",
+    "SessionCost",
+    "compare",
+    "load_catalog",
+    "monthly_totals",
+    "session_cost",
+]

@@ -1,0 +1,127 @@
+"""`servingctl costs`: compare self-hosted cost per token with a managed API; list the price catalog."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from servingctl.costs import CatalogError, CompareInput, compare, load_catalog
+
+# pydantic field -> the flag a user typed, so errors name what they can fix.
+_FLAGS = {
+    "aggregate_tok_s": "--aggregate-tok-s",
+    "input_tokens": "--input-tokens",
+    "output_tokens": "--output-tokens",
+    "api_input_usd_per_m": "--api-input-usd-per-m",
+    "api_output_usd_per_m": "--api-output-usd-per-m",
+    "hours": "--hours",
+    "self_hosted_monthly_usd": "--self-hosted-monthly-usd",
+    "hourly_usd": "--hourly-usd",
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `costs` command group."""
+    costs = subparsers.add_parser("costs", help="cost per token: self-hosted vs managed API, price catalog")
+    sub = costs.add_subparsers(dest="costs_command", metavar="SUBCOMMAND", required=True)
+
+    cmp = sub.add_parser("compare", help="monthly cost of measured throughput, self-hosted vs managed API")
+    price = cmp.add_mutually_exclusive_group(required=True)
+    price.add_argument("--self-hosted-monthly-usd", type=float, help="all-in monthly self-hosted cost")
+    price.add_argument("--hourly-usd", type=float, help="all-in self-hosted cost per running hour")
+    cmp.add_argument("--aggregate-tok-s", type=float, required=True, help="measured aggregate output tok/s")
+    cmp.add_argument("--input-tokens", type=int, required=True, help="input tokens per request")
+    cmp.add_argument("--output-tokens", type=int, required=True, help="output tokens per request")
+    cmp.add_argument("--api", help="managed API from the price catalog (default: the catalog's default)")
+    cmp.add_argument("--api-input-usd-per-m", type=float, help="overrides the catalog's input price")
+    cmp.add_argument("--api-output-usd-per-m", type=float, help="overrides the catalog's output price")
+    cmp.add_argument("--hours", type=float, default=730, help="hours a month the server runs (default 730)")
+    cmp.add_argument("--prices", help="price file overriding the packaged catalog")
+    cmp.add_argument("--json", action="store_true", help="machine-readable output")
+    cmp.set_defaults(func=_compare)
+
+    prices = sub.add_parser("prices", help="show the price catalog with sources and dates")
+    prices.add_argument("--prices", help="price file overriding the packaged catalog")
+    prices.add_argument("--json", action="store_true", help="machine-readable output")
+    prices.set_defaults(func=_prices)
+
+
+def _error(message: str) -> int:
+    print(f"servingctl costs: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _compare(args: argparse.Namespace) -> int:
+    try:
+        catalog = load_catalog(args.prices)
+        api = catalog.managed_api(args.api) if args.api or catalog.default_managed_api else None
+    except (CatalogError, KeyError) as exc:
+        return _error(f"--api/--prices: {exc}")
+    api_in = args.api_input_usd_per_m if args.api_input_usd_per_m is not None else (api and api.input_usd_per_m)
+    api_out = args.api_output_usd_per_m if args.api_output_usd_per_m is not None else (api and api.output_usd_per_m)
+    try:
+        inputs = CompareInput(
+            aggregate_tok_s=args.aggregate_tok_s,
+            input_tokens=args.input_tokens,
+            output_tokens=args.output_tokens,
+            api_input_usd_per_m=api_in,
+            api_output_usd_per_m=api_out,
+            hours=args.hours,
+            self_hosted_monthly_usd=args.self_hosted_monthly_usd,
+            hourly_usd=args.hourly_usd,
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else ""
+        return _error(f"{_FLAGS.get(field, field)}: {err['msg']}")
+    result = compare(inputs)
+    if args.json:
+        print(json.dumps(result.model_dump(mode="json") | {"breaks_even": result.breaks_even}, indent=2))
+        return 0
+    table = Table(title="Self-hosted vs managed API (per month)", show_header=True)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows = [
+        ("output tokens / month", f"{result.output_tokens_per_month / 1e6:,.1f} M"),
+        ("input tokens / month", f"{result.input_tokens_per_month / 1e6:,.1f} M"),
+        ("self-hosted cost", f"{result.self_hosted_monthly_usd:,.0f} USD"),
+        ("managed API cost", f"{result.api_monthly_usd:,.0f} USD"),
+        ("self-hosted / API", f"{result.ratio_self_hosted_to_api:.2f}"),
+        ("self-hosted USD per 1M output tokens", f"{result.self_hosted_usd_per_m_output:.2f}"),
+        ("API USD per 1M output tokens (same requests)", f"{result.api_usd_per_m_output:.2f}"),
+        (
+            "break-even utilization",
+            f"{result.break_even_utilization:.0%}" + ("" if result.breaks_even else " (never: above 100 %)"),
+        ),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    Console().print(table)
+    return 0
+
+
+def _prices(args: argparse.Namespace) -> int:
+    try:
+        catalog = load_catalog(args.prices)
+    except CatalogError as exc:
+        return _error(f"--prices: {exc}")
+    if args.json:
+        print(catalog.model_dump_json(indent=2))
+        return 0
+    table = Table(title=f"Price catalog ({catalog.currency})")
+    for col in ("kind", "key", "price", "source", "as of"):
+        table.add_column(col)
+    for key, p in catalog.instances.items():
+        table.add_row("instance", key, f"{p.hourly_usd}/h" + (" (estimate)" if p.estimate else ""), p.source, p.as_of)
+    for key, p in catalog.infrastructure.items():
+        amount = next(f"{v}{unit}" for v, unit in ((p.hourly_usd, "/h"), (p.per_gb_usd, "/GB"), (p.monthly_usd, "/GB-month")) if v is not None)
+        table.add_row("infrastructure", key, amount, p.source, p.as_of)
+    for key, p in catalog.managed_apis.items():
+        table.add_row("managed API", key, f"in {p.input_usd_per_m} / out {p.output_usd_per_m} per 1M", p.source, p.as_of)
+    Console().print(table)
+    return 0

@@ -1,0 +1,99 @@
+"""The price catalog: on-demand instance, infrastructure and managed-API prices as data.
+
+Every entry carries its source and date. The packaged prices.json is the default; a user file
+(`SERVINGCTL_PRICES` or `--prices FILE`) overrides entries key by key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+PRICES_ENV = "SERVINGCTL_PRICES"
+
+
+class _Priced(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str = Field(min_length=1)
+    as_of: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$")
+    estimate: bool = False
+
+
+class InstancePrice(_Priced):
+    """On-demand price of one instance type in one region."""
+
+    hourly_usd: float = Field(gt=0)
+
+
+class InfrastructurePrice(_Priced):
+    """A metered infrastructure price (per hour, per GB or per GB-month)."""
+
+    hourly_usd: float | None = Field(default=None, ge=0)
+    per_gb_usd: float | None = Field(default=None, ge=0)
+    monthly_usd: float | None = Field(default=None, ge=0)
+
+
+class ManagedApiPrice(_Priced):
+    """A managed API's price per million input and output tokens."""
+
+    input_usd_per_m: float = Field(ge=0)
+    output_usd_per_m: float = Field(ge=0)
+
+
+class PriceCatalog(BaseModel):
+    """The whole catalog; instance keys are "<region>/<instance type or price key>"."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    currency: str = "USD"
+    instances: dict[str, InstancePrice] = Field(default_factory=dict)
+    infrastructure: dict[str, InfrastructurePrice] = Field(default_factory=dict)
+    managed_apis: dict[str, ManagedApiPrice] = Field(default_factory=dict)
+    default_managed_api: str | None = None
+
+    def instance(self, region: str, key: str) -> InstancePrice | None:
+        """Return the price of an instance type (or price key) in a region, None when unknown."""
+        return self.instances.get(f"{region}/{key}")
+
+    def managed_api(self, name: str | None = None) -> ManagedApiPrice:
+        """Return a managed API's prices (the default one when name is None); KeyError names the known ones."""
+        key = name or self.default_managed_api
+        if key not in self.managed_apis:
+            raise KeyError(f"unknown managed API {key!r}; known: {sorted(self.managed_apis)}")
+        return self.managed_apis[key]
+
+
+class CatalogError(ValueError):
+    """A price file is unreadable or invalid; the message names the entry and field."""
+
+
+def _merge(base: dict, override: dict) -> dict:
+    merged = dict(base)
+    for section in ("instances", "infrastructure", "managed_apis"):
+        merged[section] = {**base.get(section, {}), **override.get(section, {})}
+    for key in ("currency", "default_managed_api"):
+        if key in override:
+            merged[key] = override[key]
+    return merged
+
+
+def load_catalog(override_path: str | os.PathLike | None = None) -> PriceCatalog:
+    """Load the packaged catalog, overridden by override_path or $SERVINGCTL_PRICES when set."""
+    data = json.loads(resources.files("servingctl.costs").joinpath("prices.json").read_text())
+    path = override_path or os.environ.get(PRICES_ENV)
+    if path:
+        try:
+            override = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CatalogError(f"price file {path}: {exc}") from exc
+        data = _merge(data, override)
+    try:
+        return PriceCatalog.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise CatalogError(f"invalid price catalog: {problems}") from exc

@@ -1,0 +1,112 @@
+"""Costs: the reference article's ratios, the catalog with overrides, ledger arithmetic, the CLI."""
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pydantic import ValidationError
+
+from servingctl.cli.main import main
+from servingctl.costs import CatalogError, CompareInput, compare, load_catalog, monthly_totals, session_cost
+
+# FACTS.md: MTP=1 concurrency-4 aggregate tok/s per input length, and the article's published ratios.
+REFERENCE = [(254, 358.41, 10.74, 827), (2046, 330.29, 4.23, 2099), (8185, 202.11, 2.17, 4087)]
+
+
+@pytest.mark.parametrize(("input_tokens", "tok_s", "ratio", "api_usd"), REFERENCE)
+def test_reproduces_the_reference_ratios(input_tokens, tok_s, ratio, api_usd):
+    result = compare(
+        CompareInput(
+            self_hosted_monthly_usd=8887,
+            api_input_usd_per_m=0.22,
+            api_output_usd_per_m=0.66,
+            aggregate_tok_s=tok_s,
+            input_tokens=input_tokens,
+            output_tokens=256,
+        )
+    )
+    assert round(result.ratio_self_hosted_to_api, 2) == ratio
+    assert round(result.api_monthly_usd) == api_usd
+    assert not result.breaks_even
+
+
+def test_hand_computed_small_case():
+    # 100 tok/s for 10 h = 3.6 M output tokens = 36,000 requests of 100 out / 1,000 in = 36 M input tokens.
+    result = compare(
+        CompareInput(
+            hourly_usd=2.0,
+            hours=10,
+            aggregate_tok_s=100,
+            input_tokens=1000,
+            output_tokens=100,
+            api_input_usd_per_m=1.0,
+            api_output_usd_per_m=2.0,
+        )
+    )
+    assert result.self_hosted_monthly_usd == pytest.approx(20.0)
+    assert result.api_monthly_usd == pytest.approx(36 * 1.0 + 3.6 * 2.0)
+    assert result.self_hosted_usd_per_m_output == pytest.approx(20.0 / 3.6)
+    assert result.break_even_utilization == pytest.approx(20.0 / 43.2)
+    assert result.breaks_even
+
+
+def test_exactly_one_self_hosted_price_is_required():
+    with pytest.raises(ValidationError, match="exactly one"):
+        CompareInput(aggregate_tok_s=1, input_tokens=1, output_tokens=1, api_input_usd_per_m=0, api_output_usd_per_m=0)
+
+
+def test_cli_compare_json_matches_the_reference(capsys):
+    code = main(
+        "costs compare --self-hosted-monthly-usd 8887 --api-input-usd-per-m 0.22 --api-output-usd-per-m 0.66 "
+        "--aggregate-tok-s 330.29 --input-tokens 2046 --output-tokens 256 --hours 730 --json".split()
+    )
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert round(out["ratio_self_hosted_to_api"], 2) == 4.23
+    assert out["breaks_even"] is False
+
+
+def test_cli_uses_the_catalogs_default_api_and_names_bad_flags(capsys):
+    args = "costs compare --self-hosted-monthly-usd 8887 --aggregate-tok-s 202.11 --input-tokens 8185 --output-tokens 256 --json"
+    assert main(args.split()) == 0
+    assert round(json.loads(capsys.readouterr().out)["ratio_self_hosted_to_api"], 2) == 2.17
+    assert main(args.replace("--output-tokens 256", "--output-tokens 0").split()) == 2
+    assert "--output-tokens" in capsys.readouterr().err
+
+
+def test_catalog_override_replaces_entries_and_keeps_the_rest(tmp_path):
+    override = tmp_path / "prices.json"
+    override.write_text(
+        json.dumps({"instances": {"us-east-1/g7e.2xlarge": {"hourly_usd": 3.5, "source": "my quote", "as_of": "2026-11-30"}}})
+    )
+    catalog = load_catalog(override)
+    assert catalog.instance("us-east-1", "g7e.2xlarge").hourly_usd == 3.5
+    assert catalog.instance("us-east-1", "g7e.12xlarge").estimate is True
+    assert catalog.managed_api().output_usd_per_m == 0.66
+
+
+def test_bad_catalog_names_the_entry(tmp_path):
+    bad = tmp_path / "prices.json"
+    bad.write_text(json.dumps({"instances": {"us-east-1/x.large": {"hourly_usd": -1, "source": "s", "as_of": "2026-01-01"}}}))
+    with pytest.raises(CatalogError, match=r"instances\.us-east-1/x\.large\.hourly_usd"):
+        load_catalog(bad)
+
+
+def test_session_cost_accrues_until_now_and_unpriced_instances_say_so():
+    catalog = load_catalog()
+    start = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    closed = session_cost(
+        catalog, profile="deepseek-v4-flash", region="us-east-1", instance_type="g7e.12xlarge",
+        started_at=start, ended_at=start + timedelta(minutes=90), now=start + timedelta(days=1),
+    )
+    assert closed.uptime_hours == pytest.approx(1.5)
+    assert closed.cost_usd == pytest.approx(1.5 * 12.17)
+    open_ = session_cost(
+        catalog, profile="nemotron-nano", region="us-east-1", instance_type="g7e.2xlarge",
+        started_at=start, ended_at=None, now=start + timedelta(hours=2),
+    )
+    assert open_.uptime_hours == pytest.approx(2.0)
+    assert open_.cost_usd is None
+    totals = monthly_totals([closed, closed, open_])
+    assert totals[("deepseek-v4-flash", "2026-12")]["cost_usd"] == pytest.approx(3 * 12.17)
+    assert totals[("nemotron-nano", "2026-12")]["cost_usd"] is None
