@@ -1,0 +1,304 @@
+"""The one versioned benchmark results schema (pydantic): run config, calibration, per-request
+records, per-scenario summaries and checks, and the run result that outputs and storage consume.
+
+Times inside a scenario are integer nanoseconds of a monotonic clock, relative to the scenario's
+start (`ScenarioResult.t0_wall` anchors them to wall-clock time). Derived figures are in ms and
+tokens per second. Bump SCHEMA_VERSION on any incompatible change.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SCHEMA_VERSION = 1
+
+Mode = Literal["burst", "sustained", "rate"]
+SaltMode = Literal["cache-salt", "prompt-nonce", "none"]
+CalibrationMethod = Literal["tokenize", "usage"]
+# Why a request failed. Mismatches of token counts are not failures: see RequestRecord.mismatches.
+ErrorKind = Literal["http_status", "timeout", "connect", "stream_cut", "malformed_sse", "other"]
+MismatchKind = Literal["prompt_tokens", "completion_tokens", "finish_reason"]
+
+MODES: tuple[str, ...] = ("burst", "sustained", "rate")
+SALT_MODES: tuple[str, ...] = ("cache-salt", "prompt-nonce", "none")
+# Header values never written to results (compared lower-case).
+SECRET_HEADERS: frozenset[str] = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
+REDACTED = "<redacted>"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunConfig(_Model):
+    """What the user asked for. The API key itself is never stored: only whether one was set."""
+
+    # Target and identity.
+    endpoint: str = Field(pattern=r"^https?://", description="base URL, e.g. http://alb.internal")
+    model: str = Field(min_length=1, description="served model name sent in requests")
+    headers: dict[str, str] = Field(default_factory=dict, description="extra headers; secrets redacted")
+    api_key_set: bool = False
+    # Scenario matrix.
+    input_tokens: list[int] = Field(default_factory=lambda: [256, 2048, 8192], min_length=1)
+    concurrencies: list[int] = Field(default_factory=lambda: [1, 2, 4], min_length=1)
+    mode: Mode = "burst"
+    rate: float | None = Field(default=None, gt=0, description="requests/s for mode rate")
+    # Load shape: burst uses warmup + rounds; sustained/rate use requests and/or duration_s.
+    warmup: int = Field(default=2, ge=0, description="warm-up rounds of C requests (every mode)")
+    rounds: int = Field(default=5, ge=1, description="measured rounds (burst)")
+    requests: int | None = Field(default=None, ge=1, description="measured requests (sustained, rate)")
+    duration_s: float | None = Field(default=None, gt=0, description="dispatch deadline (sustained, rate)")
+    # Request body and checks.
+    max_tokens: int = Field(default=256, ge=1)
+    seed: int = 42
+    salt_mode: SaltMode = "cache-salt"
+    max_failure_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    timeout_s: float = Field(default=600.0, gt=0, description="per-request timeout")
+
+    @field_validator("input_tokens", "concurrencies")
+    @classmethod
+    def _positive(cls, values: list[int]) -> list[int]:
+        if any(v < 1 for v in values):
+            raise ValueError("every value must be a positive integer")
+        return values
+
+    @field_validator("headers")
+    @classmethod
+    def _redact(cls, headers: dict[str, str]) -> dict[str, str]:
+        return {k: (REDACTED if k.lower() in SECRET_HEADERS else v) for k, v in headers.items()}
+
+    @model_validator(mode="after")
+    def _mode_needs(self) -> RunConfig:
+        if self.mode == "rate" and self.rate is None:
+            raise ValueError("mode rate needs rate (requests per second)")
+        if self.mode in ("sustained", "rate") and self.requests is None and self.duration_s is None:
+            raise ValueError(f"mode {self.mode} needs requests or duration_s")
+        return self
+
+
+class Calibration(_Model):
+    """Prompt sized for one target: repetitions of `unit` give `actual_tokens` after the chat template."""
+
+    target_tokens: int
+    actual_tokens: int
+    repetitions: int
+    method: CalibrationMethod
+    unit: str = Field(description="the repeated text")
+    nonce_tokens: int | None = Field(default=None, description="salt-mode prompt-nonce: tokens of the nonce prefix included")
+    probes: int = Field(default=0, description="tokenize calls or probe requests spent")
+    warnings: list[str] = Field(default_factory=list)
+
+
+class RequestRecord(_Model):
+    """One streamed chat completion as the client saw it."""
+
+    # Identity within the run.
+    scenario: str
+    round: int = Field(description="burst: round index within its phase; other modes: 0")
+    index: int = Field(description="request index within the scenario (warm-ups first)")
+    warmup: bool = False
+    # Outcome.
+    ok: bool
+    error_kind: ErrorKind | None = None
+    error: str | None = None
+    http_status: int | None = None
+    # Monotonic ns relative to the scenario start: sent, first token chunk, last token chunk, done.
+    t_start_ns: int
+    t_first_ns: int | None = None
+    t_last_ns: int | None = None
+    t_end_ns: int | None = None
+    # Server-reported usage and end of generation.
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    mismatches: list[MismatchKind] = Field(default_factory=list)
+    # Token-bearing chunks: (arrival ns relative to scenario start, tokens it carried).
+    chunks: list[tuple[int, int]] = Field(default_factory=list)
+    token_counts_exact: bool = Field(False, description="per-chunk counts from continuous usage stats; else 1 per content chunk")
+    malformed_lines: int = 0
+    # Derived per-request metrics (None when not computable, e.g. one token or a failure).
+    ttft_ms: float | None = None
+    e2e_ms: float | None = None
+    e2e_tok_s: float | None = None
+    decode_tok_s: float | None = None
+    tpot_ms: float | None = None
+
+
+class MetricSummary(_Model):
+    """Distribution of one metric. Percentiles: linear interpolation between order statistics
+    (numpy's default); a warning names each percentile with too few samples to resolve it."""
+
+    count: int = 0
+    min: float | None = None
+    mean: float | None = None
+    median: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    max: float | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+
+class RoundResult(_Model):
+    """One burst round (C requests released together): aggregate = its completion tokens / wall time."""
+
+    index: int
+    warmup: bool
+    t_start_ns: int
+    t_end_ns: int
+    completion_tokens: int
+    ok: int
+    failed: int
+    aggregate_tok_s: float | None
+
+
+class SteadyWindow(_Model):
+    """Sustained/rate: the interval the aggregate is measured in (ramp and drain excluded) and why."""
+
+    t_start_ns: int
+    t_end_ns: int
+    duration_s: float
+    completion_tokens: int = Field(description="tokens of chunks arriving inside the window")
+    method: str
+    warnings: list[str] = Field(default_factory=list)
+
+
+class Mismatches(_Model):
+    """Requests whose usage disagreed with what was asked (counts over measured requests)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: int = 0
+    examples: list[str] = Field(default_factory=list, description="a few readable cases")
+
+
+class ServerChecks(_Model):
+    """Cross-checks against the server's Prometheus counters (deltas over the whole scenario,
+    warm-ups included). A check is None when the server does not expose what it needs."""
+
+    available: bool
+    reason: str | None = Field(None, description="why checks are unavailable (e.g. no /metrics)")
+    # Generated tokens: the server's counter delta must equal the client's sum of usage.
+    generation_tokens_delta: float | None = None
+    client_completion_tokens: int | None = None
+    generation_tokens_equal: bool | None = None
+    prompt_tokens_delta: float | None = None
+    client_prompt_tokens: int | None = None
+    # Prefix cache: with salts or nonces the hits must stay 0; salt-mode none is not checked.
+    prefix_cache_queries_delta: float | None = None
+    prefix_cache_hits_delta: float | None = None
+    prefix_cache_ok: bool | None = None
+    # Speculative decoding: accepted / draft tokens.
+    spec_decode_draft_tokens_delta: float | None = None
+    spec_decode_accepted_tokens_delta: float | None = None
+    spec_decode_acceptance_rate: float | None = None
+    # Peak of vllm:num_requests_running sampled during the scenario vs the intended concurrency.
+    peak_running: int | None = None
+    intended_concurrency: int | None = None
+    peak_running_ok: bool | None = None
+    failures: list[str] = Field(default_factory=list, description="readable reasons of failed checks")
+
+
+class ClientSelfCheck(_Model):
+    """Was the client itself the bottleneck? Event-loop lag and process CPU during the scenario."""
+
+    loop_lag_ms: MetricSummary
+    cpu_seconds: float
+    wall_seconds: float
+    cpu_share: float = Field(description="process CPU seconds / wall seconds (1.0 = one core busy)")
+    lag_p99_limit_ms: float
+    cpu_share_limit: float
+    client_bound: bool
+    reasons: list[str] = Field(default_factory=list)
+
+
+class ScenarioSummary(_Model):
+    """Headline numbers of one scenario (one input length x one concurrency x one mode)."""
+
+    # Identity.
+    name: str = Field(description="e.g. in256-c4")
+    input_tokens_target: int
+    input_tokens: int = Field(description="calibrated prompt tokens after the chat template")
+    concurrency: int = Field(description="burst/sustained: requests in flight; rate: cap on in-flight requests")
+    mode: Mode
+    rate: float | None = None
+    max_tokens: int
+    # Outcome counts (measured requests; warm-ups excluded).
+    requests: int
+    ok: int
+    failed: int
+    failures_by_kind: dict[str, int] = Field(default_factory=dict)
+    failure_rate: float
+    # Aggregate throughput: burst = median over measured rounds; sustained/rate = steady window.
+    aggregate_tok_s: float | None
+    aggregate_tok_s_rounds: list[float] = Field(default_factory=list)
+    steady_window: SteadyWindow | None = None
+    achieved_rate_rps: float | None = Field(None, description="rate mode: measured arrivals per second")
+    # Per-request distributions (successful measured requests).
+    ttft_ms: MetricSummary
+    e2e_ms: MetricSummary
+    e2e_tok_s: MetricSummary
+    decode_tok_s: MetricSummary
+    tpot_ms: MetricSummary
+    itl_ms: MetricSummary = Field(description="token-normalized: each chunk gap / its tokens, one sample per token")
+    chunk_gap_ms: MetricSummary = Field(description="raw gaps between token-bearing chunks")
+    tokens_per_chunk: dict[int, int] = Field(default_factory=dict, description="tokens in a chunk -> chunks")
+    token_counts_exact: bool = Field(description="every measured request had exact per-chunk counts")
+    # Checks.
+    mismatches: Mismatches = Field(default_factory=Mismatches)
+    server: ServerChecks
+    client: ClientSelfCheck
+    client_bound: bool
+
+
+class ScenarioResult(_Model):
+    """Everything about one scenario: summary, rounds and every request (warm-ups included)."""
+
+    summary: ScenarioSummary
+    calibration: Calibration
+    t0_wall: datetime = Field(description="wall-clock time of the scenario's t=0")
+    rounds: list[RoundResult] = Field(default_factory=list)
+    records: list[RequestRecord] = Field(default_factory=list)
+
+
+class RunMetadata(_Model):
+    """Who measured what, when: client and server versions, models the server lists."""
+
+    run_id: str
+    client: str = "servingctl"
+    client_version: str
+    python_version: str
+    hostname: str | None = None
+    server_version: dict | None = Field(None, description="GET /version as returned")
+    server_models: dict | None = Field(None, description="GET /v1/models as returned")
+    started_at: datetime
+    finished_at: datetime | None = None
+
+
+class RunResult(_Model):
+    """A whole sweep: the results file (results.json) is this model's JSON."""
+
+    schema_version: int = SCHEMA_VERSION
+    config: RunConfig
+    metadata: RunMetadata
+    calibrations: list[Calibration] = Field(default_factory=list)
+    scenarios: list[ScenarioResult] = Field(default_factory=list)
+    failed_scenarios: list[str] = Field(default_factory=list, description="failure rate above max_failure_rate")
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every scenario stayed within max_failure_rate, else 1."""
+        return 1 if self.failed_scenarios else 0
+
+
+def scenario_name(input_tokens: int, concurrency: int, mode: Mode = "burst", rate: float | None = None) -> str:
+    """Stable scenario name used in files and storage keys: in256-c4, in256-c4-sustained, in256-c4-rate2.5."""
+    name = f"in{input_tokens}-c{concurrency}"
+    if mode == "sustained":
+        return f"{name}-sustained"
+    if mode == "rate":
+        return f"{name}-rate{rate:g}"
+    return name
