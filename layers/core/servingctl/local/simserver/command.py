@@ -1,0 +1,60 @@
+"""Command-line flags of the simulator, shared by ``servingctl local simserver`` and ``python -m``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pydantic import ValidationError
+
+from servingctl.local.simserver.config import FAULTS, FaultError, SimConfig, parse_faults
+from servingctl.local.simserver.server import serve
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the simulator's flags to ``parser``."""
+    defaults = SimConfig()
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    parser.add_argument("--model", default=defaults.model, help=f"served model name (default {defaults.model})")
+    parser.add_argument("--speed", type=float, default=1.0, help="divide every duration by X (default 1)")
+    parser.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs,
+                        help=f"sequences batched at once (default {defaults.max_num_seqs})")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=defaults.max_num_batched_tokens,
+                        help=f"token budget per engine step (default {defaults.max_num_batched_tokens})")
+    parser.add_argument("--mtp-tokens", type=int, default=defaults.mtp_tokens,
+                        help=f"MTP draft tokens per step, 0 = off (default {defaults.mtp_tokens})")
+    parser.add_argument("--mtp-acceptance", type=float, default=defaults.mtp_acceptance,
+                        help=f"draft acceptance rate (default {defaults.mtp_acceptance})")
+    parser.add_argument("--max-model-len", type=int, default=defaults.max_model_len,
+                        help=f"context length (default {defaults.max_model_len})")
+    parser.add_argument("--fault", action="append", default=[], metavar="NAME=VALUE",
+                        help="inject a fault (repeatable): " + "; ".join(f"{k}: {v}" for k, v in FAULTS.items()))
+    parser.add_argument("--fault-seed", type=int, default=0, help="seed of the fault draws (default 0)")
+    parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    """Build the config from parsed flags (raises FaultError or ValueError naming the flag)."""
+    faults = parse_faults(args.fault, seed=args.fault_seed)
+    try:
+        return SimConfig(
+            model=args.model, speed=args.speed, max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens, mtp_tokens=args.mtp_tokens,
+            mtp_acceptance=args.mtp_acceptance, max_model_len=args.max_model_len, faults=faults,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        flag = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "flags"
+        raise ValueError(f"{flag}: {first['msg']}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until interrupted; exit code 2 with a message on bad flags."""
+    try:
+        config = config_from_args(args)
+    except (FaultError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    serve(args.host, args.port, config, log_level=args.log_level)
+    return 0
