@@ -19,7 +19,7 @@ Mode = Literal["burst", "sustained", "rate"]
 SaltMode = Literal["cache-salt", "prompt-nonce", "none"]
 CalibrationMethod = Literal["tokenize", "usage"]
 # Why a request failed. Mismatches of token counts are not failures: see RequestRecord.mismatches.
-ErrorKind = Literal["http_status", "timeout", "connect", "stream_cut", "malformed_sse", "other"]
+ErrorKind = Literal["http_status", "timeout", "connect", "stream_cut", "malformed_sse", "server_error", "other"]
 MismatchKind = Literal["prompt_tokens", "completion_tokens", "finish_reason"]
 
 MODES: tuple[str, ...] = ("burst", "sustained", "rate")

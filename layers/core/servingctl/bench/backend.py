@@ -1,0 +1,275 @@
+"""HTTP side of the benchmark: one httpx.AsyncClient per scenario load, streaming chat completions
+timed with a monotonic ns clock, plus the small GETs/POSTs the engine needs (/version, /v1/models,
+/tokenize, /metrics).
+
+A streamed request becomes one RequestRecord. Per-chunk token counts are exact when the server
+sends cumulative usage in every chunk (`stream_options.continuous_usage_stats`, vLLM); otherwise
+each content chunk counts as one token and the record says the counts are approximate.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from servingctl.bench.models import ErrorKind, RequestRecord
+from servingctl.bench.sse import SSEParser
+
+Clock = Callable[[], int]
+MAX_ERROR_CHARS = 300
+
+
+def base_url(endpoint: str) -> str:
+    """The server root: an endpoint given as .../v1 is accepted and stripped."""
+    url = endpoint.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where and how to reach the server; the only place the API key and real header values live."""
+
+    endpoint: str
+    api_key: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    timeout_s: float = 600.0
+
+    def request_headers(self) -> dict[str, str]:
+        """Headers sent with every request: extra headers plus Bearer auth when a key is set."""
+        headers = dict(self.headers)
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """What one benchmark request sends and where its record belongs."""
+
+    scenario: str
+    round: int
+    index: int
+    warmup: bool
+    prompt: str
+    cache_salt: str | None = None
+
+
+class _StreamState:
+    """Accumulates one SSE stream: chunk timing, cumulative usage, finish reason, [DONE]."""
+
+    __slots__ = (
+        "chunks", "t_first", "t_last", "t_done", "cumulative", "exact", "prompt_tokens",
+        "completion_tokens", "finish_reason", "done", "malformed", "server_error",
+    )
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[int, int]] = []
+        self.t_first: int | None = None
+        self.t_last: int | None = None
+        self.t_done: int | None = None
+        self.cumulative = 0
+        self.exact = True
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self.finish_reason: str | None = None
+        self.done = False
+        self.malformed = 0
+        self.server_error: str | None = None
+
+    def on_data(self, data: str, t: int) -> None:
+        if data == "[DONE]":
+            self.done = True
+            self.t_done = t
+            return
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            self.malformed += 1
+            return
+        if not isinstance(obj, dict):
+            self.malformed += 1
+            return
+        if "error" in obj and not obj.get("choices"):
+            self.server_error = str(obj["error"])[:MAX_ERROR_CHARS]
+            return
+        usage = obj.get("usage")
+        if usage:
+            self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
+            self.completion_tokens = usage.get("completion_tokens", self.completion_tokens)
+        choices = obj.get("choices")
+        if not choices:
+            return  # the final usage-only chunk
+        choice = choices[0]
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+        delta = choice.get("delta") or {}
+        has_text = bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"))
+        if usage and usage.get("completion_tokens") is not None:
+            tokens = usage["completion_tokens"] - self.cumulative
+            self.cumulative = usage["completion_tokens"]
+        elif has_text:
+            self.exact = False
+            tokens = 1
+        else:
+            tokens = 0
+        if tokens > 0:
+            self.chunks.append((t, tokens))
+            if self.t_first is None:
+                self.t_first = t
+            self.t_last = t
+
+    def record(self, t0: int, t_end: int) -> dict[str, Any]:
+        completion = self.completion_tokens
+        if completion is None and self.chunks:
+            completion = sum(tokens for _, tokens in self.chunks)
+        return {
+            "t_first_ns": None if self.t_first is None else self.t_first - t0,
+            "t_last_ns": None if self.t_last is None else self.t_last - t0,
+            "t_end_ns": (self.t_done if self.t_done is not None else t_end) - t0,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "finish_reason": self.finish_reason,
+            "chunks": [(t - t0, tokens) for t, tokens in self.chunks],
+            "token_counts_exact": self.exact and bool(self.chunks),
+            "malformed_lines": self.malformed,
+        }
+
+    def failure(self) -> tuple[ErrorKind, str] | None:
+        if self.server_error is not None:
+            return "server_error", f"error event in stream: {self.server_error}"
+        if self.malformed:
+            return "malformed_sse", f"{self.malformed} malformed SSE line(s)"
+        if not self.done or self.finish_reason is None:
+            missing = [name for name, seen in (("[DONE]", self.done), ("finish_reason", self.finish_reason)) if not seen]
+            return "stream_cut", f"stream ended without {' and '.join(missing)}"
+        return None
+
+
+class Backend:
+    """An OpenAI-compatible server reached through one keep-alive connection pool."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        model: str,
+        *,
+        max_connections: int,
+        clock: Clock = time.monotonic_ns,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.connection = connection
+        self.model = model
+        self.clock = clock
+        self._client = httpx.AsyncClient(
+            base_url=base_url(connection.endpoint),
+            headers=connection.request_headers(),
+            timeout=httpx.Timeout(connection.timeout_s, connect=min(connection.timeout_s, 30.0)),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> Backend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._client.aclose()
+
+    def chat_body(self, prompt: str, max_tokens: int, seed: int, cache_salt: str | None, stream: bool = True) -> dict:
+        """The request body: greedy, fixed length (ignore_eos), usage in every chunk."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+            "seed": seed,
+            "stream": stream,
+        }
+        if stream:
+            body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        if cache_salt is not None:
+            body["cache_salt"] = cache_salt
+        return body
+
+    async def stream_chat(self, request: ChatRequest, *, max_tokens: int, seed: int, t0: int) -> RequestRecord:
+        """Send one streaming chat completion and time it; never raises for server or network faults."""
+        body = self.chat_body(request.prompt, max_tokens, seed, request.cache_salt)
+        state = _StreamState()
+        status: int | None = None
+        failure: tuple[ErrorKind, str] | None = None
+        t_start = self.clock()
+        try:
+            async with self._client.stream("POST", "/v1/chat/completions", json=body) as response:
+                status = response.status_code
+                if status != 200:
+                    text = (await response.aread()).decode("utf-8", "replace")
+                    failure = ("http_status", f"HTTP {status}: {text[:MAX_ERROR_CHARS]}")
+                else:
+                    parser = SSEParser()
+                    async for raw in response.aiter_bytes():
+                        t = self.clock()
+                        for event in parser.feed(raw):
+                            state.on_data(event.data, t)
+                    t = self.clock()
+                    for event in parser.close():
+                        state.on_data(event.data, t)
+                    state.malformed += parser.malformed_lines
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            failure = ("connect", f"{type(exc).__name__}: {exc}")
+        except httpx.TimeoutException as exc:
+            failure = ("timeout", f"{type(exc).__name__} after {self.connection.timeout_s:g} s: {exc}")
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            failure = ("stream_cut", f"{type(exc).__name__}: {exc}")
+        except httpx.HTTPError as exc:
+            failure = ("other", f"{type(exc).__name__}: {exc}")
+        t_end = self.clock()
+        if failure is None:
+            failure = state.failure()
+        return RequestRecord(
+            scenario=request.scenario,
+            round=request.round,
+            index=request.index,
+            warmup=request.warmup,
+            ok=failure is None,
+            error_kind=failure[0] if failure else None,
+            error=failure[1][:MAX_ERROR_CHARS] if failure else None,
+            http_status=status,
+            t_start_ns=t_start - t0,
+            **state.record(t0, t_end),
+        )
+
+    async def get_json(self, path: str) -> dict | None:
+        """GET a JSON document; None when the server does not answer it with 200 and JSON."""
+        try:
+            response = await self._client.get(path)
+            return response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    async def get_text(self, path: str) -> tuple[int | None, str]:
+        """GET a text document: (status, body); status None on a network error (body says which)."""
+        try:
+            response = await self._client.get(path)
+            return response.status_code, response.text
+        except httpx.HTTPError as exc:
+            return None, f"{type(exc).__name__}: {exc}"
+
+    async def post_json(self, path: str, body: dict) -> tuple[int | None, Any]:
+        """POST JSON: (status, parsed body or text); status None on a network error."""
+        try:
+            response = await self._client.post(path, json=body)
+        except httpx.HTTPError as exc:
+            return None, f"{type(exc).__name__}: {exc}"
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            return response.status_code, response.text

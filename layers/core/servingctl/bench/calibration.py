@@ -1,0 +1,140 @@
+"""Prompt calibration: how many repetitions of a fixed sentence make `target` prompt tokens after
+the chat template, found by doubling then bisection (the reference's method).
+
+Counting uses vLLM `/tokenize` (messages + add_generation_prompt, so the template is counted); a
+server without it (managed APIs) is probed with 1-token requests whose usage.prompt_tokens is read.
+The result is the largest repetition count whose prompt is at most `target` tokens.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from collections.abc import Awaitable, Callable
+
+from servingctl.bench.backend import Backend
+from servingctl.bench.models import Calibration, CalibrationMethod, SaltMode
+
+UNIT = "This is deterministic benchmark input text. "
+NONCE_LETTERS = 8
+# Differently drawn nonces must tokenize alike for the calibration to hold; this many are compared.
+NONCE_SAMPLES = 3
+
+Counter = Callable[[int], Awaitable[int]]
+
+
+class CalibrationError(RuntimeError):
+    """The server could not count prompt tokens by any method."""
+
+
+def make_nonce(rng: random.Random) -> str:
+    """A random prefix that breaks prefix-cache reuse: single letters, one token each in common
+    tokenizers, so every nonce has the same token count."""
+    return "Nonce " + " ".join(rng.choice(string.ascii_lowercase) for _ in range(NONCE_LETTERS)) + ".\n"
+
+
+def build_prompt(repetitions: int, nonce: str = "") -> str:
+    """The benchmark prompt: an optional nonce, then the unit sentence repeated."""
+    return nonce + UNIT * repetitions
+
+
+async def search_repetitions(count: Counter, target: int) -> tuple[int, int, int]:
+    """Largest repetitions r >= 1 with count(r) <= target (r = 1 if even that is over).
+
+    Returns (repetitions, tokens, calls). Doubling finds an upper bound, bisection the boundary;
+    count must be non-decreasing in r.
+    """
+    calls = 0
+    cache: dict[int, int] = {}
+
+    async def measured(reps: int) -> int:
+        nonlocal calls
+        if reps not in cache:
+            calls += 1
+            cache[reps] = await count(reps)
+        return cache[reps]
+
+    low = 1
+    if await measured(low) >= target:
+        return low, cache[low], calls
+    high = 2
+    while await measured(high) <= target:
+        low, high = high, high * 2
+    # Invariant: count(low) <= target < count(high).
+    while high - low > 1:
+        middle = (low + high) // 2
+        if await measured(middle) <= target:
+            low = middle
+        else:
+            high = middle
+    return low, cache[low], calls
+
+
+def _messages(prompt: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": prompt}]
+
+
+def _tokenize_counter(backend: Backend, nonce: str) -> Counter:
+    async def count(reps: int) -> int:
+        body = {"model": backend.model, "messages": _messages(build_prompt(reps, nonce)), "add_generation_prompt": True}
+        status, answer = await backend.post_json("/tokenize", body)
+        if status != 200 or not isinstance(answer, dict) or not isinstance(answer.get("count"), int):
+            raise CalibrationError(f"/tokenize answered {status}: {str(answer)[:200]}")
+        return answer["count"]
+
+    return count
+
+
+def _usage_counter(backend: Backend, nonce: str, seed: int) -> Counter:
+    async def count(reps: int) -> int:
+        body = backend.chat_body(build_prompt(reps, nonce), max_tokens=1, seed=seed, cache_salt=None, stream=False)
+        body.pop("ignore_eos")
+        status, answer = await backend.post_json("/v1/chat/completions", body)
+        try:
+            return int(answer["usage"]["prompt_tokens"])
+        except (TypeError, KeyError, ValueError) as exc:
+            raise CalibrationError(f"probe request answered {status} without usage.prompt_tokens: {str(answer)[:200]}") from exc
+
+    return count
+
+
+async def calibrate(backend: Backend, target: int, salt_mode: SaltMode, seed: int) -> Calibration:
+    """Size the prompt for `target` tokens on this server (with a nonce prefix in prompt-nonce mode)."""
+    rng = random.Random(seed)
+    nonce = make_nonce(rng) if salt_mode == "prompt-nonce" else ""
+    warnings: list[str] = []
+    method: CalibrationMethod = "tokenize"
+    try:
+        reps, tokens, calls = await search_repetitions(_counter(backend, method, nonce, seed), target)
+    except CalibrationError as exc:
+        warnings.append(f"/tokenize unusable ({exc}); calibrated from usage.prompt_tokens of probe requests")
+        method = "usage"
+        reps, tokens, calls = await search_repetitions(_counter(backend, method, nonce, seed), target)
+    nonce_tokens = None
+    if nonce:
+        plain = await _counter(backend, method, "", seed)(reps)
+        nonce_tokens = tokens - plain
+        calls += 1
+        for _ in range(NONCE_SAMPLES - 1):
+            other = await _counter(backend, method, make_nonce(rng), seed)(reps)
+            calls += 1
+            if other != tokens:
+                warnings.append(f"nonces tokenize to different lengths ({tokens} vs {other}): prompt_tokens will vary")
+    if tokens > target:
+        warnings.append(f"the chat template alone exceeds the target: {tokens} tokens for 1 repetition")
+    return Calibration(
+        target_tokens=target,
+        actual_tokens=tokens,
+        repetitions=reps,
+        method=method,
+        unit=UNIT,
+        nonce_tokens=nonce_tokens,
+        probes=calls,
+        warnings=warnings,
+    )
+
+
+def _counter(backend: Backend, method: CalibrationMethod, nonce: str, seed: int) -> Counter:
+    if method == "tokenize":
+        return _tokenize_counter(backend, nonce)
+    return _usage_counter(backend, nonce, seed)

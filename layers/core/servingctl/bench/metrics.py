@@ -1,0 +1,213 @@
+"""Metric arithmetic: per-request figures from chunk timings, and per-scenario aggregates.
+
+Definitions (n = completion tokens, times from the monotonic clock):
+- TTFT = first token-bearing chunk - send time (the empty role chunk does not count).
+- E2E = end of stream - send time; E2E tok/s = n / E2E.
+- decode tok/s = (n - 1) / (t_last - t_first); TPOT = (E2E - TTFT) / (n - 1).
+- token-normalized ITL: each gap between token-bearing chunks divided by the tokens of the later
+  chunk, one sample per token (so a 2-token MTP chunk gives two samples of half the gap).
+- raw chunk gaps, and a histogram of tokens per chunk.
+- burst aggregate = completion tokens of a round / round wall time (first send to last end).
+- steady-window aggregate (sustained, rate) = tokens of chunks arriving inside the window / its
+  length, the window running from the first completion (ramp over) to the last send (drain begins).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from servingctl.bench.models import (
+    Calibration,
+    ClientSelfCheck,
+    Mismatches,
+    RequestRecord,
+    RoundResult,
+    RunConfig,
+    ScenarioSummary,
+    ServerChecks,
+    SteadyWindow,
+)
+from servingctl.bench.stats import percentile, summarize
+
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+MAX_MISMATCH_EXAMPLES = 5
+
+
+def with_request_metrics(record: RequestRecord) -> RequestRecord:
+    """Return the record with ttft_ms, e2e_ms, e2e_tok_s, decode_tok_s and tpot_ms filled in."""
+    update: dict[str, float | None] = {}
+    n = record.completion_tokens or 0
+    if record.t_first_ns is not None:
+        update["ttft_ms"] = (record.t_first_ns - record.t_start_ns) / NS_PER_MS
+    if record.t_end_ns is not None:
+        e2e_ns = record.t_end_ns - record.t_start_ns
+        update["e2e_ms"] = e2e_ns / NS_PER_MS
+        if e2e_ns > 0 and n > 0:
+            update["e2e_tok_s"] = n * NS_PER_S / e2e_ns
+    if n >= 2 and record.t_first_ns is not None and record.t_last_ns is not None:
+        decode_ns = record.t_last_ns - record.t_first_ns
+        if decode_ns > 0:
+            update["decode_tok_s"] = (n - 1) * NS_PER_S / decode_ns
+        if "e2e_ms" in update and "ttft_ms" in update:
+            update["tpot_ms"] = (update["e2e_ms"] - update["ttft_ms"]) / (n - 1)
+    return record.model_copy(update=update)
+
+
+def chunk_gaps_ms(chunks: Sequence[tuple[int, int]]) -> list[float]:
+    """Raw gaps between consecutive token-bearing chunks, in ms."""
+    return [(chunks[i][0] - chunks[i - 1][0]) / NS_PER_MS for i in range(1, len(chunks))]
+
+
+def itl_samples_ms(chunks: Sequence[tuple[int, int]]) -> list[float]:
+    """Token-normalized inter-token latencies: gap / tokens, repeated once per token of the chunk."""
+    samples: list[float] = []
+    for i in range(1, len(chunks)):
+        tokens = chunks[i][1]
+        if tokens > 0:
+            samples.extend([(chunks[i][0] - chunks[i - 1][0]) / NS_PER_MS / tokens] * tokens)
+    return samples
+
+
+def tokens_per_chunk(records: Iterable[RequestRecord]) -> dict[int, int]:
+    """Histogram: tokens carried by a chunk -> how many chunks carried that many."""
+    counts: Counter[int] = Counter(tokens for record in records for _, tokens in record.chunks)
+    return dict(sorted(counts.items()))
+
+
+def check_mismatches(record: RequestRecord, prompt_tokens: int, max_tokens: int) -> RequestRecord:
+    """Flag a finished request whose usage disagrees with the calibration or with max_tokens."""
+    found = []
+    if record.prompt_tokens is not None and record.prompt_tokens != prompt_tokens:
+        found.append("prompt_tokens")
+    if record.completion_tokens != max_tokens:
+        found.append("completion_tokens")
+    if record.finish_reason != "length":
+        found.append("finish_reason")
+    return record.model_copy(update={"mismatches": found}) if found else record
+
+
+def count_mismatches(records: Iterable[RequestRecord], prompt_tokens: int, max_tokens: int) -> Mismatches:
+    """Count flagged requests per kind, with a few readable examples."""
+    counts: Counter[str] = Counter()
+    examples: list[str] = []
+    for record in records:
+        counts.update(record.mismatches)
+        if record.mismatches and len(examples) < MAX_MISMATCH_EXAMPLES:
+            examples.append(
+                f"request {record.index}: prompt_tokens {record.prompt_tokens} (calibrated {prompt_tokens}), "
+                f"completion_tokens {record.completion_tokens} (max_tokens {max_tokens}), "
+                f"finish_reason {record.finish_reason!r}"
+            )
+    return Mismatches(examples=examples, **counts)
+
+
+def round_result(index: int, warmup: bool, records: Sequence[RequestRecord]) -> RoundResult:
+    """One burst round: tokens of its successful requests over first send -> last end."""
+    t_start = min(r.t_start_ns for r in records)
+    t_end = max((r.t_end_ns if r.t_end_ns is not None else r.t_start_ns) for r in records)
+    ok = [r for r in records if r.ok]
+    tokens = sum(r.completion_tokens or 0 for r in ok)
+    wall_ns = t_end - t_start
+    return RoundResult(
+        index=index,
+        warmup=warmup,
+        t_start_ns=t_start,
+        t_end_ns=t_end,
+        completion_tokens=tokens,
+        ok=len(ok),
+        failed=len(records) - len(ok),
+        aggregate_tok_s=tokens * NS_PER_S / wall_ns if ok and wall_ns > 0 else None,
+    )
+
+
+def steady_window(records: Sequence[RequestRecord]) -> SteadyWindow | None:
+    """The steady window of a sustained or rate scenario (measured requests) and its token count."""
+    ended = [r.t_end_ns for r in records if r.t_end_ns is not None]
+    if not ended:
+        return None
+    warnings: list[str] = []
+    start = min(ended)  # first completion: every slot has been through prefill and decode once
+    end = max(r.t_start_ns for r in records)  # last send: from here on fewer requests are in flight
+    method = "first completion -> last send"
+    if end <= start:
+        # Too few requests per slot for a steady phase: fall back to the whole span, loudly.
+        start = min(r.t_start_ns for r in records)
+        end = max(ended)
+        method = "whole span (no steady phase)"
+        warnings.append("no steady phase: send more requests than 2 x concurrency; ramp and drain are included")
+    tokens = sum(t for r in records if r.ok for ts, t in r.chunks if start <= ts <= end)
+    if any(r.ok and not r.token_counts_exact for r in records):
+        warnings.append("approximate per-chunk token counts (server sent no continuous usage stats)")
+    return SteadyWindow(
+        t_start_ns=start,
+        t_end_ns=end,
+        duration_s=(end - start) / NS_PER_S,
+        completion_tokens=tokens,
+        method=method,
+        warnings=warnings,
+    )
+
+
+def _values(records: Iterable[RequestRecord], field: str) -> list[float]:
+    return [value for record in records if (value := getattr(record, field)) is not None]
+
+
+def scenario_summary(
+    *,
+    name: str,
+    config: RunConfig,
+    calibration: Calibration,
+    concurrency: int,
+    records: Sequence[RequestRecord],
+    rounds: Sequence[RoundResult],
+    server: ServerChecks,
+    client: ClientSelfCheck,
+) -> ScenarioSummary:
+    """Headline numbers of a scenario from its records (warm-ups excluded) and checks."""
+    measured = [r for r in records if not r.warmup]
+    ok = [r for r in measured if r.ok]
+    failures = Counter(r.error_kind or "other" for r in measured if not r.ok)
+    round_rates = [r.aggregate_tok_s for r in rounds if not r.warmup and r.aggregate_tok_s is not None]
+    window = None
+    achieved_rate = None
+    if config.mode == "burst":
+        aggregate = percentile(sorted(round_rates), 0.5) if round_rates else None
+    else:
+        window = steady_window(measured)
+        aggregate = window.completion_tokens / window.duration_s if window and window.duration_s > 0 else None
+        starts = sorted(r.t_start_ns for r in measured)
+        if config.mode == "rate" and len(starts) > 1 and starts[-1] > starts[0]:
+            achieved_rate = (len(starts) - 1) * NS_PER_S / (starts[-1] - starts[0])
+    return ScenarioSummary(
+        name=name,
+        input_tokens_target=calibration.target_tokens,
+        input_tokens=calibration.actual_tokens,
+        concurrency=concurrency,
+        mode=config.mode,
+        rate=config.rate,
+        max_tokens=config.max_tokens,
+        requests=len(measured),
+        ok=len(ok),
+        failed=len(measured) - len(ok),
+        failures_by_kind=dict(sorted(failures.items())),
+        failure_rate=(len(measured) - len(ok)) / len(measured) if measured else 0.0,
+        aggregate_tok_s=aggregate,
+        aggregate_tok_s_rounds=round_rates,
+        steady_window=window,
+        achieved_rate_rps=achieved_rate,
+        ttft_ms=summarize(_values(ok, "ttft_ms")),
+        e2e_ms=summarize(_values(ok, "e2e_ms")),
+        e2e_tok_s=summarize(_values(ok, "e2e_tok_s")),
+        decode_tok_s=summarize(_values(ok, "decode_tok_s")),
+        tpot_ms=summarize(_values(ok, "tpot_ms")),
+        itl_ms=summarize(sample for r in ok for sample in itl_samples_ms(r.chunks)),
+        chunk_gap_ms=summarize(gap for r in ok for gap in chunk_gaps_ms(r.chunks)),
+        tokens_per_chunk=tokens_per_chunk(ok),
+        token_counts_exact=bool(ok) and all(r.token_counts_exact for r in ok),
+        mismatches=count_mismatches(ok, calibration.actual_tokens, config.max_tokens),
+        server=server,
+        client=client,
+        client_bound=client.client_bound,
+    )

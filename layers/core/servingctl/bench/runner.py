@@ -1,0 +1,219 @@
+"""Orchestration: a sweep over input lengths x concurrencies, one scenario at a time.
+
+`run_benchmark` fetches server metadata, calibrates each input length once and runs the scenarios
+in order (never two at once). `run_scenario` runs exactly one scenario with a calibration passed
+in: the unit of work of the Lambda benchmark worker. Request failures never abort anything: they
+are recorded per request and counted in the summaries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import platform
+import random
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+import httpx
+
+import servingctl
+from servingctl.bench.backend import Backend, ChatRequest, Connection
+from servingctl.bench.calibration import build_prompt, calibrate, make_nonce
+from servingctl.bench.metrics import check_mismatches, scenario_summary, with_request_metrics
+from servingctl.bench.models import Calibration, RequestRecord, RunConfig, RunMetadata, RunResult, ScenarioResult, scenario_name
+from servingctl.bench.scheduler import poisson_offsets, run_bursts, run_rate, run_sustained
+from servingctl.bench.selfcheck import SelfCheck
+from servingctl.bench.server_metrics import GENERATION, ServerMetrics, Snapshot, build_checks
+
+# The server's counters are updated when it processes outputs, possibly just after the client saw
+# the stream end: re-read them a few times before judging a difference.
+SETTLE_TRIES = 10
+SETTLE_S = 0.1
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A progress event for displays: kind, scenario, requests done / expected (None if open)."""
+
+    kind: Literal["calibrated", "scenario_started", "request_done", "scenario_finished"]
+    scenario: str | None
+    done: int
+    total: int | None
+    message: str
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: UTC time plus random hex."""
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+
+
+def connection_for(config: RunConfig, api_key: str | None = None, headers: dict[str, str] | None = None) -> Connection:
+    """The connection for a config; `headers` carries real values of headers the config redacts."""
+    return Connection(endpoint=config.endpoint, api_key=api_key, headers=headers if headers is not None else config.headers, timeout_s=config.timeout_s)
+
+
+def _expected_requests(config: RunConfig, concurrency: int, offsets: list[float] | None) -> int | None:
+    warm = config.warmup * concurrency
+    if config.mode == "burst":
+        return warm + config.rounds * concurrency
+    if config.mode == "rate":
+        return warm + len(offsets or [])
+    return warm + config.requests if config.requests is not None else None
+
+
+async def run_scenario(
+    config: RunConfig,
+    connection: Connection,
+    calibration: Calibration,
+    concurrency: int,
+    *,
+    run_id: str,
+    progress: ProgressFn | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> ScenarioResult:
+    """Run one scenario (warm-ups, measured load, checks) and return its result."""
+    name = scenario_name(calibration.target_tokens, concurrency, config.mode, config.rate)
+    nonce_rng = random.Random(f"{run_id}:{name}")
+    offsets = (
+        poisson_offsets(config.rate, config.seed, requests=config.requests, duration_s=config.duration_s)
+        if config.mode == "rate" and config.rate is not None
+        else None
+    )
+    total = _expected_requests(config, concurrency, offsets)
+    done = 0
+    notify = progress or (lambda event: None)
+
+    async with Backend(connection, config.model, max_connections=concurrency + 1, transport=transport) as backend:
+        t0 = backend.clock()
+        t0_wall = datetime.now(UTC)
+
+        async def send(index: int, round_index: int, warmup: bool) -> RequestRecord:
+            nonlocal done
+            nonce = make_nonce(nonce_rng) if config.salt_mode == "prompt-nonce" else ""
+            request = ChatRequest(
+                scenario=name,
+                round=round_index,
+                index=index,
+                warmup=warmup,
+                prompt=build_prompt(calibration.repetitions, nonce),
+                cache_salt=f"{run_id}-{name}-{index}" if config.salt_mode == "cache-salt" else None,
+            )
+            record = await backend.stream_chat(request, max_tokens=config.max_tokens, seed=config.seed, t0=t0)
+            if record.ok:
+                record = check_mismatches(record, calibration.actual_tokens, config.max_tokens)
+            done += 1
+            notify(Progress("request_done", name, done, total, record.error or ""))
+            return with_request_metrics(record)
+
+        notify(Progress("scenario_started", name, 0, total, f"{config.mode} load, concurrency {concurrency}"))
+        server = ServerMetrics(backend, config.model)
+        before = await server.snapshot()
+        stop_sampling = asyncio.Event()
+        sampler = asyncio.create_task(server.sample_running(stop_sampling)) if before.unavailable is None else None
+        selfcheck = SelfCheck()
+        selfcheck.start()
+
+        records, rounds = await run_bursts(send, concurrency, config.warmup, warmup=True)
+        first = len(records)
+        if config.mode == "burst":
+            measured, measured_rounds = await run_bursts(send, concurrency, config.rounds, warmup=False, first_index=first)
+            rounds += measured_rounds
+        elif config.mode == "sustained":
+            measured = await run_sustained(send, concurrency, requests=config.requests, duration_s=config.duration_s, first_index=first)
+        else:
+            measured = await run_rate(send, offsets or [], concurrency, first_index=first)
+        records += measured
+
+        client = await selfcheck.stop()
+        stop_sampling.set()
+        if sampler is not None:
+            await sampler
+        client_completion = sum(r.completion_tokens or 0 for r in records)
+        after = await _settled_snapshot(server, before, client_completion)
+
+    checks = build_checks(
+        before,
+        after,
+        client_completion_tokens=client_completion,
+        client_prompt_tokens=sum(r.prompt_tokens or 0 for r in records),
+        salted=config.salt_mode != "none",
+        peak_running=server.peak_running,
+        intended_concurrency=concurrency,
+        exact_peak=config.mode != "rate",
+    )
+    summary = scenario_summary(
+        name=name,
+        config=config,
+        calibration=calibration,
+        concurrency=concurrency,
+        records=records,
+        rounds=rounds,
+        server=checks,
+        client=client,
+    )
+    notify(Progress("scenario_finished", name, done, total, f"{summary.ok} ok, {summary.failed} failed"))
+    return ScenarioResult(summary=summary, calibration=calibration, t0_wall=t0_wall, rounds=rounds, records=records)
+
+
+async def _settled_snapshot(server: ServerMetrics, before: Snapshot, client_completion: int) -> Snapshot:
+    after = await server.snapshot()
+    for _ in range(SETTLE_TRIES):
+        if after.unavailable or before.unavailable:
+            break
+        if after.totals.get(GENERATION, 0.0) - before.totals.get(GENERATION, 0.0) >= client_completion:
+            break
+        await asyncio.sleep(SETTLE_S)
+        after = await server.snapshot()
+    return after
+
+
+async def fetch_metadata(backend: Backend, run_id: str) -> RunMetadata:
+    """Client and server identity: /version and /v1/models as the server answers them."""
+    return RunMetadata(
+        run_id=run_id,
+        client_version=servingctl.__version__,
+        python_version=platform.python_version(),
+        hostname=socket.gethostname(),
+        server_version=await backend.get_json("/version"),
+        server_models=await backend.get_json("/v1/models"),
+        started_at=datetime.now(UTC),
+    )
+
+
+async def run_benchmark(
+    config: RunConfig,
+    *,
+    api_key: str | None = None,
+    headers: dict[str, str] | None = None,
+    progress: ProgressFn | None = None,
+    run_id: str | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> RunResult:
+    """Run the whole sweep (input lengths x concurrencies) and return the results."""
+    run_id = run_id or new_run_id()
+    connection = connection_for(config, api_key, headers)
+    notify = progress or (lambda event: None)
+    async with Backend(connection, config.model, max_connections=2, transport=transport) as backend:
+        metadata = await fetch_metadata(backend, run_id)
+        calibrations = []
+        for target in config.input_tokens:
+            calibration = await calibrate(backend, target, config.salt_mode, config.seed)
+            calibrations.append(calibration)
+            notify(Progress("calibrated", None, 0, None, f"input {target}: {calibration.actual_tokens} tokens ({calibration.method})"))
+    run = RunResult(config=config, metadata=metadata, calibrations=calibrations)
+    for calibration in calibrations:
+        for concurrency in config.concurrencies:
+            result = await run_scenario(config, connection, calibration, concurrency, run_id=run_id, progress=progress, transport=transport)
+            run.scenarios.append(result)
+    run.failed_scenarios = [
+        s.summary.name for s in run.scenarios if s.summary.failure_rate > config.max_failure_rate
+    ]
+    run.metadata.finished_at = datetime.now(UTC)
+    return run

@@ -1,0 +1,74 @@
+"""Client self-check: is the benchmark client itself the bottleneck?
+
+While a scenario runs, a task sleeps 10 ms at a time and records how late it wakes up (event-loop
+lag: every chunk timestamp is late by about as much), and the process CPU time is compared with
+the wall time. The scenario is `client_bound` when the lag p99 exceeds LAG_P99_LIMIT_MS (timings
+would be off by more than that) or the CPU share exceeds CPU_SHARE_LIMIT (the single-threaded
+event loop is close to saturation, so the client, not the server, sets the pace).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from servingctl.bench.models import ClientSelfCheck
+from servingctl.bench.stats import summarize
+
+TICK_S = 0.01
+LAG_P99_LIMIT_MS = 5.0
+CPU_SHARE_LIMIT = 0.8
+
+
+class SelfCheck:
+    """Samples event-loop lag and process CPU between start() and stop()."""
+
+    def __init__(self, lag_limit_ms: float = LAG_P99_LIMIT_MS, cpu_limit: float = CPU_SHARE_LIMIT) -> None:
+        self.lag_limit_ms = lag_limit_ms
+        self.cpu_limit = cpu_limit
+        self._lags_ms: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+        self._cpu0 = self._wall0 = 0.0
+
+    def start(self) -> None:
+        """Begin sampling (call from inside the running event loop)."""
+        self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
+        self._task = asyncio.create_task(self._sample())
+
+    async def _sample(self) -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(TICK_S)
+            self._lags_ms.append(max(0.0, (time.perf_counter() - before - TICK_S) * 1000.0))
+
+    async def stop(self) -> ClientSelfCheck:
+        """Stop sampling and judge."""
+        cpu, wall = time.process_time() - self._cpu0, time.perf_counter() - self._wall0
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        return judge(self._lags_ms, cpu, wall, self.lag_limit_ms, self.cpu_limit)
+
+
+def judge(lags_ms: list[float], cpu_s: float, wall_s: float, lag_limit_ms: float, cpu_limit: float) -> ClientSelfCheck:
+    """The verdict from lag samples and CPU/wall seconds."""
+    lag = summarize(lags_ms)
+    share = cpu_s / wall_s if wall_s > 0 else 0.0
+    reasons = []
+    if lag.p99 is not None and lag.p99 > lag_limit_ms:
+        reasons.append(f"event-loop lag p99 {lag.p99:.1f} ms > {lag_limit_ms:g} ms: timestamps are late")
+    if share > cpu_limit:
+        reasons.append(f"client CPU {share:.0%} of one core > {cpu_limit:.0%}: the client sets the pace")
+    return ClientSelfCheck(
+        loop_lag_ms=lag,
+        cpu_seconds=cpu_s,
+        wall_seconds=wall_s,
+        cpu_share=share,
+        lag_p99_limit_ms=lag_limit_ms,
+        cpu_share_limit=cpu_limit,
+        client_bound=bool(reasons),
+        reasons=reasons,
+    )

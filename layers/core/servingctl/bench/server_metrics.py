@@ -1,0 +1,200 @@
+"""Cross-checks against the server's own Prometheus counters (vLLM `/metrics`).
+
+Owns the text-format parsing (labels with escapes, +Inf/NaN, timestamps, junk lines skipped),
+snapshots before/after a scenario summed over the label sets of the benchmarked model, a sampler
+of `vllm:num_requests_running` for the peak, and the verdicts. A server without `/metrics`
+(managed APIs) gets checks marked unavailable, never failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from dataclasses import dataclass, field
+
+from servingctl.bench.backend import Backend
+from servingctl.bench.models import ServerChecks
+
+GENERATION = "vllm:generation_tokens_total"
+PROMPT = "vllm:prompt_tokens_total"
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+SPEC_DRAFT = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+RUNNING = "vllm:num_requests_running"
+COUNTERS = (GENERATION, PROMPT, PREFIX_QUERIES, PREFIX_HITS, SPEC_DRAFT, SPEC_ACCEPTED)
+
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One exposition line: metric name, labels, value."""
+
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+def parse_prometheus(text: str, names: frozenset[str] | None = None) -> list[Sample]:
+    """Samples of the Prometheus text format (only `names` when given); unparsable lines skipped."""
+    samples: list[Sample] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if names is not None and not line.startswith(tuple(names)):
+            continue
+        match = _SAMPLE.match(line)
+        if match is None:
+            continue
+        name, raw_labels, raw_value = match.groups()
+        if names is not None and name not in names:
+            continue
+        try:
+            value = float(raw_value)
+        except ValueError:
+            continue
+        labels = _parse_labels(raw_labels or "")
+        if labels is None:
+            continue
+        samples.append(Sample(name, labels, value))
+    return samples
+
+
+def _parse_labels(raw: str) -> dict[str, str] | None:
+    labels: dict[str, str] = {}
+    position = 0
+    while position < len(raw):
+        match = _LABEL.match(raw, position)
+        if match is None:
+            return None if raw[position:].strip() else labels
+        labels[match.group(1)] = re.sub(r'\\[\\"n]', lambda m: _UNESCAPE[m.group(0)], match.group(2))
+        position = match.end()
+    return labels
+
+
+def model_totals(samples: list[Sample], model: str) -> dict[str, float]:
+    """Sum each metric over the label sets of `model` (samples without a model_name label count too)."""
+    totals: dict[str, float] = {}
+    for sample in samples:
+        if sample.labels.get("model_name", model) != model or math.isnan(sample.value):
+            continue
+        totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals
+
+
+@dataclass
+class Snapshot:
+    """Counter totals at one moment, or why they could not be read."""
+
+    totals: dict[str, float] = field(default_factory=dict)
+    unavailable: str | None = None
+
+
+class ServerMetrics:
+    """Reads the server's counters for one model through the benchmark's backend."""
+
+    def __init__(self, backend: Backend, model: str, interval_s: float = 0.05) -> None:
+        self.backend = backend
+        self.model = model
+        self.interval_s = interval_s
+        self.peak_running: int | None = None
+
+    async def snapshot(self) -> Snapshot:
+        """Current totals of the checked counters for the model."""
+        status, text = await self.backend.get_text("/metrics")
+        if status != 200:
+            return Snapshot(unavailable=f"no usable /metrics ({'HTTP ' + str(status) if status else text})")
+        totals = model_totals(parse_prometheus(text, frozenset(COUNTERS)), self.model)
+        if GENERATION not in totals:
+            return Snapshot(unavailable=f"/metrics has no {GENERATION} for model {self.model!r}")
+        return Snapshot(totals=totals)
+
+    async def sample_running(self, stop: asyncio.Event) -> None:
+        """Until `stop` is set, poll num_requests_running and keep its peak."""
+        names = frozenset({RUNNING})
+        while not stop.is_set():
+            status, text = await self.backend.get_text("/metrics")
+            if status == 200:
+                totals = model_totals(parse_prometheus(text, names), self.model)
+                if RUNNING in totals:
+                    self.peak_running = max(self.peak_running or 0, int(totals[RUNNING]))
+            try:
+                await asyncio.wait_for(stop.wait(), self.interval_s)
+            except TimeoutError:
+                pass
+
+
+def build_checks(
+    before: Snapshot,
+    after: Snapshot,
+    *,
+    client_completion_tokens: int,
+    client_prompt_tokens: int,
+    salted: bool,
+    peak_running: int | None,
+    intended_concurrency: int,
+    exact_peak: bool,
+) -> ServerChecks:
+    """Verdicts from two snapshots and the client's own sums over the same requests.
+
+    salted: every request carried a cache salt or nonce, so prefix-cache hits must be 0.
+    exact_peak: the load held exactly `intended_concurrency` in flight (burst, sustained); for
+    rate mode the concurrency is only a cap, so the peak must not exceed it.
+    """
+    unavailable = before.unavailable or after.unavailable
+    if unavailable:
+        return ServerChecks(available=False, reason=unavailable)
+
+    def delta(name: str) -> float | None:
+        if name in before.totals and name in after.totals:
+            return after.totals[name] - before.totals[name]
+        return None
+
+    failures: list[str] = []
+    generation = delta(GENERATION)
+    generation_equal = generation == client_completion_tokens
+    if not generation_equal:
+        failures.append(
+            f"server generated {generation:g} tokens, client counted {client_completion_tokens} "
+            "(other traffic on the server, or tokens lost by the client)"
+        )
+    hits = delta(PREFIX_HITS)
+    prefix_ok = None
+    if salted and hits is not None:
+        prefix_ok = hits == 0
+        if not prefix_ok:
+            failures.append(f"{hits:g} prefix-cache hit tokens despite per-request salts: results include cache reuse")
+    draft, accepted = delta(SPEC_DRAFT), delta(SPEC_ACCEPTED)
+    acceptance = accepted / draft if draft and accepted is not None else None
+    peak_ok = None
+    if peak_running is not None:
+        peak_ok = peak_running == intended_concurrency if exact_peak else peak_running <= intended_concurrency
+        if not peak_ok:
+            failures.append(
+                f"peak running requests {peak_running} vs intended {intended_concurrency}"
+                + (" (server queues: max-num-seqs below the concurrency?)" if peak_running < intended_concurrency
+                   else " (other traffic on the server)")
+            )
+    return ServerChecks(
+        available=True,
+        generation_tokens_delta=generation,
+        client_completion_tokens=client_completion_tokens,
+        generation_tokens_equal=generation_equal,
+        prompt_tokens_delta=delta(PROMPT),
+        client_prompt_tokens=client_prompt_tokens,
+        prefix_cache_queries_delta=delta(PREFIX_QUERIES),
+        prefix_cache_hits_delta=hits,
+        prefix_cache_ok=prefix_ok,
+        spec_decode_draft_tokens_delta=draft,
+        spec_decode_accepted_tokens_delta=accepted,
+        spec_decode_acceptance_rate=acceptance,
+        peak_running=peak_running,
+        intended_concurrency=intended_concurrency,
+        peak_running_ok=peak_ok,
+        failures=failures,
+    )
