@@ -1,0 +1,362 @@
+"""The markdown report (report.md): warnings first, the reference's results table, latency detail,
+server and client checks, failures, run metadata with what is needed to reproduce the run, and
+optionally the cost comparison and a side-by-side of a baseline run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from servingctl.bench.models import RunResult, ScenarioSummary, ServerChecks
+from servingctl.bench.outputs.rows import COMPARED, ComparedScenario, compare_runs, scenario_rows
+from servingctl.costs import Comparison
+
+DASH = "–"
+RESULTS_HEADER = (
+    "scenario",
+    "input tokens",
+    "concurrency",
+    "aggregate tok/s",
+    "E2E tok/s per request",
+    "median TTFT ms",
+    "decode tok/s",
+    "p90 TTFT ms",
+    "p99 TTFT ms",
+    "ok / failed",
+)
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    """A number with fixed decimals and thousands separators, or a dash when missing."""
+    return DASH if value is None else f"{value:,.{digits}f}"
+
+
+def fmt_pct(value: float | None) -> str:
+    """A signed percentage with one decimal, or a dash."""
+    return DASH if value is None else f"{value:+.1f} %"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]], right_from: int = 1) -> list[str]:
+    """A GitHub markdown table; columns from `right_from` on are right-aligned (numbers)."""
+    align = ["---" if i < right_from else "---:" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def warnings(run: RunResult) -> list[str]:
+    """Everything a reader must see before trusting the numbers, most serious first."""
+    out = []
+    for s in (sc.summary for sc in run.scenarios):
+        if s.client_bound:
+            reasons = "; ".join(s.client.reasons) or "client self-check"
+            out.append(
+                f"**CLIENT-BOUND: {s.name}**: the benchmark client was the bottleneck ({reasons}); "
+                "its figures are the client's limit, not the server's."
+            )
+    if run.failed_scenarios:
+        out.append(
+            f"**FAILURE RATE ABOVE {run.config.max_failure_rate:g}**: {', '.join(run.failed_scenarios)} "
+            "(exit code 1)."
+        )
+    for s in (sc.summary for sc in run.scenarios):
+        for failure in s.server.failures:
+            out.append(f"**SERVER CHECK FAILED: {s.name}**: {failure}")
+        m = s.mismatches
+        if m.prompt_tokens or m.completion_tokens or m.finish_reason:
+            out.append(
+                f"**USAGE MISMATCH: {s.name}**: prompt_tokens {m.prompt_tokens}, completion_tokens "
+                f"{m.completion_tokens}, finish_reason {m.finish_reason} requests disagree with what was asked."
+            )
+        if not s.token_counts_exact:
+            out.append(f"{s.name}: per-chunk token counts are approximate (no continuous usage stats).")
+    return out
+
+
+def results_table(run: RunResult) -> list[str]:
+    """The reference's columns plus TTFT tail and outcome counts, one row per scenario."""
+    rows = [
+        (
+            r.name + (" ⚠ client-bound" if r.client_bound else ""),
+            str(r.input_tokens),
+            str(r.concurrency),
+            fmt(r.aggregate_tok_s),
+            fmt(r.e2e_tok_s),
+            fmt(r.ttft_median_ms, 1),
+            fmt(r.decode_tok_s),
+            fmt(r.ttft_p90_ms, 1),
+            fmt(r.ttft_p99_ms, 1),
+            f"{r.ok} / {r.failed}",
+        )
+        for r in scenario_rows(run)
+    ]
+    return table(RESULTS_HEADER, rows)
+
+
+def latency_table(summaries: Sequence[ScenarioSummary]) -> list[str]:
+    """Distributions behind the headline medians."""
+    header = (
+        "scenario",
+        "TTFT min / mean / max ms",
+        "E2E median / p99 ms",
+        "TPOT median ms",
+        "ITL median / p99 ms",
+        "chunk gap median ms",
+        "tokens per chunk",
+        "aggregate per round tok/s",
+    )
+    rows = []
+    for s in summaries:
+        chunks = ", ".join(f"{k}: {v}" for k, v in sorted(s.tokens_per_chunk.items())) or DASH
+        rounds = ", ".join(fmt(v) for v in s.aggregate_tok_s_rounds) or DASH
+        if s.steady_window:
+            rounds = f"steady window {fmt(s.steady_window.duration_s, 1)} s ({s.steady_window.method})"
+        rows.append(
+            (
+                s.name,
+                f"{fmt(s.ttft_ms.min, 1)} / {fmt(s.ttft_ms.mean, 1)} / {fmt(s.ttft_ms.max, 1)}",
+                f"{fmt(s.e2e_ms.median, 1)} / {fmt(s.e2e_ms.p99, 1)}",
+                fmt(s.tpot_ms.median),
+                f"{fmt(s.itl_ms.median)} / {fmt(s.itl_ms.p99)}",
+                fmt(s.chunk_gap_ms.median),
+                chunks,
+                rounds,
+            )
+        )
+    return table(header, rows)
+
+
+def _check(ok: bool | None, text: str) -> str:
+    """A check cell: the figures, marked ✓ / ✗, or n/a when the server exposes nothing."""
+    if ok is None:
+        return f"{text} (n/a)" if text != DASH else "n/a"
+    return f"{text} {'✓' if ok else '✗'}"
+
+
+def _server_cells(c: ServerChecks) -> tuple[str, str, str, str]:
+    """Generated tokens, prefix-cache hits, spec-decode acceptance and peak running cells."""
+    if not c.available:
+        unavailable = f"unavailable ({c.reason})" if c.reason else "unavailable"
+        return unavailable, DASH, DASH, DASH
+    tokens = f"{fmt(c.generation_tokens_delta, 0)} / {fmt(c.client_completion_tokens, 0)}"
+    hits = f"{fmt(c.prefix_cache_hits_delta, 0)} of {fmt(c.prefix_cache_queries_delta, 0)} queried"
+    accept = DASH
+    if c.spec_decode_acceptance_rate is not None:
+        accept = (
+            f"{c.spec_decode_acceptance_rate:.1%} ({fmt(c.spec_decode_accepted_tokens_delta, 0)} of "
+            f"{fmt(c.spec_decode_draft_tokens_delta, 0)} drafts)"
+        )
+    peak = f"{fmt(c.peak_running, 0)} / {fmt(c.intended_concurrency, 0)}"
+    return (
+        _check(c.generation_tokens_equal, tokens),
+        _check(c.prefix_cache_ok, hits),
+        accept,
+        _check(c.peak_running_ok, peak),
+    )
+
+
+def checks_table(summaries: Sequence[ScenarioSummary]) -> list[str]:
+    """Server cross-checks, usage checks and the client self-check of every scenario."""
+    header = (
+        "scenario",
+        "generated tokens server / client",
+        "prefix-cache hits",
+        "spec-decode acceptance",
+        "peak running / intended",
+        "usage mismatches",
+        "client CPU share / loop lag p99 ms",
+    )
+    rows = []
+    for s in summaries:
+        m = s.mismatches
+        mismatches = m.prompt_tokens + m.completion_tokens + m.finish_reason
+        client = f"{s.client.cpu_share:.0%} / {fmt(s.client.loop_lag_ms.p99, 1)}"
+        rows.append(
+            (
+                s.name,
+                *_server_cells(s.server),
+                "none ✓" if not mismatches else f"{mismatches} ✗",
+                client + (" ✗ client-bound" if s.client_bound else " ✓"),
+            )
+        )
+    return table(header, rows)
+
+
+def failures_section(summaries: Sequence[ScenarioSummary]) -> list[str]:
+    """Failed requests per kind, and usage mismatch examples; empty when nothing failed."""
+    lines = []
+    for s in summaries:
+        if s.failed:
+            kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(s.failures_by_kind.items()))
+            lines.append(f"- {s.name}: {s.failed} of {s.requests} failed ({s.failure_rate:.1%}): {kinds}")
+        lines += [f"- {s.name}: {example}" for example in s.mismatches.examples]
+    return ["## Failures", "", *lines, ""] if lines else []
+
+
+def bench_command(run: RunResult) -> str:
+    """The `servingctl bench` command line that repeats this run (secrets left for the user to fill)."""
+    c = run.config
+    parts = ["servingctl bench", f"--endpoint {c.endpoint}", f"--model {c.model}"]
+    if c.api_key_set:
+        parts.append("--api-key $API_KEY")
+    parts += [f"--header '{k}:{v}'" for k, v in c.headers.items() if v != "<redacted>"]
+    parts += [
+        f"--input-tokens {','.join(map(str, c.input_tokens))}",
+        f"--concurrency {','.join(map(str, c.concurrencies))}",
+        f"--mode {c.mode}",
+    ]
+    if c.rate is not None:
+        parts.append(f"--rate {c.rate:g}")
+    parts.append(f"--warmup {c.warmup}")
+    if c.mode == "burst":
+        parts.append(f"--rounds {c.rounds}")
+    if c.requests is not None:
+        parts.append(f"--requests {c.requests}")
+    parts += [
+        f"--max-tokens {c.max_tokens}",
+        f"--seed {c.seed}",
+        f"--salt-mode {c.salt_mode}",
+        f"--max-failure-rate {c.max_failure_rate:g}",
+    ]
+    return " \\\n  ".join(parts)
+
+
+def metadata_section(run: RunResult) -> list[str]:
+    """Who measured what, when, against which server, and how to run it again."""
+    c, m = run.config, run.metadata
+    server_models = ", ".join(str(d.get("id")) for d in (m.server_models or {}).get("data", [])) or DASH
+    server_version = ", ".join(f"{k} {v}" for k, v in (m.server_version or {}).items()) or DASH
+    rows = [
+        ("run id", m.run_id),
+        ("endpoint", c.endpoint),
+        ("model", c.model),
+        ("server version (/version)", server_version),
+        ("server models (/v1/models)", server_models),
+        ("mode", c.mode + (f" at {c.rate:g} req/s" if c.rate else "")),
+        ("load", f"{c.warmup} warm-up + {c.rounds} measured rounds" if c.mode == "burst" else f"{c.warmup} warm-up rounds, {c.requests or DASH} requests, duration {fmt(c.duration_s, 0)} s"),
+        ("max tokens / seed / salt mode", f"{c.max_tokens} / {c.seed} / {c.salt_mode}"),
+        ("started / finished", f"{m.started_at.isoformat()} / {m.finished_at.isoformat() if m.finished_at else DASH}"),
+        ("client", f"{m.client} {m.client_version}, Python {m.python_version}" + (f", host {m.hostname}" if m.hostname else "")),
+        ("results schema", f"version {run.schema_version}"),
+    ]
+    calib = [
+        (str(k.target_tokens), str(k.actual_tokens), k.method, str(k.repetitions), str(k.probes), "; ".join(k.warnings) or DASH)
+        for k in run.calibrations
+    ]
+    return [
+        "## Run",
+        "",
+        *table(("field", "value"), rows, right_from=2),
+        "",
+        "### Calibration",
+        "",
+        *table(("target tokens", "actual tokens", "method", "repetitions", "probes", "warnings"), calib, right_from=0),
+        "",
+        "### Reproduce",
+        "",
+        "```",
+        bench_command(run),
+        "```",
+        "",
+    ]
+
+
+def costs_section(comparison: Comparison | Mapping[str, Comparison], client_bound: frozenset[str] = frozenset()) -> list[str]:
+    """Self-hosted vs managed API per scenario (or for one given comparison); client-bound ones marked."""
+    items = comparison.items() if isinstance(comparison, Mapping) else [(DASH, comparison)]
+    header = (
+        "scenario",
+        "input tokens",
+        "output tokens",
+        "aggregate tok/s",
+        "self-hosted USD / month",
+        "managed API USD / month",
+        "self-hosted / API",
+        "self-hosted USD per 1M output",
+        "break-even utilization",
+    )
+    rows = [
+        (
+            name + (" ⚠ client-bound" if name in client_bound else ""),
+            str(c.inputs.input_tokens),
+            str(c.inputs.output_tokens),
+            fmt(c.inputs.aggregate_tok_s),
+            fmt(c.self_hosted_monthly_usd, 0),
+            fmt(c.api_monthly_usd, 0),
+            fmt(c.ratio_self_hosted_to_api),
+            fmt(c.self_hosted_usd_per_m_output),
+            f"{c.break_even_utilization:.0%}" + ("" if c.breaks_even else " (never)"),
+        )
+        for name, c in items
+    ]
+    first = next(iter(c for _, c in items), None)
+    assumption = (
+        f"Assumes the measured aggregate throughput is sustained {first.inputs.hours:g} h a month; managed API at "
+        f"{first.inputs.api_input_usd_per_m:g} / {first.inputs.api_output_usd_per_m:g} USD per 1M input / output tokens."
+        if first
+        else ""
+    )
+    return ["## Cost per token", "", assumption, "", *table(header, rows), ""]
+
+
+def compared_cell(baseline: float | None, value: float | None, change: float | None, digits: int) -> str:
+    """One side-by-side cell: baseline -> this run (change)."""
+    return f"{fmt(baseline, digits)} → {fmt(value, digits)} ({fmt_pct(change)})"
+
+
+def comparison_section(compared: Sequence[ComparedScenario], baseline_id: str, run_id: str) -> list[str]:
+    """Side-by-side of a baseline and this run: per scenario both values and the change in %."""
+    header = ("scenario", *(label for _, label, _ in COMPARED))
+    rows = []
+    for sc in compared:
+        name = sc.name + (" ⚠ client-bound" if sc.client_bound else "")
+        if not (sc.in_baseline and sc.in_run):
+            name += " (only in " + ("baseline" if sc.in_baseline else "this run") + ")"
+        cells = [compared_cell(f.baseline, f.run, f.change_pct, 1 if f.metric.endswith("_ms") else 2) for f in sc.figures]
+        rows.append((name, *cells))
+    note = (
+        f"Each cell: baseline {baseline_id} → this run {run_id} (change = (this run - baseline) / baseline). "
+        "Higher is better for tok/s, lower for TTFT."
+    )
+    return [f"## Comparison with {baseline_id}", "", note, "", *table(header, rows), ""]
+
+
+def render_report(
+    run: RunResult,
+    *,
+    comparison: Comparison | Mapping[str, Comparison] | None = None,
+    baseline: RunResult | None = None,
+) -> str:
+    """The whole report.md text of a run (with costs and a baseline comparison when given)."""
+    summaries = sorted((s.summary for s in run.scenarios), key=lambda s: (s.input_tokens, s.concurrency, s.name))
+    lines = [f"# Benchmark report: {run.metadata.run_id}", ""]
+    lines += [f"{run.config.model} at {run.config.endpoint}, mode {run.config.mode}, max tokens {run.config.max_tokens}.", ""]
+    if alerts := warnings(run):
+        lines += ["## Warnings", "", *(f"- {a}" for a in alerts), ""]
+    lines += ["## Results", ""]
+    lines += ["Aggregate: " + ("median over measured rounds of completion tokens / round wall time." if run.config.mode == "burst" else "completion tokens in the steady window / its length (ramp and drain excluded).")]
+    lines += ["Per-request figures are medians over successful measured requests; TTFT counts from the first content or reasoning chunk.", ""]
+    lines += [*results_table(run), ""]
+    if baseline is not None:
+        lines += comparison_section(compare_runs(baseline, run), baseline.metadata.run_id, run.metadata.run_id)
+    if comparison:
+        lines += costs_section(comparison, frozenset(s.name for s in summaries if s.client_bound))
+    lines += ["## Latency detail", "", *latency_table(summaries), ""]
+    lines += ["## Checks", "", *checks_table(summaries), ""]
+    lines += failures_section(summaries)
+    lines += metadata_section(run)
+    return "\n".join(lines)
+
+
+def write_report(
+    run: RunResult,
+    directory: Path | str,
+    *,
+    comparison: Comparison | Mapping[str, Comparison] | None = None,
+    baseline: RunResult | None = None,
+) -> Path:
+    """Write DIR/report.md and return its path."""
+    path = Path(directory) / "report.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_report(run, comparison=comparison, baseline=baseline))
+    return path
