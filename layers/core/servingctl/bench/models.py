@@ -37,7 +37,7 @@ class RunConfig(_Model):
     """What the user asked for. The API key itself is never stored: only whether one was set."""
 
     # Target and identity.
-    endpoint: str = Field(pattern=r"^https?://", description="base URL, e.g. http://alb.internal")
+    endpoint: str = Field(description="base URL, e.g. http://alb.internal (a trailing /v1 is accepted)")
     model: str = Field(min_length=1, description="served model name sent in requests")
     headers: dict[str, str] = Field(default_factory=dict, description="extra headers; secrets redacted")
     api_key_set: bool = False
@@ -58,6 +58,13 @@ class RunConfig(_Model):
     max_failure_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     timeout_s: float = Field(default=600.0, gt=0, description="per-request timeout")
 
+    @field_validator("endpoint")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} must start with http:// or https://")
+        return value
+
     @field_validator("input_tokens", "concurrencies")
     @classmethod
     def _positive(cls, values: list[int]) -> list[int]:
@@ -73,7 +80,7 @@ class RunConfig(_Model):
     @model_validator(mode="after")
     def _mode_needs(self) -> RunConfig:
         if self.mode == "rate" and self.rate is None:
-            raise ValueError("mode rate needs rate (requests per second)")
+            raise ValueError("mode rate needs rate, the arrival rate in req/s")
         if self.mode in ("sustained", "rate") and self.requests is None and self.duration_s is None:
             raise ValueError(f"mode {self.mode} needs requests or duration_s")
         return self

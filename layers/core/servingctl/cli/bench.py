@@ -1,0 +1,212 @@
+"""`servingctl bench`: benchmark an OpenAI-compatible endpoint (sweep of input lengths x
+concurrencies), print the reference's table, write the results directory."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from servingctl.bench.calibration import CalibrationError
+from servingctl.bench.models import MODES, SALT_MODES, RunConfig, RunResult
+from servingctl.bench.outputs import scenario_rows, write_all
+from servingctl.bench.outputs.markdown import warnings as run_warnings
+from servingctl.bench.runner import Progress as ProgressEvent
+from servingctl.bench.runner import ProgressFn, run_benchmark
+
+API_KEY_ENV = "SERVINGCTL_API_KEY"
+# pydantic field -> the flag a user typed, so errors name what they can fix.
+_FLAGS = {
+    "endpoint": "--endpoint", "model": "--model", "headers": "--header", "input_tokens": "--input-tokens",
+    "concurrencies": "--concurrency", "mode": "--mode", "rate": "--rate", "warmup": "--warmup",
+    "rounds": "--rounds", "requests": "--requests", "duration_s": "--duration", "max_tokens": "--max-tokens",
+    "seed": "--seed", "salt_mode": "--salt-mode", "max_failure_rate": "--max-failure-rate",
+    "timeout_s": "--timeout",
+}
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated positive integers, e.g. 1,2,4")
+    return values
+
+
+def _bounded(kind: Callable[[str], float], low: float, high: float | None = None, what: str = "") -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{text!r}: allowed {what}")
+        return value
+
+    return parse
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME:VALUE, e.g. X-LLM-Profile:deepseek-v4-flash")
+    return name.strip(), value.strip()
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `bench` command."""
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark an OpenAI-compatible endpoint (streaming, server cross-checks)",
+        description="Sweep input lengths x concurrencies against an OpenAI-compatible chat endpoint.",
+    )
+    p.add_argument("--endpoint", required=True, help="server base URL (http://host:port, /v1 optional)")
+    p.add_argument("--model", required=True, help="served model name")
+    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV), help=f"Bearer key (default: ${API_KEY_ENV}); never stored")
+    p.add_argument("--header", type=_header, action="append", default=[], metavar="NAME:VALUE",
+                   help="extra header, repeatable (e.g. X-LLM-Profile:deepseek-v4-flash)")
+    p.add_argument("--input-tokens", type=_int_list, default=[256, 2048, 8192], metavar="N,N,...",
+                   help="prompt lengths to calibrate (default 256,2048,8192)")
+    p.add_argument("--concurrency", type=_int_list, default=[1, 2, 4], metavar="C,C,...",
+                   help="concurrencies (rate mode: caps on requests in flight; default 1,2,4)")
+    p.add_argument("--mode", choices=MODES, default="burst", help="load shape (default burst)")
+    p.add_argument("--rate", type=_bounded(float, 1e-9, what="a positive number of requests per second"),
+                   help="requests per second (mode rate)")
+    p.add_argument("--warmup", type=_bounded(int, 0, what="an integer >= 0"), default=2, help="warm-up rounds (default 2)")
+    p.add_argument("--rounds", type=_bounded(int, 1, what="an integer >= 1"), default=5, help="measured burst rounds (default 5)")
+    p.add_argument("--requests", type=_bounded(int, 1, what="an integer >= 1"), help="measured requests (sustained, rate)")
+    p.add_argument("--duration", type=_bounded(float, 1e-9, what="a positive number of seconds"),
+                   help="stop sending after this many seconds (sustained, rate)")
+    p.add_argument("--max-tokens", type=_bounded(int, 1, what="an integer >= 1"), default=256, help="output tokens per request (default 256)")
+    p.add_argument("--seed", type=int, default=42, help="sampling seed and Poisson schedule seed (default 42)")
+    p.add_argument("--salt-mode", choices=SALT_MODES, default="cache-salt",
+                   help="defeat prefix caching per request: cache_salt field, random prompt prefix, or none")
+    p.add_argument("--max-failure-rate", type=_bounded(float, 0.0, 1.0, "a number from 0 to 1"), default=0.0,
+                   help="exit non-zero when a scenario's failure rate exceeds this (default 0)")
+    p.add_argument("--timeout", type=_bounded(float, 1e-9, what="a positive number of seconds"), default=600.0,
+                   help="per-request timeout in seconds (default 600)")
+    p.add_argument("--output", metavar="DIR", help="write results.json, vllm/*.json, report.md and charts here")
+    p.add_argument("--json", action="store_true", help="print the headline rows as JSON instead of a table")
+    p.set_defaults(func=_bench, bench_parser=p)
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The RunConfig of parsed flags (raises ValidationError; header values redacted inside)."""
+    return RunConfig(
+        endpoint=args.endpoint,
+        model=args.model,
+        headers=dict(args.header),
+        api_key_set=bool(args.api_key),
+        input_tokens=args.input_tokens,
+        concurrencies=args.concurrency,
+        mode=args.mode,
+        rate=args.rate,
+        warmup=args.warmup,
+        rounds=args.rounds,
+        requests=args.requests,
+        duration_s=args.duration,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        salt_mode=args.salt_mode,
+        max_failure_rate=args.max_failure_rate,
+        timeout_s=args.timeout,
+    )
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        flag = _FLAGS.get(field)
+        message = error["msg"].removeprefix("Value error, ")
+        if not flag:  # whole-model rules: name the flags of the fields they mention
+            words = set(re.findall(r"[a-z_]+", message))
+            flag = " / ".join(f for name, f in _FLAGS.items() if name in words) or "bench"
+        parts.append(f"{flag}: {message}")
+    return "; ".join(parts)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    try:
+        config = config_from_args(args)
+    except ValidationError as exc:
+        args.bench_parser.error(_validation_message(exc))
+    console = Console(stderr=True)
+    try:
+        with _progress(console) as progress:
+            run = asyncio.run(run_benchmark(config, api_key=args.api_key, headers=dict(args.header), progress=progress))
+    except CalibrationError as exc:
+        console.print(f"[bold red]servingctl bench: calibration failed:[/] {exc}")
+        return 1
+    except KeyboardInterrupt:
+        console.print("[bold red]servingctl bench: interrupted[/]: nothing written")
+        return 130
+    written = write_all(run, args.output) if args.output else []
+    _print_results(run, as_json=args.json)
+    for path in written[:1]:
+        console.print(f"results written to {path.parent} ({len(written)} files)")
+    return run.exit_code
+
+
+@contextmanager
+def _progress(console: Console) -> Iterator[ProgressFn]:
+    """A rich progress bar per scenario on a terminal; plain lines otherwise."""
+    if not console.is_terminal:
+        def plain(event: ProgressEvent) -> None:
+            if event.kind != "request_done":
+                print(f"[{event.kind}] {event.scenario or ''} {event.message}".replace("  ", " "), file=sys.stderr, flush=True)
+
+        yield plain
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        tasks: dict[str, object] = {}
+
+        def rich_event(event: ProgressEvent) -> None:
+            if event.kind == "calibrated":
+                console.print(f"calibrated {event.message}")
+            elif event.kind == "scenario_started" and event.scenario:
+                tasks[event.scenario] = bar.add_task(event.scenario, total=event.total)
+            elif event.scenario in tasks:
+                bar.update(tasks[event.scenario], completed=event.done,
+                           description=f"{event.scenario} {event.message}" if event.kind == "scenario_finished" else event.scenario)
+
+        yield rich_event
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _print_results(run: RunResult, *, as_json: bool) -> None:
+    """The reference's table (stdout) and every warning a reader must see before trusting it."""
+    rows = scenario_rows(run)
+    if as_json:
+        print(json.dumps({"run_id": run.metadata.run_id, "failed_scenarios": run.failed_scenarios,
+                          "warnings": [w.replace("**", "") for w in run_warnings(run)],
+                          "scenarios": [r.as_dict() for r in rows]}, indent=1))
+        return
+    table = Table(title=f"servingctl bench {run.metadata.run_id} ({run.config.mode}, max_tokens {run.config.max_tokens})")
+    for header in ("input tokens", "concurrency", "aggregate tok/s", "E2E tok/s per request", "median TTFT ms",
+                   "decode tok/s", "ok / failed"):
+        table.add_column(header, justify="right")
+    for r in rows:
+        bound = " [bold red]CLIENT-BOUND[/]" if r.client_bound else ""
+        table.add_row(str(r.input_tokens), str(r.concurrency), _fmt(r.aggregate_tok_s) + bound, _fmt(r.e2e_tok_s),
+                      _fmt(r.ttft_median_ms, 1), _fmt(r.decode_tok_s), f"{r.ok} / {r.failed}")
+    console = Console()
+    console.print(table)
+    for warning in run_warnings(run):
+        console.print(f"[bold red]![/] {warning.replace('**', '')}", highlight=False)
