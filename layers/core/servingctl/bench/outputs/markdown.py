@@ -212,11 +212,14 @@ def bench_command(run: RunResult) -> str:
         parts.append(f"--rounds {c.rounds}")
     if c.requests is not None:
         parts.append(f"--requests {c.requests}")
+    if c.duration_s is not None:
+        parts.append(f"--duration {c.duration_s:g}")
     parts += [
         f"--max-tokens {c.max_tokens}",
         f"--seed {c.seed}",
         f"--salt-mode {c.salt_mode}",
         f"--max-failure-rate {c.max_failure_rate:g}",
+        f"--timeout {c.timeout_s:g}",
     ]
     return " \\\n  ".join(parts)
 

@@ -1,0 +1,79 @@
+"""`servingctl report`: render a stored run (results.json or its directory) as the terminal table,
+report.md, vLLM-compatible files and charts, optionally beside a baseline run and with costs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+from rich.console import Console
+
+from servingctl.bench.outputs import ResultsFileError, cost_comparisons, read_results, write_all
+from servingctl.bench.outputs.results_json import results_path
+from servingctl.bench.outputs.terminal import print_run, run_json
+from servingctl.costs import CatalogError, load_catalog
+from servingctl.costs.compare import HOURS_PER_MONTH
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `report` command."""
+    p = subparsers.add_parser(
+        "report",
+        help="report a stored benchmark run (table, report.md, vLLM files, charts), optionally against a baseline",
+        description="Render a benchmark run from its results.json (or the directory holding it).",
+    )
+    p.add_argument("results", metavar="RESULTS_JSON_OR_DIR", help="results.json or the directory holding it")
+    p.add_argument("--compare", metavar="OTHER", help="a baseline run (file or directory): side-by-side with the change in %%")
+    p.add_argument("--output", metavar="DIR", help="where to write the files (default: the results' directory)")
+    p.add_argument("--no-files", action="store_true", help="only print, write nothing")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    costs = p.add_argument_group("cost comparison (optional: give one self-hosted price)")
+    price = costs.add_mutually_exclusive_group()
+    price.add_argument("--self-hosted-monthly-usd", type=float, help="all-in monthly self-hosted cost")
+    price.add_argument("--hourly-usd", type=float, help="all-in self-hosted cost per running hour")
+    costs.add_argument("--api", help="managed API from the price catalog (default: the catalog's default)")
+    costs.add_argument("--hours", type=float, default=HOURS_PER_MONTH, help=f"hours a month the server runs (default {HOURS_PER_MONTH})")
+    costs.add_argument("--prices", help="price file overriding the packaged catalog")
+    p.set_defaults(func=_report)
+
+
+def _error(message: str) -> int:
+    print(f"servingctl report: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _report(args: argparse.Namespace) -> int:
+    try:
+        run = read_results(args.results)
+        baseline = read_results(args.compare) if args.compare else None
+    except ResultsFileError as exc:
+        return _error(str(exc))
+    comparisons = None
+    if args.self_hosted_monthly_usd is not None or args.hourly_usd is not None:
+        try:
+            api = load_catalog(args.prices).managed_api(args.api)
+            comparisons = cost_comparisons(
+                run, api_input_usd_per_m=api.input_usd_per_m, api_output_usd_per_m=api.output_usd_per_m,
+                self_hosted_monthly_usd=args.self_hosted_monthly_usd, hourly_usd=args.hourly_usd, hours=args.hours,
+            )
+        except (CatalogError, KeyError) as exc:
+            return _error(f"--api/--prices: {exc}")
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = str(err["loc"][0]) if err["loc"] else ""
+            flag = {"hours": "--hours", "hourly_usd": "--hourly-usd", "self_hosted_monthly_usd": "--self-hosted-monthly-usd"}.get(field, field)
+            return _error(f"{flag}: {err['msg']}")
+    written: list[Path] = []
+    if not args.no_files:
+        out = Path(args.output) if args.output else results_path(args.results).parent
+        written = write_all(run, out, comparison=comparisons, baseline=baseline)
+    if args.json:
+        print(json.dumps(run_json(run, baseline=baseline, comparisons=comparisons) | {"files": [str(p) for p in written]}, indent=1))
+        return 0
+    print_run(run, Console(), baseline=baseline, comparisons=comparisons)
+    if written:
+        Console(stderr=True).print(f"wrote {len(written)} files to {written[0].parent}: report.md, results.json, vllm/, *.png")
+    return 0

@@ -1,0 +1,112 @@
+"""report.md: the table's numbers are the results file's, warnings are loud, checks and the
+baseline comparison and costs are shown with the right figures."""
+
+import re
+
+import pytest
+
+from servingctl.bench.outputs import cost_comparisons, read_results, write_all
+from servingctl.bench.outputs.markdown import render_report
+
+
+def _section(text: str, title: str) -> str:
+    return text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _table(section: str) -> list[list[str]]:
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def test_results_table_numbers_match_the_results_file(run, tmp_path):
+    write_all(run, tmp_path)
+    stored = read_results(tmp_path)
+    rows = {r[0].split()[0]: r for r in _table(_section((tmp_path / "report.md").read_text(), "Results"))}
+    assert set(rows) == {"in256-c1", "in256-c2", "in2048-c1", "in2048-c2"}
+    for scenario in stored.scenarios:
+        s = scenario.summary
+        row = rows[s.name]
+        assert row[1:3] == [str(s.input_tokens), str(s.concurrency)]
+        assert float(row[3]) == pytest.approx(s.aggregate_tok_s, abs=0.005)
+        assert float(row[4]) == pytest.approx(s.e2e_tok_s.median, abs=0.005)
+        assert float(row[5]) == pytest.approx(s.ttft_ms.median, abs=0.05)
+        assert float(row[6]) == pytest.approx(s.decode_tok_s.median, abs=0.005)
+        assert float(row[7]) == pytest.approx(s.ttft_ms.p90, abs=0.05)
+        assert float(row[8]) == pytest.approx(s.ttft_ms.p99, abs=0.05)
+        assert row[9] == f"{s.ok} / {s.failed}"
+    # Spot check by hand: in256-c2's TTFTs are 150, 150, 160 ms -> p90 = 150 + 10 x 0.8.
+    assert rows["in256-c2"][7] == "158.0"
+
+
+def test_client_bound_and_failures_are_flagged_before_the_numbers(run):
+    text = render_report(run)
+    warnings = _section(text, "Warnings")
+    assert text.index("## Warnings") < text.index("## Results")
+    assert "**CLIENT-BOUND: in2048-c2**" in warnings and "event-loop lag p99 25.0 ms" in warnings
+    assert "**FAILURE RATE ABOVE 0**: in256-c2" in warnings
+    rows = {r[0]: r for r in _table(_section(text, "Results"))}
+    assert "in2048-c2 ⚠ client-bound" in rows
+    assert "in256-c2: 1 of 4 failed (25.0%): stream_cut 1" in _section(text, "Failures")
+
+
+def test_checks_show_server_counters_cache_hits_acceptance_and_peak(run):
+    checks = {r[0]: r for r in _table(_section(render_report(run), "Checks"))}
+    # in256-c1: 3 rounds x 1 request x 4 tokens, counted by the server and the client.
+    assert checks["in256-c1"][1] == "12 / 12 ✓"
+    assert checks["in256-c1"][2] == "0 of 768 queried ✓"
+    assert checks["in256-c1"][3] == "66.0% (66 of 100 drafts)"
+    assert checks["in256-c1"][4] == "1 / 1 ✓"
+    assert checks["in2048-c2"][6].endswith("✗ client-bound")
+
+
+def test_failed_server_check_is_a_warning(run):
+    server = run.scenarios[0].summary.server
+    server.generation_tokens_equal = False
+    server.failures.append("server generated 13 tokens, client counted 12")
+    text = render_report(run)
+    assert "**SERVER CHECK FAILED: in256-c1**: server generated 13 tokens, client counted 12" in _section(text, "Warnings")
+    assert _table(_section(text, "Checks"))[0][1] == "12 / 12 ✗"
+
+
+def test_metadata_and_reproduce_command_without_secrets(run):
+    text = render_report(run)
+    assert "sk-secret" not in text
+    run_section = _section(text, "Run")
+    assert "| server version (/version) | version 0.32.0 |" in run_section
+    assert "--header 'X-LLM-Profile:deepseek-v4-flash'" in run_section
+    assert "--input-tokens 256,2048" in run_section and "--concurrency 1,2" in run_section
+    assert "| 2048 | 2046 | tokenize |" in run_section
+
+
+def test_comparison_shows_both_runs_and_change_in_percent(run, baseline):
+    text = render_report(run, baseline=baseline)
+    section = _section(text, "Comparison with mtp-off")
+    rows = {r[0]: r for r in _table(section)}
+    base = {s.summary.name: s.summary for s in baseline.scenarios}
+    this = {s.summary.name: s.summary for s in run.scenarios}
+    b, r = base["in256-c1"].aggregate_tok_s, this["in256-c1"].aggregate_tok_s
+    assert rows["in256-c1"][1] == f"{b:.2f} → {r:.2f} ({(r - b) / b * 100:+.1f} %)"
+    # Decode speed doubled (chunk gaps halved): +100 %.
+    assert rows["in256-c1"][5] == "50.00 → 100.00 (+100.0 %)"
+    # Median TTFT rose from 90 to 100 ms: +11.1 %.
+    assert rows["in256-c1"][3] == "90.0 → 100.0 (+11.1 %)"
+    assert rows["in2048-c2 ⚠ client-bound (only in this run)"][1].startswith("– → ")
+
+
+def test_cost_section_reproduces_the_comparison(run):
+    comparisons = cost_comparisons(run, api_input_usd_per_m=0.22, api_output_usd_per_m=0.66, self_hosted_monthly_usd=8887)
+    rows = {r[0]: r for r in _table(_section(render_report(run, comparison=comparisons), "Cost per token"))}
+    c = comparisons["in256-c1"]
+    # aggregate x 730 h x 3600 s output tokens; input = output / 4 x 254; API = in x 0.22 + out x 0.66 per 1M.
+    out = run.scenarios[0].summary.aggregate_tok_s * 730 * 3600
+    api = out / 4 * 254 / 1e6 * 0.22 + out / 1e6 * 0.66
+    assert c.api_monthly_usd == pytest.approx(api)
+    assert rows["in256-c1"][5] == f"{api:,.0f}"
+    assert rows["in256-c1"][6] == f"{8887 / api:.2f}"
+    assert rows["in2048-c2 ⚠ client-bound"]
+
+
+def test_single_comparison_is_rendered_too(run):
+    comparisons = cost_comparisons(run, api_input_usd_per_m=0.22, api_output_usd_per_m=0.66, hourly_usd=12.0)
+    text = render_report(run, comparison=comparisons["in256-c1"])
+    assert re.search(r"\| – \| 254 \| 4 \| 30\.53 \| 8,760 \|", _section(text, "Cost per token"))
