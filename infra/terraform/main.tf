@@ -1,0 +1,86 @@
+# Root module: wires the data plane from the typed `pools` and `profiles` inputs and publishes the
+# registry document the controller reads. Nothing else hard-codes a pool or profile name.
+
+module "network" {
+  source = "./modules/network"
+
+  name               = var.name
+  cidr               = var.vpc_cidr
+  availability_zones = var.availability_zones
+}
+
+module "alb" {
+  source = "./modules/alb"
+
+  name         = var.name
+  vpc_id       = module.network.vpc_id
+  vpc_cidr     = module.network.vpc_cidr
+  subnet_ids   = module.network.private_subnet_ids
+  client_cidrs = var.client_cidrs
+}
+
+module "cluster" {
+  source = "./modules/cluster"
+
+  name                  = var.name
+  vpc_id                = module.network.vpc_id
+  alb_security_group_id = module.alb.security_group_id
+}
+
+module "pool" {
+  source   = "./modules/compute-pool"
+  for_each = var.pools
+
+  name                           = "${var.name}-${each.key}"
+  pool                           = each.key
+  cluster_name                   = module.cluster.name
+  instance_profile_arn           = module.cluster.instance_profile_arn
+  vpc_id                         = module.network.vpc_id
+  subnet_ids                     = module.network.private_subnet_ids
+  instance_type                  = each.value.instance_type
+  root_volume_gib                = each.value.root_volume_gib
+  instance_warmup_s              = each.value.instance_warmup_s
+  managed_termination_protection = each.value.managed_termination_protection
+  model_cache_on_instance_store  = each.value.model_cache_on_instance_store
+  model_cache_path               = local.model_cache_path
+}
+
+# A cluster's capacity providers are one resource: it needs every pool, so it lives here.
+resource "aws_ecs_cluster_capacity_providers" "this" {
+  cluster_name       = module.cluster.name
+  capacity_providers = [for p in module.pool : p.capacity_provider_name]
+}
+
+module "profile" {
+  source   = "./modules/serving-profile"
+  for_each = var.profiles
+
+  name                    = each.key
+  service_name            = coalesce(each.value.service_name, "${var.name}-${each.key}")
+  served_model_name       = coalesce(each.value.served_model_name, each.key)
+  region                  = data.aws_region.current.region
+  cluster_arn             = module.cluster.arn
+  capacity_provider       = module.pool[each.value.pool].capacity_provider_name
+  vpc_id                  = module.network.vpc_id
+  subnet_ids              = module.network.private_subnet_ids
+  task_security_group_ids = [module.cluster.task_security_group_id]
+  listener_arn            = module.alb.listener_arn
+  listener_priority       = each.value.listener_priority
+  routing_header_name     = local.routing_header_name
+  image                   = each.value.image
+  vllm_version            = each.value.vllm_version
+  model_id                = each.value.model_id
+  revision                = each.value.revision
+  vllm                    = each.value.vllm
+  task_cpu                = each.value.task_cpu
+  task_memory_mib         = each.value.task_memory_mib
+  model_load_s            = each.value.model_load_s
+  model_cache_path        = local.model_cache_path
+  weights_source          = each.value.weights_source
+  weights_bucket          = var.model_weights_bucket
+  weights_prefix          = var.model_weights_prefix
+  hub_token_secret_arn    = var.hub_token_secret_arn
+  log_retention_days      = var.log_retention_days
+
+  depends_on = [aws_ecs_cluster_capacity_providers.this]
+}

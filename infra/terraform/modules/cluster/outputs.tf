@@ -1,0 +1,19 @@
+output "name" {
+  description = "ECS cluster name."
+  value       = aws_ecs_cluster.this.name
+}
+
+output "arn" {
+  description = "ECS cluster ARN."
+  value       = aws_ecs_cluster.this.arn
+}
+
+output "instance_profile_arn" {
+  description = "Instance profile of the GPU container instances."
+  value       = aws_iam_instance_profile.instance.arn
+}
+
+output "task_security_group_id" {
+  description = "Security group of the model server tasks."
+  value       = aws_security_group.tasks.id
+}

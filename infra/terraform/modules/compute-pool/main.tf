@@ -1,0 +1,134 @@
+# One compute pool = one GPU shape: launch template (ECS GPU AMI, IMDSv2, encrypted gp3), an ASG
+# that rests at 0 instances and a capacity provider that scales it one instance at a time.
+
+# The ECS-optimized GPU AMI (Amazon Linux 2023), resolved at apply time from AWS's public parameter.
+data "aws_ssm_parameter" "gpu_ami" {
+  name = "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
+}
+
+resource "aws_security_group" "instance" {
+  name        = "${var.name}-instance"
+  description = "GPU container instances of pool ${var.pool}: no inbound, HTTPS out"
+  vpc_id      = var.vpc_id
+  tags        = { Name = "${var.name}-instance" }
+}
+
+resource "aws_vpc_security_group_egress_rule" "instance_https" {
+  security_group_id = aws_security_group.instance.id
+  description       = "ECS agent, image pulls and S3 over HTTPS"
+  ip_protocol       = "tcp"
+  from_port         = 443
+  to_port           = 443
+  cidr_ipv4         = "0.0.0.0/0"
+}
+
+resource "aws_launch_template" "this" {
+  #checkov:skip=CKV_AWS_341:Hop limit 2 lets containers on the host reach IMDSv2 tokens (ECS agent and bridge-mode helpers); IMDSv2 stays required.
+  name_prefix            = "${var.name}-"
+  image_id               = data.aws_ssm_parameter.gpu_ami.value
+  instance_type          = var.instance_type
+  vpc_security_group_ids = [aws_security_group.instance.id]
+  update_default_version = true
+
+  user_data = base64encode(templatefile("${path.module}/user_data.sh.tftpl", {
+    cluster_name            = var.cluster_name
+    pool                    = var.pool
+    cache_path              = var.model_cache_path
+    cache_on_instance_store = var.model_cache_on_instance_store
+  }))
+
+  iam_instance_profile {
+    arn = var.instance_profile_arn
+  }
+
+  metadata_options {
+    http_endpoint               = "enabled"
+    http_tokens                 = "required"
+    http_put_response_hop_limit = 2
+  }
+
+  block_device_mappings {
+    device_name = "/dev/xvda"
+
+    ebs {
+      volume_size           = var.root_volume_gib
+      volume_type           = "gp3"
+      encrypted             = true
+      delete_on_termination = true
+    }
+  }
+
+  monitoring {
+    enabled = true
+  }
+
+  tag_specifications {
+    resource_type = "instance"
+    tags          = { Name = var.name, "servingctl:pool" = var.pool }
+  }
+
+  tag_specifications {
+    resource_type = "volume"
+    tags          = { Name = var.name, "servingctl:pool" = var.pool }
+  }
+}
+
+resource "aws_autoscaling_group" "this" {
+  name                = var.name
+  min_size            = 0
+  max_size            = 1
+  desired_capacity    = 0
+  vpc_zone_identifier = var.subnet_ids
+  health_check_type   = "EC2"
+  # Must match the capacity provider's setting: ECS refuses ENABLED termination protection otherwise.
+  protect_from_scale_in = var.managed_termination_protection
+
+  launch_template {
+    id      = aws_launch_template.this.id
+    version = aws_launch_template.this.latest_version
+  }
+
+  # Required by ECS managed scaling.
+  tag {
+    key                 = "AmazonECSManaged"
+    value               = "true"
+    propagate_at_launch = true
+  }
+
+  # The controller's IAM conditions key on this tag.
+  tag {
+    key                 = "servingctl:pool"
+    value               = var.pool
+    propagate_at_launch = true
+  }
+
+  tag {
+    key                 = "Name"
+    value               = var.name
+    propagate_at_launch = true
+  }
+
+  lifecycle {
+    # The controller and the capacity provider own the desired capacity.
+    ignore_changes = [desired_capacity]
+  }
+}
+
+resource "aws_ecs_capacity_provider" "this" {
+  name = var.name
+
+  auto_scaling_group_provider {
+    auto_scaling_group_arn         = aws_autoscaling_group.this.arn
+    managed_termination_protection = var.managed_termination_protection ? "ENABLED" : "DISABLED"
+    managed_draining               = "ENABLED"
+
+    # Target 100 with step 1 and ASG max 1: scaling out from zero launches exactly one instance.
+    managed_scaling {
+      status                    = "ENABLED"
+      target_capacity           = 100
+      minimum_scaling_step_size = 1
+      maximum_scaling_step_size = 1
+      instance_warmup_period    = var.instance_warmup_s
+    }
+  }
+}

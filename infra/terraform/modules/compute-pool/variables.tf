@@ -1,0 +1,99 @@
+variable "name" {
+  description = "Name of the ASG and capacity provider (the stack name plus the pool name)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-zA-Z0-9][a-zA-Z0-9_-]{0,54}$", var.name)) && !can(regex("^(aws|ecs|fargate)", lower(var.name)))
+    error_message = "name must be 1..55 letters, digits, hyphens or underscores and must not start with aws, ecs or fargate (capacity provider rule)."
+  }
+}
+
+variable "pool" {
+  description = "Pool name as in the registry; tagged as servingctl:pool on the ASG, instances and container instances."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z0-9][a-z0-9-]{0,62}$", var.pool))
+    error_message = "pool must match ^[a-z0-9][a-z0-9-]{0,62}$."
+  }
+}
+
+variable "cluster_name" {
+  description = "ECS cluster the instances register to."
+  type        = string
+}
+
+variable "instance_profile_arn" {
+  description = "Instance profile with the ECS agent's permissions."
+  type        = string
+}
+
+variable "vpc_id" {
+  description = "VPC of the instance security group."
+  type        = string
+}
+
+variable "subnet_ids" {
+  description = "Private subnets the ASG may launch in (two AZs improve the odds of GPU capacity)."
+  type        = list(string)
+
+  validation {
+    condition     = length(var.subnet_ids) >= 1
+    error_message = "subnet_ids must list at least one subnet."
+  }
+}
+
+variable "instance_type" {
+  description = "GPU instance type, e.g. g7e.12xlarge."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z0-9-]+\\.[a-z0-9]+$", var.instance_type))
+    error_message = "instance_type must look like g7e.12xlarge."
+  }
+}
+
+variable "root_volume_gib" {
+  description = "Size of the encrypted gp3 root volume (image layers plus model cache unless on instance store)."
+  type        = number
+  default     = 200
+
+  validation {
+    condition     = var.root_volume_gib >= 100 && var.root_volume_gib <= 16384
+    error_message = "root_volume_gib must be 100..16384."
+  }
+}
+
+variable "instance_warmup_s" {
+  description = "Capacity provider instance warm-up period in seconds."
+  type        = number
+  default     = 300
+
+  validation {
+    condition     = var.instance_warmup_s >= 0 && var.instance_warmup_s <= 10000
+    error_message = "instance_warmup_s must be 0..10000."
+  }
+}
+
+variable "managed_termination_protection" {
+  description = "ECS managed termination protection. Off by default: SetDesiredCapacity(0) then terminates at once; when on, the controller must clear scale-in protection first (its stop flow does)."
+  type        = bool
+  default     = false
+}
+
+variable "model_cache_path" {
+  description = "Host directory of the model cache (mounted into the tasks)."
+  type        = string
+  default     = "/var/lib/llm-model-cache"
+
+  validation {
+    condition     = can(regex("^/[A-Za-z0-9/_.-]+$", var.model_cache_path))
+    error_message = "model_cache_path must be an absolute path."
+  }
+}
+
+variable "model_cache_on_instance_store" {
+  description = "Format and mount the first NVMe instance-store disk at model_cache_path when the instance type has one."
+  type        = bool
+  default     = false
+}

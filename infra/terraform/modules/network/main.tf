@@ -1,0 +1,124 @@
+# Network: a VPC with two private subnets (two AZs) for instances, tasks, the ALB and in-VPC
+# Lambdas; one public subnet that only holds the NAT gateway; an S3 gateway endpoint so model
+# weights come from S3 without NAT data processing charges.
+
+# GPU instance types are offered in some AZs only: the caller names the two zones explicitly.
+data "aws_availability_zones" "chosen" {
+  state = "available"
+
+  filter {
+    name   = "zone-name"
+    values = var.availability_zones
+  }
+}
+
+locals {
+  azs = data.aws_availability_zones.chosen.names
+}
+
+resource "aws_vpc" "this" {
+  lifecycle {
+    precondition {
+      condition     = length(data.aws_availability_zones.chosen.names) == 2
+      error_message = "availability_zones must name two available zones of the region: ${join(", ", var.availability_zones)}."
+    }
+  }
+
+  #checkov:skip=CKV2_AWS_11:Flow logs are left to the account's central logging; this PoC VPC admits no inbound traffic from outside.
+  cidr_block           = var.cidr
+  enable_dns_support   = true
+  enable_dns_hostnames = true
+
+  tags = { Name = var.name }
+}
+
+# The default security group denies everything, so nothing lands in it by accident.
+resource "aws_default_security_group" "this" {
+  vpc_id = aws_vpc.this.id
+  tags   = { Name = "${var.name}-default-deny" }
+}
+
+resource "aws_subnet" "private" {
+  count = 2
+
+  vpc_id                  = aws_vpc.this.id
+  cidr_block              = cidrsubnet(var.cidr, 20 - tonumber(split("/", var.cidr)[1]), count.index)
+  availability_zone       = local.azs[count.index]
+  map_public_ip_on_launch = false
+
+  tags = { Name = "${var.name}-private-${local.azs[count.index]}" }
+}
+
+# Holds the NAT gateway only; nothing else is placed here and nothing gets a public IP.
+resource "aws_subnet" "nat" {
+  vpc_id                  = aws_vpc.this.id
+  cidr_block              = cidrsubnet(var.cidr, 28 - tonumber(split("/", var.cidr)[1]), pow(2, 28 - tonumber(split("/", var.cidr)[1])) - 1)
+  availability_zone       = local.azs[0]
+  map_public_ip_on_launch = false
+
+  tags = { Name = "${var.name}-nat" }
+}
+
+resource "aws_internet_gateway" "this" {
+  vpc_id = aws_vpc.this.id
+  tags   = { Name = var.name }
+}
+
+resource "aws_eip" "nat" {
+  domain = "vpc"
+  tags   = { Name = "${var.name}-nat" }
+}
+
+resource "aws_nat_gateway" "this" {
+  allocation_id = aws_eip.nat.id
+  subnet_id     = aws_subnet.nat.id
+  tags          = { Name = var.name }
+
+  depends_on = [aws_internet_gateway.this]
+}
+
+resource "aws_route_table" "nat" {
+  vpc_id = aws_vpc.this.id
+  tags   = { Name = "${var.name}-nat" }
+}
+
+resource "aws_route" "nat_internet" {
+  route_table_id         = aws_route_table.nat.id
+  destination_cidr_block = "0.0.0.0/0"
+  gateway_id             = aws_internet_gateway.this.id
+}
+
+resource "aws_route_table_association" "nat" {
+  subnet_id      = aws_subnet.nat.id
+  route_table_id = aws_route_table.nat.id
+}
+
+resource "aws_route_table" "private" {
+  vpc_id = aws_vpc.this.id
+  tags   = { Name = "${var.name}-private" }
+}
+
+resource "aws_route" "private_nat" {
+  route_table_id         = aws_route_table.private.id
+  destination_cidr_block = "0.0.0.0/0"
+  nat_gateway_id         = aws_nat_gateway.this.id
+}
+
+resource "aws_route_table_association" "private" {
+  count = 2
+
+  subnet_id      = aws_subnet.private[count.index].id
+  route_table_id = aws_route_table.private.id
+}
+
+# S3 traffic from the private subnets bypasses NAT: no 0.045 USD/GB processing charge on weights.
+resource "aws_vpc_endpoint" "s3" {
+  vpc_id            = aws_vpc.this.id
+  service_name      = "com.amazonaws.${data.aws_region.current.region}.s3"
+  vpc_endpoint_type = "Gateway"
+  route_table_ids   = [aws_route_table.private.id]
+
+  tags = { Name = "${var.name}-s3" }
+}
+
+data "aws_region" "current" {}

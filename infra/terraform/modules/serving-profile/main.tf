@@ -1,0 +1,246 @@
+# One serving profile: the vLLM task definition (GPUs, ipc host, model cache, hub token, logs), the
+# ECS service resting at 0 on its pool's capacity provider, the target group and the header rule.
+
+data "aws_partition" "current" {}
+
+locals {
+  container_name = "vllm"
+  # The Hugging Face cache directory inside the containers (host directory mounted there).
+  hf_home = "/root/.cache/huggingface"
+  # Hugging Face cache layout: hub/models--<org>--<name>; S3 holds the same tree under weights_prefix.
+  model_cache_dir   = "models--${replace(var.model_id, "/", "--")}"
+  prefetch          = var.weights_source == "s3"
+  weights_s3_prefix = "${trim(var.weights_prefix, "/")}/${local.model_cache_dir}"
+  prefetch_command  = "aws configure set default.s3.max_concurrent_requests 64 && aws s3 sync --only-show-errors s3://${coalesce(var.weights_bucket, "unset")}/${local.weights_s3_prefix} ${local.hf_home}/hub/${local.model_cache_dir}"
+
+  cache_mount = { sourceVolume = "model-cache", containerPath = local.hf_home, readOnly = false }
+  log_options = {
+    "awslogs-group"         = aws_cloudwatch_log_group.this.name
+    "awslogs-region"        = var.region
+    "awslogs-stream-prefix" = var.name
+  }
+
+  vllm_container = {
+    name       = local.container_name
+    image      = var.image
+    essential  = true
+    entryPoint = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    command    = local.vllm_args
+    portMappings = [{
+      containerPort = var.container_port
+      protocol      = "tcp"
+    }]
+    resourceRequirements = [{ type = "GPU", value = tostring(var.vllm.tensor_parallel_size) }]
+    mountPoints          = [local.cache_mount]
+    environment = concat(
+      [{ name = "VLLM_NO_USAGE_STATS", value = "1" }],
+      # Weights were prefetched from S3: never reach the hub (and its NAT charges) at start.
+      local.prefetch ? [{ name = "HF_HUB_OFFLINE", value = "1" }] : [],
+    )
+    secrets = var.hub_token_secret_arn == null ? [] : [{ name = "HF_TOKEN", valueFrom = var.hub_token_secret_arn }]
+    dependsOn = local.prefetch ? [{ containerName = "prefetch-weights", condition = "SUCCESS" }] : []
+    linuxParameters = {
+      initProcessEnabled = true
+    }
+    ulimits = [{ name = "memlock", softLimit = -1, hardLimit = -1 }]
+    logConfiguration = {
+      logDriver = "awslogs"
+      options   = local.log_options
+    }
+  }
+
+  prefetch_container = {
+    name        = "prefetch-weights"
+    image       = var.prefetch_image
+    essential   = false
+    entryPoint  = ["/bin/sh", "-c"]
+    command     = [local.prefetch_command]
+    mountPoints = [local.cache_mount]
+    logConfiguration = {
+      logDriver = "awslogs"
+      options   = local.log_options
+    }
+  }
+}
+
+resource "aws_cloudwatch_log_group" "this" {
+  #checkov:skip=CKV_AWS_158:Model server logs hold no secrets; CloudWatch Logs encrypts them at rest with its own key.
+  name              = "/ecs/${var.service_name}"
+  retention_in_days = var.log_retention_days
+}
+
+data "aws_iam_policy_document" "tasks_assume" {
+  statement {
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["ecs-tasks.amazonaws.com"]
+    }
+  }
+}
+
+# Execution role: pull the image, write logs, read the hub token.
+resource "aws_iam_role" "execution" {
+  name               = "${var.service_name}-exec"
+  assume_role_policy = data.aws_iam_policy_document.tasks_assume.json
+}
+
+resource "aws_iam_role_policy_attachment" "execution" {
+  role       = aws_iam_role.execution.name
+  policy_arn = "arn:${data.aws_partition.current.partition}:iam::aws:policy/service-role/AmazonECSTaskExecutionRolePolicy"
+}
+
+data "aws_iam_policy_document" "hub_token" {
+  count = var.hub_token_secret_arn == null ? 0 : 1
+
+  statement {
+    actions   = ["secretsmanager:GetSecretValue"]
+    resources = [var.hub_token_secret_arn]
+  }
+}
+
+resource "aws_iam_role_policy" "hub_token" {
+  count = var.hub_token_secret_arn == null ? 0 : 1
+
+  name   = "read-hub-token"
+  role   = aws_iam_role.execution.id
+  policy = data.aws_iam_policy_document.hub_token[0].json
+}
+
+# Task role: read this model's weights from S3 (prefetch only); nothing else.
+resource "aws_iam_role" "task" {
+  name               = "${var.service_name}-task"
+  assume_role_policy = data.aws_iam_policy_document.tasks_assume.json
+}
+
+data "aws_iam_policy_document" "weights" {
+  count = local.prefetch ? 1 : 0
+
+  statement {
+    actions   = ["s3:GetObject"]
+    resources = ["arn:${data.aws_partition.current.partition}:s3:::${var.weights_bucket}/${local.weights_s3_prefix}/*"]
+  }
+
+  statement {
+    actions   = ["s3:ListBucket"]
+    resources = ["arn:${data.aws_partition.current.partition}:s3:::${var.weights_bucket}"]
+    condition {
+      test     = "StringLike"
+      variable = "s3:prefix"
+      values   = ["${local.weights_s3_prefix}/*"]
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "weights" {
+  count = local.prefetch ? 1 : 0
+
+  name   = "read-model-weights"
+  role   = aws_iam_role.task.id
+  policy = data.aws_iam_policy_document.weights[0].json
+}
+
+resource "aws_ecs_task_definition" "this" {
+  #checkov:skip=CKV_AWS_336:vLLM and torch write compile and kernel caches under the container filesystem; weights live on the mounted cache volume.
+  family                   = var.service_name
+  requires_compatibilities = ["EC2"]
+  network_mode             = "awsvpc"
+  # Tensor-parallel workers share memory through /dev/shm: host IPC avoids its small default size.
+  ipc_mode           = "host"
+  cpu                = tostring(var.task_cpu)
+  memory             = tostring(var.task_memory_mib)
+  execution_role_arn = aws_iam_role.execution.arn
+  task_role_arn      = aws_iam_role.task.arn
+
+  container_definitions = jsonencode(local.prefetch ? [local.prefetch_container, local.vllm_container] : [local.vllm_container])
+
+  volume {
+    name      = "model-cache"
+    host_path = var.model_cache_path
+  }
+}
+
+resource "aws_lb_target_group" "this" {
+  #checkov:skip=CKV_AWS_378:Plain HTTP between the internal ALB and the task inside the VPC; vLLM serves no TLS.
+  name                 = substr("llm-${var.name}", 0, 32)
+  port                 = var.container_port
+  protocol             = "HTTP"
+  target_type          = "ip"
+  vpc_id               = var.vpc_id
+  deregistration_delay = var.deregistration_delay_s
+
+  # Model load time is covered by the service's grace period (model_load_s), not by thresholds:
+  # once loaded, 2 checks (30 s) mark the target healthy and 4 misses (60 s) unhealthy.
+  health_check {
+    enabled             = true
+    path                = "/health"
+    port                = "traffic-port"
+    protocol            = "HTTP"
+    matcher             = "200"
+    interval            = 15
+    timeout             = 10
+    healthy_threshold   = 2
+    unhealthy_threshold = 4
+  }
+}
+
+resource "aws_lb_listener_rule" "this" {
+  listener_arn = var.listener_arn
+  priority     = var.listener_priority
+
+  action {
+    type             = "forward"
+    target_group_arn = aws_lb_target_group.this.arn
+  }
+
+  condition {
+    http_header {
+      http_header_name = var.routing_header_name
+      values           = [var.name]
+    }
+  }
+}
+
+resource "aws_ecs_service" "this" {
+  name            = var.service_name
+  cluster         = var.cluster_arn
+  task_definition = aws_ecs_task_definition.this.arn
+  desired_count   = 0
+  # One GPU instance per pool: the old task must stop before a new one fits.
+  deployment_minimum_healthy_percent = 0
+  deployment_maximum_percent         = 100
+  health_check_grace_period_seconds  = var.model_load_s
+  enable_ecs_managed_tags            = true
+  propagate_tags                     = "SERVICE"
+
+  capacity_provider_strategy {
+    capacity_provider = var.capacity_provider
+    weight            = 1
+    base              = 0
+  }
+
+  network_configuration {
+    subnets          = var.subnet_ids
+    security_groups  = var.task_security_group_ids
+    assign_public_ip = false
+  }
+
+  load_balancer {
+    target_group_arn = aws_lb_target_group.this.arn
+    container_name   = local.container_name
+    container_port   = var.container_port
+  }
+
+  deployment_circuit_breaker {
+    enable   = true
+    rollback = true
+  }
+
+  lifecycle {
+    # The controller owns the desired count (0 at rest, 1 while the profile runs).
+    ignore_changes = [desired_count]
+  }
+
+  # A target group must be attached to the load balancer before a service can use it.
+  depends_on = [aws_lb_listener_rule.this]
+}

@@ -1,0 +1,237 @@
+variable "name" {
+  description = "Profile name: registry key, X-LLM-Profile header value and target group suffix."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z0-9][a-z0-9-]{0,27}$", var.name))
+    error_message = "name must match ^[a-z0-9][a-z0-9-]{0,27}$."
+  }
+}
+
+variable "service_name" {
+  description = "ECS service name (also the task family and log group suffix)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-zA-Z0-9][a-zA-Z0-9_-]{0,54}$", var.service_name))
+    error_message = "service_name must be 1..55 letters, digits, hyphens or underscores (IAM role names append -exec/-task)."
+  }
+}
+
+variable "served_model_name" {
+  description = "Model name clients send in requests (--served-model-name)."
+  type        = string
+}
+
+variable "region" {
+  description = "Region for the awslogs driver."
+  type        = string
+}
+
+variable "cluster_arn" {
+  description = "ECS cluster ARN."
+  type        = string
+}
+
+variable "capacity_provider" {
+  description = "Capacity provider of the profile's compute pool."
+  type        = string
+}
+
+variable "vpc_id" {
+  description = "VPC of the target group."
+  type        = string
+}
+
+variable "subnet_ids" {
+  description = "Private subnets of the awsvpc tasks."
+  type        = list(string)
+}
+
+variable "task_security_group_ids" {
+  description = "Security groups of the tasks (admit the ALB on container_port)."
+  type        = list(string)
+}
+
+variable "listener_arn" {
+  description = "ALB listener the header rule attaches to."
+  type        = string
+}
+
+variable "listener_priority" {
+  description = "Priority of the header rule (unique per listener)."
+  type        = number
+
+  validation {
+    condition     = var.listener_priority >= 1 && var.listener_priority <= 50000
+    error_message = "listener_priority must be 1..50000."
+  }
+}
+
+variable "routing_header_name" {
+  description = "Header the listener rule matches; its value is the profile name."
+  type        = string
+  default     = "X-LLM-Profile"
+}
+
+variable "image" {
+  description = "Container image of the model server (pin a tag or digest)."
+  type        = string
+
+  validation {
+    condition     = length(var.image) > 0 && !endswith(var.image, ":latest")
+    error_message = "image must be set and pinned (not :latest)."
+  }
+}
+
+variable "vllm_version" {
+  description = "vLLM version in the image, recorded in the registry."
+  type        = string
+  default     = null
+}
+
+variable "model_id" {
+  description = "Model repository id, e.g. nvidia/DeepSeek-V4-Flash-NVFP4."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$", var.model_id))
+    error_message = "model_id must look like org/name."
+  }
+}
+
+variable "revision" {
+  description = "Pinned model revision (full commit hash) or null."
+  type        = string
+  default     = null
+}
+
+variable "vllm" {
+  description = "Typed vLLM options; the command line and CUDA-graph capture sizes are derived from them (vllm.tf)."
+  type = object({
+    tensor_parallel_size    = optional(number, 1)
+    max_num_seqs            = optional(number, 4)
+    max_num_batched_tokens  = optional(number)
+    max_model_len           = optional(number)
+    gpu_memory_utilization  = optional(number, 0.9)
+    kv_cache_dtype          = optional(string)
+    speculative_method      = optional(string, "mtp")
+    speculative_tokens      = optional(number, 0)
+    cudagraph_mode          = optional(string, "FULL_DECODE_ONLY")
+    tokenizer_mode          = optional(string)
+    reasoning_parser        = optional(string)
+    tool_call_parser        = optional(string)
+    enable_auto_tool_choice = optional(bool, false)
+    trust_remote_code       = optional(bool, false)
+    extra_args              = optional(list(string), [])
+  })
+
+  validation {
+    condition     = var.vllm.max_num_seqs >= 1 && var.vllm.speculative_tokens >= 0 && var.vllm.speculative_tokens <= 8 && var.vllm.max_num_seqs * (1 + var.vllm.speculative_tokens) <= 16384
+    error_message = "vllm.max_num_seqs must be >= 1, vllm.speculative_tokens 0..8, and their capture maximum max_num_seqs x (1 + speculative_tokens) at most 16384."
+  }
+  validation {
+    condition     = var.vllm.tensor_parallel_size >= 1 && var.vllm.tensor_parallel_size <= 16
+    error_message = "vllm.tensor_parallel_size (GPUs reserved by the task) must be 1..16."
+  }
+}
+
+variable "container_port" {
+  description = "Port vLLM listens on."
+  type        = number
+  default     = 8000
+}
+
+variable "task_cpu" {
+  description = "Task CPU units (1024 = 1 vCPU)."
+  type        = number
+
+  validation {
+    condition     = var.task_cpu >= 256
+    error_message = "task_cpu must be at least 256."
+  }
+}
+
+variable "task_memory_mib" {
+  description = "Task memory in MiB (leave room for the ECS agent on the instance)."
+  type        = number
+
+  validation {
+    condition     = var.task_memory_mib >= 512
+    error_message = "task_memory_mib must be at least 512."
+  }
+}
+
+variable "model_load_s" {
+  description = "Seconds the model needs from task start to a healthy /health (prefetch + load + CUDA-graph capture); the service's health-check grace period."
+  type        = number
+  default     = 1800
+
+  validation {
+    condition     = var.model_load_s >= 60 && var.model_load_s <= 7200
+    error_message = "model_load_s must be 60..7200."
+  }
+}
+
+variable "deregistration_delay_s" {
+  description = "Target group deregistration delay; short so stop does not wait on idle connections."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.deregistration_delay_s >= 0 && var.deregistration_delay_s <= 30
+    error_message = "deregistration_delay_s must be 0..30 seconds."
+  }
+}
+
+variable "model_cache_path" {
+  description = "Host directory of the Hugging Face cache, mounted at /root/.cache/huggingface."
+  type        = string
+  default     = "/var/lib/llm-model-cache"
+}
+
+variable "weights_source" {
+  description = "s3: an init container syncs the model's Hugging Face cache tree from S3 (gateway endpoint) and vLLM runs offline; hub: vLLM downloads through NAT."
+  type        = string
+  default     = "s3"
+
+  validation {
+    condition     = contains(["s3", "hub"], var.weights_source)
+    error_message = "weights_source must be s3 or hub."
+  }
+}
+
+variable "weights_bucket" {
+  description = "S3 bucket of the Hugging Face cache trees (required when weights_source = s3)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.weights_bucket == null || can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", coalesce(var.weights_bucket, "x")))
+    error_message = "weights_bucket must be an S3 bucket name or null."
+  }
+}
+
+variable "weights_prefix" {
+  description = "Key prefix in weights_bucket holding hub/ style trees models--<org>--<name>/."
+  type        = string
+  default     = "hf-hub"
+}
+
+variable "prefetch_image" {
+  description = "Image of the weight prefetch init container (AWS CLI v2, pinned)."
+  type        = string
+  default     = "public.ecr.aws/aws-cli/aws-cli:2.22.0"
+}
+
+variable "hub_token_secret_arn" {
+  description = "Secrets Manager ARN of the Hugging Face token (HF_TOKEN) or null."
+  type        = string
+  default     = null
+}
+
+variable "log_retention_days" {
+  description = "Retention of the model server log group."
+  type        = number
+  default     = 365
+}

@@ -1,0 +1,61 @@
+# Outputs the SAM stack takes as parameters (mapping in sam-parameters.json) and a few for people.
+
+output "vpc_id" {
+  description = "VPC of the data plane."
+  value       = module.network.vpc_id
+}
+
+output "private_subnet_ids" {
+  description = "Private subnets (two AZs) for the in-VPC Lambdas (smoke_test, bench_worker)."
+  value       = module.network.private_subnet_ids
+}
+
+output "lambda_security_group_id" {
+  description = "Security group for the in-VPC Lambdas; the only group the ALB admits besides client_cidrs."
+  value       = module.alb.lambda_security_group_id
+}
+
+output "registry_parameter_name" {
+  description = "SSM parameter holding the registry JSON (SERVINGCTL_REGISTRY=ssm:<name>)."
+  value       = aws_ssm_parameter.registry.name
+}
+
+output "registry_parameter_arn" {
+  description = "ARN of the registry parameter, for ssm:GetParameter scoping."
+  value       = aws_ssm_parameter.registry.arn
+}
+
+output "cluster_arn" {
+  description = "ECS cluster ARN (ecs:cluster condition of task and container-instance calls)."
+  value       = module.cluster.arn
+}
+
+output "service_arns" {
+  description = "ECS service ARNs of every profile (ecs:UpdateService / DescribeServices scoping)."
+  value       = [for p in module.profile : p.service_arn]
+}
+
+output "asg_arns" {
+  description = "Auto Scaling group ARNs of every pool (SetDesiredCapacity, UpdateAutoScalingGroup, SetInstanceProtection scoping)."
+  value       = [for p in module.pool : p.asg_arn]
+}
+
+output "target_group_arns" {
+  description = "Target group ARNs of every profile."
+  value       = [for p in module.profile : p.target_group_arn]
+}
+
+output "alb_arn" {
+  description = "ARN of the internal ALB."
+  value       = module.alb.arn
+}
+
+output "endpoint_url" {
+  description = "Base URL of the internal ALB; send X-LLM-Profile: <profile> to reach a profile."
+  value       = module.alb.endpoint_url
+}
+
+output "capacity_provider_names" {
+  description = "ECS capacity provider of every pool, keyed by pool name."
+  value       = { for name, p in module.pool : name => p.capacity_provider_name }
+}

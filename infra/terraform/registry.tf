@@ -1,0 +1,60 @@
+# The registry: one JSON document in SSM Parameter Store, built from the same inputs as the
+# resources and from their outputs, validated by tests against the package's registry schema.
+
+locals {
+  routing_header_name = "X-LLM-Profile"
+  # Host directory of the Hugging Face cache (root EBS, or instance store when the pool asks).
+  model_cache_path = "/var/lib/llm-model-cache"
+
+  registry = {
+    schema_version = 1
+    region         = data.aws_region.current.region
+    pools = {
+      for name, pool in var.pools : name => {
+        asg_name          = module.pool[name].asg_name
+        asg_arn           = module.pool[name].asg_arn
+        capacity_provider = module.pool[name].capacity_provider_name
+        instance_type     = pool.instance_type
+        gpu_count         = pool.gpu_count
+        price_key         = pool.price_key
+      }
+    }
+    profiles = {
+      for name, profile in var.profiles : name => {
+        cluster           = module.cluster.name
+        service           = module.profile[name].service_name
+        pool              = profile.pool
+        target_group_arn  = module.profile[name].target_group_arn
+        load_balancer_arn = module.alb.arn
+        endpoint_url      = module.alb.endpoint_url
+        routing_header = {
+          name  = local.routing_header_name
+          value = name
+        }
+        model                 = module.profile[name].served_model_name
+        serving               = module.profile[name].serving
+        schedule              = profile.schedule
+        idle                  = profile.idle
+        default_lease_minutes = profile.default_lease_minutes
+        max_lease_minutes     = profile.max_lease_minutes
+        start = {
+          capacity_timeout_s = profile.start.capacity_timeout_s
+          task_timeout_s     = profile.start.task_timeout_s
+          # The controller must wait at least as long as ECS lets the model load.
+          health_timeout_s  = coalesce(profile.start.health_timeout_s, profile.model_load_s + 300)
+          max_task_failures = profile.start.max_task_failures
+        }
+      }
+    }
+  }
+}
+
+resource "aws_ssm_parameter" "registry" {
+  #checkov:skip=CKV2_AWS_34:The registry holds names and ARNs, no secret; the controller reads it as a plain String without decryption.
+  name        = "/${var.name}/registry"
+  description = "servingctl registry: pools and serving profiles of the ${var.name} data plane (schema_version 1)"
+  type        = "String"
+  # Two profiles with their vLLM command lines pass the 4 KB Standard limit; this tier picks Advanced only when needed.
+  tier  = "Intelligent-Tiering"
+  value = jsonencode(local.registry)
+}

@@ -1,0 +1,238 @@
+variable "name" {
+  description = "Name prefix of every resource (cluster, ALB, ASGs, services, registry parameter)."
+  type        = string
+  default     = "self-hosted-llm-poc"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,22}$", var.name)) && !can(regex("^(aws|ecs|fargate)", var.name))
+    error_message = "name must match ^[a-z][a-z0-9-]{1,22}$ and must not start with aws, ecs or fargate (capacity provider names)."
+  }
+}
+
+variable "region" {
+  description = "AWS region of the data plane (and of the SAM stack that reads the registry)."
+  type        = string
+  default     = "us-east-1"
+
+  validation {
+    condition     = can(regex("^[a-z]{2}(-[a-z]+)+-[0-9]$", var.region))
+    error_message = "region must look like us-east-1."
+  }
+}
+
+variable "availability_zones" {
+  description = "The two AZs of the private subnets; choose zones that offer every pool's GPU instance type (aws ec2 describe-instance-type-offerings --location-type availability-zone)."
+  type        = list(string)
+  default     = ["us-east-1a", "us-east-1b"]
+
+  validation {
+    condition     = length(var.availability_zones) == 2 && length(distinct(var.availability_zones)) == 2 && alltrue([for z in var.availability_zones : startswith(z, var.region)])
+    error_message = "availability_zones must name exactly two different zones of var.region, e.g. [\"us-east-1a\", \"us-east-1b\"]."
+  }
+}
+
+variable "vpc_cidr" {
+  description = "CIDR of the VPC; private subnets are its first two /20s, the NAT subnet a /28 near the end."
+  type        = string
+  default     = "10.40.0.0/16"
+
+  validation {
+    condition     = can(cidrnetmask(var.vpc_cidr)) && tonumber(split("/", var.vpc_cidr)[1]) <= 18
+    error_message = "vpc_cidr must be an IPv4 CIDR of size /18 or larger, e.g. 10.40.0.0/16."
+  }
+}
+
+variable "client_cidrs" {
+  description = "Extra CIDRs inside the VPC (e.g. a bastion or VPN subnet) allowed to call the ALB on port 80."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for c in var.client_cidrs : can(cidrnetmask(c)) && c != "0.0.0.0/0"])
+    error_message = "client_cidrs must be IPv4 CIDRs inside the VPC; 0.0.0.0/0 is refused (nothing is reachable from outside)."
+  }
+}
+
+variable "hub_token_secret_arn" {
+  description = "Secrets Manager ARN of a Hugging Face token (plain string secret) given to the model server as HF_TOKEN; null for public models."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.hub_token_secret_arn == null || can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:.+$", var.hub_token_secret_arn))
+    error_message = "hub_token_secret_arn must be a Secrets Manager secret ARN or null."
+  }
+}
+
+variable "model_weights_bucket" {
+  description = "S3 bucket holding Hugging Face cache trees (see README, model cache). Required when a profile has weights_source = \"s3\"."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.model_weights_bucket == null || can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.model_weights_bucket))
+    error_message = "model_weights_bucket must be an S3 bucket name or null."
+  }
+}
+
+variable "model_weights_prefix" {
+  description = "Key prefix in model_weights_bucket under which each model's Hugging Face cache tree (models--<org>--<name>/) lives."
+  type        = string
+  default     = "hf-hub"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9._/-]+$", var.model_weights_prefix))
+    error_message = "model_weights_prefix must be an S3 key prefix (letters, digits, . _ - /)."
+  }
+}
+
+variable "log_retention_days" {
+  description = "Retention of the model server logs in CloudWatch Logs."
+  type        = number
+  default     = 365
+
+  validation {
+    condition     = contains([1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653], var.log_retention_days)
+    error_message = "log_retention_days must be a CloudWatch Logs retention value (1, 3, 5, 7, 14, 30, 60, 90, ... 365, ... 3653)."
+  }
+}
+
+variable "pools" {
+  description = "Compute pools, one per GPU shape (launch template + ASG + capacity provider), keyed by pool name."
+  type = map(object({
+    instance_type                  = string
+    gpu_count                      = number
+    root_volume_gib                = optional(number, 200)
+    price_key                      = optional(string)
+    instance_warmup_s              = optional(number, 300)
+    managed_termination_protection = optional(bool, false)
+    model_cache_on_instance_store  = optional(bool, false)
+  }))
+
+  validation {
+    condition     = length(var.pools) > 0 && alltrue([for k, p in var.pools : can(regex("^[a-z0-9][a-z0-9-]{0,30}$", k))])
+    error_message = "pools must not be empty and every pool name must match ^[a-z0-9][a-z0-9-]{0,30}$."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.pools) : can(regex("^[a-z0-9-]+\\.[a-z0-9]+$", p.instance_type)) && p.gpu_count >= 1 && p.gpu_count <= 16 && floor(p.gpu_count) == p.gpu_count])
+    error_message = "pools.*.instance_type must look like g7e.12xlarge and pools.*.gpu_count must be an integer from 1 to 16."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.pools) : p.root_volume_gib >= 100 && p.root_volume_gib <= 16384 && p.instance_warmup_s >= 0 && p.instance_warmup_s <= 10000])
+    error_message = "pools.*.root_volume_gib must be 100..16384 (the image and weights live there) and pools.*.instance_warmup_s 0..10000."
+  }
+}
+
+variable "profiles" {
+  description = "Serving profiles, one per model (task definition + ECS service + target group + listener rule), keyed by profile name (also the X-LLM-Profile header value)."
+  type = map(object({
+    pool              = string
+    service_name      = optional(string)
+    served_model_name = optional(string)
+    image             = string
+    vllm_version      = optional(string)
+    model_id          = string
+    revision          = optional(string)
+    task_cpu          = number
+    task_memory_mib   = number
+    listener_priority = number
+    model_load_s      = optional(number, 1800)
+    weights_source    = optional(string, "s3")
+    vllm = object({
+      tensor_parallel_size    = optional(number, 1)
+      max_num_seqs            = optional(number, 4)
+      max_num_batched_tokens  = optional(number)
+      max_model_len           = optional(number)
+      gpu_memory_utilization  = optional(number, 0.9)
+      kv_cache_dtype          = optional(string)
+      speculative_method      = optional(string, "mtp")
+      speculative_tokens      = optional(number, 0)
+      cudagraph_mode          = optional(string, "FULL_DECODE_ONLY")
+      tokenizer_mode          = optional(string)
+      reasoning_parser        = optional(string)
+      tool_call_parser        = optional(string)
+      enable_auto_tool_choice = optional(bool, false)
+      trust_remote_code       = optional(bool, false)
+      extra_args              = optional(list(string), [])
+    })
+    schedule = optional(object({
+      timezone = optional(string, "UTC")
+      override = optional(string)
+      periods = list(object({
+        begin_time = optional(string)
+        end_time   = optional(string)
+        weekdays   = optional(list(string), ["mon", "tue", "wed", "thu", "fri", "sat", "sun"])
+        month_days = optional(list(number))
+      }))
+    }))
+    idle = optional(object({
+      enabled        = optional(bool, true)
+      window_minutes = optional(number, 30)
+    }), {})
+    default_lease_minutes = optional(number, 120)
+    max_lease_minutes     = optional(number, 720)
+    start = optional(object({
+      capacity_timeout_s = optional(number, 900)
+      task_timeout_s     = optional(number, 2400)
+      health_timeout_s   = optional(number)
+      max_task_failures  = optional(number, 3)
+    }), {})
+  }))
+
+  validation {
+    condition     = length(var.profiles) > 0 && alltrue([for k, p in var.profiles : can(regex("^[a-z0-9][a-z0-9-]{0,27}$", k))])
+    error_message = "profiles must not be empty and every profile name must match ^[a-z0-9][a-z0-9-]{0,27}$ (it names the target group llm-<profile>, 32 characters at most)."
+  }
+  validation {
+    condition     = alltrue([for k, p in var.profiles : contains(keys(var.pools), p.pool)])
+    error_message = "profiles.*.pool must name a key of pools."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.vllm.tensor_parallel_size >= 1 && p.vllm.tensor_parallel_size <= try(var.pools[p.pool].gpu_count, 0)])
+    error_message = "profiles.*.vllm.tensor_parallel_size must be 1..gpu_count of the profile's pool (the task reserves that many GPUs)."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.vllm.speculative_tokens >= 0 && p.vllm.speculative_tokens <= 8 && floor(p.vllm.speculative_tokens) == p.vllm.speculative_tokens])
+    error_message = "profiles.*.vllm.speculative_tokens must be an integer from 0 to 8."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.vllm.max_num_seqs >= 1 && p.vllm.max_num_seqs <= 1024 && p.vllm.max_num_seqs * (1 + p.vllm.speculative_tokens) <= 16384])
+    error_message = "profiles.*.vllm.max_num_seqs must be 1..1024 and max_num_seqs x (1 + speculative_tokens) at most 16384 (CUDA-graph capture sizes)."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.vllm.kv_cache_dtype == null || contains(["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], coalesce(p.vllm.kv_cache_dtype, "auto"))])
+    error_message = "profiles.*.vllm.kv_cache_dtype must be null, auto, fp8, fp8_e4m3 or fp8_e5m2."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.vllm.gpu_memory_utilization > 0 && p.vllm.gpu_memory_utilization <= 0.98])
+    error_message = "profiles.*.vllm.gpu_memory_utilization must be in (0, 0.98]."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : contains(["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"], p.vllm.cudagraph_mode)])
+    error_message = "profiles.*.vllm.cudagraph_mode must be NONE, PIECEWISE, FULL, FULL_DECODE_ONLY or FULL_AND_PIECEWISE."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : contains(["s3", "hub"], p.weights_source)])
+    error_message = "profiles.*.weights_source must be s3 (prefetch through the S3 gateway endpoint) or hub (download through NAT)."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.weights_source != "s3" || var.model_weights_bucket != null])
+    error_message = "a profile has weights_source = \"s3\" but model_weights_bucket is null: set model_weights_bucket or weights_source = \"hub\"."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.model_load_s >= 60 && p.model_load_s <= 7200])
+    error_message = "profiles.*.model_load_s (ECS health-check grace period) must be 60..7200 seconds."
+  }
+  validation {
+    condition     = length(distinct([for p in values(var.profiles) : p.listener_priority])) == length(var.profiles) && alltrue([for p in values(var.profiles) : p.listener_priority >= 1 && p.listener_priority <= 50000])
+    error_message = "profiles.*.listener_priority must be unique and 1..50000."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.default_lease_minutes >= 5 && p.default_lease_minutes <= p.max_lease_minutes && p.max_lease_minutes <= 44640])
+    error_message = "profiles.*.default_lease_minutes must be 5..max_lease_minutes, and max_lease_minutes at most 44640."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.revision == null || can(regex("^[0-9a-f]{40}$", coalesce(p.revision, "x")))])
+    error_message = "profiles.*.revision must be a full 40-character commit hash (pin the model) or null."
+  }
+}
