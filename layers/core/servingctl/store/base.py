@@ -1,0 +1,73 @@
+"""The store interface shared by the DynamoDB and in-memory implementations."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from servingctl.store.models import Lock, Phase, ProfileState, Session
+
+
+class LockConflict(Exception):
+    """A lock is held by another owner whose lease has not run out."""
+
+    def __init__(self, lock: Lock) -> None:
+        super().__init__(f"{lock.name} is held by {lock.owner} until {lock.model_dump(mode='json')['expires_at']}")
+        self.lock = lock
+
+
+class TransitionRefused(Exception):
+    """The recorded phase does not allow the requested move (a stale or out-of-order writer)."""
+
+    def __init__(self, profile: str, current: Phase, target: Phase) -> None:
+        super().__init__(f"profile {profile}: {current} -> {target} is not an allowed transition")
+        self.profile, self.current, self.target = profile, current, target
+
+
+class Store(Protocol):
+    """Profile state, locks and ledger sessions; every write is atomic for the record it touches."""
+
+    def get_profile(self, profile: str) -> ProfileState:
+        """The profile's state (STOPPED with no history when never recorded)."""
+        ...
+
+    def list_profiles(self) -> list[ProfileState]:
+        """Every recorded profile state, sorted by name."""
+        ...
+
+    def update_profile(self, profile: str, now: datetime, **changes: Any) -> ProfileState:
+        """Set the given fields (None removes one) without touching the others; returns the new state."""
+        ...
+
+    def set_phase(self, profile: str, phase: Phase, now: datetime, execution: str, **changes: Any) -> ProfileState:
+        """Move to phase (plus field changes) if ALLOWED_TRANSITIONS permits it, else TransitionRefused."""
+        ...
+
+    def acquire_locks(self, names: Sequence[str], owner: str, now: datetime, ttl_s: int) -> list[Lock]:
+        """Take every named lock at once or none (LockConflict); the same owner re-acquiring renews."""
+        ...
+
+    def release_locks(self, names: Sequence[str], owner: str) -> list[str]:
+        """Delete the named locks that owner holds; returns the names released."""
+        ...
+
+    def get_lock(self, name: str) -> Lock | None:
+        """The lock record (expired or not), None when absent."""
+        ...
+
+    def open_session(self, session: Session) -> Session:
+        """Record a new session; opening the same session_id again returns the stored one."""
+        ...
+
+    def close_session(self, profile: str, session_id: str, now: datetime, execution: str, reason: str) -> Session:
+        """Stamp stopped_at and uptime once; closing again returns the closed session unchanged."""
+        ...
+
+    def get_session(self, profile: str, session_id: str) -> Session | None:
+        """One session, None when absent."""
+        ...
+
+    def list_sessions(self, profile: str) -> list[Session]:
+        """The profile's sessions, oldest first."""
+        ...

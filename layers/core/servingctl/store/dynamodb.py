@@ -1,0 +1,254 @@
+"""DynamoDB store: one table (pk, sk, TTL attribute `ttl`), conditional writes for phases and locks.
+
+Item layout (every item also carries `kind`):
+  profile state   pk="profile"            sk=<profile>      ProfileState fields (times as ISO strings)
+  lock            pk="lock"               sk="profile:<p>" | "pool:<pool>"
+                  owner, acquired_at, expires_at (ISO), expires_epoch (N), ttl (N, expiry + 1 day)
+  ledger session  pk="session#<profile>"  sk=<session id: "<started ISO>#<execution name>">
+                  Session fields (times as ISO strings, uptime_s N)
+TTL only cleans up: lock conditions compare expires_epoch with the caller's clock, since DynamoDB may
+delete expired items up to days late.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import boto3
+from boto3.dynamodb.conditions import Attr, Key
+from botocore.exceptions import ClientError
+
+from servingctl.store.base import LockConflict, TransitionRefused
+from servingctl.store.memory import checked_changes
+from servingctl.store.models import ALLOWED_TRANSITIONS, Lock, Phase, ProfileState, Session
+
+PROFILE_PK = "profile"
+LOCK_PK = "lock"
+LOCK_TTL_GRACE_S = 86400
+# Optimistic phase writes retry this often when another writer changed the item in between.
+PHASE_WRITE_ATTEMPTS = 3
+
+
+def _to_item(data: dict[str, Any]) -> dict[str, Any]:
+    """JSON-mode values with floats as Decimal (what the DynamoDB resource accepts)."""
+    return json.loads(json.dumps(data), parse_float=Decimal)
+
+
+def _epoch(value: datetime) -> Decimal:
+    return Decimal(str(round(value.timestamp(), 3)))
+
+
+def _conditional_failure(exc: ClientError) -> bool:
+    return exc.response["Error"]["Code"] in ("ConditionalCheckFailedException", "TransactionCanceledException")
+
+
+class DynamoStore:
+    """The store on one DynamoDB table."""
+
+    def __init__(self, table_name: str, resource: Any | None = None) -> None:
+        self._table = (resource or boto3.resource("dynamodb")).Table(table_name)
+        self._client = self._table.meta.client
+
+    # ---- profile state -------------------------------------------------------------------------
+    def get_profile(self, profile: str) -> ProfileState:
+        """The profile's state (STOPPED with no history when never recorded)."""
+        item = self._table.get_item(Key={"pk": PROFILE_PK, "sk": profile}, ConsistentRead=True).get("Item")
+        return ProfileState.model_validate(item) if item else ProfileState(profile=profile)
+
+    def list_profiles(self) -> list[ProfileState]:
+        """Every recorded profile state, sorted by name."""
+        items: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"KeyConditionExpression": Key("pk").eq(PROFILE_PK), "ConsistentRead": True}
+        while True:
+            page = self._table.query(**kwargs)
+            items.extend(page["Items"])
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return sorted((ProfileState.model_validate(i) for i in items), key=lambda s: s.profile)
+
+    def _write_profile(self, current: ProfileState, changes: dict[str, Any], now: datetime, condition: Any) -> ProfileState:
+        new = ProfileState.model_validate(current.model_dump() | checked_changes(changes) | {"updated_at": now})
+        dumped = _to_item(new.model_dump(mode="json"))
+        names = ["profile", "updated_at", *changes]
+        sets = {n: dumped[n] for n in names if dumped[n] is not None}
+        removes = [n for n in names if dumped[n] is None]
+        expression = "SET " + ", ".join(f"#{n} = :{n}" for n in [*sets, "kind"])
+        if removes:
+            expression += " REMOVE " + ", ".join(f"#{n}" for n in removes)
+        kwargs: dict[str, Any] = {
+            "Key": {"pk": PROFILE_PK, "sk": current.profile},
+            "UpdateExpression": expression,
+            "ExpressionAttributeNames": {f"#{n}": n for n in [*sets, *removes, "kind"]},
+            "ExpressionAttributeValues": {f":{n}": v for n, v in sets.items()} | {":kind": "profile"},
+            "ReturnValues": "ALL_NEW",
+        }
+        if condition is not None:
+            kwargs["ConditionExpression"] = condition
+        attributes = self._table.update_item(**kwargs)["Attributes"]
+        return ProfileState.model_validate(attributes)
+
+    def update_profile(self, profile: str, now: datetime, **changes: Any) -> ProfileState:
+        """Set the given fields (None removes one) without touching the others; returns the new state."""
+        return self._write_profile(self.get_profile(profile), changes, now, None)
+
+    def set_phase(self, profile: str, phase: Phase, now: datetime, execution: str, **changes: Any) -> ProfileState:
+        """Move to phase (plus field changes) if ALLOWED_TRANSITIONS permits it, else TransitionRefused."""
+        for _ in range(PHASE_WRITE_ATTEMPTS):
+            current = self.get_profile(profile)
+            if phase not in ALLOWED_TRANSITIONS[current.phase]:
+                raise TransitionRefused(profile, current.phase, phase)
+            since = current.phase_since if current.phase == phase else now
+            # Optimistic: the phase must still be the one just read (an absent phase means STOPPED).
+            unchanged = Attr("phase").eq(current.phase.value)
+            if current.phase == Phase.STOPPED:
+                unchanged = unchanged | Attr("phase").not_exists()
+            fields = {"phase": phase, "execution": execution, "phase_since": since} | changes
+            try:
+                return self._write_profile(current, fields, now, unchanged)
+            except ClientError as exc:
+                if not _conditional_failure(exc):
+                    raise
+        current = self.get_profile(profile)
+        raise TransitionRefused(profile, current.phase, phase)
+
+    # ---- locks ---------------------------------------------------------------------------------
+    def acquire_locks(self, names: Sequence[str], owner: str, now: datetime, ttl_s: int) -> list[Lock]:
+        """Take every named lock at once or none (LockConflict); the same owner re-acquiring renews."""
+        locks = [Lock(name=n, owner=owner, acquired_at=now, expires_at=now + timedelta(seconds=ttl_s)) for n in names]
+        # Plain expression strings: boto3's condition builder hoists names/values out of TransactItems.
+        free = {
+            "ConditionExpression": "attribute_not_exists(pk) OR expires_epoch <= :now OR #owner = :owner",
+            "ExpressionAttributeNames": {"#owner": "owner"},
+            "ExpressionAttributeValues": {":now": _epoch(now), ":owner": owner},
+        }
+        writes = [
+            {
+                "Put": {
+                    "TableName": self._table.name,
+                    "Item": _to_item(lock.model_dump(mode="json"))
+                    | {
+                        "pk": LOCK_PK,
+                        "sk": lock.name,
+                        "kind": "lock",
+                        "expires_epoch": _epoch(lock.expires_at),
+                        "ttl": int(lock.expires_at.timestamp()) + LOCK_TTL_GRACE_S,
+                    },
+                }
+                | free
+            }
+            for lock in locks
+        ]
+        try:
+            self._client.transact_write_items(TransactItems=writes)
+        except ClientError as exc:
+            if not _conditional_failure(exc):
+                raise
+            for name in names:
+                held = self.get_lock(name)
+                if held and held.owner != owner and held.live(now):
+                    raise LockConflict(held) from None
+            raise
+        return locks
+
+    def release_locks(self, names: Sequence[str], owner: str) -> list[str]:
+        """Delete the named locks that owner holds; returns the names released."""
+        released = []
+        for name in names:
+            try:
+                self._table.delete_item(Key={"pk": LOCK_PK, "sk": name}, ConditionExpression=Attr("owner").eq(owner))
+                released.append(name)
+            except ClientError as exc:
+                if not _conditional_failure(exc):
+                    raise
+        return released
+
+    def get_lock(self, name: str) -> Lock | None:
+        """The lock record (expired or not), None when absent."""
+        item = self._table.get_item(Key={"pk": LOCK_PK, "sk": name}, ConsistentRead=True).get("Item")
+        return Lock.model_validate(item) if item else None
+
+    # ---- ledger sessions -----------------------------------------------------------------------
+    def open_session(self, session: Session) -> Session:
+        """Record a new session; opening the same session_id again returns the stored one."""
+        item = _to_item(session.model_dump(mode="json", exclude_none=True))
+        try:
+            self._table.put_item(
+                Item=item | {"pk": f"session#{session.profile}", "sk": session.session_id, "kind": "session"},
+                ConditionExpression=Attr("pk").not_exists(),
+            )
+        except ClientError as exc:
+            if not _conditional_failure(exc):
+                raise
+        stored = self.get_session(session.profile, session.session_id)
+        assert stored is not None  # written above or already there
+        return stored
+
+    def close_session(self, profile: str, session_id: str, now: datetime, execution: str, reason: str) -> Session:
+        """Stamp stopped_at and uptime once; closing again returns the closed session unchanged."""
+        session = self.get_session(profile, session_id)
+        if session is None:
+            raise KeyError(f"no session {session_id!r} for profile {profile!r}")
+        if not session.open:
+            return session
+        closed = session.model_copy(
+            update={
+                "stopped_at": now,
+                "uptime_s": max(0.0, (now - session.started_at).total_seconds()),
+                "stop_execution": execution,
+                "close_reason": reason,
+            }
+        )
+        values = _to_item(closed.model_dump(mode="json", include={"stopped_at", "uptime_s", "stop_execution", "close_reason"}))
+        try:
+            self._table.update_item(
+                Key={"pk": f"session#{profile}", "sk": session_id},
+                UpdateExpression="SET stopped_at = :s, uptime_s = :u, stop_execution = :e, close_reason = :r",
+                ConditionExpression=Attr("stopped_at").not_exists(),
+                ExpressionAttributeValues={
+                    ":s": values["stopped_at"], ":u": values["uptime_s"],
+                    ":e": values["stop_execution"], ":r": values["close_reason"],
+                },
+            )
+        except ClientError as exc:
+            if not _conditional_failure(exc):
+                raise
+        stored = self.get_session(profile, session_id)
+        assert stored is not None
+        return stored
+
+    def get_session(self, profile: str, session_id: str) -> Session | None:
+        """One session, None when absent."""
+        item = self._table.get_item(Key={"pk": f"session#{profile}", "sk": session_id}, ConsistentRead=True).get("Item")
+        return Session.model_validate(item) if item else None
+
+    def list_sessions(self, profile: str) -> list[Session]:
+        """The profile's sessions, oldest first."""
+        items: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"KeyConditionExpression": Key("pk").eq(f"session#{profile}"), "ConsistentRead": True}
+        while True:
+            page = self._table.query(**kwargs)
+            items.extend(page["Items"])
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return [Session.model_validate(i) for i in items]
+
+
+def create_table(table_name: str, resource: Any | None = None) -> None:
+    """Create the table as template.yaml declares it (for the local twin and tests)."""
+    resource = resource or boto3.resource("dynamodb")
+    table = resource.create_table(
+        TableName=table_name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    table.wait_until_exists()
+    resource.meta.client.update_time_to_live(
+        TableName=table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"}
+    )

@@ -1,0 +1,125 @@
+"""Records the store keeps: profile state (phase machine), locks and ledger sessions, JSON-safe."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
+
+
+class Phase(StrEnum):
+    """Lifecycle phase of a serving profile."""
+
+    STOPPED = "STOPPED"
+    STARTING = "STARTING"
+    READY = "READY"
+    STOPPING = "STOPPING"
+    FAILED = "FAILED"
+
+
+# Phase -> phases it may move to. READY -> STARTING is a restart after the task vanished; STARTING ->
+# STARTING is a retry or a takeover after a dead execution's lock expired.
+ALLOWED_TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    Phase.STOPPED: frozenset({Phase.STOPPED, Phase.STARTING, Phase.STOPPING, Phase.FAILED}),
+    Phase.STARTING: frozenset({Phase.STARTING, Phase.READY, Phase.STOPPING, Phase.FAILED}),
+    Phase.READY: frozenset({Phase.READY, Phase.STARTING, Phase.STOPPING, Phase.FAILED}),
+    Phase.STOPPING: frozenset({Phase.STOPPING, Phase.STOPPED, Phase.FAILED}),
+    Phase.FAILED: frozenset({Phase.FAILED, Phase.STARTING, Phase.STOPPING, Phase.STOPPED}),
+}
+
+
+def sources_of(target: Phase) -> list[Phase]:
+    """Phases from which target may be entered."""
+    return [p for p, targets in ALLOWED_TRANSITIONS.items() if target in targets]
+
+
+def iso(value: datetime | None) -> str | None:
+    """UTC ISO-8601 with a Z, the one time format the store and the state machines carry."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="ignore", validate_assignment=True)
+
+    @field_serializer("*", when_used="json")
+    def _times_as_iso(self, value: Any) -> Any:
+        return iso(value) if isinstance(value, datetime) else value
+
+
+class ProfileState(_Record):
+    """Where a profile is in its lifecycle, who moved it there, and what it cost in time."""
+
+    profile: str
+    phase: Phase = Phase.STOPPED
+    execution: str | None = Field(default=None, description="ARN of the execution that set the phase")
+    updated_at: datetime | None = None
+    phase_since: datetime | None = None
+    ready_at: datetime | None = None
+    stopped_at: datetime | None = None
+    phase_seconds: dict[str, float] = Field(default_factory=dict, description="capacity, boot, task, health, smoke, total")
+    lease_deadline: datetime | None = None
+    last_error: str | None = None
+    session_id: str | None = Field(default=None, description="open ledger session")
+    stop_requested_by: str | None = None
+    stop_requested_until: datetime | None = None
+
+    def stop_requested(self, now: datetime) -> bool:
+        """True while a stop flag set by a stop execution is still in force."""
+        return bool(self.stop_requested_by and self.stop_requested_until and now < self.stop_requested_until)
+
+
+# Fields a caller may change with update_profile / set_phase (the key and the audit time are the store's).
+MUTABLE_FIELDS = frozenset(ProfileState.model_fields) - {"profile", "updated_at"}
+
+
+class Lock(_Record):
+    """A lease on a profile or pool, held by one execution until expires_at."""
+
+    name: str = Field(description='"profile:<name>" or "pool:<name>"')
+    owner: str
+    acquired_at: datetime
+    expires_at: datetime
+
+    def live(self, now: datetime) -> bool:
+        """True while the lease has not run out."""
+        return now < self.expires_at
+
+
+class Session(_Record):
+    """One ledger session: a profile's instance time from scale-out to stop (cost math: servingctl.costs)."""
+
+    profile: str
+    session_id: str
+    pool: str
+    instance_type: str
+    price_key: str | None = None
+    started_at: datetime
+    stopped_at: datetime | None = None
+    uptime_s: float | None = None
+    start_execution: str | None = None
+    stop_execution: str | None = None
+    close_reason: str | None = None
+
+    @property
+    def open(self) -> bool:
+        """True until close_session stamped it."""
+        return self.stopped_at is None
+
+
+def profile_lock(profile: str) -> str:
+    """Lock name of a profile."""
+    return f"profile:{profile}"
+
+
+def pool_lock(pool: str) -> str:
+    """Lock name of a compute pool."""
+    return f"pool:{pool}"
+
+
+def session_id_for(started_at: datetime, execution: str) -> str:
+    """Session ids sort by start time and name the execution that opened them."""
+    return f"{iso(started_at)}#{execution.rsplit(':', 1)[-1]}"

@@ -1,0 +1,156 @@
+"""The in-memory and DynamoDB stores pass the same suite: phases, locks, ledger sessions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from servingctl.store import DynamoStore, LockConflict, MemoryStore, Phase, Session, Store, TransitionRefused
+from servingctl.store.dynamodb import create_table
+from servingctl.store.models import session_id_for
+
+T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+EXEC_A = "arn:aws:states:us-east-1:123456789012:execution:start_profile:start-deepseek-a"
+EXEC_B = "arn:aws:states:us-east-1:123456789012:execution:start_profile:start-deepseek-b"
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        resource = boto3.resource("dynamodb", region_name="us-east-1")
+        create_table("servingctl-test", resource)
+        yield DynamoStore("servingctl-test", resource)
+
+
+def test_unknown_profile_reads_as_stopped(store: Store) -> None:
+    state = store.get_profile("deepseek-v4-flash")
+    assert state.phase == Phase.STOPPED and state.execution is None
+    assert store.list_profiles() == []
+
+
+def test_phase_walk_records_execution_times_and_durations(store: Store) -> None:
+    store.set_phase("p", Phase.STARTING, T0, EXEC_A, session_id="s1")
+    t1 = T0 + timedelta(minutes=14)
+    ready = store.set_phase(
+        "p", Phase.READY, t1, EXEC_A, ready_at=t1, lease_deadline=t1 + timedelta(hours=2),
+        phase_seconds={"capacity": 180.5, "health": 600.0},
+    )
+    assert ready.phase == Phase.READY and ready.phase_since == t1 and ready.execution == EXEC_A
+    again = store.get_profile("p")
+    assert again.phase_seconds == {"capacity": 180.5, "health": 600.0}
+    assert again.lease_deadline == t1 + timedelta(hours=2)
+    assert again.session_id == "s1"
+    assert [s.profile for s in store.list_profiles()] == ["p"]
+
+
+def test_same_phase_keeps_its_start_time(store: Store) -> None:
+    store.set_phase("p", Phase.STARTING, T0, EXEC_A)
+    retried = store.set_phase("p", Phase.STARTING, T0 + timedelta(seconds=5), EXEC_A)
+    assert retried.phase_since == T0
+
+
+@pytest.mark.parametrize(
+    ("path", "refused"),
+    [
+        ([], Phase.READY),  # STOPPED -> READY skips the start
+        ([Phase.STARTING, Phase.READY, Phase.STOPPING], Phase.STARTING),
+        ([Phase.STARTING], Phase.STOPPED),  # a start ends READY or FAILED, never STOPPED
+    ],
+)
+def test_disallowed_transition_is_refused_and_changes_nothing(store: Store, path: list[Phase], refused: Phase) -> None:
+    for phase in path:
+        store.set_phase("p", phase, T0, EXEC_A)
+    before = store.get_profile("p")
+    with pytest.raises(TransitionRefused, match=f"-> {refused}"):
+        store.set_phase("p", refused, T0 + timedelta(seconds=1), EXEC_B)
+    assert store.get_profile("p") == before
+
+
+def test_update_profile_leaves_other_fields_and_none_removes(store: Store) -> None:
+    store.set_phase("p", Phase.STARTING, T0, EXEC_A, last_error="old")
+    store.update_profile("p", T0, stop_requested_by=EXEC_B, stop_requested_until=T0 + timedelta(minutes=5))
+    state = store.get_profile("p")
+    assert state.phase == Phase.STARTING and state.last_error == "old"
+    assert state.stop_requested(T0) and not state.stop_requested(T0 + timedelta(minutes=5))
+    store.update_profile("p", T0, stop_requested_by=None, stop_requested_until=None, last_error=None)
+    cleared = store.get_profile("p")
+    assert cleared.stop_requested_by is None and cleared.last_error is None and cleared.phase == Phase.STARTING
+
+
+def test_update_profile_refuses_unknown_fields(store: Store) -> None:
+    with pytest.raises(ValueError, match="unknown profile field"):
+        store.update_profile("p", T0, phaze="READY")
+
+
+def test_lock_is_exclusive_until_it_expires(store: Store) -> None:
+    names = ["profile:p", "pool:g"]
+    taken = store.acquire_locks(names, EXEC_A, T0, ttl_s=600)
+    assert [lock.name for lock in taken] == names
+    with pytest.raises(LockConflict, match=f"held by {EXEC_A}") as err:
+        store.acquire_locks(["profile:p"], EXEC_B, T0 + timedelta(seconds=599), ttl_s=600)
+    assert err.value.lock.owner == EXEC_A
+    # A dead execution cannot hold it forever: after expiry another execution takes it over.
+    later = T0 + timedelta(seconds=600)
+    store.acquire_locks(["profile:p"], EXEC_B, later, ttl_s=600)
+    assert store.get_lock("profile:p").owner == EXEC_B
+
+
+def test_same_owner_reacquiring_is_idempotent_and_renews(store: Store) -> None:
+    store.acquire_locks(["profile:p"], EXEC_A, T0, ttl_s=60)
+    renewed = store.acquire_locks(["profile:p"], EXEC_A, T0 + timedelta(seconds=30), ttl_s=60)
+    assert renewed[0].expires_at == T0 + timedelta(seconds=90)
+    assert store.get_lock("profile:p").expires_at == T0 + timedelta(seconds=90)
+
+
+def test_lock_set_is_all_or_nothing(store: Store) -> None:
+    store.acquire_locks(["pool:g"], EXEC_A, T0, ttl_s=600)
+    with pytest.raises(LockConflict, match="pool:g"):
+        store.acquire_locks(["profile:q", "pool:g"], EXEC_B, T0, ttl_s=600)
+    assert store.get_lock("profile:q") is None
+
+
+def test_release_only_frees_the_owners_locks(store: Store) -> None:
+    store.acquire_locks(["profile:p", "pool:g"], EXEC_A, T0, ttl_s=600)
+    assert store.release_locks(["profile:p", "pool:g"], EXEC_B) == []
+    assert store.get_lock("pool:g").owner == EXEC_A
+    assert store.release_locks(["profile:p", "pool:g"], EXEC_A) == ["profile:p", "pool:g"]
+    assert store.get_lock("profile:p") is None
+    assert store.release_locks(["profile:p"], EXEC_A) == []
+    store.acquire_locks(["profile:p"], EXEC_B, T0, ttl_s=600)
+
+
+def _session(started: datetime, execution: str = EXEC_A) -> Session:
+    return Session(
+        profile="p", session_id=session_id_for(started, execution), pool="g7e-2gpu",
+        instance_type="g7e.12xlarge", price_key="g7e.12xlarge", started_at=started, start_execution=execution,
+    )
+
+
+def test_session_open_close_records_uptime_once(store: Store) -> None:
+    opened = store.open_session(_session(T0))
+    assert opened.open and store.open_session(_session(T0)) == opened
+    closed = store.close_session("p", opened.session_id, T0 + timedelta(hours=1, minutes=30), EXEC_B, "stopped")
+    assert closed.uptime_s == 5400.0 and closed.stop_execution == EXEC_B and not closed.open
+    again = store.close_session("p", opened.session_id, T0 + timedelta(hours=5), EXEC_A, "failed")
+    assert again == closed
+
+
+def test_sessions_list_oldest_first(store: Store) -> None:
+    later = store.open_session(_session(T0 + timedelta(days=1), EXEC_B))
+    first = store.open_session(_session(T0))
+    assert [s.session_id for s in store.list_sessions("p")] == [first.session_id, later.session_id]
+    assert store.list_sessions("other") == []
+    assert store.get_session("p", "nope") is None
+
+
+def test_closing_an_unknown_session_fails(store: Store) -> None:
+    with pytest.raises(KeyError, match="no session"):
+        store.close_session("p", "missing", T0, EXEC_A, "stopped")
