@@ -1,0 +1,54 @@
+"""`servingctl bench` flag validation: a bad flag names itself and the allowed values, exit 2."""
+
+import pytest
+
+from servingctl.bench.models import RunConfig
+from servingctl.cli import bench as bench_cli
+from servingctl.cli.main import build_parser, main
+
+BASE = ["bench", "--endpoint", "http://127.0.0.1:1", "--model", "m"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--mode", "fast"], ["--mode", "burst", "sustained", "rate"]),
+        (["--salt-mode", "random"], ["--salt-mode", "cache-salt", "prompt-nonce", "none"]),
+        (["--concurrency", "1,x"], ["--concurrency", "positive integers"]),
+        (["--input-tokens", "0"], ["--input-tokens", "positive integers"]),
+        (["--max-failure-rate", "2"], ["--max-failure-rate", "0 to 1"]),
+        (["--header", "no-colon"], ["--header", "NAME:VALUE"]),
+        (["--mode", "rate"], ["--rate", "req/s"]),
+        (["--mode", "sustained"], ["--requests", "--duration"]),
+        (["--rounds", "0"], ["--rounds", ">= 1"]),
+    ],
+)
+def test_bad_flags_exit_2_naming_flag_and_allowed_values(capsys, extra, expected):
+    with pytest.raises(SystemExit) as exit_info:
+        main(BASE + extra)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    for text in expected:
+        assert text in err
+
+
+def test_bad_endpoint_is_named(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--endpoint", "alb.internal", "--model", "m"])
+    assert "--endpoint: 'alb.internal' must start with http:// or https://" in capsys.readouterr().err
+
+
+def test_config_from_flags_redacts_secrets_and_keeps_the_rest():
+    args = build_parser().parse_args(
+        BASE + ["--api-key", "sk-1", "--header", "Authorization:Bearer sk-2", "--header", "X-LLM-Profile:ds",
+                "--input-tokens", "256,2048", "--concurrency", "1,4", "--mode", "rate", "--rate", "2.5",
+                "--requests", "20", "--salt-mode", "prompt-nonce"]
+    )
+    config = bench_cli.config_from_args(args)
+    assert config.headers == {"Authorization": "<redacted>", "X-LLM-Profile": "ds"}
+    assert config.api_key_set and "sk-" not in config.model_dump_json()
+    assert (config.input_tokens, config.concurrencies, config.mode, config.rate, config.requests) == ([256, 2048], [1, 4], "rate", 2.5, 20)
+
+
+def test_every_flag_maps_to_a_config_field():
+    assert set(bench_cli._FLAGS) <= set(RunConfig.model_fields)

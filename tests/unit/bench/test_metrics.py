@@ -1,0 +1,99 @@
+"""Metric arithmetic with hand-computed expectations (times in ns; 1 ms = 1_000_000 ns)."""
+
+import pytest
+
+from servingctl.bench.metrics import (
+    check_mismatches,
+    chunk_gaps_ms,
+    count_mismatches,
+    itl_samples_ms,
+    round_result,
+    steady_window,
+    tokens_per_chunk,
+    with_request_metrics,
+)
+from servingctl.bench.models import RequestRecord
+
+MS = 1_000_000
+
+
+def record(index=0, start_ms=0, chunks_ms=((100, 1), (110, 2), (130, 1)), end_ms=140, ok=True, **extra):
+    chunks = [(int(t * MS), k) for t, k in chunks_ms]
+    return RequestRecord(
+        scenario="in256-c1", round=0, index=index, ok=ok,
+        t_start_ns=int(start_ms * MS),
+        t_first_ns=chunks[0][0] if chunks else None,
+        t_last_ns=chunks[-1][0] if chunks else None,
+        t_end_ns=int(end_ms * MS),
+        completion_tokens=sum(k for _, k in chunks),
+        chunks=chunks, token_counts_exact=True, **{"prompt_tokens": 254, "finish_reason": "length", **extra},
+    )
+
+
+def test_per_request_metrics():
+    r = with_request_metrics(record())
+    assert r.ttft_ms == 100.0                        # first token chunk at 100 ms
+    assert r.e2e_ms == 140.0
+    assert r.e2e_tok_s == pytest.approx(4 / 0.140)   # 28.57 tok/s
+    assert r.decode_tok_s == pytest.approx(3 / 0.030)  # (n-1) / (t_last - t_first) = 100 tok/s
+    assert r.tpot_ms == pytest.approx(40 / 3)        # (E2E - TTFT) / (n-1)
+
+
+def test_single_token_has_no_decode_rate_nor_tpot():
+    r = with_request_metrics(record(chunks_ms=((50, 1),), end_ms=60))
+    assert (r.ttft_ms, r.e2e_ms) == (50.0, 60.0)
+    assert r.decode_tok_s is None and r.tpot_ms is None
+
+
+def test_itl_is_token_normalized_while_chunk_gaps_stay_raw():
+    chunks = record().chunks
+    assert chunk_gaps_ms(chunks) == [10.0, 20.0]
+    # the 2-token chunk after a 10 ms gap gives two 5 ms samples: mean ITL = 30 ms / 3 tokens = 1 / decode rate
+    assert itl_samples_ms(chunks) == [5.0, 5.0, 20.0]
+
+
+def test_tokens_per_chunk_histogram_over_requests():
+    assert tokens_per_chunk([record(), record(chunks_ms=((10, 3), (20, 3)))]) == {1: 2, 2: 1, 3: 2}
+
+
+def test_mismatches_flag_prompt_completion_and_finish_reason():
+    good = check_mismatches(record(), prompt_tokens=254, max_tokens=4)
+    assert good.mismatches == []
+    bad = check_mismatches(record(finish_reason="stop"), prompt_tokens=256, max_tokens=8)
+    assert bad.mismatches == ["prompt_tokens", "completion_tokens", "finish_reason"]
+    counts = count_mismatches([good, bad], prompt_tokens=256, max_tokens=8)
+    assert (counts.prompt_tokens, counts.completion_tokens, counts.finish_reason) == (1, 1, 1)
+    assert "completion_tokens 4 (max_tokens 8)" in counts.examples[0]
+
+
+def test_burst_round_aggregate_is_tokens_over_round_wall_time():
+    a = record(index=0, start_ms=0, end_ms=140)                                    # 4 tokens
+    b = record(index=1, start_ms=2, chunks_ms=((120, 2), (190, 2)), end_ms=200)   # 4 tokens
+    failed = record(index=2, start_ms=1, chunks_ms=((150, 5),), end_ms=160, ok=False)
+    result = round_result(3, False, [a, b, failed])
+    assert (result.t_start_ns, result.t_end_ns) == (0, 200 * MS)
+    assert (result.completion_tokens, result.ok, result.failed) == (8, 2, 1)  # failed tokens not counted
+    assert result.aggregate_tok_s == pytest.approx(8 / 0.200)
+
+
+def test_steady_window_runs_from_first_completion_to_last_send():
+    records = [
+        record(index=0, start_ms=0, chunks_ms=((50, 1), (80, 1), (100, 1)), end_ms=100),
+        record(index=1, start_ms=0, chunks_ms=((60, 1), (120, 2), (150, 1)), end_ms=150),
+        record(index=2, start_ms=100, chunks_ms=((140, 1), (180, 1), (200, 1)), end_ms=200),
+        record(index=3, start_ms=150, chunks_ms=((190, 2), (230, 1)), end_ms=240),
+    ]
+    window = steady_window(records)
+    assert (window.t_start_ns, window.t_end_ns) == (100 * MS, 150 * MS)
+    # chunks at 100 (1), 120 (2), 140 (1), 150 (1) fall inside [100, 150] ms
+    assert window.completion_tokens == 5
+    assert window.duration_s == pytest.approx(0.05)
+    assert window.warnings == []
+
+
+def test_steady_window_without_steady_phase_falls_back_loudly():
+    records = [record(index=0, start_ms=0, end_ms=140), record(index=1, start_ms=0, end_ms=140)]
+    window = steady_window(records)
+    assert window.method.startswith("whole span")
+    assert (window.t_start_ns, window.t_end_ns, window.completion_tokens) == (0, 140 * MS, 8)
+    assert "no steady phase" in window.warnings[0]
