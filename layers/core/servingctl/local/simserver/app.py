@@ -13,6 +13,7 @@ import json
 import random
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -29,6 +30,8 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 SIMULATOR_VERSION = f"servingctl-simulator {servingctl.__version__}"
+# --debug-timings keeps this many finished streams (oldest dropped first).
+DEBUG_TIMINGS_KEPT = 100_000
 
 
 class StreamCut(Exception):
@@ -117,6 +120,12 @@ class SimServer:
             ("GET", "/v1/models"): self._models,
             ("GET", "/metrics"): self._metrics,
         }
+        # Ground truth for client benchmarks (monotonic ns is system-wide on Linux, so comparable
+        # with a client's clock): when each stream arrived and when its first chunks left.
+        self.timings: deque[dict[str, Any]] | None = None
+        if config.debug_timings:
+            self.timings = deque(maxlen=DEBUG_TIMINGS_KEPT)
+            self._routes[("GET", "/debug/timings")] = self._debug_timings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI entry point."""
@@ -189,8 +198,12 @@ class SimServer:
         await _json(send, 200, {"count": len(tokens), "max_model_len": self.config.max_model_len,
                                 "tokens": tokens, "token_strs": None})
 
+    async def _debug_timings(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _json(send, 200, {"clock": "CLOCK_MONOTONIC ns", "streams": list(self.timings or ())})
+
     # ---- chat -----------------------------------------------------------------------------------
     async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
+        received_ns = time.monotonic_ns()
         try:
             req = ChatRequest.model_validate(await _read_json(receive))
         except ValidationError as exc:
@@ -234,6 +247,16 @@ class SimServer:
             opts = req.stream_options
             stream = _Stream(self, seq, request_id, offset, opts, cut, malformed)
             await stream.run(receive, send)
+            if self.timings is not None:
+                headers = dict(scope.get("headers") or [])
+                self.timings.append({
+                    "cache_salt": req.cache_salt,
+                    "x_request_id": headers.get(b"x-request-id", b"").decode() or None,
+                    "received_ns": received_ns,
+                    "first_chunk_sent_ns": stream.first_chunk_ns,
+                    "first_content_sent_ns": stream.first_content_ns,
+                    "completion_tokens": seq.generated,
+                })
         else:
             await self._complete(seq, request_id, offset, send)
 
@@ -269,6 +292,9 @@ class _Stream:
             f'"model":{json.dumps(server.config.model)},"choices":'
         )
         self.disconnected = False
+        # Monotonic ns just before the first body (role chunk) and the first content were sent.
+        self.first_chunk_ns: int | None = None
+        self.first_content_ns: int | None = None
 
     def _usage(self, completion: int) -> str:
         p = self.seq.prompt_len
@@ -279,6 +305,14 @@ class _Stream:
         tail = f",{self._usage(completion)}" if self.continuous else ""
         return (f'{self.head}[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{finish_json}}}]'
                 f"{tail}}}\n\n").encode()
+
+    def _stamp(self, content: bool) -> None:
+        """Note the send time of the first body and of the first body carrying content."""
+        now = time.monotonic_ns()
+        if self.first_chunk_ns is None:
+            self.first_chunk_ns = now
+        if content and self.first_content_ns is None:
+            self.first_content_ns = now
 
     async def _watch(self, receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
@@ -313,6 +347,7 @@ class _Stream:
                     if self.include_usage:
                         body += f"{self.head}[],{self._usage(sent)}}}\n\n".encode()
                     body += b"data: [DONE]\n\n"
+                    self._stamp(True)
                     await send({"type": "http.response.body", "body": body})
                     return
                 if text:  # a step whose tokens decode to no text sends nothing (like vLLM)
@@ -327,6 +362,7 @@ class _Stream:
                         self.server.engine.abort(seq)
                         raise StreamCut("injected fault: stream-cut")
                 if body:
+                    self._stamp(bool(text))
                     await send({"type": "http.response.body", "body": body, "more_body": True})
                 if self.stall and not stalled and sent >= half:
                     stalled = True

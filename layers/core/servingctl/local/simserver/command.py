@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fault", action="append", default=[], metavar="NAME=VALUE",
                         help="inject a fault (repeatable): " + "; ".join(f"{k}: {v}" for k, v in FAULTS.items()))
     parser.add_argument("--fault-seed", type=int, default=0, help="seed of the fault draws (default 0)")
+    parser.add_argument("--debug-timings", action="store_true",
+                        help="serve GET /debug/timings: per stream, monotonic ns of arrival and first chunks sent")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
 
@@ -42,6 +44,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             model=args.model, speed=args.speed, max_num_seqs=args.max_num_seqs,
             max_num_batched_tokens=args.max_num_batched_tokens, mtp_tokens=args.mtp_tokens,
             mtp_acceptance=args.mtp_acceptance, max_model_len=args.max_model_len, faults=faults,
+            debug_timings=args.debug_timings,
         )
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -76,6 +76,10 @@ class SimConfig(BaseModel):
     speed: float = Field(default=1.0, gt=0, description="divides every duration (50 = 50x faster)")
     timing: TimingModel = Field(default_factory=TimingModel)
     faults: Faults = Field(default_factory=Faults)
+    debug_timings: bool = Field(
+        default=False,
+        description="record when each stream's first chunks were sent (GET /debug/timings), for client benchmarks",
+    )
 
     @model_validator(mode="after")
     def _budget_covers_decodes(self) -> SimConfig:
