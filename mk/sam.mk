@@ -11,6 +11,8 @@ SAM_INPUTS := template.yaml samconfig.toml $(shell find functions layers/core st
 	-not -path '*/__pycache__/*' -not -path '*.egg-info/*' 2>/dev/null)
 
 export SAM_CLI_TELEMETRY := 0
+# The template tests translate template.yaml with this venv's SAM translator.
+export SERVINGCTL_SAM_PYTHON := $(abspath $(SAM_VENV))/bin/python
 
 $(SAM_VENV_STAMP):
 	@test -n "$(PY312)" || { echo "python3.12 not found (pyenv or PATH): sam build needs the runtime's Python"; exit 1; }

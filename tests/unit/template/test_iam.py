@@ -1,0 +1,166 @@
+"""Least privilege in the deployed roles: checked on the template after the SAM transform, so the
+statements SAM generates (policy templates, state machine roles) are checked like the written ones.
+
+Rules: no action wildcard in an Allow; Resource "*" only for the actions in STAR_RESOURCE_ACTIONS,
+each with the reason AWS forces it (and the condition key that narrows it, where AWS has one);
+AWS managed policies only from MANAGED_POLICIES. The allow-list is itself checked against
+cfn-lint's copy of AWS's IAM action data, so "AWS has no resource-level permission" is not a claim
+we can make up.
+"""
+
+import json
+from importlib import resources
+
+import pytest
+
+# action -> (why it needs Resource "*", condition key that must narrow it or None)
+STAR_RESOURCE_ACTIONS: dict[str, tuple[str, str | None]] = {
+    "autoscaling:DescribeAutoScalingGroups": ("Auto Scaling Describe* has no resource-level permissions", None),
+    "autoscaling:DescribeAutoScalingInstances": ("Auto Scaling Describe* has no resource-level permissions", None),
+    "autoscaling:DescribeScalingActivities": ("Auto Scaling Describe* has no resource-level permissions", None),
+    "elasticloadbalancing:DescribeTargetHealth": ("ELBv2 Describe* has no resource-level permissions", None),
+    "ecs:ListTasks": ("ListTasks is not authorized by a resource ARN in practice", "ecs:cluster"),
+    "ecs:DescribeTasks": ("task ARNs carry random ids: narrowed to the cluster instead", "ecs:cluster"),
+    "ecs:DescribeContainerInstances": ("instance ARNs carry random ids: narrowed to the cluster", "ecs:cluster"),
+    "logs:CreateLogDelivery": ("Step Functions log delivery: vended-log APIs take no resource", None),
+    "logs:GetLogDelivery": ("Step Functions log delivery: vended-log APIs take no resource", None),
+    "logs:UpdateLogDelivery": ("Step Functions log delivery: vended-log APIs take no resource", None),
+    "logs:DeleteLogDelivery": ("Step Functions log delivery: vended-log APIs take no resource", None),
+    "logs:ListLogDeliveries": ("Step Functions log delivery: vended-log APIs take no resource", None),
+    "logs:PutResourcePolicy": ("Step Functions log delivery: vended-log APIs take no resource", None),
+    "logs:DescribeResourcePolicies": ("Step Functions log delivery: vended-log APIs take no resource", None),
+    "logs:DescribeLogGroups": ("Step Functions log delivery: vended-log APIs take no resource", None),
+}
+
+# AWS managed policies SAM attaches, and why each is acceptable.
+MANAGED_POLICIES: dict[str, str] = {
+    "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole": "log writes of every function",
+    "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess": "X-Ray segments (Tracing: Active / Enabled)",
+    "arn:aws:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole": "ENIs of the functions in the VPC",
+}
+
+IAM_DATA = json.loads(resources.files("cfnlint.data.AdditionalSpecs").joinpath("Policies.json").read_text())
+
+
+def _as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def identity_statements(cfn: dict) -> list[tuple[str, dict]]:
+    """(where, statement) of every identity policy in a CloudFormation template."""
+    found = []
+    for name, resource in cfn["Resources"].items():
+        props = resource.get("Properties", {})
+        if resource["Type"] == "AWS::IAM::Role":
+            for policy in props.get("Policies", []):
+                found += [(f"{name}/{policy['PolicyName']}", s) for s in _as_list(policy["PolicyDocument"]["Statement"])]
+        elif resource["Type"] in ("AWS::IAM::ManagedPolicy", "AWS::IAM::Policy"):
+            found += [(name, s) for s in _as_list(props["PolicyDocument"]["Statement"])]
+    return found
+
+
+def violations(cfn: dict) -> list[str]:
+    """Every breach of the least-privilege rules, as readable lines (empty when clean)."""
+    problems = []
+    for where, statement in identity_statements(cfn):
+        if statement.get("Effect") != "Allow":
+            continue
+        actions = _as_list(statement["Action"])
+        problems += [f"{where}: wildcard action {a}" for a in actions if "*" in a]
+        if "*" not in _as_list(statement["Resource"]):
+            continue
+        for action in actions:
+            if action not in STAR_RESOURCE_ACTIONS:
+                problems.append(f"{where}: {action} on Resource '*' is not in the allow-list")
+                continue
+            key = STAR_RESOURCE_ACTIONS[action][1]
+            conditions = statement.get("Condition", {})
+            if key and not any(key in keys for keys in conditions.values()):
+                problems.append(f"{where}: {action} on Resource '*' needs a {key} condition")
+    managed_policy_ids = {n for n, r in cfn["Resources"].items() if r["Type"] == "AWS::IAM::ManagedPolicy"}
+    for name, resource in cfn["Resources"].items():
+        if resource["Type"] != "AWS::IAM::Role":
+            continue
+        for arn in resource["Properties"].get("ManagedPolicyArns", []):
+            if isinstance(arn, dict):
+                if arn.get("Ref") not in managed_policy_ids:
+                    problems.append(f"{name}: managed policy {arn} is not one of this template's")
+            elif arn not in MANAGED_POLICIES:
+                problems.append(f"{name}: AWS managed policy {arn} is not in the allow-list")
+    return problems
+
+
+def test_deployed_roles_follow_least_privilege(cfn):
+    assert violations(cfn) == []
+
+
+def test_every_allow_listed_star_action_is_used_and_aws_agrees(cfn):
+    used = {
+        a
+        for _, s in identity_statements(cfn)
+        if s.get("Effect") == "Allow" and "*" in _as_list(s["Resource"])
+        for a in _as_list(s["Action"])
+    }
+    assert set(STAR_RESOURCE_ACTIONS) == used, "drop allow-list entries nobody needs; add reasons for new ones"
+    for action, (_, condition_key) in STAR_RESOURCE_ACTIONS.items():
+        service, name = action.split(":")
+        known = {k.lower(): v for k, v in IAM_DATA[service]["Actions"].items()}
+        assert name.lower() in known, f"{action} is not an IAM action"
+        if condition_key is None:
+            # Without a narrowing condition the only excuse is that AWS offers no resource type.
+            assert not known[name.lower()].get("Resources"), f"{action} supports resource ARNs: scope it"
+
+
+@pytest.mark.parametrize(
+    ("statement", "expected"),
+    [
+        ({"Effect": "Allow", "Action": "*", "Resource": "*"}, "wildcard action *"),
+        ({"Effect": "Allow", "Action": "ecs:Describe*", "Resource": "arn:x"}, "wildcard action ecs:Describe*"),
+        ({"Effect": "Allow", "Action": "ecs:UpdateService", "Resource": "*"}, "not in the allow-list"),
+        ({"Effect": "Allow", "Action": "ecs:ListTasks", "Resource": ["*"]}, "needs a ecs:cluster condition"),
+    ],
+)
+def test_the_rules_catch_a_broad_statement(statement, expected):
+    role = {"Type": "AWS::IAM::Role", "Properties": {"Policies": [{"PolicyName": "p", "PolicyDocument": {"Statement": [statement]}}]}}
+    assert any(expected in line for line in violations({"Resources": {"R": role}}))
+
+
+def test_the_rules_catch_a_foreign_managed_policy():
+    role = {"Type": "AWS::IAM::Role", "Properties": {"ManagedPolicyArns": ["arn:aws:iam::aws:policy/AdministratorAccess"]}}
+    assert violations({"Resources": {"R": role}}) == [
+        "R: AWS managed policy arn:aws:iam::aws:policy/AdministratorAccess is not in the allow-list"
+    ]
+
+
+def _profile_steps_statements(cfn: dict) -> dict[str, dict]:
+    role = cfn["Resources"]["ProfileStepsFunctionRole"]["Properties"]
+    return {
+        s["Sid"]: s for p in role["Policies"] for s in _as_list(p["PolicyDocument"]["Statement"]) if "Sid" in s
+    }
+
+
+def test_writes_on_the_data_plane_are_scoped_to_the_terraform_outputs(cfn):
+    statements = _profile_steps_statements(cfn)
+    assert statements["ScaleProfileServices"]["Resource"] == {"Ref": "ServiceArns"}
+    pools = statements["ScalePools"]
+    assert pools["Resource"] == {"Ref": "AsgArns"}
+    assert pools["Condition"] == {"Null": {"aws:ResourceTag/servingctl:pool": "false"}}
+    assert statements["ReadClusterTasks"]["Condition"] == {"ArnEquals": {"ecs:cluster": {"Ref": "ClusterArn"}}}
+    assert statements["ReadRegistry"]["Resource"] == {"Ref": "RegistryParameterArn"}
+
+
+def test_state_machines_invoke_only_the_functions_they_substitute(cfn):
+    for name, machine in cfn["Resources"].items():
+        if machine["Type"] != "AWS::StepFunctions::StateMachine":
+            continue
+        substituted = {
+            v["Fn::GetAtt"][0] for v in machine["Properties"]["DefinitionSubstitutions"].values() if "Fn::GetAtt" in v
+        }
+        role = cfn["Resources"][machine["Properties"]["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
+        invoked = {
+            s["Resource"]["Fn::Sub"][1]["functionName"]["Ref"]
+            for p in role.get("Policies", [])
+            for s in _as_list(p["PolicyDocument"]["Statement"])
+            if "lambda:InvokeFunction" in _as_list(s["Action"])
+        }
+        assert invoked == {f for f in substituted if cfn["Resources"][f]["Type"] == "AWS::Lambda::Function"}, name

@@ -1,0 +1,184 @@
+"""template.yaml: cfn-lint clean; every function's code exists and gets the shared runtime,
+tracing, logging and environment; data is kept safe (table PITR/SSE/TTL, private TLS-only bucket);
+state machines are traced, logged and alarmed; the API, when present, needs IAM auth; the layer
+ships the same pins as pyproject."""
+
+import tomllib
+from pathlib import Path
+
+import pytest
+from cfnlint.api import lint_file
+
+ROOT = Path(__file__).resolve().parents[3]
+# Functions the contract puts in the VPC (they reach the internal ALB); every other one stays out.
+VPC_FUNCTIONS = {"smoke_test", "bench_worker"}
+CLI_ONLY_DEPENDENCIES = {"rich", "matplotlib"}
+
+
+def _of_type(template: dict, resource_type: str) -> dict[str, dict]:
+    return {n: r for n, r in template["Resources"].items() if r["Type"] == resource_type}
+
+
+def test_cfn_lint_reports_nothing():
+    assert [str(match) for match in lint_file(ROOT / "template.yaml")] == []
+
+
+def test_every_function_gets_runtime_layer_tracing_json_logs_and_environment(cfn):
+    functions = _of_type(cfn, "AWS::Lambda::Function")
+    assert functions
+    for name, function in functions.items():
+        props = function["Properties"]
+        assert props["Runtime"] == "python3.12", name
+        assert props["TracingConfig"] == {"Mode": "Active"}, name
+        assert props["LoggingConfig"]["LogFormat"] == "JSON", name
+        assert props["LoggingConfig"]["LogGroup"] == {"Ref": "FunctionLogGroup"}, name
+        assert any("CoreLayer" in str(layer) for layer in props["Layers"]), name
+        env = props["Environment"]["Variables"]
+        assert env["SERVINGCTL_REGISTRY"] == {"Fn::Sub": "ssm:${RegistryParameterName}"}, name
+        assert env["SERVINGCTL_TABLE"] == {"Ref": "StateTable"}, name
+        assert env["POWERTOOLS_SERVICE_NAME"] == env["POWERTOOLS_METRICS_NAMESPACE"] == "servingctl", name
+
+
+def test_only_the_contract_vpc_functions_are_in_the_vpc_on_terraform_network(template):
+    for name, function in _of_type(template, "AWS::Serverless::Function").items():
+        props = function["Properties"]
+        in_vpc = Path(props["CodeUri"]).name in VPC_FUNCTIONS
+        assert ("VpcConfig" in props) == in_vpc, name
+        if in_vpc:
+            assert props["VpcConfig"] == {
+                "SubnetIds": {"Ref": "PrivateSubnetIds"},
+                "SecurityGroupIds": [{"Ref": "LambdaSecurityGroupId"}],
+            }, name
+
+
+def test_table_keeps_state_recoverable_encrypted_and_expiring(template):
+    (table,) = _of_type(template, "AWS::DynamoDB::Table").values()
+    props = table["Properties"]
+    assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == "Retain"
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert {k["AttributeName"]: k["KeyType"] for k in props["KeySchema"]} == {"pk": "HASH", "sk": "RANGE"}
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert props["SSESpecification"]["SSEEnabled"] is True
+    assert props["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}
+
+
+def test_records_bucket_is_private_encrypted_versioned_and_tls_only(template):
+    buckets = _of_type(template, "AWS::S3::Bucket")
+    policies = {p["Properties"]["Bucket"]["Ref"]: p for p in _of_type(template, "AWS::S3::BucketPolicy").values()}
+    assert buckets
+    for name, bucket in buckets.items():
+        props = bucket["Properties"]
+        assert set(props["PublicAccessBlockConfiguration"].values()) == {True} and len(
+            props["PublicAccessBlockConfiguration"]
+        ) == 4, name
+        assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"], name
+        assert props["VersioningConfiguration"] == {"Status": "Enabled"}, name
+        statements = policies[name]["Properties"]["PolicyDocument"]["Statement"]
+        assert any(
+            s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in statements
+        ), name
+
+
+def test_every_state_machine_is_traced_logged_and_alarmed(template):
+    alarmed = {
+        dimension["Value"]["Ref"]
+        for alarm in _of_type(template, "AWS::CloudWatch::Alarm").values()
+        if alarm["Properties"]["MetricName"] == "ExecutionsFailed"
+        for dimension in alarm["Properties"]["Dimensions"]
+        if dimension["Name"] == "StateMachineArn"
+    }
+    machines = _of_type(template, "AWS::Serverless::StateMachine")
+    assert machines
+    for name, machine in machines.items():
+        props = machine["Properties"]
+        assert props["Type"] == "STANDARD", name
+        assert props["Tracing"] == {"Enabled": True}, name
+        assert props["Logging"]["Level"] in ("ERROR", "ALL"), name
+        assert props["Logging"]["Destinations"], name
+        assert name in alarmed, f"{name}: no ExecutionsFailed alarm"
+
+
+def api_auth_problems(template: dict) -> list[str]:
+    """API Gateway resources or events reachable without IAM (SigV4) auth."""
+    problems = []
+    iam_apis = set()
+    for name, api in _of_type(template, "AWS::Serverless::Api").items():
+        if api["Properties"].get("Auth", {}).get("DefaultAuthorizer") == "AWS_IAM":
+            iam_apis.add(name)
+        else:
+            problems.append(f"{name}: DefaultAuthorizer is not AWS_IAM")
+    for name, api in _of_type(template, "AWS::Serverless::HttpApi").items():
+        auth = api["Properties"].get("Auth", {})
+        if auth.get("DefaultAuthorizer") != "AWS_IAM" or not auth.get("EnableIamAuthorizer"):
+            problems.append(f"{name}: HTTP API without the IAM authorizer as default")
+    for name, method in _of_type(template, "AWS::ApiGateway::Method").items():
+        if method["Properties"].get("AuthorizationType") != "AWS_IAM":
+            problems.append(f"{name}: AuthorizationType is not AWS_IAM")
+    for name, function in _of_type(template, "AWS::Serverless::Function").items():
+        for event_name, event in function["Properties"].get("Events", {}).items():
+            if event["Type"] not in ("Api", "HttpApi"):
+                continue
+            props = event.get("Properties", {})
+            where = f"{name}.{event_name}"
+            if props.get("Auth", {}).get("Authorizer", "AWS_IAM") != "AWS_IAM":
+                problems.append(f"{where}: overrides the authorizer")
+            api_ref = (props.get("RestApiId") or props.get("ApiId") or {}).get("Ref")
+            if event["Type"] == "Api" and api_ref not in iam_apis:
+                problems.append(f"{where}: not attached to an IAM-authorized AWS::Serverless::Api")
+    return problems
+
+
+def test_api_requires_iam_auth(template):
+    assert api_auth_problems(template) == []
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [
+        ({"Api": {"Type": "AWS::Serverless::Api", "Properties": {"StageName": "v1"}}}, "Api: DefaultAuthorizer"),
+        (
+            {"Fn": {"Type": "AWS::Serverless::Function", "Properties": {"Events": {"Get": {"Type": "Api"}}}}},
+            "Fn.Get: not attached",
+        ),
+        (
+            {
+                "Api": {"Type": "AWS::Serverless::Api", "Properties": {"Auth": {"DefaultAuthorizer": "AWS_IAM"}}},
+                "Fn": {
+                    "Type": "AWS::Serverless::Function",
+                    "Properties": {
+                        "Events": {
+                            "Get": {
+                                "Type": "Api",
+                                "Properties": {"RestApiId": {"Ref": "Api"}, "Auth": {"Authorizer": "NONE"}},
+                            }
+                        }
+                    },
+                },
+            },
+            "Fn.Get: overrides the authorizer",
+        ),
+        ({"M": {"Type": "AWS::ApiGateway::Method", "Properties": {"AuthorizationType": "NONE"}}}, "M: Authorization"),
+    ],
+)
+def test_the_api_check_catches_open_routes(resources, expected):
+    assert any(line.startswith(expected) for line in api_auth_problems({"Resources": resources}))
+
+
+def _pins(lines: list[str]) -> dict[str, str]:
+    pins = {}
+    for line in lines:
+        line = line.split("#")[0].strip()
+        if line and not line.startswith("-"):
+            name, version = line.split("==")
+            pins[name.split("[")[0].lower().replace("_", "-")] = line
+    return pins
+
+
+def test_layer_ships_the_runtime_pins_of_pyproject():
+    runtime = _pins(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+    requirements = (ROOT / "layers/core/requirements.txt").read_text().splitlines()
+    expected = {name: pin for name, pin in runtime.items() if name not in CLI_ONLY_DEPENDENCIES}
+    assert _pins(requirements) == expected
+    # Transitive versions: the same constraints file as the venvs, found relative to the file.
+    assert "-c ../../constraints.txt" in requirements
+    assert (ROOT / "layers/core" / "../../constraints.txt").resolve() == ROOT / "constraints.txt"
