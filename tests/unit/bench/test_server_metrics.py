@@ -54,7 +54,7 @@ def snap(generation, hits=0.0, draft=None, accepted=None):
 
 def checks(before, after, **kw):
     args = dict(client_completion_tokens=512, client_prompt_tokens=0, salted=True, peak_running=4,
-                intended_concurrency=4, exact_peak=True) | kw
+                running_samples=20, intended_concurrency=4, exact_peak=True) | kw
     return build_checks(before, after, **args)
 
 
@@ -77,6 +77,11 @@ def test_unsalted_runs_report_hits_without_a_verdict_and_rate_mode_peak_is_a_cap
     c = checks(snap(0), snap(512, 300), salted=False, peak_running=3, exact_peak=False)
     assert c.prefix_cache_hits_delta == 300 and c.prefix_cache_ok is None
     assert c.peak_running_ok is True and c.failures == []
+
+
+def test_peak_from_too_few_samples_gets_no_verdict():
+    c = checks(snap(0), snap(512), peak_running=1, running_samples=2)
+    assert c.peak_running == 1 and c.peak_running_ok is None and c.failures == []
 
 
 def test_missing_metrics_are_unavailable_not_failed():

@@ -204,6 +204,7 @@ class ServerChecks(_Model):
     spec_decode_acceptance_rate: float | None = None
     # Peak of vllm:num_requests_running sampled during the scenario vs the intended concurrency.
     peak_running: int | None = None
+    running_samples: int | None = Field(None, description="scrapes behind peak_running; too few -> no verdict")
     intended_concurrency: int | None = None
     peak_running_ok: bool | None = None
     failures: list[str] = Field(default_factory=list, description="readable reasons of failed checks")

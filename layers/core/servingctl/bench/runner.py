@@ -145,6 +145,7 @@ async def run_scenario(
         client_prompt_tokens=sum(r.prompt_tokens or 0 for r in records),
         salted=config.salt_mode != "none",
         peak_running=server.peak_running,
+        running_samples=server.running_samples,
         intended_concurrency=concurrency,
         exact_peak=config.mode != "rate",
     )

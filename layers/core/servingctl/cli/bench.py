@@ -20,6 +20,7 @@ from rich.table import Table
 from servingctl.bench.calibration import CalibrationError
 from servingctl.bench.models import MODES, SALT_MODES, RunConfig, RunResult
 from servingctl.bench.outputs import scenario_rows, write_all
+from servingctl.bench.outputs.markdown import fmt, results_table
 from servingctl.bench.outputs.markdown import warnings as run_warnings
 from servingctl.bench.runner import Progress as ProgressEvent
 from servingctl.bench.runner import ProgressFn, run_benchmark
@@ -186,10 +187,6 @@ def _progress(console: Console) -> Iterator[ProgressFn]:
         yield rich_event
 
 
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def _print_results(run: RunResult, *, as_json: bool) -> None:
     """The reference's table (stdout) and every warning a reader must see before trusting it."""
     rows = scenario_rows(run)
@@ -198,15 +195,21 @@ def _print_results(run: RunResult, *, as_json: bool) -> None:
                           "warnings": [w.replace("**", "") for w in run_warnings(run)],
                           "scenarios": [r.as_dict() for r in rows]}, indent=1))
         return
-    table = Table(title=f"servingctl bench {run.metadata.run_id} ({run.config.mode}, max_tokens {run.config.max_tokens})")
-    for header in ("input tokens", "concurrency", "aggregate tok/s", "E2E tok/s per request", "median TTFT ms",
-                   "decode tok/s", "ok / failed"):
-        table.add_column(header, justify="right")
-    for r in rows:
-        bound = " [bold red]CLIENT-BOUND[/]" if r.client_bound else ""
-        table.add_row(str(r.input_tokens), str(r.concurrency), _fmt(r.aggregate_tok_s) + bound, _fmt(r.e2e_tok_s),
-                      _fmt(r.ttft_median_ms, 1), _fmt(r.decode_tok_s), f"{r.ok} / {r.failed}")
     console = Console()
-    console.print(table)
+    if not console.is_terminal:  # logs and pipes get the markdown table: no wrapping, greppable
+        print("\n".join(results_table(run)))
+    else:
+        table = Table(title=f"servingctl bench {run.metadata.run_id} ({run.config.mode}, max_tokens {run.config.max_tokens})")
+        for header in ("input tokens", "concurrency", "aggregate tok/s", "E2E tok/s per request", "median TTFT ms",
+                       "decode tok/s", "ok / failed"):
+            table.add_column(header, justify="right")
+        for r in rows:
+            bound = " [bold red]CLIENT-BOUND[/]" if r.client_bound else ""
+            table.add_row(str(r.input_tokens), str(r.concurrency), fmt(r.aggregate_tok_s) + bound, fmt(r.e2e_tok_s),
+                          fmt(r.ttft_median_ms, 1), fmt(r.decode_tok_s), f"{r.ok} / {r.failed}")
+        console.print(table)
     for warning in run_warnings(run):
-        console.print(f"[bold red]![/] {warning.replace('**', '')}", highlight=False)
+        if console.is_terminal:
+            console.print(f"[bold red]![/] {warning.replace('**', '')}", highlight=False)
+        else:
+            print(f"! {warning.replace('**', '')}")

@@ -1,0 +1,134 @@
+"""The engine against the simulator server over real HTTP: counts, checks, salts, faults, modes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from servingctl.bench.calibration import build_prompt
+from servingctl.bench.models import RunConfig, RunResult
+from servingctl.bench.outputs import read_results
+from servingctl.bench.runner import run_benchmark
+from servingctl.cli.main import main
+from servingctl.local.simserver import Faults, SimConfig, running
+
+MODEL = SimConfig().model
+MAX_TOKENS = 24
+
+
+def bench(url: str, **overrides) -> RunResult:
+    config = RunConfig(**{
+        "endpoint": url, "model": MODEL, "input_tokens": [256], "concurrencies": [2],
+        "warmup": 1, "rounds": 2, "max_tokens": MAX_TOKENS, "timeout_s": 30.0, **overrides,
+    })
+    return asyncio.run(run_benchmark(config))
+
+
+def tokenize(url: str, prompt: str) -> int:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "add_generation_prompt": True}
+    return httpx.post(f"{url}/tokenize", json=body).json()["count"]
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with running(SimConfig(speed=20)) as url:
+        yield url
+
+
+def test_burst_sweep_counts_agree_with_the_server(sim):
+    run = bench(sim, input_tokens=[256, 1024], concurrencies=[1, 3])
+    assert run.exit_code == 0 and [s.summary.name for s in run.scenarios] == ["in256-c1", "in256-c3", "in1024-c1", "in1024-c3"]
+    assert run.metadata.server_version and "simulator" in json.dumps(run.metadata.server_version).lower()
+    for scenario in run.scenarios:
+        s, cal = scenario.summary, scenario.calibration
+        assert cal.method == "tokenize" and cal.actual_tokens <= cal.target_tokens
+        assert cal.actual_tokens == tokenize(sim, build_prompt(cal.repetitions))
+        assert (s.ok, s.failed, s.requests) == (2 * s.concurrency, 0, 2 * s.concurrency)
+        assert s.mismatches.prompt_tokens == s.mismatches.completion_tokens == s.mismatches.finish_reason == 0
+        for record in scenario.records:
+            assert record.prompt_tokens == cal.actual_tokens
+            assert sum(t for _, t in record.chunks) == record.completion_tokens == MAX_TOKENS
+        assert s.token_counts_exact and 2 in s.tokens_per_chunk  # MTP chunks carry 2 tokens
+        assert s.server.generation_tokens_equal is True
+        assert s.server.generation_tokens_delta == sum(r.completion_tokens for r in scenario.records)
+        assert s.server.prefix_cache_ok is True and s.server.prefix_cache_hits_delta == 0
+        assert s.server.spec_decode_acceptance_rate is not None
+        assert len(s.aggregate_tok_s_rounds) == 2 and s.aggregate_tok_s is not None
+        assert s.itl_ms.count == sum(MAX_TOKENS - r.chunks[0][1] for r in scenario.records if not r.warmup)
+
+
+def test_without_salts_a_repeated_prompt_hits_the_prefix_cache(sim):
+    salted = bench(sim, input_tokens=[1024], salt_mode="cache-salt").scenarios[0].summary.server
+    unsalted = bench(sim, input_tokens=[1024], salt_mode="none").scenarios[0].summary.server
+    assert salted.prefix_cache_hits_delta == 0 and salted.prefix_cache_ok is True
+    assert unsalted.prefix_cache_hits_delta > 0 and unsalted.prefix_cache_ok is None
+
+
+def test_prompt_nonce_defeats_the_cache_and_keeps_the_calibrated_length(sim):
+    scenario = bench(sim, input_tokens=[1024], salt_mode="prompt-nonce").scenarios[0]
+    assert scenario.calibration.nonce_tokens and scenario.calibration.warnings == []
+    assert scenario.summary.server.prefix_cache_hits_delta == 0
+    assert scenario.summary.mismatches.prompt_tokens == 0
+    prompts = {r.prompt_tokens for r in scenario.records}
+    assert prompts == {scenario.calibration.actual_tokens}
+
+
+def test_sustained_mode_reports_its_steady_window(sim):
+    s = bench(sim, mode="sustained", concurrencies=[3], requests=15).scenarios[0].summary
+    assert (s.requests, s.ok, s.name) == (15, 15, "in256-c3-sustained")
+    w = s.steady_window
+    assert w.method == "first completion -> last send" and w.t_end_ns > w.t_start_ns
+    assert s.aggregate_tok_s == pytest.approx(w.completion_tokens / w.duration_s)
+
+
+def test_rate_mode_sends_the_poisson_schedule(sim):
+    s = bench(sim, mode="rate", rate=40.0, concurrencies=[8], requests=12).scenarios[0].summary
+    assert (s.requests, s.ok, s.name) == (12, 12, "in256-c8-rate40")
+    assert s.achieved_rate_rps is not None and s.steady_window is not None
+
+
+@pytest.mark.parametrize(
+    ("faults", "kind", "timeout_s"),
+    [
+        (Faults(error_rate=0.5, seed=3), "http_status", 30.0),
+        (Faults(stream_cut=0.5, seed=3), "stream_cut", 30.0),
+        (Faults(malformed=0.5, seed=3), "malformed_sse", 30.0),
+        (Faults(stall_s=2.0), "timeout", 0.5),
+    ],
+)
+def test_faults_are_recorded_per_request_and_never_abort(faults, kind, timeout_s):
+    with running(SimConfig(speed=20, faults=faults)) as url:
+        run = bench(url, concurrencies=[1, 2], timeout_s=timeout_s, warmup=0)
+        lenient = bench(url, concurrencies=[2], timeout_s=timeout_s, warmup=0, max_failure_rate=1.0)
+    assert len(run.scenarios) == 2  # the sweep went on after failures
+    summaries = [s.summary for s in run.scenarios]
+    assert sum(s.failures_by_kind.get(kind, 0) for s in summaries) > 0
+    assert all(s.ok + s.failed == s.requests for s in summaries)
+    failed = [r for sc in run.scenarios for r in sc.records if not r.ok]
+    assert failed and all(r.error_kind == kind and r.error for r in failed)
+    assert run.exit_code == 1 and run.failed_scenarios
+    assert lenient.exit_code == 0
+
+
+def test_cli_writes_results_and_prints_the_reference_table(sim, tmp_path, capsys):
+    code = main(["bench", "--endpoint", sim, "--model", MODEL, "--input-tokens", "256", "--concurrency", "1,2",
+                 "--warmup", "0", "--rounds", "2", "--max-tokens", str(MAX_TOKENS), "--output", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    for column in ("input tokens", "concurrency", "aggregate tok/s", "median TTFT ms", "decode tok/s"):
+        assert column in out
+    run = read_results(tmp_path)
+    assert [s.summary.name for s in run.scenarios] == ["in256-c1", "in256-c2"]
+    assert (tmp_path / "vllm" / "in256-c2.json").exists() and (tmp_path / "report.md").exists()
+
+
+def test_cli_exit_code_follows_the_failure_rate(tmp_path, capsys):
+    with running(SimConfig(speed=20, faults=Faults(error_rate=1.0))) as url:
+        args = ["bench", "--endpoint", url, "--model", MODEL, "--input-tokens", "256", "--concurrency", "1",
+                "--warmup", "0", "--rounds", "1", "--max-tokens", "8", "--json"]
+        assert main(args) == 1
+        assert json.loads(capsys.readouterr().out)["failed_scenarios"] == ["in256-c1"]
+        assert main(args + ["--max-failure-rate", "1"]) == 0
