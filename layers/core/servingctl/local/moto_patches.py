@@ -1,0 +1,406 @@
+"""Every touch of moto's internals that the local twin needs, pinned to moto 5.2.5.
+
+moto emulates the AWS APIs but not AWS's behaviour over time: its Lambda without Docker echoes the
+payload, target health is always `healthy`, an ECS service reports running = desired at once, a
+ListTasks call ignores serviceName, an ASG launches InService instances synchronously and
+DescribeScalingActivities is always empty. The twin's world simulator plays those parts instead,
+through the accessors below. Nothing else in servingctl imports moto internals: when moto changes,
+`check_moto()` (and tests/unit/local/test_moto_patches.py) fail loudly here, in one place.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import moto
+from moto.autoscaling.models import Activity, AutoScalingBackend, FakeAutoScalingGroup, autoscaling_backends
+from moto.autoscaling.responses import AutoScalingResponse
+from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.core.responses import ActionResult
+from moto.ecs.models import EC2ContainerServiceBackend, Service, Task, ecs_backends
+from moto.elbv2.models import ELBv2Backend, FakeHealthStatus, FakeTargetGroup, elbv2_backends
+from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from werkzeug.serving import make_server
+
+MOTO_VERSION = "5.2.5"
+
+# attribute -> the parameter names its signature must have; check_moto() compares both.
+PATCHED: dict[str, tuple[object, str, tuple[str, ...]]] = {
+    "LambdaSimpleBackend.invoke": (
+        LambdaSimpleBackend, "invoke", ("self", "function_name", "qualifier", "body", "headers", "response_headers")
+    ),
+    "FakeTargetGroup.health_for": (FakeTargetGroup, "health_for", ("self", "target", "ec2_backend")),
+    "EC2ContainerServiceBackend.update_service": (
+        EC2ContainerServiceBackend, "update_service", ("self", "service_properties")
+    ),
+    "EC2ContainerServiceBackend.list_tasks": (
+        EC2ContainerServiceBackend,
+        "list_tasks",
+        ("self", "cluster_str", "container_instance", "family", "started_by", "service_name", "desiredStatus"),
+    ),
+    "FakeAutoScalingGroup.set_desired_capacity": (FakeAutoScalingGroup, "set_desired_capacity", ("self", "new_capacity")),
+    "AutoScalingResponse.describe_scaling_activities": (AutoScalingResponse, "describe_scaling_activities", ("self",)),
+    "AmazonStateLanguageParser.parse": (AmazonStateLanguageParser, "parse", ("definition",)),
+}
+# Internals read or called (not replaced) by the accessors below.
+USED: dict[str, tuple[object, str, tuple[str, ...]]] = {
+    "FakeAutoScalingGroup.replace_autoscaling_group_instances": (
+        FakeAutoScalingGroup, "replace_autoscaling_group_instances", ("self", "count_needed", "propagated_tags")
+    ),
+    "Activity.__init__": (
+        Activity,
+        "__init__",
+        ("self", "description", "cause", "auto_scaling_group", "activity_id", "start_time", "end_time", "status_code"),
+    ),
+    "Task.__init__": (
+        Task,
+        "__init__",
+        (
+            "self", "cluster", "task_definition", "container_instance_arn", "resource_requirements", "backend",
+            "group", "launch_type", "overrides", "started_by", "tags", "networking_configuration",
+            "platform_version", "capacity_provider_name",
+        ),
+    ),
+    "EC2ContainerServiceBackend._calculate_task_resource_requirements": (
+        EC2ContainerServiceBackend, "_calculate_task_resource_requirements", ("task_definition",)
+    ),
+    "FakeHealthStatus.__init__": (
+        FakeHealthStatus, "__init__", ("self", "instance_id", "port", "health_port", "status", "reason", "description")
+    ),
+    "ThreadedMotoServer._server_entry": (ThreadedMotoServer, "_server_entry", ("self",)),
+    "Preprocessor.visit": (Preprocessor, "visit", ("self", "tree")),
+}
+_ORIGINALS: dict[str, Callable[..., Any]] = {}
+_lock = threading.RLock()
+
+# definition -> ANTLR parse tree: moto parses the whole definition again for every execution.
+_parse_trees: dict[str, Any] = {}
+# Lambda invoke router: (function_name, payload bytes) -> (payload bytes, function error or None).
+LambdaRouter = Callable[[str, bytes], tuple[bytes, str | None]]
+_lambda_router: LambdaRouter | None = None
+# (target group ARN, target id) -> (state, reason, description), written by the world simulator.
+_target_health: dict[tuple[str, str], tuple[str, str | None, str | None]] = {}
+# ASG name -> scaling activities, newest first, written by the world simulator.
+_activities: dict[str, list[Activity]] = {}
+
+
+class MotoVersionError(RuntimeError):
+    """The installed moto is not the one these patches were written against."""
+
+
+def check_moto() -> None:
+    """Raise MotoVersionError unless moto is 5.2.5 and every patched/used attribute has its signature."""
+    if moto.__version__ != MOTO_VERSION:
+        raise MotoVersionError(f"servingctl.local.moto_patches is pinned to moto {MOTO_VERSION}, found {moto.__version__}")
+    for label, (owner, attr, params) in {**PATCHED, **USED}.items():
+        func = _ORIGINALS.get(label) or getattr(owner, attr, None)
+        if func is None:
+            raise MotoVersionError(f"moto {moto.__version__}: {label} is gone")
+        found = tuple(inspect.signature(func).parameters)
+        if found != params:
+            raise MotoVersionError(f"moto {moto.__version__}: {label} has parameters {found}, expected {params}")
+
+
+def apply() -> None:
+    """Install every patch once (idempotent); check_moto() first."""
+    with _lock:
+        if _ORIGINALS:
+            return
+        check_moto()
+        replacements = {
+            "LambdaSimpleBackend.invoke": _lambda_invoke,
+            "FakeTargetGroup.health_for": _health_for,
+            "EC2ContainerServiceBackend.update_service": _update_service,
+            "EC2ContainerServiceBackend.list_tasks": _list_tasks,
+            "FakeAutoScalingGroup.set_desired_capacity": _set_desired_capacity,
+            "AutoScalingResponse.describe_scaling_activities": _describe_scaling_activities,
+            "AmazonStateLanguageParser.parse": staticmethod(_parse_definition),
+        }
+        for label, new in replacements.items():
+            owner, attr, _ = PATCHED[label]
+            _ORIGINALS[label] = getattr(owner, attr)
+            setattr(owner, attr, new)
+
+
+def is_applied() -> bool:
+    """True once apply() has run."""
+    return bool(_ORIGINALS)
+
+
+def reset_world_state() -> None:
+    """Forget target health and scaling activities (moto's own reset does not know them)."""
+    _target_health.clear()
+    _activities.clear()
+
+
+def set_lambda_router(router: LambdaRouter | None) -> None:
+    """Route Lambda Invoke to router (None: moto's echo again)."""
+    global _lambda_router
+    _lambda_router = router
+
+
+# ---- the patches --------------------------------------------------------------------------------
+def _lambda_invoke(
+    self: LambdaSimpleBackend, function_name: str, qualifier: str | None, body: Any, headers: Any, response_headers: Any
+) -> bytes | None:
+    """Run the real handler through the router; Lambda marks handler errors with X-Amz-Function-Error."""
+    if _lambda_router is None:
+        return _ORIGINALS["LambdaSimpleBackend.invoke"](self, function_name, qualifier, body, headers, response_headers)
+    self.get_function(function_name, qualifier)  # ResourceNotFoundException like Lambda for unknown names
+    raw = body if isinstance(body, bytes) else (body or "").encode()
+    payload, function_error = _lambda_router(function_name.split(":")[-1], raw)
+    if function_error:
+        response_headers["x-amz-function-error"] = function_error
+    response_headers["x-amz-executed-version"] = "$LATEST"
+    return payload
+
+
+def _health_for(self: FakeTargetGroup, target: dict[str, Any], ec2_backend: Any) -> FakeHealthStatus:
+    """Registered targets report what the world decided (initial until it says otherwise)."""
+    registered = self.targets.get(target["Id"])
+    if registered is None:
+        return _ORIGINALS["FakeTargetGroup.health_for"](self, target, ec2_backend)
+    state, reason, description = _target_health.get(
+        (self.arn, target["Id"]), ("initial", "Elb.RegistrationInProgress", "Target registration is in progress")
+    )
+    return FakeHealthStatus(registered["Id"], registered["Port"], self.health_check_port, state, reason, description)
+
+
+def _update_service(self: EC2ContainerServiceBackend, service_properties: dict[str, Any]) -> Service:
+    """Change the desired count only: running/pending counts follow the world's tasks, not the request."""
+    cluster = self._get_cluster(service_properties.get("cluster", "default"))
+    service = self._get_service(cluster.name, service_properties["service"].split("/")[-1])
+    running, pending = service.running_count, service.pending_count
+    result = _ORIGINALS["EC2ContainerServiceBackend.update_service"](self, service_properties)
+    service.running_count, service.pending_count = running, pending
+    for deployment in service.deployments:
+        deployment["desiredCount"] = service.desired_count
+    return result
+
+
+def _list_tasks(
+    self: EC2ContainerServiceBackend,
+    cluster_str: str | None = None,
+    container_instance: str | None = None,
+    family: str | None = None,
+    started_by: str | None = None,
+    service_name: str | None = None,
+    desiredStatus: str | None = None,  # noqa: N803 (moto's name)
+) -> list[Task]:
+    """Filter on serviceName (the task group) and default desiredStatus to RUNNING, like ECS."""
+    tasks = _ORIGINALS["EC2ContainerServiceBackend.list_tasks"](
+        self, cluster_str, container_instance, family, started_by, None, desiredStatus or "RUNNING"
+    )
+    if service_name:
+        tasks = [t for t in tasks if t.group == f"service:{service_name.split('/')[-1]}"]
+    return tasks
+
+
+def _set_desired_capacity(self: FakeAutoScalingGroup, new_capacity: int | None) -> None:
+    """Record the desired capacity only: the world launches and terminates instances over time."""
+    self.desired_capacity = self.min_size if new_capacity is None else new_capacity
+
+
+def _describe_scaling_activities(self: AutoScalingResponse) -> ActionResult:
+    """Return the activities the world recorded for the group, newest first."""
+    name = self._get_param("AutoScalingGroupName")
+    with _lock:
+        found = list(_activities.get(name, [])) if name else [a for acts in _activities.values() for a in acts]
+    return ActionResult({"Activities": found[: int(self._get_param("MaxRecords") or 100)]})
+
+
+def _parse_definition(definition: str) -> tuple[Any, Any]:
+    """Parse each definition once (the slow ANTLR part); build fresh evaluation components every time."""
+    tree = _parse_trees.get(definition)
+    if tree is None:
+        _, tree = _ORIGINALS["AmazonStateLanguageParser.parse"](definition)
+        _parse_trees[definition] = tree
+    return Preprocessor().visit(tree), tree
+
+
+# ---- the server ---------------------------------------------------------------------------------
+RequestHook = Callable[[dict[str, Any]], tuple[int, dict[str, str], bytes] | None]
+
+
+class MotoServer(ThreadedMotoServer):
+    """moto's threaded server with a hook that may answer a request first (faults like throttling)."""
+
+    def __init__(self, host: str, port: int, request_hook: RequestHook | None = None) -> None:
+        super().__init__(ip_address=host, port=port, verbose=False)
+        self.request_hook = request_hook
+
+    def _server_entry(self) -> None:
+        app = DomainDispatcherApplication(create_backend_app)
+
+        def hooked(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+            answer = self.request_hook(environ) if self.request_hook else None
+            if answer is None:
+                return app(environ, start_response)
+            status, headers, body = answer
+            start_response(f"{status} Error", [*headers.items(), ("Content-Length", str(len(body)))])
+            return [body]
+
+        self._server = make_server(self._ip_address, self._port, hooked, True, request_handler=MotoRequestHandler)
+        self._server_ready_event.set()
+        self._server.serve_forever()
+
+
+# ---- accessors used by the world simulator ------------------------------------------------------
+@dataclass(frozen=True)
+class Backends:
+    """moto's backends of one account and region."""
+
+    ecs: EC2ContainerServiceBackend
+    autoscaling: AutoScalingBackend
+    elbv2: ELBv2Backend
+
+
+def backends(account_id: str, region: str) -> Backends:
+    """The ECS, Auto Scaling and ELBv2 backends of account_id/region."""
+    return Backends(ecs_backends[account_id][region], autoscaling_backends[account_id][region], elbv2_backends[account_id][region])
+
+
+def asg(b: Backends, name: str) -> FakeAutoScalingGroup:
+    """The Auto Scaling group called name."""
+    return b.autoscaling.autoscaling_groups[name]
+
+
+def asg_instances(b: Backends, name: str) -> list[tuple[str, str, bool]]:
+    """(instance id, lifecycle state, protected from scale-in) of every instance of the group."""
+    return [(s.instance.id, s.lifecycle_state, bool(s.protected_from_scale_in)) for s in asg(b, name).instance_states]
+
+
+def launch_instance(b: Backends, name: str, *, protected: bool) -> str:
+    """Launch one instance into the group in lifecycle state Pending; return its id."""
+    group = asg(b, name)
+    before = {s.instance.id for s in group.instance_states}
+    group.replace_autoscaling_group_instances(1, group.get_propagated_tags())
+    state = next(s for s in group.instance_states if s.instance.id not in before)
+    state.lifecycle_state = "Pending"
+    state.protected_from_scale_in = protected
+    return state.instance.id
+
+
+def set_lifecycle(b: Backends, name: str, instance_id: str, lifecycle_state: str) -> None:
+    """Move one instance of the group to lifecycle_state (InService, Terminating, ...)."""
+    for state in asg(b, name).instance_states:
+        if state.instance.id == instance_id:
+            state.lifecycle_state = lifecycle_state
+
+
+def terminate_instance(b: Backends, name: str, instance_id: str) -> None:
+    """Remove the instance from the group and terminate it in EC2."""
+    group = asg(b, name)
+    group.instance_states = [s for s in group.instance_states if s.instance.id != instance_id]
+    b.autoscaling.ec2_backend.terminate_instances([instance_id])
+
+
+def record_activity(
+    b: Backends, name: str, *, description: str, cause: str, status_code: str, status_message: str | None = None
+) -> None:
+    """Add a scaling activity (Successful, Failed, InProgress...) to the group's history."""
+    now = datetime.now(timezone.utc)
+    activity = Activity(description, cause, asg(b, name), start_time=now, end_time=now, status_code=status_code)
+    activity.status_message = status_message  # serialised as StatusMessage
+    activity.progress = 100
+    activity.details = "{}"
+    with _lock:
+        _activities.setdefault(name, []).insert(0, activity)
+
+
+def services(b: Backends) -> list[Service]:
+    """Every ECS service (all clusters)."""
+    return list(b.ecs.services.values())
+
+
+def service_tasks(b: Backends, service: Service) -> list[Task]:
+    """Every task of the service, stopped ones included."""
+    group = f"service:{service.name}"
+    return [t for t in b.ecs.tasks.get(service.cluster_name, {}).values() if t.group == group]
+
+
+def create_service_task(b: Backends, service: Service, container_instance_arn: str, capacity_provider: str) -> Task:
+    """Place a new task of the service on the container instance, in PROVISIONING, with an awsvpc ENI."""
+    cluster = b.ecs.clusters[service.cluster_name]
+    task_definition = b.ecs.describe_task_definition(service.task_definition)
+    network = getattr(service, "network_configuration", None)
+    task = Task(
+        cluster,
+        task_definition,
+        container_instance_arn,
+        b.ecs._calculate_task_resource_requirements(task_definition),
+        backend=b.ecs,
+        group=f"service:{service.name}",
+        started_by=f"ecs-svc/{uuid.uuid4().int % 10**19}",
+        networking_configuration=network,
+        capacity_provider_name=capacity_provider,
+        launch_type="EC2",
+    )
+    task.status = "PROVISIONING"
+    task.desired_status = "RUNNING"
+    task.created_at = datetime.now(timezone.utc)
+    b.ecs.tasks.setdefault(cluster.name, {})[task.task_arn] = task
+    return task
+
+
+def task_ip(task: Task) -> str | None:
+    """The private IPv4 address of the task's ENI (awsvpc), None without one."""
+    for attachment in task.attachments:
+        for detail in attachment.get("details", []):
+            if detail["name"] == "privateIPv4Address":
+                return str(detail["value"])
+    return None
+
+
+def set_task_status(
+    task: Task, last_status: str, *, stopped_reason: str | None = None, stop_code: str | None = None, exit_code: int | None = None
+) -> None:
+    """Move the task (and its container) to last_status; STOPPED records the reason like ECS."""
+    task.status = last_status
+    now = datetime.now(timezone.utc)
+    for container in task.containers:
+        container.last_status = last_status
+        if exit_code is not None:
+            container.exitCode = exit_code
+    if last_status == "RUNNING":
+        task.started_at = now
+    if last_status in ("DEACTIVATING", "STOPPING", "DEPROVISIONING", "STOPPED"):
+        task.desired_status = "STOPPED"
+        if stopped_reason is not None:
+            task.stopped_reason = stopped_reason
+        if stop_code is not None:
+            task.stop_code = stop_code
+        if last_status == "STOPPED":
+            task.stopped_at = now
+
+
+def set_service_counts(service: Service, *, running: int, pending: int) -> None:
+    """Set the service's running and pending counts (and its primary deployment's)."""
+    service.running_count, service.pending_count = running, pending
+    for deployment in service.deployments:
+        deployment["runningCount"], deployment["pendingCount"] = running, pending
+        deployment["desiredCount"] = service.desired_count
+
+
+def set_target_health(target_group_arn: str, target_id: str, state: str, reason: str | None = None, description: str | None = None) -> None:
+    """Decide what DescribeTargetHealth reports for a registered target."""
+    _target_health[(target_group_arn, target_id)] = (state, reason, description)
+
+
+def target_ids(b: Backends, target_group_arn: str) -> set[str]:
+    """Ids of the targets registered in the target group."""
+    return set(b.elbv2.target_groups[target_group_arn].targets)
+
+
+def clear_target_health(target_group_arn: str, target_id: str) -> None:
+    """Forget the world's decision for a target (after it is deregistered)."""
+    _target_health.pop((target_group_arn, target_id), None)

@@ -1,0 +1,551 @@
+"""The local twin of AWS: moto in server mode running the real state machines and Lambda handlers.
+
+Owns the moto server harness (in-process, 127.0.0.1), the bootstrap of every AWS resource the
+registry names (ECS, Auto Scaling, ELBv2, SSM, DynamoDB, S3, Lambda, Step Functions), the routing
+of Lambda invokes to the real handlers in functions/<name>/app.py, and helpers to run executions.
+The world simulator (servingctl.local.world) plays AWS's part over time. One twin per process:
+moto's backends and the Step Functions interpreter's endpoint (MOTO_PORT) are process-wide.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Any
+
+import boto3
+import httpx
+from botocore.config import Config
+
+from servingctl.local import moto_patches
+from servingctl.local.modelserver import free_port
+from servingctl.local.faults import FAULTS
+from servingctl.local.world import Delays, World
+from servingctl.registry.loader import parse_registry
+from servingctl.registry.models import Registry
+
+REPO_ROOT = Path(__file__).resolve().parents[4]
+REFERENCE_REGISTRY = Path(__file__).with_name("reference_registry.json")
+ACCOUNT_ID = "123456789012"
+# Every Lambda function of the control-plane contract: name -> in a VPC (documentation only here).
+FUNCTIONS = ("profile_steps", "smoke_test", "sweep", "api", "bench_worker")
+SSM_PARAMETER = "/servingctl/registry"
+TABLE = "servingctl"
+BUCKET = "servingctl-bench-records"
+CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+_active: Twin | None = None
+_active_lock = threading.Lock()
+
+
+def function_name(name: str) -> str:
+    """The deployed Lambda name of a contract function (profile_steps -> servingctl-profile-steps)."""
+    return "servingctl-" + name.replace("_", "-")
+
+
+def machine_name(stem: str) -> str:
+    """The deployed state machine name of statemachine/<stem>.asl.json."""
+    return "servingctl-" + stem.replace("_", "-")
+
+
+def substitution_key(kind: str, stem: str) -> str:
+    """DefinitionSubstitutions key of a function or state machine (profile_steps -> ProfileStepsFunctionArn)."""
+    return "".join(part.capitalize() for part in stem.split("_")) + kind + "Arn"
+
+
+@dataclass
+class LambdaContext:
+    """The attributes of AWS Lambda's context object that handlers and Powertools read."""
+
+    function_name: str
+    invoked_function_arn: str
+    memory_limit_in_mb: int = 512
+    function_version: str = "$LATEST"
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    timeout_s: float = 300.0
+    _started: float = field(default_factory=time.monotonic)
+
+    @property
+    def log_group_name(self) -> str:
+        """/aws/lambda/<function name>."""
+        return f"/aws/lambda/{self.function_name}"
+
+    @property
+    def log_stream_name(self) -> str:
+        """A log stream name shaped like Lambda's."""
+        return f"{time.strftime('%Y/%m/%d')}/[$LATEST]{self.aws_request_id.replace('-', '')}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        """Milliseconds left before the function's timeout."""
+        return max(0, int((self.timeout_s - (time.monotonic() - self._started)) * 1000))
+
+
+class HandlerRouter:
+    """Runs functions/<name>/app.py:lambda_handler in-process with the function's environment.
+
+    Invocations are serialised: the handler's environment is process-wide (os.environ).
+    """
+
+    def __init__(self, functions_dir: Path, environment: Mapping[str, str], region: str) -> None:
+        self.functions_dir = functions_dir
+        self.environment = dict(environment)
+        self.region = region
+        self.invocations: list[tuple[str, str | None]] = []  # (function, errorType or None)
+        self._modules: dict[str, ModuleType] = {}
+        self._lock = threading.Lock()
+        self._tag = uuid.uuid4().hex[:8]
+
+    def _handler(self, name: str) -> Any:
+        if name not in self._modules:
+            path = self.functions_dir / name / "app.py"
+            if not path.is_file():
+                raise ModuleNotFoundError(f"Unable to import module 'app': no {path}")
+            spec = importlib.util.spec_from_file_location(f"_servingctl_twin_{self._tag}_{name}", path)
+            assert spec and spec.loader
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self._modules[name] = module
+        return self._modules[name].lambda_handler
+
+    def __call__(self, deployed_name: str, payload: bytes) -> tuple[bytes, str | None]:
+        """Invoke the handler behind deployed_name; an exception becomes Lambda's error payload."""
+        name = next((f for f in FUNCTIONS if function_name(f) == deployed_name), deployed_name)
+        context = LambdaContext(
+            function_name=deployed_name,
+            invoked_function_arn=f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{deployed_name}",
+        )
+        with self._lock, _environment(self.environment):
+            try:
+                event = json.loads(payload or b"{}")
+                result = self._handler(name)(event, context)
+                body = json.dumps(result).encode()
+                self.invocations.append((name, None))
+                return body, None
+            except Exception as exc:  # the handler's failure is the invocation's answer, like Lambda
+                error_type = "Runtime.ImportModuleError" if isinstance(exc, ModuleNotFoundError) else type(exc).__name__
+                self.invocations.append((name, error_type))
+                error = {
+                    "errorMessage": str(exc),
+                    "errorType": error_type,
+                    "requestId": context.aws_request_id,
+                    "stackTrace": traceback.format_tb(exc.__traceback__),
+                }
+                return json.dumps(error).encode(), "Unhandled"
+
+
+@contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration of the block and restore the previous ones."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """A finished (or timed-out) execution: describe_execution plus its full history."""
+
+    arn: str
+    status: str
+    describe: dict[str, Any]
+    history: list[dict[str, Any]]
+
+    @property
+    def output(self) -> Any:
+        """The parsed output (None unless SUCCEEDED)."""
+        raw = self.describe.get("output")
+        return json.loads(raw) if raw else None
+
+    @property
+    def error(self) -> str | None:
+        """The error name of a failed execution."""
+        return self.describe.get("error")
+
+    @property
+    def cause(self) -> str | None:
+        """The cause of a failed execution."""
+        return self.describe.get("cause")
+
+    def states_entered(self) -> list[str]:
+        """Names of the states entered, in order."""
+        return [
+            e["stateEnteredEventDetails"]["name"] for e in self.history if "stateEnteredEventDetails" in e
+        ]
+
+
+class Twin:
+    """The local twin: start() bootstraps AWS in moto and starts the world; stop() leaves nothing running."""
+
+    def __init__(
+        self,
+        registry_file: str | Path | None = None,
+        *,
+        model_server: str = "sim",
+        faults: Sequence[str] = (),
+        time_scale: float = 20.0,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        delays: Delays | None = None,
+        workdir: str | Path | None = None,
+        repo_root: str | Path | None = None,
+    ) -> None:
+        if model_server not in ("sim", "vllm"):
+            raise ValueError(f"model_server: {model_server!r} is not one of 'sim', 'vllm'")
+        unknown = sorted(set(faults) - set(FAULTS))
+        if unknown:
+            raise ValueError(f"fault: unknown {unknown}; allowed values: {list(FAULTS)}")
+        if time_scale <= 0:
+            raise ValueError("time_scale: must be greater than 0")
+        self.source_registry = Path(registry_file) if registry_file else REFERENCE_REGISTRY
+        self.model_server = model_server
+        self.faults = tuple(faults)
+        self.time_scale = time_scale
+        self.host = host
+        self.port = port
+        self.delays = delays or Delays()
+        self.repo_root = Path(repo_root) if repo_root else REPO_ROOT
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="servingctl-twin-"))
+        self.registry_path = self.workdir / "registry.json"
+        self.table_name = TABLE
+        self.bucket_name = BUCKET
+        self.region = ""
+        self.registry: Registry | None = None
+        self.state_machines: dict[str, str] = {}  # file stem -> ARN
+        self.functions: dict[str, str] = {}  # contract name -> ARN
+        self.model_ports: dict[str, int] = {}  # profile -> local model server port
+        self.router: HandlerRouter | None = None
+        self.world: World | None = None
+        self._server: moto_patches.MotoServer | None = None
+        self._saved_moto_port: str | None = None
+
+    # ---- lifecycle --------------------------------------------------------------------------
+    def start(self) -> Twin:
+        """Start moto, bootstrap every resource and start the world simulator."""
+        global _active
+        with _active_lock:
+            if _active is not None:
+                raise RuntimeError("a twin is already running in this process (moto's state is process-wide)")
+            _active = self
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        moto_patches.apply()
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self._server = moto_patches.MotoServer(self.host, self.port)
+        self._server.start()
+        self.port = self._server.get_host_and_port()[1]
+        # The Step Functions interpreter calls Lambda at http://localhost:$MOTO_PORT.
+        self._saved_moto_port = os.environ.get("MOTO_PORT")
+        os.environ["MOTO_PORT"] = str(self.port)
+        self._moto_api("reset", {})
+        self._moto_api("config", {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}})
+        # ECS tasks move only when the world moves them (moto would advance one state per describe).
+        self._moto_api("state-manager/set-transition", {"model_name": "ecs::task", "transition": {"progression": "manual", "times": 10**9}})
+        moto_patches.reset_world_state()
+        document = json.loads(self.source_registry.read_text())
+        self.region = document["region"]
+        self._bootstrap(document)
+        self.world = World(
+            moto_patches.backends(ACCOUNT_ID, self.region),
+            self.registry,
+            endpoint_url=self.endpoint_url,
+            model_ports=self.model_ports,
+            model_server=self.model_server,
+            faults=self.faults,
+            time_scale=self.time_scale,
+            delays=self.delays,
+            logdir=self.workdir / "logs",
+        )
+        self._server.request_hook = self.world.request_hook
+        self.world.start()
+
+    def stop(self) -> None:
+        """Stop running executions, the world (and every model server) and moto; remove the workdir."""
+        global _active
+        try:
+            if self._server is not None and self.state_machines:
+                self._stop_executions()
+            if self.world is not None:
+                self.world.stop()
+            moto_patches.set_lambda_router(None)
+            if self._server is not None:
+                self._server.stop()
+                self._server = None
+            if self._saved_moto_port is None:
+                os.environ.pop("MOTO_PORT", None)
+            else:
+                os.environ["MOTO_PORT"] = self._saved_moto_port
+            if self._own_workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+        finally:
+            with _active_lock:
+                if _active is self:
+                    _active = None
+
+    def __enter__(self) -> Twin:
+        """Start the twin."""
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        """Stop the twin whatever happened."""
+        self.stop()
+
+    def _stop_executions(self) -> None:
+        sfn = self.client("stepfunctions")
+        for arn in self.state_machines.values():
+            for execution in sfn.list_executions(stateMachineArn=arn, statusFilter="RUNNING")["executions"]:
+                sfn.stop_execution(executionArn=execution["executionArn"], cause="the local twin stopped")
+
+    # ---- access -----------------------------------------------------------------------------
+    @property
+    def endpoint_url(self) -> str:
+        """URL of the emulated AWS endpoint."""
+        return f"http://{self.host}:{self.port}"
+
+    def client(self, service: str) -> Any:
+        """A boto3 client of service against the twin."""
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint_url,
+            region_name=self.region,
+            config=Config(retries={"mode": "standard", "max_attempts": 5}),
+            **CREDENTIALS,
+        )
+
+    def environment(self) -> dict[str, str]:
+        """Environment of every Lambda function (and of a shell that wants to talk to the twin)."""
+        return {
+            "SERVINGCTL_REGISTRY": str(self.registry_path),
+            "SERVINGCTL_TABLE": self.table_name,
+            "SERVINGCTL_BUCKET": self.bucket_name,
+            "POWERTOOLS_SERVICE_NAME": "servingctl",
+            "POWERTOOLS_METRICS_NAMESPACE": "servingctl",
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
+            "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_REGION": self.region,
+            **{
+                substitution_key("StateMachine", stem).removesuffix("Arn").upper() + "_ARN": arn
+                for stem, arn in self.state_machines.items()
+            },
+        }
+
+    def set_faults(self, *faults: str) -> None:
+        """Replace the active faults of the world (see servingctl.local.world.FAULTS)."""
+        assert self.world is not None, "start() the twin first"
+        self.world.set_faults(faults)
+
+    # ---- executions -------------------------------------------------------------------------
+    def start_execution(self, machine: str, execution_input: Mapping[str, Any], name: str | None = None) -> str:
+        """Start statemachine/<machine>.asl.json with the input; return the execution ARN."""
+        arn = self.state_machines[machine]
+        answer = self.client("stepfunctions").start_execution(
+            stateMachineArn=arn, name=name or f"{machine.replace('_', '-')}-{uuid.uuid4().hex[:12]}", input=json.dumps(execution_input)
+        )
+        return str(answer["executionArn"])
+
+    def wait_execution(self, execution_arn: str, timeout_s: float = 120.0) -> ExecutionResult:
+        """Poll until the execution leaves RUNNING (or timeout_s passes); return it with its history."""
+        sfn = self.client("stepfunctions")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            describe = sfn.describe_execution(executionArn=execution_arn)
+            if describe["status"] != "RUNNING" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        history: list[dict[str, Any]] = []
+        for page in sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn):
+            history.extend(page["events"])
+        return ExecutionResult(execution_arn, describe["status"], describe, history)
+
+    def run(self, machine: str, execution_input: Mapping[str, Any], name: str | None = None, timeout_s: float = 120.0) -> ExecutionResult:
+        """start_execution + wait_execution."""
+        return self.wait_execution(self.start_execution(machine, execution_input, name), timeout_s)
+
+    # ---- bootstrap --------------------------------------------------------------------------
+    def _moto_api(self, path: str, body: Mapping[str, Any]) -> None:
+        httpx.post(f"{self.endpoint_url}/moto-api/{path}", json=body, timeout=30).raise_for_status()
+
+    def _bootstrap(self, document: dict[str, Any]) -> None:
+        ec2, ecs, asg, elbv2 = (self.client(s) for s in ("ec2", "ecs", "autoscaling", "elbv2"))
+        vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+        ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})  # awsvpc ENIs get DNS names
+        subnets = [
+            ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone=f"{self.region}{az}")["Subnet"]["SubnetId"]
+            for i, az in enumerate("ab")
+        ]
+        sg = ec2.create_security_group(GroupName="servingctl-tasks", Description="model server tasks", VpcId=vpc)["GroupId"]
+        # A filter keeps the answer small: moto knows thousands of images per region.
+        image = ec2.describe_images(Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*"]}])["Images"][0]["ImageId"]
+
+        for name, pool in document["pools"].items():
+            template = f"servingctl-{name}"
+            ec2.create_launch_template(
+                LaunchTemplateName=template,
+                LaunchTemplateData={"ImageId": image, "InstanceType": pool["instance_type"], "SecurityGroupIds": [sg]},
+            )
+            asg.create_auto_scaling_group(
+                AutoScalingGroupName=pool["asg_name"],
+                LaunchTemplate={"LaunchTemplateName": template, "Version": "$Latest"},
+                MinSize=0,
+                MaxSize=1,
+                DesiredCapacity=0,
+                VPCZoneIdentifier=",".join(subnets),
+                Tags=[{"Key": "AmazonECSManaged", "Value": "true", "PropagateAtLaunch": True}],
+            )
+            group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[pool["asg_name"]])["AutoScalingGroups"][0]
+            pool["asg_arn"] = group["AutoScalingGroupARN"]
+            ecs.create_capacity_provider(
+                name=pool["capacity_provider"],
+                autoScalingGroupProvider={
+                    "autoScalingGroupArn": pool["asg_arn"],
+                    "managedScaling": {"status": "ENABLED", "targetCapacity": 100, "minimumScalingStepSize": 1,
+                                       "maximumScalingStepSize": 1, "instanceWarmupPeriod": 300},
+                    "managedTerminationProtection": "DISABLED",
+                    "managedDraining": "ENABLED",
+                },
+            )
+
+        clusters = sorted({p["cluster"] for p in document["profiles"].values()})
+        for cluster in clusters:
+            ecs.create_cluster(clusterName=cluster)
+            providers = sorted({
+                document["pools"][p["pool"]]["capacity_provider"] for p in document["profiles"].values() if p["cluster"] == cluster
+            })
+            ecs.put_cluster_capacity_providers(cluster=cluster, capacityProviders=providers, defaultCapacityProviderStrategy=[])
+
+        balancers: dict[str, dict[str, str]] = {}
+        for old_arn in sorted({p["load_balancer_arn"] for p in document["profiles"].values()}):
+            lb = elbv2.create_load_balancer(
+                Name=_arn_name(old_arn, "loadbalancer/app/"), Subnets=subnets, SecurityGroups=[sg], Scheme="internal", Type="application"
+            )["LoadBalancers"][0]
+            listener = elbv2.create_listener(
+                LoadBalancerArn=lb["LoadBalancerArn"], Protocol="HTTP", Port=80,
+                DefaultActions=[{"Type": "fixed-response", "FixedResponseConfig": {"StatusCode": "404", "ContentType": "text/plain"}}],
+            )["Listeners"][0]
+            balancers[old_arn] = {"arn": lb["LoadBalancerArn"], "listener": listener["ListenerArn"]}
+
+        for priority, (name, profile) in enumerate(sorted(document["profiles"].items()), start=1):
+            tg = elbv2.create_target_group(
+                Name=_arn_name(profile["target_group_arn"], "targetgroup/"), Protocol="HTTP", Port=8000, VpcId=vpc, TargetType="ip",
+                HealthCheckPath="/health", HealthCheckIntervalSeconds=30, HealthCheckTimeoutSeconds=10,
+                HealthyThresholdCount=2, UnhealthyThresholdCount=10,
+            )["TargetGroups"][0]
+            elbv2.modify_target_group_attributes(
+                TargetGroupArn=tg["TargetGroupArn"], Attributes=[{"Key": "deregistration_delay.timeout_seconds", "Value": "60"}]
+            )
+            balancer = balancers[profile["load_balancer_arn"]]
+            header = profile["routing_header"]
+            elbv2.create_rule(
+                ListenerArn=balancer["listener"], Priority=priority,
+                Conditions=[{"Field": "http-header", "HttpHeaderConfig": {"HttpHeaderName": header["name"], "Values": [header["value"]]}}],
+                Actions=[{"Type": "forward", "TargetGroupArn": tg["TargetGroupArn"]}],
+            )
+            profile["target_group_arn"] = tg["TargetGroupArn"]
+            profile["load_balancer_arn"] = balancer["arn"]
+            self.model_ports[name] = free_port(self.host)
+            profile["endpoint_url"] = f"http://{self.host}:{self.model_ports[name]}"
+            ecs.register_task_definition(
+                family=profile["service"], networkMode="awsvpc", requiresCompatibilities=["EC2"],
+                # moto's container instances offer 4096 CPU units and 7482 MiB: the real sizes live in Terraform.
+                cpu="1024", memory="2048",
+                containerDefinitions=[{
+                    "name": "vllm", "image": profile["serving"]["image"], "essential": True, "cpu": 1024, "memory": 2048,
+                    "portMappings": [{"containerPort": 8000, "protocol": "tcp"}],
+                    "healthCheck": {"command": ["CMD-SHELL", "curl -fs localhost:8000/health || exit 1"]},
+                }],
+            )
+            ecs.create_service(
+                cluster=profile["cluster"], serviceName=profile["service"], taskDefinition=profile["service"], desiredCount=0,
+                capacityProviderStrategy=[{"capacityProvider": document["pools"][profile["pool"]]["capacity_provider"], "weight": 1}],
+                networkConfiguration={"awsvpcConfiguration": {"subnets": subnets, "securityGroups": [sg]}},
+                loadBalancers=[{"targetGroupArn": tg["TargetGroupArn"], "containerName": "vllm", "containerPort": 8000}],
+                healthCheckGracePeriodSeconds=1800,
+            )
+
+        self.registry = parse_registry(document)
+        self.registry_path.parent.mkdir(parents=True, exist_ok=True)
+        self.registry_path.write_text(json.dumps(document, indent=2))
+        self.client("ssm").put_parameter(Name=SSM_PARAMETER, Value=json.dumps(document), Type="String", Tier="Advanced", Overwrite=True)
+        dynamodb = self.client("dynamodb")
+        dynamodb.create_table(
+            TableName=self.table_name, BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        )
+        dynamodb.update_time_to_live(TableName=self.table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
+        self.client("s3").create_bucket(Bucket=self.bucket_name)
+        self._bootstrap_control_plane()
+
+    def _bootstrap_control_plane(self) -> None:
+        iam, lam, sfn = self.client("iam"), self.client("lambda"), self.client("stepfunctions")
+        trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                          "Principal": {"Service": ["lambda.amazonaws.com", "states.amazonaws.com"]}}]}
+        role = iam.create_role(RoleName="servingctl-twin", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+        stems = sorted(p.name.removesuffix(".asl.json") for p in (self.repo_root / "statemachine").glob("*.asl.json"))
+        self.state_machines = {
+            stem: f"arn:aws:states:{self.region}:{ACCOUNT_ID}:stateMachine:{machine_name(stem)}" for stem in stems
+        }
+        environment = self.environment()
+        archive = io.BytesIO()
+        with zipfile.ZipFile(archive, "w") as zf:
+            zf.writestr("app.py", "def lambda_handler(event, context):\n    raise RuntimeError('routed by the twin')\n")
+        for name in FUNCTIONS:
+            self.functions[name] = lam.create_function(
+                FunctionName=function_name(name), Runtime="python3.12", Role=role, Handler="app.lambda_handler",
+                Code={"ZipFile": archive.getvalue()}, Timeout=300, MemorySize=512, Environment={"Variables": environment},
+            )["FunctionArn"]
+        self.router = HandlerRouter(self.repo_root / "functions", environment, self.region)
+        moto_patches.set_lambda_router(self.router)
+        substitutions = {substitution_key("Function", n): arn for n, arn in self.functions.items()}
+        substitutions |= {substitution_key("StateMachine", s): arn for s, arn in self.state_machines.items()}
+        for stem in stems:
+            definition = substitute((self.repo_root / "statemachine" / f"{stem}.asl.json").read_text(), substitutions)
+            sfn.create_state_machine(name=machine_name(stem), definition=definition, roleArn=role, type="STANDARD")
+
+
+def substitute(definition: str, substitutions: Mapping[str, str]) -> str:
+    """Fill ${Name} placeholders like SAM's DefinitionSubstitutions; an unknown name is an error."""
+
+    def one(match: re.Match[str]) -> str:
+        key = match.group(1)
+        if key not in substitutions:
+            raise KeyError(f"DefinitionSubstitutions: no value for ${{{key}}}; known: {sorted(substitutions)}")
+        return substitutions[key]
+
+    return re.sub(r"\$\{([A-Za-z0-9]+)\}", one, definition)
+
+
+def _arn_name(arn: str, prefix: str) -> str:
+    """The resource name inside an ELBv2 ARN (targetgroup/<name>/<id>, loadbalancer/app/<name>/<id>)."""
+    return arn.split(prefix, 1)[1].split("/")[0]

@@ -1,0 +1,554 @@
+"""The world simulator: plays AWS's part over time in the local twin, with delays scaled down.
+
+Owns what AWS does on its own after an API call: the capacity provider and the ASG launching or
+terminating an instance (honouring max size and scale-in protection), container instance
+registration, the ECS service scheduler placing and stopping tasks (PROVISIONING -> PENDING ->
+RUNNING -> ... -> STOPPED), ALB target registration, health checks and draining, and a real model
+server process per RUNNING task. It also publishes the ALB RequestCount metric from the model
+server's request counter, and injects faults. Reads and writes go through the public APIs where
+they can express it, and through servingctl.local.moto_patches where they cannot.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+from botocore.config import Config
+
+from servingctl.local import moto_patches as mp
+from servingctl.local.faults import FAULTS
+from servingctl.local.modelserver import ModelServerProcess, simulator_server, tiny_model_dir, vllm_server
+from servingctl.registry.models import Registry
+
+# (service signing name, operation) throttled once under throttle-once; each maps to its error shape.
+THROTTLED = {
+    ("lambda", "Invoke"): "TooManyRequestsException",
+    ("ecs", "UpdateService"): "ThrottlingException",
+    ("ecs", "DescribeTasks"): "ThrottlingException",
+    ("autoscaling", "UpdateAutoScalingGroup"): "Throttling",
+    ("autoscaling", "SetDesiredCapacity"): "Throttling",
+    ("elasticloadbalancing", "DescribeTargetHealth"): "Throttling",
+}
+WORLD_AGENT = "servingctl-world"
+INSUFFICIENT_CAPACITY = (
+    "Could not launch On-Demand Instances. InsufficientInstanceCapacity - We currently do not have sufficient "
+    "{itype} capacity in the Availability Zone you requested ({az}). Our system will be working on provisioning "
+    "additional capacity. You can currently get {itype} capacity by not specifying an Availability Zone in your "
+    "request or choosing {others}. Launching EC2 instance failed."
+)
+CRASH_REASON = "Essential container in task exited"
+_PENDING_TASK = ("PROVISIONING", "PENDING", "ACTIVATING")
+
+
+@dataclass(frozen=True)
+class Delays:
+    """AWS's delays in simulated seconds (divided by the twin's time scale); defaults make a ~15 min start."""
+
+    scale_out_s: float = 60.0  # capacity provider alarm before it raises an ASG at 0 for a waiting task
+    launch_s: float = 120.0  # instance Pending -> InService
+    register_s: float = 60.0  # InService -> ECS agent registers the container instance
+    provision_s: float = 5.0  # task PROVISIONING -> PENDING
+    pull_s: float = 120.0  # task PENDING -> RUNNING (image pull)
+    load_s: float = 540.0  # RUNNING -> the model answers /health (weights download and load)
+    health_interval_s: float = 30.0  # target group health check interval
+    healthy_threshold: int = 2
+    unhealthy_threshold: int = 10
+    deregistration_s: float = 60.0  # target draining (deregistration delay)
+    stop_s: float = 10.0  # task STOPPING -> STOPPED
+    terminate_s: float = 60.0  # instance Terminating -> terminated
+    crash_after_s: float = 30.0  # task-crash: RUNNING -> STOPPED
+    capacity_retry_s: float = 120.0  # capacity-unavailable: interval of failed launch attempts
+    metric_period_s: float = 60.0  # RequestCount datapoint period
+    tick_s: float = 0.01  # real seconds between world steps (never scaled)
+
+    def scaled(self, factor: float) -> Delays:
+        """The same delays multiplied by factor (tick and thresholds unchanged)."""
+        values = {k: v * factor for k, v in self.__dict__.items() if k.endswith("_s") and k != "tick_s"}
+        return Delays(**{**self.__dict__, **values})
+
+
+@dataclass
+class _Instance:
+    pool: str
+    asg_name: str
+    cluster: str
+    state: str  # Pending, InService, Registered, Terminating
+    due: float
+    container_instance_arn: str | None = None
+
+
+@dataclass
+class _Task:
+    profile: str
+    arn: str
+    task: Any  # moto's Task
+    instance_id: str
+    phase: str
+    due: float
+    target_id: str | None = None
+    server: ModelServerProcess | None = None
+    loaded_at: float = 0.0
+    next_check: float = 0.0
+    passes: int = 0
+    failures: int = 0
+    healthy: bool = False
+    stop_reason: str = ""
+    stop_code: str = ""
+    requests_seen: float | None = None
+    next_metric: float = 0.0
+
+
+@dataclass
+class Event:
+    """Something the world did, at simulated seconds since the world started."""
+
+    sim_s: float
+    kind: str
+    detail: str
+    real: float = field(default_factory=time.time)
+
+
+class World:
+    """The background thread that plays AWS's part. start() / stop(); stop() kills every model server."""
+
+    def __init__(
+        self,
+        b: mp.Backends,
+        registry: Registry,
+        *,
+        endpoint_url: str,
+        model_ports: Mapping[str, int],
+        model_server: str = "sim",
+        faults: Sequence[str] = (),
+        time_scale: float = 20.0,
+        delays: Delays | None = None,
+        logdir: Path | None = None,
+    ) -> None:
+        self.b = b
+        self.registry = registry
+        self.model_ports = dict(model_ports)
+        self.model_server = model_server
+        self.faults: frozenset[str] = frozenset(faults)
+        self.time_scale = time_scale
+        self.delays = delays or Delays()
+        self.logdir = logdir
+        self.events: list[Event] = []
+        self._instances: dict[str, _Instance] = {}
+        self._tasks: dict[str, _Task] = {}
+        self._demand_since: dict[str, float] = {}
+        self._next_launch_attempt: dict[str, float] = {}
+        self._throttled: set[tuple[str, str]] = set()
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = time.monotonic()
+        self.error: BaseException | None = None
+        config = Config(user_agent_extra=WORLD_AGENT, retries={"mode": "standard", "max_attempts": 3})
+        kw = {"endpoint_url": endpoint_url, "region_name": registry.region, "config": config,
+              "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+        self.ecs, self.elbv2, self.cloudwatch = (boto3.client(s, **kw) for s in ("ecs", "elbv2", "cloudwatch"))
+        self._http = httpx.Client(timeout=1.0)
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the background thread."""
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="servingctl-world", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread and every model server process it started."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        with self._lock:
+            for task in self._tasks.values():
+                if task.server is not None:
+                    task.server.stop(grace_s=5)
+                    task.server = None
+        self._http.close()
+
+    def set_faults(self, faults: Sequence[str]) -> None:
+        """Replace the active faults (throttle-once throttles each API once more)."""
+        unknown = sorted(set(faults) - set(FAULTS))
+        if unknown:
+            raise ValueError(f"fault: unknown {unknown}; allowed values: {list(FAULTS)}")
+        with self._lock:
+            self.faults = frozenset(faults)
+            self._throttled.clear()
+
+    def sim_now(self) -> float:
+        """Simulated seconds since the world started."""
+        return (time.monotonic() - self._t0) * self.time_scale
+
+    def events_of(self, kind: str) -> list[Event]:
+        """The events of one kind, oldest first."""
+        with self._lock:
+            return [e for e in self.events if e.kind == kind]
+
+    def model_servers(self) -> dict[str, str]:
+        """profile -> URL of its running model server process."""
+        with self._lock:
+            return {t.profile: t.server.url for t in self._tasks.values() if t.server is not None and t.server.running}
+
+    def _log(self, kind: str, detail: str) -> None:
+        self.events.append(Event(self.sim_now(), kind, detail))
+
+    def _after(self, sim_seconds: float) -> float:
+        return time.monotonic() + sim_seconds / self.time_scale
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self._lock:
+                    self._step()
+            except Exception as exc:  # keep AWS's part playing; the error is visible on the world
+                if repr(exc) != repr(self.error):
+                    self._log("world-error", repr(exc))
+                self.error = exc
+            self._stop.wait(self.delays.tick_s)
+
+    # ---- one step -----------------------------------------------------------------------------
+    def _step(self) -> None:
+        now = time.monotonic()
+        for pool_name, pool in self.registry.pools.items():
+            self._capacity_provider(pool_name, pool.asg_name, now)
+            self._auto_scaling(pool_name, pool.asg_name, pool.instance_type, now)
+        for name in self.registry.profiles:
+            self._scheduler(name, now)
+        for task in list(self._tasks.values()):
+            self._task_lifecycle(task, now)
+            self._health(task, now)
+            self._metrics(task, now)
+
+    def _pool_profiles(self, pool_name: str) -> list[str]:
+        return self.registry.profiles_on_pool(pool_name)
+
+    def _service(self, profile: str) -> Any:
+        p = self.registry.profiles[profile]
+        return next(s for s in mp.services(self.b) if s.cluster_name == p.cluster and s.name == p.service)
+
+    def _live_tasks(self, profile: str) -> list[_Task]:
+        return [t for t in self._tasks.values() if t.profile == profile and t.task.desired_status == "RUNNING"]
+
+    def _live_instances(self, asg_name: str) -> list[str]:
+        return [i for i, s, _ in mp.asg_instances(self.b, asg_name) if s not in ("Terminating", "Terminated")]
+
+    def _capacity_provider(self, pool_name: str, asg_name: str, now: float) -> None:
+        """Managed scaling: a task waiting for an empty pool raises the ASG to 1 after the alarm delay."""
+        group = mp.asg(self.b, asg_name)
+        waiting = any(
+            self._service(p).desired_count > len(self._live_tasks(p)) for p in self._pool_profiles(pool_name)
+        )
+        if not waiting or group.desired_capacity or self._live_instances(asg_name):
+            self._demand_since.pop(pool_name, None)
+            return
+        since = self._demand_since.setdefault(pool_name, now)
+        if now - since >= self.delays.scale_out_s / self.time_scale:
+            group.desired_capacity = 1
+            mp.record_activity(
+                self.b, asg_name, status_code="Successful",
+                description="Updating the desired capacity of the group",
+                cause=f"At {_stamp()} a monitor alarm in state ALARM triggered policy ECSManagedAutoScalingPolicy "
+                "changing the desired capacity from 0 to 1.",
+            )
+            self._log("scale-out", f"{pool_name}: capacity provider set desired 1")
+
+    def _auto_scaling(self, pool_name: str, asg_name: str, itype: str, now: float) -> None:
+        group = mp.asg(self.b, asg_name)
+        live = self._live_instances(asg_name)
+        desired = min(group.desired_capacity or 0, group.max_size)
+        if desired > len(live) and now >= self._next_launch_attempt.get(asg_name, 0.0):
+            if "capacity-unavailable" in self.faults:
+                self._next_launch_attempt[asg_name] = self._after(self.delays.capacity_retry_s)
+                zones = [f"{self.registry.region}{z}" for z in "abc"]
+                message = INSUFFICIENT_CAPACITY.format(itype=itype, az=zones[0], others=", ".join(zones[1:]))
+                mp.record_activity(
+                    self.b, asg_name, status_code="Failed", status_message=message,
+                    description="Launching a new EC2 instance.  Status Reason: " + message,
+                    cause=f"At {_stamp()} an instance was started in response to a difference between desired "
+                    f"and actual capacity, increasing the capacity from {len(live)} to {desired}.",
+                )
+                self._log("launch-failed", f"{pool_name}: InsufficientInstanceCapacity")
+            else:
+                instance_id = mp.launch_instance(self.b, asg_name, protected="protected-instance" in self.faults)
+                cluster = self.registry.profiles[self._pool_profiles(pool_name)[0]].cluster
+                self._instances[instance_id] = _Instance(pool_name, asg_name, cluster, "Pending", self._after(self.delays.launch_s))
+                mp.record_activity(
+                    self.b, asg_name, status_code="Successful",
+                    description=f"Launching a new EC2 instance: {instance_id}",
+                    cause=f"At {_stamp()} an instance was started in response to a difference between desired "
+                    f"and actual capacity, increasing the capacity from {len(live)} to {desired}.",
+                )
+                self._log("launch", f"{pool_name}: {instance_id} Pending")
+        elif desired < len(live):
+            protected = {i for i, _, p in mp.asg_instances(self.b, asg_name) if p}
+            for instance_id in [i for i in live if i not in protected][: len(live) - desired]:
+                mp.set_lifecycle(self.b, asg_name, instance_id, "Terminating")
+                info = self._instances.get(instance_id)
+                if info is not None:
+                    info.state, info.due = "Terminating", self._after(self.delays.terminate_s)
+                self._log("terminating", f"{pool_name}: {instance_id}")
+        for instance_id, info in list(self._instances.items()):
+            if info.asg_name != asg_name or now < info.due:
+                continue
+            if info.state == "Pending":
+                mp.set_lifecycle(self.b, asg_name, instance_id, "InService")
+                info.state, info.due = "InService", self._after(self.delays.register_s)
+                self._log("in-service", f"{pool_name}: {instance_id}")
+            elif info.state == "InService":
+                document = json.dumps({"instanceId": instance_id, "region": self.registry.region})
+                answer = self.ecs.register_container_instance(cluster=info.cluster, instanceIdentityDocument=document)
+                info.container_instance_arn = answer["containerInstance"]["containerInstanceArn"]
+                info.state, info.due = "Registered", float("inf")
+                self._log("registered", f"{pool_name}: {instance_id}")
+            elif info.state == "Terminating":
+                for task in self._tasks.values():
+                    if task.instance_id == instance_id and task.phase != "STOPPED":
+                        self._begin_stop(task, f"Host EC2 (instance {instance_id}) terminated.", "TerminationNotice", now)
+                        self._finish_stop(task)
+                if info.container_instance_arn:
+                    self.ecs.deregister_container_instance(cluster=info.cluster, containerInstance=info.container_instance_arn, force=True)
+                mp.terminate_instance(self.b, asg_name, instance_id)
+                mp.record_activity(
+                    self.b, asg_name, status_code="Successful", description=f"Terminating EC2 instance: {instance_id}",
+                    cause=f"At {_stamp()} an instance was taken out of service in response to a difference between "
+                    "desired and actual capacity, shrinking the capacity.",
+                )
+                del self._instances[instance_id]
+                self._log("terminated", f"{pool_name}: {instance_id}")
+
+    def _scheduler(self, profile: str, now: float) -> None:
+        """The ECS service scheduler: place tasks up to desired, stop the surplus."""
+        service = self._service(profile)
+        live = self._live_tasks(profile)
+        pool = self.registry.profiles[profile].pool
+        if service.desired_count > len(live):
+            instance = next(
+                (i for i, info in self._instances.items() if info.pool == pool and info.state == "Registered"), None
+            )
+            if instance is not None:
+                info = self._instances[instance]
+                task = mp.create_service_task(
+                    self.b, service, str(info.container_instance_arn), self.registry.pools[pool].capacity_provider
+                )
+                self._tasks[task.task_arn] = _Task(profile, task.task_arn, task, instance, "PROVISIONING",
+                                                   self._after(self.delays.provision_s))
+                self._log("task-provisioning", f"{profile}: {task.task_arn}")
+        elif service.desired_count < len(live):
+            for task in sorted(live, key=lambda t: t.task.created_at, reverse=True)[: len(live) - service.desired_count]:
+                self._begin_stop(task, f"Scaling activity initiated by (deployment {service.deployments[0]['id']})",
+                                 "ServiceSchedulerInitiated", now)
+        tasks = [t for t in self._tasks.values() if t.profile == profile]
+        mp.set_service_counts(
+            service,
+            running=sum(t.phase == "RUNNING" for t in tasks),
+            pending=sum(t.phase in _PENDING_TASK for t in tasks),
+        )
+
+    def _task_lifecycle(self, task: _Task, now: float) -> None:
+        if now < task.due:
+            return
+        if task.phase == "PROVISIONING":
+            task.phase, task.due = "PENDING", self._after(self.delays.pull_s)
+            mp.set_task_status(task.task, "PENDING")
+        elif task.phase == "PENDING":
+            self._start_running(task, now)
+        elif task.phase == "RUNNING" and "task-crash" in self.faults:
+            self._begin_stop(task, CRASH_REASON, "EssentialContainerExited", now, exit_code=1)
+        elif task.phase == "DEACTIVATING":
+            if task.target_id:
+                self.elbv2.deregister_targets(TargetGroupArn=self._tg(task), Targets=[{"Id": task.target_id, "Port": 8000}])
+                mp.clear_target_health(self._tg(task), task.target_id)
+            task.phase, task.due = "STOPPING", self._after(self.delays.stop_s)
+            mp.set_task_status(task.task, "STOPPING")
+            self._stop_server(task)
+        elif task.phase == "STOPPING":
+            self._finish_stop(task)
+        if task.phase == "RUNNING" and task.due == float("inf") and "task-crash" in self.faults:
+            task.due = self._after(self.delays.crash_after_s)
+
+    def _start_running(self, task: _Task, now: float) -> None:
+        task.phase, task.due = "RUNNING", float("inf")
+        mp.set_task_status(task.task, "RUNNING")
+        self._start_server(task)
+        task.target_id = mp.task_ip(task.task)
+        if task.target_id:
+            self.elbv2.register_targets(TargetGroupArn=self._tg(task), Targets=[{"Id": task.target_id, "Port": 8000}])
+            mp.set_target_health(self._tg(task), task.target_id, "initial", "Elb.InitialHealthChecking",
+                                 "Initial health checks in progress")
+        task.loaded_at = self._after(self.delays.load_s)
+        task.next_check = self._after(self.delays.health_interval_s)
+        task.next_metric = self._after(self.delays.metric_period_s)
+        self._log("task-running", f"{task.profile}: {task.arn} ip {task.target_id}")
+
+    def _begin_stop(self, task: _Task, reason: str, code: str, now: float, exit_code: int | None = None) -> None:
+        if task.phase in ("DEACTIVATING", "STOPPING", "STOPPED"):
+            return
+        task.stop_reason, task.stop_code = reason, code
+        was_running = task.phase == "RUNNING"
+        mp.set_task_status(task.task, "DEACTIVATING", stopped_reason=reason, stop_code=code, exit_code=exit_code)
+        if task.target_id and was_running:
+            mp.set_target_health(self._tg(task), task.target_id, "draining", "Target.DeregistrationInProgress",
+                                 "Target deregistration is in progress")
+        # A crashed container is gone at once; a scheduler stop drains the target first.
+        crashed = code == "EssentialContainerExited"
+        if crashed:
+            self._stop_server(task)
+        drain = self.delays.deregistration_s if was_running and not crashed else 0.0
+        task.phase, task.due = "DEACTIVATING", self._after(drain)
+        task.healthy = False
+        self._log("task-stopping", f"{task.profile}: {task.arn} ({reason})")
+
+    def _finish_stop(self, task: _Task) -> None:
+        if task.target_id and task.target_id in mp.target_ids(self.b, self._tg(task)):
+            self.elbv2.deregister_targets(TargetGroupArn=self._tg(task), Targets=[{"Id": task.target_id, "Port": 8000}])
+        if task.target_id:
+            mp.clear_target_health(self._tg(task), task.target_id)
+        self._stop_server(task)
+        task.phase, task.due = "STOPPED", float("inf")
+        mp.set_task_status(task.task, "STOPPED", stopped_reason=task.stop_reason, stop_code=task.stop_code)
+        self._log("task-stopped", f"{task.profile}: {task.arn} ({task.stop_reason})")
+
+    def _tg(self, task: _Task) -> str:
+        return self.registry.profiles[task.profile].target_group_arn
+
+    # ---- model servers ------------------------------------------------------------------------
+    def _start_server(self, task: _Task) -> None:
+        for other in self._tasks.values():
+            if other.profile == task.profile and other is not task:
+                self._stop_server(other)  # the port is the profile's: an old draining task lets go of it
+        port = self.model_ports[task.profile]
+        model = self.registry.profiles[task.profile].model
+        log = self.logdir / f"{task.profile}-{task.arn.rsplit('/', 1)[-1]}.log" if self.logdir else None
+        if self.model_server == "vllm":
+            server = vllm_server(tiny_model_dir(), port, served_model_name=model, log_path=log)
+        else:
+            server = simulator_server(port, served_model_name=model, speed=max(1.0, self.time_scale), log_path=log)
+        task.server = server.start()
+        self._log("model-server-started", f"{task.profile}: {server.url} pid {server.pid}")
+
+    def _stop_server(self, task: _Task) -> None:
+        if task.server is not None:
+            task.server.stop(grace_s=5)
+            self._log("model-server-stopped", f"{task.profile}: {task.server.url}")
+            task.server = None
+
+    def _health(self, task: _Task, now: float) -> None:
+        """ALB health checks: healthy after N passes once the model answers /health; unhealthy after M fails."""
+        if task.phase != "RUNNING" or not task.target_id or now < task.next_check:
+            return
+        task.next_check = self._after(self.delays.health_interval_s)
+        ok = now >= task.loaded_at and "never-healthy" not in self.faults and self._answers_health(task)
+        tg = self._tg(task)
+        if ok:
+            task.passes, task.failures = task.passes + 1, 0
+            if task.passes >= self.delays.healthy_threshold and not task.healthy:
+                task.healthy = True
+                mp.set_target_health(tg, task.target_id, "healthy")
+                self._log("target-healthy", f"{task.profile}: {task.target_id}")
+        else:
+            task.passes, task.failures = 0, task.failures + 1
+            if task.failures >= self.delays.unhealthy_threshold or task.healthy:
+                task.healthy = False
+                mp.set_target_health(tg, task.target_id, "unhealthy", "Target.FailedHealthChecks", "Health checks failed")
+
+    def _answers_health(self, task: _Task) -> bool:
+        if task.server is None or not task.server.running:
+            return False
+        try:
+            return self._http.get(task.server.url + "/health").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _metrics(self, task: _Task, now: float) -> None:
+        """Publish AWS/ApplicationELB RequestCount for the target group from the server's counter."""
+        if task.phase != "RUNNING" or task.server is None or now < task.next_metric:
+            return
+        task.next_metric = self._after(self.delays.metric_period_s)
+        total = self._request_total(task)
+        if total is None:
+            return
+        delta = total - task.requests_seen if task.requests_seen is not None else total
+        task.requests_seen = total
+        profile = self.registry.profiles[task.profile]
+        self.cloudwatch.put_metric_data(
+            Namespace="AWS/ApplicationELB",
+            MetricData=[{
+                "MetricName": "RequestCount", "Unit": "Count", "Value": max(delta, 0.0),
+                "Timestamp": datetime.now(timezone.utc),
+                "Dimensions": [
+                    {"Name": "TargetGroup", "Value": profile.target_group_arn.split(":")[-1]},
+                    {"Name": "LoadBalancer", "Value": profile.load_balancer_arn.split(":loadbalancer/")[-1]},
+                ],
+            }],
+        )
+
+    def _request_total(self, task: _Task) -> float | None:
+        assert task.server is not None
+        try:
+            text = self._http.get(task.server.url + "/metrics").text
+        except httpx.HTTPError:
+            return None
+        values = [float(m.group(1)) for m in re.finditer(r"^vllm:request_success_total(?:\{[^}]*\})? ([0-9.eE+-]+)$", text, re.M)]
+        return sum(values) if values else None
+
+    # ---- throttle-once ------------------------------------------------------------------------
+    def request_hook(self, environ: dict[str, Any]) -> tuple[int, dict[str, str], bytes] | None:
+        """Answer the first call of each THROTTLED operation with its throttling error (throttle-once)."""
+        if "throttle-once" not in self.faults or WORLD_AGENT in environ.get("HTTP_USER_AGENT", ""):
+            return None
+        key = _operation(environ)
+        if key not in THROTTLED:
+            return None
+        with self._lock:
+            if key in self._throttled:
+                return None
+            self._throttled.add(key)
+            self._log("throttled", f"{key[0]}:{key[1]}")
+        code = THROTTLED[key]
+        request_id = str(uuid.uuid4())
+        if key[0] == "lambda":
+            return 429, {"Content-Type": "application/json", "x-amzn-ErrorType": code, "x-amzn-RequestId": request_id}, \
+                json.dumps({"Type": "User", "message": "Rate Exceeded.", "Reason": "ReservedFunctionConcurrentInvocationLimitExceeded"}).encode()
+        if key[0] == "ecs":
+            return 400, {"Content-Type": "application/x-amz-json-1.1", "x-amzn-RequestId": request_id}, \
+                json.dumps({"__type": code, "message": "Rate exceeded"}).encode()
+        body = (f"<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code><Message>Rate exceeded</Message></Error>"
+                f"<RequestId>{request_id}</RequestId></ErrorResponse>")
+        return 400, {"Content-Type": "text/xml", "x-amzn-RequestId": request_id}, body.encode()
+
+
+def _operation(environ: dict[str, Any]) -> tuple[str, str]:
+    """(signing service, operation) of a request to the moto server."""
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    auth = environ.get("HTTP_AUTHORIZATION", "")
+    scope = re.search(r"Credential=[^/]+/[^/]+/[^/]+/([^/]+)/", auth)
+    service = scope.group(1) if scope else ""
+    if target:
+        return service, target.rsplit(".", 1)[-1]
+    if re.match(r"^/2015-03-31/functions/[^/]+/invocations$", environ.get("PATH_INFO", "")):
+        return "lambda", "Invoke"
+    if environ.get("REQUEST_METHOD") == "POST" and service in ("autoscaling", "elasticloadbalancing"):
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        environ["wsgi.input"] = io.BytesIO(body)  # moto reads it again
+        action = re.search(rb"(?:^|&)Action=([A-Za-z]+)", body)
+        return service, action.group(1).decode() if action else ""
+    return service, ""
+
+
+def _stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
