@@ -16,9 +16,9 @@ import pytest
 # action -> (why it needs Resource "*", condition key that must narrow it or None)
 STAR_RESOURCE_ACTIONS: dict[str, tuple[str, str | None]] = {
     "autoscaling:DescribeAutoScalingGroups": ("Auto Scaling Describe* has no resource-level permissions", None),
-    "autoscaling:DescribeAutoScalingInstances": ("Auto Scaling Describe* has no resource-level permissions", None),
     "autoscaling:DescribeScalingActivities": ("Auto Scaling Describe* has no resource-level permissions", None),
     "elasticloadbalancing:DescribeTargetHealth": ("ELBv2 Describe* has no resource-level permissions", None),
+    "ec2:DescribeInstances": ("EC2 Describe* has no resource-level permissions", None),
     "ecs:ListTasks": ("ListTasks is not authorized by a resource ARN in practice", "ecs:cluster"),
     "ecs:DescribeTasks": ("task ARNs carry random ids: narrowed to the cluster instead", "ecs:cluster"),
     "ecs:DescribeContainerInstances": ("instance ARNs carry random ids: narrowed to the cluster", "ecs:cluster"),
