@@ -22,8 +22,7 @@ import time
 import traceback
 import uuid
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -96,14 +95,14 @@ class LambdaContext:
 
 
 class HandlerRouter:
-    """Runs functions/<name>/app.py:lambda_handler in-process with the function's environment.
+    """Runs functions/<name>/app.py:lambda_handler in-process, concurrently, like separate Lambdas.
 
-    Invocations are serialised: the handler's environment is process-wide (os.environ).
+    Every twin function has the same environment, which the twin sets process-wide while it runs
+    (os.environ cannot differ per thread); each handler module is loaded once per twin.
     """
 
-    def __init__(self, functions_dir: Path, environment: Mapping[str, str], region: str) -> None:
+    def __init__(self, functions_dir: Path, region: str) -> None:
         self.functions_dir = functions_dir
-        self.environment = dict(environment)
         self.region = region
         self.invocations: list[tuple[str, str | None]] = []  # (function, errorType or None)
         self._modules: dict[str, ModuleType] = {}
@@ -111,16 +110,17 @@ class HandlerRouter:
         self._tag = uuid.uuid4().hex[:8]
 
     def _handler(self, name: str) -> Any:
-        if name not in self._modules:
-            path = self.functions_dir / name / "app.py"
-            if not path.is_file():
-                raise ModuleNotFoundError(f"Unable to import module 'app': no {path}")
-            spec = importlib.util.spec_from_file_location(f"_servingctl_twin_{self._tag}_{name}", path)
-            assert spec and spec.loader
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            self._modules[name] = module
-        return self._modules[name].lambda_handler
+        with self._lock:
+            if name not in self._modules:
+                path = self.functions_dir / name / "app.py"
+                if not path.is_file():
+                    raise ModuleNotFoundError(f"Unable to import module 'app': no {path}")
+                spec = importlib.util.spec_from_file_location(f"_servingctl_twin_{self._tag}_{name}", path)
+                assert spec and spec.loader
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                self._modules[name] = module
+            return self._modules[name].lambda_handler
 
     def __call__(self, deployed_name: str, payload: bytes) -> tuple[bytes, str | None]:
         """Invoke the handler behind deployed_name; an exception becomes Lambda's error payload."""
@@ -129,38 +129,22 @@ class HandlerRouter:
             function_name=deployed_name,
             invoked_function_arn=f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{deployed_name}",
         )
-        with self._lock, _environment(self.environment):
-            try:
-                event = json.loads(payload or b"{}")
-                result = self._handler(name)(event, context)
-                body = json.dumps(result).encode()
-                self.invocations.append((name, None))
-                return body, None
-            except Exception as exc:  # the handler's failure is the invocation's answer, like Lambda
-                error_type = "Runtime.ImportModuleError" if isinstance(exc, ModuleNotFoundError) else type(exc).__name__
-                self.invocations.append((name, error_type))
-                error = {
-                    "errorMessage": str(exc),
-                    "errorType": error_type,
-                    "requestId": context.aws_request_id,
-                    "stackTrace": traceback.format_tb(exc.__traceback__),
-                }
-                return json.dumps(error).encode(), "Unhandled"
-
-
-@contextmanager
-def _environment(values: Mapping[str, str]) -> Iterator[None]:
-    """Set environment variables for the duration of the block and restore the previous ones."""
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
+        try:
+            event = json.loads(payload or b"{}")
+            result = self._handler(name)(event, context)
+            body = json.dumps(result).encode()
+            self.invocations.append((name, None))
+            return body, None
+        except Exception as exc:  # the handler's failure is the invocation's answer, like Lambda
+            error_type = "Runtime.ImportModuleError" if isinstance(exc, ModuleNotFoundError) else type(exc).__name__
+            self.invocations.append((name, error_type))
+            error = {
+                "errorMessage": str(exc),
+                "errorType": error_type,
+                "requestId": context.aws_request_id,
+                "stackTrace": traceback.format_tb(exc.__traceback__),
+            }
+            return json.dumps(error).encode(), "Unhandled"
 
 
 @dataclass(frozen=True)
@@ -240,6 +224,7 @@ class Twin:
         self.world: World | None = None
         self._server: moto_patches.MotoServer | None = None
         self._saved_moto_port: str | None = None
+        self._saved_environment: dict[str, str | None] = {}
 
     # ---- lifecycle --------------------------------------------------------------------------
     def start(self) -> Twin:
@@ -299,10 +284,12 @@ class Twin:
             if self._server is not None:
                 self._server.stop()
                 self._server = None
-            if self._saved_moto_port is None:
-                os.environ.pop("MOTO_PORT", None)
-            else:
-                os.environ["MOTO_PORT"] = self._saved_moto_port
+            for key, value in {**self._saved_environment, "MOTO_PORT": self._saved_moto_port}.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            self._saved_environment = {}
             if self._own_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
         finally:
@@ -525,7 +512,9 @@ class Twin:
                 FunctionName=function_name(name), Runtime="python3.12", Role=role, Handler="app.lambda_handler",
                 Code={"ZipFile": archive.getvalue()}, Timeout=300, MemorySize=512, Environment={"Variables": environment},
             )["FunctionArn"]
-        self.router = HandlerRouter(self.repo_root / "functions", environment, self.region)
+        self._saved_environment = {key: os.environ.get(key) for key in environment}
+        os.environ.update(environment)
+        self.router = HandlerRouter(self.repo_root / "functions", self.region)
         moto_patches.set_lambda_router(self.router)
         substitutions = {substitution_key("Function", n): arn for n, arn in self.functions.items()}
         substitutions |= {substitution_key("StateMachine", s): arn for s, arn in self.state_machines.items()}
