@@ -16,8 +16,8 @@ $(VLLM_VENV)/.stamp: requirements/vllm.txt
 # The draft copy is the same weights under another path: speculative decoding then accepts every
 # drafted token, so stream chunks reliably carry several tokens.
 $(TINY_MODEL)/.stamp: $(VLLM_VENV)/.stamp $(TINY_MODEL_SCRIPT)
+	rm -rf $(TINY_MODEL) $(TINY_MODEL_DRAFT)
 	$(VLLM_VENV)/bin/python $(TINY_MODEL_SCRIPT) --out $(TINY_MODEL)
-	rm -rf $(TINY_MODEL_DRAFT)
 	cp -r $(TINY_MODEL) $(TINY_MODEL_DRAFT)
 	touch $@
 
