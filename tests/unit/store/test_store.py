@@ -61,7 +61,7 @@ def test_same_phase_keeps_its_start_time(store: Store) -> None:
     ("path", "refused"),
     [
         ([], Phase.READY),  # STOPPED -> READY skips the start
-        ([Phase.STARTING, Phase.READY, Phase.STOPPING], Phase.STARTING),
+        ([Phase.STARTING, Phase.READY, Phase.STOPPING], Phase.READY),  # a stop ends STOPPED or FAILED
         ([Phase.STARTING], Phase.STOPPED),  # a start ends READY or FAILED, never STOPPED
     ],
 )

@@ -20,12 +20,12 @@ class Phase(StrEnum):
 
 
 # Phase -> phases it may move to. READY -> STARTING is a restart after the task vanished; STARTING ->
-# STARTING is a retry or a takeover after a dead execution's lock expired.
+# STARTING and STOPPING -> STARTING are takeovers after a dead execution's lock expired.
 ALLOWED_TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.STOPPED: frozenset({Phase.STOPPED, Phase.STARTING, Phase.STOPPING, Phase.FAILED}),
     Phase.STARTING: frozenset({Phase.STARTING, Phase.READY, Phase.STOPPING, Phase.FAILED}),
     Phase.READY: frozenset({Phase.READY, Phase.STARTING, Phase.STOPPING, Phase.FAILED}),
-    Phase.STOPPING: frozenset({Phase.STOPPING, Phase.STOPPED, Phase.FAILED}),
+    Phase.STOPPING: frozenset({Phase.STOPPING, Phase.STOPPED, Phase.STARTING, Phase.FAILED}),
     Phase.FAILED: frozenset({Phase.FAILED, Phase.STARTING, Phase.STOPPING, Phase.STOPPED}),
 }
 

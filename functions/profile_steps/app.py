@@ -1,0 +1,73 @@
+"""profile_steps Lambda: every AWS-API step of start_profile / stop_profile, dispatched on event["action"].
+
+Event (the lambda:invoke Payload): {"action": "<step>", "state": <execution state>, "execution": <ARN>}.
+Env: SERVINGCTL_REGISTRY, SERVINGCTL_TABLE, POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from servingctl.control.deps import Deps
+from servingctl.control.steps import run_step
+from servingctl.registry import load_registry
+from servingctl.store import DynamoStore
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+# Seconds kept free of a check's in-invocation watch, for the answer and Lambda's own overhead.
+WATCH_MARGIN_S = 15.0
+_clients: dict[str, Any] = {}
+
+
+def _deps(context: LambdaContext) -> Deps:
+    """Clients and the store are built once per container; the registry is cached by its loader."""
+    if not _clients:
+        _clients.update({name: boto3.client(name) for name in ("ecs", "autoscaling", "elbv2", "ec2")})
+        _clients["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
+    return Deps(
+        **_clients,
+        registry=load_registry(),
+        watch_budget_s=max(0.0, context.get_remaining_time_in_millis() / 1000 - WATCH_MARGIN_S),
+    )
+
+
+def _emit(action: str, result: dict[str, Any]) -> None:
+    if action == "record_ready":
+        metrics.add_metric(name="StartSucceeded", unit=MetricUnit.Count, value=1)
+        for phase, seconds in result["phase_seconds"].items():
+            metrics.add_metric(name=f"PhaseSeconds{phase.capitalize()}", unit=MetricUnit.Seconds, value=seconds)
+    elif action == "roll_back" and result.get("acted"):
+        metrics.add_metric(name="StartFailed", unit=MetricUnit.Count, value=1)
+    elif action == "force_release" and result.get("acted"):
+        metrics.add_metric(name="StopFailed", unit=MetricUnit.Count, value=1)
+    elif action == "close_session":
+        metrics.add_metric(name="StopSucceeded", unit=MetricUnit.Count, value=1)
+
+
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+@logger.inject_lambda_context(correlation_id_path="execution")
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Run one step and return its JSON-safe result; a raised error's class name is the ASL error."""
+    action = event.get("action") if isinstance(event, dict) else None
+    state = event.get("state") if isinstance(event, dict) else None
+    profile = (state or {}).get("config", {}).get("profile") or (state or {}).get("profile")
+    logger.append_keys(action=action, profile=profile)
+    tracer.put_annotation(key="action", value=str(action))
+    try:
+        result = run_step(event, _deps(context))
+    except Exception as exc:
+        logger.warning("step failed", extra={"error": type(exc).__name__, "reason": str(exc)})
+        raise
+    logger.info("step done", extra={"result": result})
+    _emit(str(action), result)
+    return result

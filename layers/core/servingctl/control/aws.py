@@ -1,0 +1,171 @@
+"""What the steps read from and change in ECS, Auto Scaling, ELBv2 and EC2 (boto3 clients injected)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+# Scaling activity outcomes that mean the launch will not happen (AWS keeps retrying behind them).
+FAILED_ACTIVITY_CODES = frozenset({"Failed", "Cancelled"})
+# Target states that still hold a registration (anything but gone/unused counts as not drained).
+GONE_TARGET_STATES = frozenset({"unused"})
+# EC2 stops billing an instance once it is shutting down.
+GONE_INSTANCE_STATES = frozenset({"shutting-down", "terminated"})
+
+
+@dataclass(frozen=True)
+class ServiceCounts:
+    """ECS service counters."""
+
+    desired: int
+    running: int
+    pending: int
+
+
+@dataclass(frozen=True)
+class AsgInstance:
+    """One instance of an Auto Scaling group."""
+
+    instance_id: str
+    lifecycle: str
+    protected: bool
+
+
+@dataclass(frozen=True)
+class AsgView:
+    """An Auto Scaling group's sizes and instances."""
+
+    name: str
+    desired: int
+    min_size: int
+    max_size: int
+    instances: tuple[AsgInstance, ...]
+
+    def in_service(self) -> list[str]:
+        """Ids of InService instances."""
+        return [i.instance_id for i in self.instances if i.lifecycle == "InService"]
+
+
+def service_counts(ecs: Any, cluster: str, service: str) -> ServiceCounts:
+    """Desired, running and pending counts of an ECS service."""
+    found = ecs.describe_services(cluster=cluster, services=[service])["services"]
+    if not found:
+        raise LookupError(f"ECS service {service} not found in cluster {cluster}")
+    svc = found[0]
+    return ServiceCounts(svc.get("desiredCount", 0), svc.get("runningCount", 0), svc.get("pendingCount", 0))
+
+
+def set_service_desired(ecs: Any, cluster: str, service: str, count: int) -> None:
+    """Set an ECS service's desired count."""
+    ecs.update_service(cluster=cluster, service=service, desiredCount=count)
+
+
+def describe_asg(autoscaling: Any, name: str) -> AsgView:
+    """Sizes and instances of an Auto Scaling group."""
+    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"]
+    if not groups:
+        raise LookupError(f"Auto Scaling group {name} not found")
+    g = groups[0]
+    instances = tuple(
+        AsgInstance(i["InstanceId"], i.get("LifecycleState", ""), bool(i.get("ProtectedFromScaleIn")))
+        for i in g.get("Instances", [])
+    )
+    return AsgView(name, g["DesiredCapacity"], g["MinSize"], g["MaxSize"], instances)
+
+
+def set_asg_desired(autoscaling: Any, name: str, count: int) -> None:
+    """Set the group's desired capacity now, ignoring cooldowns (the start skips the provider's alarm delay)."""
+    autoscaling.set_desired_capacity(AutoScalingGroupName=name, DesiredCapacity=count, HonorCooldown=False)
+
+
+def scale_asg_to_zero(autoscaling: Any, name: str) -> None:
+    """Desired and min 0, so neither the group nor the capacity provider keeps an instance."""
+    autoscaling.update_auto_scaling_group(AutoScalingGroupName=name, MinSize=0, DesiredCapacity=0)
+
+
+def clear_protection(autoscaling: Any, name: str, instance_ids: list[str]) -> None:
+    """Clear scale-in protection: a protected instance survives desired 0."""
+    if instance_ids:
+        autoscaling.set_instance_protection(
+            AutoScalingGroupName=name, InstanceIds=instance_ids, ProtectedFromScaleIn=False
+        )
+
+
+def failed_launch(autoscaling: Any, name: str, since: datetime) -> str | None:
+    """AWS's status message of a failed or cancelled scaling activity started at or after since."""
+    activities = autoscaling.describe_scaling_activities(AutoScalingGroupName=name, MaxRecords=20)["Activities"]
+    for activity in activities:
+        started = activity.get("StartTime")
+        if activity.get("StatusCode") in FAILED_ACTIVITY_CODES and (started is None or started >= since):
+            return activity.get("StatusMessage") or activity.get("Description") or activity["StatusCode"]
+    return None
+
+
+def registered_instances(ecs: Any, cluster: str) -> set[str]:
+    """EC2 ids of the cluster's ACTIVE container instances whose agent is connected."""
+    arns: list[str] = []
+    for page in ecs.get_paginator("list_container_instances").paginate(cluster=cluster):
+        arns.extend(page["containerInstanceArns"])
+    found: set[str] = set()
+    for start in range(0, len(arns), 100):
+        described = ecs.describe_container_instances(cluster=cluster, containerInstances=arns[start : start + 100])
+        found.update(
+            ci["ec2InstanceId"]
+            for ci in described["containerInstances"]
+            if ci.get("status") == "ACTIVE" and ci.get("agentConnected", True)
+        )
+    return found
+
+
+def service_tasks(ecs: Any, cluster: str, service: str, desired_status: str) -> list[dict[str, Any]]:
+    """The service's tasks with the given desired status, described."""
+    arns: list[str] = []
+    for page in ecs.get_paginator("list_tasks").paginate(
+        cluster=cluster, serviceName=service, desiredStatus=desired_status
+    ):
+        arns.extend(page["taskArns"])
+    tasks: list[dict[str, Any]] = []
+    for start in range(0, len(arns), 100):
+        tasks.extend(ecs.describe_tasks(cluster=cluster, tasks=arns[start : start + 100])["tasks"])
+    # ECS tags a service's tasks with group "service:<name>"; filtering here too keeps us exact.
+    return [t for t in tasks if t.get("group") == f"service:{service}"]
+
+
+def task_ip(task: dict[str, Any]) -> str | None:
+    """Private IPv4 of an awsvpc task (the ALB target id), None before its ENI is attached."""
+    for attachment in task.get("attachments", []):
+        for detail in attachment.get("details", []):
+            if detail.get("name") == "privateIPv4Address":
+                return str(detail["value"])
+    return None
+
+
+def stopped_reason(task: dict[str, Any]) -> str:
+    """The task's stopped reason with its containers' reasons and exit codes."""
+    parts = [task.get("stoppedReason") or task.get("stopCode") or "stopped"]
+    for container in task.get("containers", []):
+        bits = [b for b in (container.get("reason"), f"exit code {container['exitCode']}" if "exitCode" in container else None) if b]
+        if bits:
+            parts.append(f"{container.get('name', 'container')}: {', '.join(bits)}")
+    return "; ".join(parts)
+
+
+def target_states(elbv2: Any, target_group_arn: str) -> dict[str, str]:
+    """Target id -> health state of every target registered in the group."""
+    described = elbv2.describe_target_health(TargetGroupArn=target_group_arn)["TargetHealthDescriptions"]
+    return {d["Target"]["Id"]: d["TargetHealth"]["State"] for d in described}
+
+
+def instance_states(ec2: Any, instance_ids: list[str]) -> dict[str, str]:
+    """Instance id -> EC2 state name (instances EC2 no longer knows are absent)."""
+    if not instance_ids:
+        return {}
+    states: dict[str, str] = {}
+    # A filter (not InstanceIds) so instances EC2 already forgot do not fail the whole call.
+    pages = ec2.get_paginator("describe_instances").paginate(Filters=[{"Name": "instance-id", "Values": instance_ids}])
+    for page in pages:
+        for reservation in page["Reservations"]:
+            for instance in reservation["Instances"]:
+                states[instance["InstanceId"]] = instance["State"]["Name"]
+    return states

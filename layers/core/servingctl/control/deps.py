@@ -1,0 +1,34 @@
+"""What every step gets injected: AWS clients, the store, the registry, the clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from servingctl.control.clock import Clock, SystemClock
+from servingctl.registry.models import ComputePool, Registry, ServingProfile
+from servingctl.store.base import Store
+
+
+@dataclass
+class Deps:
+    """Injected collaborators of the steps (boto3 clients in Lambda, moto-backed ones in tests)."""
+
+    ecs: Any
+    autoscaling: Any
+    elbv2: Any
+    ec2: Any
+    store: Store
+    registry: Registry
+    clock: Clock = field(default_factory=SystemClock)
+    # Seconds a check may keep watching inside one invocation (the handler derives it from the
+    # Lambda's remaining time); 0 disables watching.
+    watch_budget_s: float = 0.0
+
+    def profile(self, name: str) -> ServingProfile:
+        """The registry's profile (the name was validated by prepare_*)."""
+        return self.registry.profiles[name]
+
+    def pool(self, name: str) -> ComputePool:
+        """The registry's pool."""
+        return self.registry.pools[name]

@@ -1,0 +1,87 @@
+"""Wait-loop arithmetic: back-off, deadlines and the {ready, wait_s, detail, progress} answer of a check.
+
+A check's answer goes to $.<key> of the execution state; the next round reads `progress` back, so
+the attempt count, the phase's start and its marks (first InService, task IP, ...) survive between
+invocations without touching the store.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from servingctl.control.clock import Clock
+from servingctl.control.errors import DeadlineExceeded
+from servingctl.control.settings import Poll
+from servingctl.store.models import iso
+
+Probe = Callable[["Progress"], tuple[bool, str]]
+
+
+class Progress(BaseModel):
+    """What a wait loop remembers between rounds."""
+
+    attempt: int = 0
+    since: datetime
+    marks: dict[str, Any] = Field(default_factory=dict)
+
+    def mark_once(self, name: str, value: Any) -> None:
+        """Record a mark the first time only (e.g. when an instance first went InService)."""
+        self.marks.setdefault(name, value)
+
+
+def previous_progress(state: dict[str, Any], key: str, now: datetime) -> Progress:
+    """The progress the last round of this loop left in the state, or a fresh one starting now."""
+    last = state.get(key)
+    if isinstance(last, dict) and isinstance(last.get("progress"), dict):
+        return Progress.model_validate(last["progress"])
+    return Progress(since=now)
+
+
+def backoff_wait(poll: Poll, attempt: int) -> int:
+    """interval * backoff^attempt capped at max_interval, in whole seconds (Wait needs an integer)."""
+    raw = poll.interval_s * poll.backoff ** min(attempt, 64)
+    return max(1, min(poll.max_interval_s, round(raw)))
+
+
+def run_check(
+    *,
+    state: dict[str, Any],
+    key: str,
+    what: str,
+    deadline_s: int,
+    poll: Poll,
+    clock: Clock,
+    probe: Probe,
+    watch_budget_s: float = 0.0,
+) -> dict[str, Any]:
+    """Probe once; when not ready, raise past the deadline or answer with the next wait.
+
+    With a watch budget, the check keeps probing every poll.interval_s inside this invocation for up
+    to the computed wait, so the loop notices readiness within one interval without extra state
+    transitions; wait_s is what is left of the wait afterwards.
+    """
+    now = clock.now()
+    progress = previous_progress(state, key, now)
+    ready, detail = probe(progress)
+    wait_s = 0
+    if not ready:
+        elapsed = (now - progress.since).total_seconds()
+        if elapsed >= deadline_s:
+            raise DeadlineExceeded(f"{what} not reached within {deadline_s} s: {detail}")
+        wait = min(backoff_wait(poll, progress.attempt), max(1, math.ceil(deadline_s - elapsed)))
+        watched, watch_for = 0, min(wait, int(watch_budget_s))
+        while not ready and watched < watch_for:
+            pause = min(poll.interval_s, watch_for - watched)
+            clock.sleep(pause)
+            watched += pause
+            ready, detail = probe(progress)
+        wait_s = 0 if ready else wait - watched
+        progress.attempt += 1
+    if ready:
+        progress.mark_once("ready_at", iso(clock.now()))
+    return {"ready": ready, "wait_s": wait_s, "detail": detail, "progress": progress.model_dump(mode="json")}

@@ -1,0 +1,253 @@
+"""Steps of start_profile: prepare, lock, answer READY at once, pool guard, scale out, wait loops,
+record READY, release; roll_back undoes only what this execution started."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from servingctl.control import aws
+from servingctl.control.deps import Deps
+from servingctl.control.errors import CapacityUnavailable, LockHeld, TaskFailed
+from servingctl.control.flow import (
+    config_of,
+    error_reason,
+    lock_names,
+    parse_time,
+    pool_users,
+    raise_if_stop_requested,
+    release_pool,
+)
+from servingctl.control.polling import Progress, run_check
+from servingctl.control.settings import StartConfig, start_config
+from servingctl.store.base import LockConflict
+from servingctl.store.models import Phase, Session, iso, session_id_for
+
+# AWS stamps activities and tasks with its own clock: accept this much skew against ours.
+CLOCK_SKEW = timedelta(seconds=30)
+PHASES = ("capacity", "boot", "task", "health", "smoke")
+
+
+def _config(state: dict[str, Any]) -> StartConfig:
+    config = config_of(state)
+    assert isinstance(config, StartConfig), "a start step ran on a stop flow's state"
+    return config
+
+
+def prepare_start(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """Validate the input (InvalidInput / ProfileNotFound) and merge the registry's defaults."""
+    return start_config(deps.registry, state).model_dump(mode="json")
+
+
+def acquire_lock(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """Take the profile and pool locks together; LockHeld names the holder."""
+    config = _config(state)
+    names = lock_names(config)
+    try:
+        locks = deps.store.acquire_locks(names, execution, deps.clock.now(), config.settings.lock_ttl_s)
+    except LockConflict as exc:
+        raise LockHeld(f"{exc}; wait for it to finish or stop it") from None
+    return {"owner": execution, "expires_at": iso(locks[0].expires_at), "locks": names}
+
+
+def check_current(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """READY in the store and a running task in ECS: nothing to start."""
+    config = _config(state)
+    recorded = deps.store.get_profile(config.profile)
+    spec = deps.profile(config.profile)
+    counts = aws.service_counts(deps.ecs, spec.cluster, spec.service)
+    return {"phase": recorded.phase.value, "ready": recorded.phase == Phase.READY and counts.running >= 1}
+
+
+def scale_out(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """Record STARTING and the ledger session, then service desired 1 and the ASG to 1 when at 0."""
+    config = _config(state)
+    spec, pool = deps.profile(config.profile), deps.pool(config.pool)
+    now = deps.clock.now()
+    recorded = deps.store.get_profile(config.profile)
+    open_session = deps.store.get_session(config.profile, recorded.session_id) if recorded.session_id else None
+    # An open session (a retry of this step, or a dead start whose instance may still run) is kept.
+    session_id = open_session.session_id if open_session and open_session.open else session_id_for(now, execution)
+    # The store first: roll_back acts only on a profile recorded STARTING by this execution.
+    deps.store.set_phase(
+        config.profile, Phase.STARTING, now, execution,
+        session_id=session_id, last_error=None, ready_at=None, stopped_at=None, phase_seconds={}, lease_deadline=None,
+    )
+    deps.store.open_session(
+        Session(
+            profile=config.profile, session_id=session_id, pool=config.pool, instance_type=pool.instance_type,
+            price_key=pool.price_key or pool.instance_type, started_at=now, start_execution=execution,
+        )
+    )
+    aws.set_service_desired(deps.ecs, spec.cluster, spec.service, 1)
+    asg_scaled = aws.describe_asg(deps.autoscaling, pool.asg_name).desired == 0
+    if asg_scaled:
+        aws.set_asg_desired(deps.autoscaling, pool.asg_name, 1)
+    return {"at": iso(now), "asg_scaled": asg_scaled, "session_id": session_id}
+
+
+def _scale_at(state: dict[str, Any]) -> Any:
+    return parse_time(state["scale"]["at"]) - CLOCK_SKEW
+
+
+def check_capacity(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """An InService instance registered as a container instance; a failed launch fails fast."""
+    config = _config(state)
+    spec, pool = deps.profile(config.profile), deps.pool(config.pool)
+    since = _scale_at(state)
+
+    def probe(progress: Progress) -> tuple[bool, str]:
+        raise_if_stop_requested(deps, config.profile)
+        failure = aws.failed_launch(deps.autoscaling, pool.asg_name, since)
+        if failure:
+            raise CapacityUnavailable(f"{pool.asg_name} could not launch {pool.instance_type}: {failure}")
+        in_service = aws.describe_asg(deps.autoscaling, pool.asg_name).in_service()
+        if in_service:
+            progress.mark_once("in_service_at", iso(deps.clock.now()))
+        registered = sorted(set(in_service) & aws.registered_instances(deps.ecs, spec.cluster))
+        if registered:
+            progress.mark_once("instance_id", registered[0])
+        return bool(registered), (
+            f"{len(in_service)} instance(s) InService in {pool.asg_name}, "
+            f"{len(registered)} registered in cluster {spec.cluster}"
+        )
+
+    return run_check(
+        state=state, key="capacity", what="capacity (instance InService and registered)",
+        deadline_s=config.settings.deadlines.capacity_s, poll=config.settings.poll, clock=deps.clock, probe=probe,
+    )
+
+
+def _count_task_failures(deps: Deps, config: StartConfig, state: dict[str, Any]) -> int:
+    """Tasks of the service stopped since the scale-out; TaskFailed once max_task_failures is reached."""
+    spec = deps.profile(config.profile)
+    since = _scale_at(state)
+    stopped = [
+        t for t in aws.service_tasks(deps.ecs, spec.cluster, spec.service, "STOPPED")
+        if t.get("lastStatus") == "STOPPED" and (t.get("createdAt") is None or t["createdAt"] >= since)
+    ]
+    if len(stopped) >= config.settings.max_task_failures:
+        # Stable sort: among equal stamps the one ECS listed last is the latest.
+        last = sorted(stopped, key=lambda t: t.get("stoppedAt") or t.get("createdAt") or since)[-1]
+        raise TaskFailed(
+            f"{len(stopped)} task(s) of {spec.service} stopped since the start "
+            f"(limit {config.settings.max_task_failures}); last: {aws.stopped_reason(last)}"
+        )
+    return len(stopped)
+
+
+def _running_tasks(deps: Deps, config: StartConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    spec = deps.profile(config.profile)
+    live = aws.service_tasks(deps.ecs, spec.cluster, spec.service, "RUNNING")
+    return live, [t for t in live if t.get("lastStatus") == "RUNNING"]
+
+
+def check_task(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """The service's task RUNNING; stopped tasks are counted (TaskFailed after max_task_failures)."""
+    config = _config(state)
+
+    def probe(progress: Progress) -> tuple[bool, str]:
+        raise_if_stop_requested(deps, config.profile)
+        failures = _count_task_failures(deps, config, state)
+        live, running = _running_tasks(deps, config)
+        if running:
+            progress.marks["task_arn"] = running[0]["taskArn"]
+            progress.marks["task_ip"] = aws.task_ip(running[0])
+        statuses = ", ".join(f"{t['taskArn'].rsplit('/', 1)[-1][:8]} {t.get('lastStatus')}" for t in live)
+        return bool(running), f"tasks: {statuses or 'none placed yet'}; stopped since start: {failures}"
+
+    return run_check(
+        state=state, key="task", what="task RUNNING",
+        deadline_s=config.settings.deadlines.task_s, poll=config.settings.poll, clock=deps.clock, probe=probe,
+    )
+
+
+def check_targets(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """A running task's IP healthy in the profile's target group (watched at the poll interval)."""
+    config = _config(state)
+    spec = deps.profile(config.profile)
+    group = spec.target_group_arn.split(":")[-1]
+
+    def probe(progress: Progress) -> tuple[bool, str]:
+        raise_if_stop_requested(deps, config.profile)
+        failures = _count_task_failures(deps, config, state)
+        _, running = _running_tasks(deps, config)
+        if not running:
+            return False, f"no running task (stopped since start: {failures}); ECS is placing one"
+        targets = aws.target_states(deps.elbv2, spec.target_group_arn)
+        ips = {t["taskArn"]: aws.task_ip(t) for t in running}
+        for arn, ip in ips.items():
+            if ip and targets.get(ip) == "healthy":
+                progress.marks["task_arn"], progress.marks["task_ip"] = arn, ip
+                return True, f"target {ip} healthy in {group}"
+        seen = ", ".join(f"{ip}: {targets.get(ip, 'not registered') if ip else 'no IP yet'}" for ip in ips.values())
+        return False, f"targets in {group}: {seen}"
+
+    return run_check(
+        state=state, key="targets", what="healthy ALB target",
+        deadline_s=config.settings.deadlines.health_s, poll=config.settings.poll, clock=deps.clock, probe=probe,
+        watch_budget_s=deps.watch_budget_s,
+    )
+
+
+def phase_seconds(state: dict[str, Any], now_iso: str) -> dict[str, float]:
+    """Seconds spent in capacity, boot (InService -> registered), task, health and smoke, and the total."""
+    capacity = state["capacity"]["progress"]["marks"]
+    marks = [
+        state["scale"]["at"],
+        capacity.get("in_service_at", capacity["ready_at"]),
+        capacity["ready_at"],
+        state["task"]["progress"]["marks"]["ready_at"],
+        state["targets"]["progress"]["marks"]["ready_at"],
+        now_iso,
+    ]
+    times = [parse_time(m) for m in marks]
+    spans = {name: round((times[i + 1] - times[i]).total_seconds(), 3) for i, name in enumerate(PHASES)}
+    return spans | {"total": round((times[-1] - times[0]).total_seconds(), 3)}
+
+
+def record_ready(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """READY with phase durations and the lease deadline."""
+    config = _config(state)
+    now = deps.clock.now()
+    seconds = phase_seconds(state, iso(now) or "")
+    lease = now + timedelta(minutes=config.settings.lease_minutes)
+    deps.store.set_phase(
+        config.profile, Phase.READY, now, execution,
+        ready_at=now, phase_seconds=seconds, lease_deadline=lease, last_error=None,
+    )
+    return {"phase": Phase.READY.value, "phase_seconds": seconds, "lease_deadline": iso(lease)}
+
+
+def roll_back(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """Undo this execution's scale-out (desired 0; ASG 0 when the pool is unused), FAILED, release."""
+    if not isinstance(state.get("config"), dict):
+        return {"acted": False, "detail": "nothing was started"}
+    config = _config(state)
+    reason = error_reason(state.get("error"))
+    recorded = deps.store.get_profile(config.profile)
+    details = []
+    acted = recorded.execution == execution and recorded.phase in (Phase.STARTING, Phase.FAILED)
+    if acted:
+        spec = deps.profile(config.profile)
+        aws.set_service_desired(deps.ecs, spec.cluster, spec.service, 0)
+        details.append(f"{spec.service} desired 0")
+        users = pool_users(deps, config.profile)
+        if users:
+            details.append(f"pool {config.pool} kept for {'; '.join(users)}")
+        else:
+            instances, protected = release_pool(deps, config.pool)
+            details.append(
+                f"{deps.pool(config.pool).asg_name} desired/min 0 ({len(instances)} instance(s), "
+                f"protection cleared on {len(protected)})"
+            )
+        now = deps.clock.now()
+        if recorded.session_id:
+            deps.store.close_session(config.profile, recorded.session_id, now, execution, "failed")
+        deps.store.set_phase(config.profile, Phase.FAILED, now, execution, last_error=reason, session_id=None)
+        details.append(f"recorded FAILED: {reason}")
+    else:
+        details.append(f"nothing of this execution to undo ({config.profile} is {recorded.phase.value})")
+    released = deps.store.release_locks(lock_names(config), execution)
+    details.append(f"released {', '.join(released) or 'no lock'}")
+    return {"acted": acted, "detail": "; ".join(details)}

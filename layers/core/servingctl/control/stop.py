@@ -1,0 +1,176 @@
+"""Steps of stop_profile: prepare, flag a running start, lock (waiting), desired 0, drain, pool guard,
+release capacity, termination, close the ledger session; force_release when anything fails."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from servingctl.control import aws
+from servingctl.control.deps import Deps
+from servingctl.control.flow import config_of, error_reason, lock_names, pool_users, release_pool
+from servingctl.control.polling import Progress, run_check
+from servingctl.control.settings import STOP_FLAG_MARGIN_S, StopConfig, stop_config
+from servingctl.store.base import LockConflict
+from servingctl.store.models import Phase, iso, profile_lock
+
+
+def _config(state: dict[str, Any]) -> StopConfig:
+    config = config_of(state)
+    assert isinstance(config, StopConfig), "a stop step ran on a start flow's state"
+    return config
+
+
+def prepare_stop(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """Validate the input; already_stopped when STOPPED, unlocked and ECS runs nothing."""
+    config = stop_config(deps.registry, state)
+    recorded = deps.store.get_profile(config.profile)
+    lock = deps.store.get_lock(profile_lock(config.profile))
+    spec = deps.profile(config.profile)
+    counts = aws.service_counts(deps.ecs, spec.cluster, spec.service)
+    already = (
+        recorded.phase == Phase.STOPPED
+        and not (lock and lock.live(deps.clock.now()))
+        and counts.desired == 0
+        and counts.running + counts.pending == 0
+    )
+    return config.model_copy(update={"already_stopped": already}).model_dump(mode="json")
+
+
+def request_stop(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """Set the stop flag a running start checks; it lapses by itself if this execution dies."""
+    config = _config(state)
+    now = deps.clock.now()
+    until = now + timedelta(seconds=config.settings.deadlines.lock_s + STOP_FLAG_MARGIN_S)
+    deps.store.update_profile(config.profile, now, stop_requested_by=execution, stop_requested_until=until)
+    return {"requested_until": iso(until)}
+
+
+def await_lock(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """Take the profile and pool locks, or answer not-ready while another execution holds them."""
+    config = _config(state)
+
+    def probe(progress: Progress) -> tuple[bool, str]:
+        try:
+            deps.store.acquire_locks(lock_names(config), execution, deps.clock.now(), config.settings.lock_ttl_s)
+        except LockConflict as exc:
+            return False, f"waiting: {exc}"
+        return True, "locks taken"
+
+    return run_check(
+        state=state, key="lock", what="the profile and pool locks",
+        deadline_s=config.settings.deadlines.lock_s, poll=config.settings.poll, clock=deps.clock, probe=probe,
+    )
+
+
+def scale_in_service(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """Record STOPPING (the stop flag has done its job), then service desired 0."""
+    config = _config(state)
+    spec = deps.profile(config.profile)
+    now = deps.clock.now()
+    deps.store.set_phase(
+        config.profile, Phase.STOPPING, now, execution, stop_requested_by=None, stop_requested_until=None
+    )
+    aws.set_service_desired(deps.ecs, spec.cluster, spec.service, 0)
+    return {"at": iso(now), "service_desired": 0}
+
+
+def check_drained(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """No task running or stopping and no target left registered in the profile's target group."""
+    config = _config(state)
+    spec = deps.profile(config.profile)
+
+    def probe(progress: Progress) -> tuple[bool, str]:
+        counts = aws.service_counts(deps.ecs, spec.cluster, spec.service)
+        live = aws.service_tasks(deps.ecs, spec.cluster, spec.service, "RUNNING") + [
+            t for t in aws.service_tasks(deps.ecs, spec.cluster, spec.service, "STOPPED")
+            if t.get("lastStatus") != "STOPPED"
+        ]
+        targets = {
+            ip: s for ip, s in aws.target_states(deps.elbv2, spec.target_group_arn).items()
+            if s not in aws.GONE_TARGET_STATES
+        }
+        drained = not live and counts.running + counts.pending == 0 and not targets
+        return drained, (
+            f"{counts.running} running, {counts.pending} pending, {len(live)} task(s) not stopped, "
+            f"targets: {', '.join(f'{ip} {s}' for ip, s in targets.items()) or 'none'}"
+        )
+
+    return run_check(
+        state=state, key="drain", what="drained service and target group",
+        deadline_s=config.settings.deadlines.drain_s, poll=config.settings.poll, clock=deps.clock, probe=probe,
+    )
+
+
+def release_capacity(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """Clear scale-in protection on the pool's instances, then ASG desired and min 0."""
+    instances, protected = release_pool(deps, _config(state).pool)
+    return {"instances": instances, "protection_cleared": protected}
+
+
+def check_terminated(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """The ASG has no instance left and the released ones are shutting down or terminated in EC2."""
+    config = _config(state)
+    pool = deps.pool(config.pool)
+    released = list(state.get("release", {}).get("instances", []))
+
+    def probe(progress: Progress) -> tuple[bool, str]:
+        in_group = [f"{i.instance_id} {i.lifecycle}" for i in aws.describe_asg(deps.autoscaling, pool.asg_name).instances]
+        states = aws.instance_states(deps.ec2, released)
+        running = [f"{i} {s}" for i, s in states.items() if s not in aws.GONE_INSTANCE_STATES]
+        return not in_group and not running, (
+            f"in {pool.asg_name}: {', '.join(in_group) or 'none'}; EC2 not yet gone: {', '.join(running) or 'none'}"
+        )
+
+    return run_check(
+        state=state, key="termination", what="instances terminated",
+        deadline_s=config.settings.deadlines.terminate_s, poll=config.settings.poll, clock=deps.clock, probe=probe,
+    )
+
+
+def close_session(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """Close the open ledger session (uptime) and record STOPPED."""
+    config = _config(state)
+    now = deps.clock.now()
+    recorded = deps.store.get_profile(config.profile)
+    session = None
+    if recorded.session_id and deps.store.get_session(config.profile, recorded.session_id):
+        session = deps.store.close_session(config.profile, recorded.session_id, now, execution, "stopped")
+    deps.store.set_phase(
+        config.profile, Phase.STOPPED, now, execution,
+        session_id=None, stopped_at=now, lease_deadline=None, last_error=None,
+    )
+    return {"phase": Phase.STOPPED.value, "session": session.model_dump(mode="json") if session else None}
+
+
+def force_release(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+    """Stopping is the safe direction: desired 0 and the pool to 0 when unused, even without the lock.
+
+    The ledger session stays open (the instance may still run); the next stop or start closes or
+    continues it.
+    """
+    if not isinstance(state.get("config"), dict):
+        return {"acted": False, "detail": "nothing was stopped"}
+    config = _config(state)
+    spec = deps.profile(config.profile)
+    reason = error_reason(state.get("error"))
+    aws.set_service_desired(deps.ecs, spec.cluster, spec.service, 0)
+    details = [f"{spec.service} desired 0"]
+    users = pool_users(deps, config.profile)
+    if users:
+        details.append(f"pool {config.pool} kept for {'; '.join(users)}")
+    else:
+        instances, protected = release_pool(deps, config.pool)
+        details.append(
+            f"{deps.pool(config.pool).asg_name} desired/min 0 ({len(instances)} instance(s), "
+            f"protection cleared on {len(protected)})"
+        )
+    now = deps.clock.now()
+    lock = deps.store.get_lock(profile_lock(config.profile))
+    # Only the lock owner clears the stop flag: a start still holding the lock must still see it.
+    flag = {"stop_requested_by": None, "stop_requested_until": None} if lock is None or lock.owner == execution else {}
+    deps.store.set_phase(config.profile, Phase.FAILED, now, execution, last_error=f"stop failed: {reason}", **flag)
+    details.append(f"recorded FAILED: {reason}")
+    released = deps.store.release_locks(lock_names(config), execution)
+    details.append(f"released {', '.join(released) or 'no lock'}")
+    return {"acted": True, "detail": "; ".join(details)}

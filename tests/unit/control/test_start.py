@@ -1,0 +1,292 @@
+"""start_profile steps against a moto world: guard, scale out, wait loops, failures, roll-back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from servingctl.control.deps import Deps
+from servingctl.control.errors import (
+    CapacityUnavailable,
+    DeadlineExceeded,
+    InvalidInput,
+    LockHeld,
+    PoolBusy,
+    ProfileNotFound,
+    StopRequested,
+    TaskFailed,
+    Throttled,
+)
+from servingctl.control.steps import run_step
+from servingctl.store import Phase
+
+from .conftest import EXEC_OTHER, EXEC_START, EXEC_STOP, OTHER, PROFILE, FakeClock, World, start_input
+
+INSUFFICIENT = (
+    "We currently do not have sufficient g7e.12xlarge capacity in the Availability Zone you requested "
+    "(us-east-1a). Our system will be working on provisioning additional capacity."
+)
+
+
+def step(deps: Deps, action: str, state: dict[str, Any], key: str | None, execution: str = EXEC_START) -> dict[str, Any]:
+    """Run one step like the state machine: JSON in, JSON out, result under state[key]."""
+    result = run_step(json.loads(json.dumps({"action": action, "state": state, "execution": execution})), deps)
+    json.dumps(result)  # Step Functions needs JSON-safe output
+    if key:
+        state[key] = result
+    return result
+
+
+def started(deps: Deps, **extra: Any) -> dict[str, Any]:
+    """State after prepare, lock, current, guard and scale-out."""
+    state = start_input(**extra)
+    step(deps, "prepare_start", state, "config")
+    step(deps, "acquire_lock", state, "lock")
+    assert step(deps, "check_current", state, "current")["ready"] is False
+    step(deps, "guard_pool", state, "pool")
+    step(deps, "scale_out", state, "scale")
+    return state
+
+
+def loop_until_ready(deps: Deps, clock: FakeClock, action: str, state: dict[str, Any], key: str, move: Any = None) -> list[int]:
+    """Run a wait loop as the ASL does (Check -> Choice -> Wait), letting the world move between rounds."""
+    waits = []
+    for _ in range(100):
+        result = step(deps, action, state, key)
+        if result["ready"]:
+            return waits
+        waits.append(result["wait_s"])
+        clock.advance(result["wait_s"])
+        if move:
+            move(len(waits))
+    raise AssertionError("loop never ended")
+
+
+def test_prepare_merges_registry_defaults_and_names_bad_fields(deps: Deps) -> None:
+    config = step(deps, "prepare_start", {"profile": PROFILE}, None)
+    assert config["settings"]["deadlines"] == {"capacity_s": 900, "task_s": 2400, "health_s": 2400}
+    assert config["settings"]["poll"] == {"interval_s": 15, "max_interval_s": 60, "backoff": 1.5}
+    assert config["smoke"]["header_value"] == PROFILE and config["pool"] == "g7e-2gpu"
+    with pytest.raises(InvalidInput, match=r"poll\.interval_s: Input should be greater than or equal to 1"):
+        step(deps, "prepare_start", {"profile": PROFILE, "poll": {"interval_s": 0}}, None)
+    with pytest.raises(InvalidInput, match="deadline: unknown field; allowed fields: allow_shared_pool, deadlines"):
+        step(deps, "prepare_start", {"profile": PROFILE, "deadline": {}}, None)
+    with pytest.raises(InvalidInput, match="lease_minutes: must be between 5 and 720"):
+        step(deps, "prepare_start", {"profile": PROFILE, "lease_minutes": 10000}, None)
+    with pytest.raises(ProfileNotFound, match="known profiles: deepseek-v4-flash, nemotron-nano"):
+        step(deps, "prepare_start", {"profile": "llama"}, None)
+    with pytest.raises(InvalidInput, match="action: unknown 'launch'; allowed: prepare_start"):
+        step(deps, "launch", {}, None)
+
+
+def test_lock_refuses_a_second_execution_and_reacquire_is_idempotent(deps: Deps) -> None:
+    state = start_input()
+    step(deps, "prepare_start", state, "config")
+    step(deps, "acquire_lock", state, "lock")
+    assert step(deps, "acquire_lock", state, "lock")["owner"] == EXEC_START  # a Step Functions retry
+    with pytest.raises(LockHeld, match=f"profile:{PROFILE} is held by {EXEC_START}"):
+        step(deps, "acquire_lock", state, None, execution=EXEC_OTHER)
+
+
+def test_pool_guard_refuses_another_active_profile_unless_shared(shared_deps: Deps, shared_world: World) -> None:
+    other = {"profile": OTHER}
+    step(shared_deps, "prepare_start", other, "config")
+    shared_deps.store.set_phase(OTHER, Phase.STARTING, shared_deps.clock.now(), EXEC_OTHER)
+    shared_deps.store.set_phase(OTHER, Phase.READY, shared_deps.clock.now(), EXEC_OTHER)
+    state = start_input()
+    step(shared_deps, "prepare_start", state, "config")
+    with pytest.raises(PoolBusy, match=r"pool g7e-2gpu is in use by nemotron-nano \(READY.*allow_shared_pool=true"):
+        step(shared_deps, "guard_pool", state, "pool")
+    shared = start_input(allow_shared_pool=True)
+    step(shared_deps, "prepare_start", shared, "config")
+    assert step(shared_deps, "guard_pool", shared, "pool")["keep"] is True
+
+
+def test_pool_guard_sees_a_running_service_the_store_does_not_know(shared_deps: Deps, shared_world: World) -> None:
+    spec = shared_world.registry.profiles[OTHER]
+    shared_world.ecs.update_service(cluster=spec.cluster, service=spec.service, desiredCount=1)
+    state = start_input()
+    step(shared_deps, "prepare_start", state, "config")
+    with pytest.raises(PoolBusy, match="nemotron-nano \\(STOPPED, desired 1"):
+        step(shared_deps, "guard_pool", state, "pool")
+
+
+def test_scale_out_sets_service_and_asg_only_when_at_zero(deps: Deps, world: World) -> None:
+    state = started(deps)
+    assert state["scale"]["asg_scaled"] is True
+    assert world.service()["desiredCount"] == 1 and world.asg()["DesiredCapacity"] == 1
+    recorded = deps.store.get_profile(PROFILE)
+    assert recorded.phase == Phase.STARTING and recorded.execution == EXEC_START
+    session = deps.store.get_session(PROFILE, recorded.session_id)
+    assert session.open and session.instance_type == "g7e.12xlarge"
+    # A retry (or a pool already at 1) leaves the ASG alone and keeps the same ledger session.
+    again = step(deps, "scale_out", state, "scale")
+    assert again["asg_scaled"] is False and again["session_id"] == recorded.session_id
+    assert len(deps.store.list_sessions(PROFILE)) == 1
+    assert world.calls.count("SetDesiredCapacity") == 1
+
+
+def test_start_reaches_ready_with_phase_times_and_lease(deps: Deps, world: World, clock: FakeClock) -> None:
+    state = started(deps)
+    cap_waits = loop_until_ready(deps, clock, "check_capacity", state, "capacity", lambda n: n == 3 and world.register_instances())
+    assert cap_waits == [15, 22, 34]  # 15 * 1.5^n, rounded
+    tasks: list[dict[str, Any]] = []
+    loop_until_ready(deps, clock, "check_task", state, "task", lambda n: tasks.append(world.place_task()))
+    loop_until_ready(deps, clock, "check_targets", state, "targets", lambda n: n == 2 and world.register_target(tasks[0]))
+    clock.advance(2)
+    record = step(deps, "record_ready", state, "record")
+    seconds = record["phase_seconds"]
+    assert seconds["capacity"] == 0 and seconds["boot"] == 71 and seconds["task"] == 15
+    assert seconds["health"] == 37 and seconds["smoke"] == 2 and seconds["total"] == 125
+    recorded = deps.store.get_profile(PROFILE)
+    assert recorded.phase == Phase.READY and recorded.phase_seconds == seconds
+    assert (recorded.lease_deadline - recorded.ready_at).total_seconds() == 120 * 60
+    assert step(deps, "release_lock", state, "unlock")["released"] == [f"profile:{PROFILE}", "pool:g7e-2gpu"]
+    # A second start answers at once.
+    again = start_input()
+    step(deps, "prepare_start", again, "config")
+    step(deps, "acquire_lock", again, "lock", execution=EXEC_OTHER)
+    assert step(deps, "check_current", again, "current", execution=EXEC_OTHER) == {"phase": "READY", "ready": True}
+
+
+def test_failed_launch_fails_fast_with_aws_message(deps: Deps, world: World) -> None:
+    state = started(deps)
+    world.fail_launches(INSUFFICIENT)
+    with pytest.raises(CapacityUnavailable, match="could not launch g7e.12xlarge: We currently do not have sufficient"):
+        step(deps, "check_capacity", state, "capacity")
+
+
+def test_stopping_tasks_are_counted_until_task_failed(deps: Deps, world: World, clock: FakeClock) -> None:
+    state = started(deps)
+    world.register_instances()
+    step(deps, "check_capacity", state, "capacity")
+    for n in range(2):
+        world.crash_task(world.place_task(), f"Essential container in task exited (crash {n})")
+    assert "stopped since start: 2" in step(deps, "check_task", state, "task")["detail"]
+    world.crash_task(world.place_task(), "Essential container in task exited (crash 2)")
+    with pytest.raises(TaskFailed, match=r"3 task\(s\) .* stopped since the start \(limit 3\); last: Essential container in task exited \(crash 2\)"):
+        step(deps, "check_task", state, "task")
+
+
+def test_a_task_crashing_during_health_checks_counts_too(deps: Deps, world: World) -> None:
+    state = started(deps)
+    world.register_instances()
+    step(deps, "check_capacity", state, "capacity")
+    for n in range(3):
+        world.crash_task(world.place_task(), f"OutOfMemoryError: container killed ({n})")
+    with pytest.raises(TaskFailed, match="OutOfMemoryError"):
+        step(deps, "check_targets", state, "targets")
+
+
+def test_deadline_exceeded_names_what_was_missing(deps: Deps, clock: FakeClock) -> None:
+    state = started(deps, deadlines={"capacity_s": 100})
+    waits = []
+    with pytest.raises(DeadlineExceeded, match=r"capacity .* not reached within 100 s: 1 instance\(s\) InService .* 0 registered"):
+        for _ in range(10):
+            waits.append(step(deps, "check_capacity", state, "capacity")["wait_s"])
+            clock.advance(waits[-1])
+    assert waits == [15, 22, 34, 29]  # the last wait is clipped to the deadline
+
+
+def test_target_health_is_watched_inside_the_invocation(deps: Deps, world: World, clock: FakeClock) -> None:
+    deps.watch_budget_s = 120
+    state = started(deps)
+    world.register_instances()
+    step(deps, "check_capacity", state, "capacity")
+    task = world.place_task()
+    step(deps, "check_task", state, "task")
+    for _ in range(3):  # health takes a while: each invocation watches its whole wait, so wait_s is 0
+        result = step(deps, "check_targets", state, "targets")
+        assert not result["ready"] and result["wait_s"] == 0
+    assert clock.slept == [15] + [15, 7] + [15, 15, 4]  # waits 15, 22, 34 probed every <= 15 s
+    clock.on_sleep = lambda s: world.register_target(task)
+    result = step(deps, "check_targets", state, "targets")
+    assert result["ready"] and result["wait_s"] == 0
+    assert len(clock.slept) == 7  # healthy seen at the next poll: within one interval
+    deps.watch_budget_s = 0  # no time left in the invocation: the ASL's Wait does the waiting
+    world.deregister_all()
+    state.pop("targets")
+    assert step(deps, "check_targets", state, "targets")["wait_s"] == 15
+
+
+def test_stop_request_ends_the_start_checks(deps: Deps) -> None:
+    state = started(deps)
+    stop = {"profile": PROFILE}
+    step(deps, "prepare_stop", stop, "config", execution=EXEC_STOP)
+    step(deps, "request_stop", stop, "request", execution=EXEC_STOP)
+    with pytest.raises(StopRequested, match=f"requested by {EXEC_STOP}"):
+        step(deps, "check_capacity", state, "capacity")
+
+
+def test_throttling_becomes_throttled(deps: Deps, world: World) -> None:
+    state = start_input()
+    step(deps, "prepare_start", state, "config")
+    step(deps, "acquire_lock", state, "lock")
+
+    def throttle(**_: Any) -> None:
+        raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "DescribeServices")
+
+    world.ecs.meta.events.register("before-call.ecs.DescribeServices", throttle)
+    with pytest.raises(Throttled, match="DescribeServices: ThrottlingException: Rate exceeded"):
+        step(deps, "check_current", state, "current")
+
+
+def _fail(state: dict[str, Any], error: str, message: str) -> None:
+    state["error"] = {"Error": error, "Cause": json.dumps({"errorMessage": message, "errorType": error})}
+
+
+def test_roll_back_scales_everything_to_zero_and_records_failed(deps: Deps, world: World) -> None:
+    state = started(deps)
+    world.register_instances()
+    _fail(state, "CapacityUnavailable", "no capacity")
+    result = step(deps, "roll_back", state, "rollback")
+    assert result["acted"] is True
+    assert world.service()["desiredCount"] == 0
+    asg = world.asg()
+    assert asg["DesiredCapacity"] == 0 and asg["MinSize"] == 0
+    recorded = deps.store.get_profile(PROFILE)
+    assert recorded.phase == Phase.FAILED and recorded.last_error == "CapacityUnavailable: no capacity"
+    assert all(not s.open for s in deps.store.list_sessions(PROFILE))
+    assert deps.store.get_lock(f"profile:{PROFILE}") is None and deps.store.get_lock("pool:g7e-2gpu") is None
+    assert step(deps, "roll_back", state, "rollback")["acted"] is True  # a retried roll-back is harmless
+
+
+def test_roll_back_keeps_the_pool_for_another_active_profile(shared_deps: Deps, shared_world: World) -> None:
+    shared_deps.store.set_phase(OTHER, Phase.STARTING, shared_deps.clock.now(), EXEC_OTHER)
+    shared_deps.store.set_phase(OTHER, Phase.READY, shared_deps.clock.now(), EXEC_OTHER)
+    state = started(shared_deps, allow_shared_pool=True)
+    _fail(state, "TaskFailed", "crashed")
+    result = step(shared_deps, "roll_back", state, "rollback")
+    assert "pool g7e-2gpu kept for nemotron-nano" in result["detail"]
+    assert shared_world.service()["desiredCount"] == 0 and shared_world.asg()["DesiredCapacity"] == 1
+
+
+def test_roll_back_of_a_refused_start_leaves_the_holder_alone(deps: Deps, world: World) -> None:
+    state = started(deps)
+    refused = start_input()
+    step(deps, "prepare_start", refused, "config", execution=EXEC_OTHER)
+    with pytest.raises(LockHeld):
+        step(deps, "acquire_lock", refused, "lock", execution=EXEC_OTHER)
+    _fail(refused, "LockHeld", "held")
+    assert step(deps, "roll_back", refused, "rollback", execution=EXEC_OTHER)["acted"] is False
+    assert world.service()["desiredCount"] == 1 and deps.store.get_profile(PROFILE).phase == Phase.STARTING
+    assert deps.store.get_lock(f"profile:{PROFILE}").owner == EXEC_START
+    assert state["scale"]["asg_scaled"]
+
+
+def test_roll_back_without_config_does_nothing(deps: Deps) -> None:
+    assert step(deps, "roll_back", {"profile": PROFILE}, None)["acted"] is False
+
+
+def test_expired_lock_of_a_dead_start_is_taken_over(deps: Deps, clock: FakeClock) -> None:
+    state = started(deps, deadlines={"capacity_s": 60, "task_s": 60, "health_s": 60})
+    clock.advance(state["config"]["settings"]["lock_ttl_s"])
+    takeover = start_input()
+    step(deps, "prepare_start", takeover, "config", execution=EXEC_OTHER)
+    step(deps, "acquire_lock", takeover, "lock", execution=EXEC_OTHER)
+    step(deps, "scale_out", takeover, "scale", execution=EXEC_OTHER)
+    recorded = deps.store.get_profile(PROFILE)
+    assert recorded.execution == EXEC_OTHER and recorded.session_id == state["scale"]["session_id"]
