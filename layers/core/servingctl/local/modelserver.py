@@ -103,7 +103,8 @@ class ModelServerProcess:
             raise ModelServerError(f"{self.model} on {self.url} was never started")
         started = time.monotonic()
         deadline = started + timeout_s
-        with httpx.Client(timeout=min(5.0, max(poll_s, 1.0))) as client:
+        # trust_env off: a user's HTTP(S)_PROXY must not capture a loopback health check.
+        with httpx.Client(timeout=min(5.0, max(poll_s, 1.0)), trust_env=False) as client:
             while True:
                 code = self._proc.poll()
                 if code is not None:
