@@ -74,14 +74,15 @@ def fake_apply_values(ref: Any, attr: str) -> Any:
     return known[(ref.type, attr)]()
 
 
-def example_tfvars() -> dict:
-    """Expressions of the shipped inputs: reference.auto.tfvars, then the example tfvars."""
-    return hcleval.read_tfvars(TF_ROOT / "reference.auto.tfvars", TF_ROOT / "terraform.tfvars.example")
+def example_values() -> dict:
+    """The shipped inputs (reference.auto.tfvars, then terraform.tfvars.example) as Python values."""
+    exprs = hcleval.read_tfvars(TF_ROOT / "reference.auto.tfvars", TF_ROOT / "terraform.tfvars.example")
+    return {name: hcleval.Scope(None).eval(expr) for name, expr in exprs.items()}
 
 
-def make_root(tfvars: dict) -> Any:
-    """Root module evaluated with tfvars expressions (a dict name -> tree)."""
-    root = hcleval.root_module(TF_ROOT, tfvars, fake_apply_values)
+def make_root(values: dict) -> Any:
+    """Root module with the given input variable values."""
+    root = hcleval.Module(TF_ROOT, {k: (lambda v=v: v) for k, v in values.items()}, hcleval.Config(fake_apply_values))
     root.config.region = root.var("region")
     return root
 
@@ -93,7 +94,7 @@ def tf() -> SimpleNamespace:
         hcleval=hcleval,
         root_dir=TF_ROOT,
         repo=REPO,
-        example_tfvars=example_tfvars,
+        example_values=example_values,
         make_root=make_root,
         fake_apply_values=fake_apply_values,
     )
@@ -102,7 +103,7 @@ def tf() -> SimpleNamespace:
 @pytest.fixture
 def root():
     """The root module with the shipped example inputs."""
-    return make_root(example_tfvars())
+    return make_root(example_values())
 
 
 @pytest.fixture(scope="session")

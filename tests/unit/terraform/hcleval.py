@@ -667,9 +667,3 @@ def _get_attr(value: Any, attr: str) -> Any:
             raise HclEvalError(f"no attribute {attr!r}; known: {sorted(value)}")
         return value[attr]
     raise HclEvalError(f"cannot read .{attr} of {value!r}")
-
-
-def root_module(path: Path, tfvars: dict[str, Tree], resolver: Callable[[ResourceRef, str], Any]) -> Module:
-    """The root module with tfvars values (literal expressions) as inputs."""
-    inputs = {name: (lambda expr=expr: Scope(None).eval(expr)) for name, expr in tfvars.items()}
-    return Module(path, inputs, Config(resolver))
