@@ -47,12 +47,12 @@ def test_include_usage_without_continuous_stats_sends_only_the_final_usage(api):
 def test_tokenize_counts_what_the_chat_request_reports(api):
     content = "This is deterministic benchmark input text. " * 36
     messages = [{"role": "user", "content": content}]
-    tokenized = api.post(f"/tokenize", json={"model": api.MODEL, "messages": messages,
+    tokenized = api.post("/tokenize", json={"model": api.MODEL, "messages": messages,
                                                       "add_generation_prompt": True}).json()
     result = api.stream(api.body(content))
     assert tokenized["count"] == result.events[-1]["usage"]["prompt_tokens"] == len(tokenized["tokens"])
     assert tokenized["max_model_len"] == 16384
-    prompt_only = api.post(f"/tokenize", json={"prompt": content}).json()
+    prompt_only = api.post("/tokenize", json={"prompt": content}).json()
     assert prompt_only["count"] < tokenized["count"]  # no chat template, only BOS
 
 
@@ -76,7 +76,7 @@ def test_metrics_deltas_equal_tokens_served(api):
 
 
 def test_metrics_exposition_uses_vllm_names_and_labels(api):
-    text = api.get(f"/metrics").text
+    text = api.get("/metrics").text
     for name in ("generation_tokens", "prompt_tokens", "prefix_cache_queries", "prefix_cache_hits",
                  "spec_decode_num_drafts", "spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens",
                  "request_success"):
@@ -89,7 +89,7 @@ def test_non_streaming_completion(api):
     body = api.body(max_tokens=50)
     del body["stream_options"]
     body["stream"] = False
-    answer = api.post(f"/v1/chat/completions", json=body).json()
+    answer = api.post("/v1/chat/completions", json=body).json()
     assert answer["object"] == "chat.completion"
     assert answer["choices"][0]["finish_reason"] == "length"
     assert answer["choices"][0]["message"]["role"] == "assistant"
@@ -124,24 +124,24 @@ def test_same_seed_same_text_and_early_stop_without_ignore_eos(api):
     ],
 )
 def test_bad_requests_name_the_field(api, change, status, param):
-    response = api.post(f"/v1/chat/completions", json=api.body(**change))
+    response = api.post("/v1/chat/completions", json=api.body(**change))
     assert response.status_code == status
     error = response.json()["error"]
     assert error["param"] == param and error["code"] == status and param.split(".")[0] in error["message"]
 
 
 def test_invalid_json_and_unknown_route(api):
-    response = api.post(f"/v1/chat/completions", content=b"{not json")
+    response = api.post("/v1/chat/completions", content=b"{not json")
     assert response.status_code == 400 and response.json()["error"]["param"] == "body"
-    assert api.get(f"/v1/nothing").status_code == 404
-    assert api.get(f"/v1/chat/completions").status_code == 405
+    assert api.get("/v1/nothing").status_code == 404
+    assert api.get("/v1/chat/completions").status_code == 405
 
 
 def test_info_routes_say_simulator(api):
-    assert api.get(f"/health").status_code == 200
-    version = api.get(f"/version").json()
+    assert api.get("/health").status_code == 200
+    version = api.get("/version").json()
     assert version["simulator"] is True and version["version"].startswith("servingctl-simulator")
-    models = api.get(f"/v1/models").json()
+    models = api.get("/v1/models").json()
     assert [m["id"] for m in models["data"]] == [api.MODEL]
 
 
