@@ -14,7 +14,7 @@ VLLM_KEYS = {
     "burstiness", "max_concurrency", "duration", "completed", "failed", "total_input_tokens",
     "total_output_tokens", "request_throughput", "request_goodput", "output_throughput",
     "total_token_throughput", "input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times",
-    "generated_texts", "errors", "max_output_tokens_per_s", "max_concurrent_requests", "rtfx",
+    "queue_times", "generated_texts", "errors", "max_output_tokens_per_s", "max_concurrent_requests", "rtfx",
     *(f"{stat}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "std", "p99")),
 }
 

@@ -16,6 +16,7 @@ Where our meaning differs, the file says so under `servingctl.notes` (see NOTES)
   rounds / steady window) is `servingctl.aggregate_tok_s`.
 - `start_times` are epoch seconds (vLLM: perf_counter seconds; only differences are meaningful).
 - `generated_texts` are empty strings: servingctl does not keep generated text.
+- `queue_times` are 0.0 in burst and sustained modes and absent in rate mode.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ NOTES: dict[str, str] = {
     "output_lens": "usage.completion_tokens reported by the server (0 for failed requests)",
     "input_lens": "the calibrated prompt tokens after the chat template",
     "generated_texts": "empty: servingctl does not keep generated text",
+    "queue_times": "burst and sustained: 0.0 (a request is sent as soon as its slot is free); "
+    "rate mode: absent (servingctl does not record the wait for the concurrency cap)",
     "spec_decode_acceptance_rate": "percent, from the server's /metrics deltas over the scenario incl. warm-ups",
 }
 
@@ -141,6 +144,7 @@ def to_vllm(run: RunResult, scenario: ScenarioResult) -> dict[str, Any]:
         "latencies": [(r.e2e_ms or 0.0) / 1000.0 for r in measured],
         "start_times": [epoch0 + r.t_start_ns / NS_PER_S for r in measured],
         "generated_texts": ["" for _ in measured],
+        **({} if summary.mode == "rate" else {"queue_times": [0.0] * len(measured)}),
         "errors": [_error(r) for r in measured],
         "max_output_tokens_per_s": max_tok_s,
         "max_concurrent_requests": max_concurrent,
