@@ -2,12 +2,14 @@
 
 import asyncio
 import json
+import random
+from itertools import islice
 
 import httpx
 import pytest
 
 from servingctl.bench.backend import Backend, Connection
-from servingctl.bench.calibration import UNIT, CalibrationError, build_prompt, calibrate, search_repetitions
+from servingctl.bench.calibration import UNIT, CalibrationError, build_prompt, calibrate, search_repetitions, unique_nonces
 
 # A fake tokenizer: 5 template tokens + 9 tokens per repetition (the unit sentence's length in
 # DeepSeek's tokenizer is close to this).
@@ -107,3 +109,9 @@ def test_calibration_error_when_nothing_can_count():
 
 def test_prompt_is_the_unit_repeated_after_the_nonce():
     assert build_prompt(2, "Nonce a.\n") == "Nonce a.\n" + UNIT + UNIT
+
+
+def test_nonces_are_unique_word_shuffles_of_one_multiset():
+    nonces = list(islice(unique_nonces(random.Random(7)), 500))
+    assert len(set(nonces)) == 500
+    assert len({tuple(sorted(n.rstrip('.\n').split())) for n in nonces}) == 1  # same words, different order

@@ -9,14 +9,16 @@ The result is the largest repetition count whose prompt is at most `target` toke
 from __future__ import annotations
 
 import random
-import string
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from servingctl.bench.backend import Backend
 from servingctl.bench.models import Calibration, CalibrationMethod, SaltMode
 
 UNIT = "This is deterministic benchmark input text. "
-NONCE_LETTERS = 8
+# Nonces are shuffles of a fixed multiset of the unit's words: tokenizers split on whitespace
+# before merging, so every order has the same token count (single letters did not: " i" and " q"
+# are two tokens in a small BPE vocabulary). 18!/(3!^6) = 1.4e11 orders.
+NONCE_WORDS: tuple[str, ...] = tuple(UNIT.replace(".", "").split()) * 3
 # Differently drawn nonces must tokenize alike for the calibration to hold; this many are compared.
 NONCE_SAMPLES = 3
 
@@ -28,9 +30,20 @@ class CalibrationError(RuntimeError):
 
 
 def make_nonce(rng: random.Random) -> str:
-    """A random prefix that breaks prefix-cache reuse: single letters, one token each in common
-    tokenizers, so every nonce has the same token count."""
-    return "Nonce " + " ".join(rng.choice(string.ascii_lowercase) for _ in range(NONCE_LETTERS)) + ".\n"
+    """A random prompt prefix that breaks prefix-cache reuse, always of the same token count."""
+    words = list(NONCE_WORDS)
+    rng.shuffle(words)
+    return "Nonce:" + "".join(" " + word for word in words) + ".\n"
+
+
+def unique_nonces(rng: random.Random) -> Iterator[str]:
+    """Nonces that never repeat within one iterator (a repeat would hit the prefix cache)."""
+    seen: set[str] = set()
+    while True:
+        nonce = make_nonce(rng)
+        if nonce not in seen:
+            seen.add(nonce)
+            yield nonce
 
 
 def build_prompt(repetitions: int, nonce: str = "") -> str:

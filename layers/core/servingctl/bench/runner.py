@@ -22,7 +22,7 @@ import httpx
 
 import servingctl
 from servingctl.bench.backend import Backend, ChatRequest, Connection
-from servingctl.bench.calibration import build_prompt, calibrate, make_nonce
+from servingctl.bench.calibration import build_prompt, calibrate, unique_nonces
 from servingctl.bench.metrics import check_mismatches, scenario_summary, with_request_metrics
 from servingctl.bench.models import Calibration, RequestRecord, RunConfig, RunMetadata, RunResult, ScenarioResult, scenario_name
 from servingctl.bench.scheduler import poisson_offsets, run_bursts, run_rate, run_sustained
@@ -80,7 +80,7 @@ async def run_scenario(
 ) -> ScenarioResult:
     """Run one scenario (warm-ups, measured load, checks) and return its result."""
     name = scenario_name(calibration.target_tokens, concurrency, config.mode, config.rate)
-    nonce_rng = random.Random(f"{run_id}:{name}")
+    nonces = unique_nonces(random.Random(f"{run_id}:{name}"))
     offsets = (
         poisson_offsets(config.rate, config.seed, requests=config.requests, duration_s=config.duration_s)
         if config.mode == "rate" and config.rate is not None
@@ -96,7 +96,7 @@ async def run_scenario(
 
         async def send(index: int, round_index: int, warmup: bool) -> RequestRecord:
             nonlocal done
-            nonce = make_nonce(nonce_rng) if config.salt_mode == "prompt-nonce" else ""
+            nonce = next(nonces) if config.salt_mode == "prompt-nonce" else ""
             request = ChatRequest(
                 scenario=name,
                 round=round_index,

@@ -1,0 +1,74 @@
+"""The benchmark engine against the real vLLM on CPU (tiny local model): what a user checks before
+trusting its numbers. Runs are small (short prompts, 32 output tokens) to stay fast on 2 cores."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from servingctl.bench.models import RunConfig, RunResult
+from servingctl.bench.outputs import read_results
+from servingctl.bench.runner import run_benchmark
+from servingctl.cli.main import main
+from servingctl.local.modelserver import ModelServerProcess
+
+pytestmark = pytest.mark.e2e
+
+MAX_TOKENS = 32
+
+
+def bench(server: ModelServerProcess, **overrides) -> RunResult:
+    config = RunConfig(**{
+        "endpoint": server.url, "model": server.model, "input_tokens": [256], "concurrencies": [2],
+        "warmup": 1, "rounds": 2, "max_tokens": MAX_TOKENS, "timeout_s": 120.0, **overrides,
+    })
+    return asyncio.run(run_benchmark(config))
+
+
+def test_cli_sweep_counts_equal_the_server_counters(vllm_server, tmp_path, capsys):
+    code = main(["bench", "--endpoint", vllm_server.url, "--model", vllm_server.model, "--input-tokens", "128,512",
+                 "--concurrency", "1,4", "--warmup", "1", "--rounds", "2", "--max-tokens", str(MAX_TOKENS),
+                 "--output", str(tmp_path)])
+    assert code == 0, capsys.readouterr()
+    run = read_results(tmp_path)
+    assert len(run.scenarios) == 4
+    for scenario in run.scenarios:
+        s, cal = scenario.summary, scenario.calibration
+        assert cal.method == "tokenize" and cal.actual_tokens <= cal.target_tokens
+        assert s.failed == 0 and s.ok == s.requests == 2 * s.concurrency
+        # calibration equals what the server reports for every request (chat template included)
+        assert {r.prompt_tokens for r in scenario.records} == {cal.actual_tokens}
+        assert all(r.completion_tokens == MAX_TOKENS and r.finish_reason == "length" for r in scenario.records)
+        assert s.token_counts_exact
+        # the client's token sum equals vLLM's own generation counter delta
+        assert s.server.available and s.server.generation_tokens_equal is True
+        assert s.server.generation_tokens_delta == (s.requests + s.concurrency) * MAX_TOKENS
+        assert s.server.prefix_cache_ok is True
+        assert s.aggregate_tok_s and s.ttft_ms.median and s.decode_tok_s.median
+
+
+def test_salts_keep_the_prefix_cache_cold_and_none_lets_it_hit(vllm_server):
+    salted = bench(vllm_server, input_tokens=[1024], concurrencies=[1]).scenarios[0].summary.server
+    nonce = bench(vllm_server, input_tokens=[1024], concurrencies=[1], salt_mode="prompt-nonce").scenarios[0]
+    unsalted = bench(vllm_server, input_tokens=[1024], concurrencies=[1], salt_mode="none").scenarios[0].summary.server
+    assert salted.prefix_cache_queries_delta > 0 and salted.prefix_cache_hits_delta == 0 and salted.prefix_cache_ok
+    assert nonce.summary.server.prefix_cache_hits_delta == 0
+    assert nonce.calibration.warnings == [] and nonce.summary.mismatches.prompt_tokens == 0
+    # the same long prompt three times in a row: vLLM reuses its blocks, and the check can see it
+    assert unsalted.prefix_cache_hits_delta > 0 and unsalted.prefix_cache_ok is None
+
+
+def test_speculative_chunks_carry_several_tokens_counted_exactly(vllm_spec_server):
+    scenario = bench(vllm_spec_server, concurrencies=[2]).scenarios[0]
+    s = scenario.summary
+    assert s.failed == 0 and s.token_counts_exact
+    assert max(s.tokens_per_chunk) > 1  # a chunk per engine step, several tokens per step
+    for record in scenario.records:
+        assert sum(tokens for _, tokens in record.chunks) == record.completion_tokens == MAX_TOKENS
+        assert len(record.chunks) < MAX_TOKENS
+    assert s.server.generation_tokens_equal is True
+    assert s.server.spec_decode_acceptance_rate is not None and 0 <= s.server.spec_decode_acceptance_rate <= 1
+    # token-normalized ITL has one sample per token after the first chunk, not one per chunk
+    measured = [r for r in scenario.records if not r.warmup]
+    assert s.itl_ms.count == sum(MAX_TOKENS - r.chunks[0][1] for r in measured) > s.chunk_gap_ms.count
