@@ -35,4 +35,4 @@ sam-validate: .aws-sam/.stamp-validate ## sam validate --lint (offline)
 sam-build: .aws-sam/.stamp-build ## sam build (layer + functions, python3.12)
 sam-check: sam-validate sam-build ## both SAM checks
 
-TEST_DEPS += .aws-sam/.stamp-validate
+TEST_DEPS += .aws-sam/.stamp-validate .aws-sam/.stamp-build

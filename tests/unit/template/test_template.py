@@ -3,6 +3,7 @@ tracing, logging and environment; data is kept safe (table PITR/SSE/TTL, private
 state machines are traced, logged and alarmed; the API, when present, needs IAM auth; the layer
 ships the same pins as pyproject."""
 
+import ast
 import tomllib
 from pathlib import Path
 
@@ -21,6 +22,25 @@ def _of_type(template: dict, resource_type: str) -> dict[str, dict]:
 
 def test_cfn_lint_reports_nothing():
     assert [str(match) for match in lint_file(ROOT / "template.yaml")] == []
+
+
+def _defines_lambda_handler(source: Path) -> bool:
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, ast.FunctionDef) and node.name == "lambda_handler":
+            return True
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "lambda_handler" for t in node.targets):
+            return True
+    return False
+
+
+def test_every_function_points_at_a_handler_on_disk(template):
+    handler_default = template["Globals"]["Function"]["Handler"]
+    for name, function in _of_type(template, "AWS::Serverless::Function").items():
+        props = function["Properties"]
+        module, _, attribute = props.get("Handler", handler_default).rpartition(".")
+        source = ROOT / props["CodeUri"] / f"{module}.py"
+        assert source.is_file(), f"{name}: {source} is missing"
+        assert attribute == "lambda_handler" and _defines_lambda_handler(source), f"{name}: no lambda_handler in {source}"
 
 
 def test_every_function_gets_runtime_layer_tracing_json_logs_and_environment(cfn):
