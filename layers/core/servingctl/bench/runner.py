@@ -188,6 +188,31 @@ async def fetch_metadata(backend: Backend, run_id: str) -> RunMetadata:
     )
 
 
+async def prepare(
+    config: RunConfig,
+    connection: Connection,
+    *,
+    run_id: str,
+    progress: ProgressFn | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> tuple[RunMetadata, list[Calibration]]:
+    """Server metadata and one calibration per input length (the sweep's first step)."""
+    notify = progress or (lambda event: None)
+    async with Backend(connection, config.model, max_connections=2, transport=transport) as backend:
+        metadata = await fetch_metadata(backend, run_id)
+        calibrations = []
+        for target in config.input_tokens:
+            calibration = await calibrate(backend, target, config.salt_mode, config.seed)
+            calibrations.append(calibration)
+            notify(Progress("calibrated", None, 0, None, f"input {target}: {calibration.actual_tokens} tokens ({calibration.method})"))
+    return metadata, calibrations
+
+
+def failed_scenarios(run: RunResult) -> list[str]:
+    """Scenarios whose failure rate exceeds the run's max_failure_rate."""
+    return [s.summary.name for s in run.scenarios if s.summary.failure_rate > run.config.max_failure_rate]
+
+
 async def run_benchmark(
     config: RunConfig,
     *,
@@ -200,21 +225,12 @@ async def run_benchmark(
     """Run the whole sweep (input lengths x concurrencies) and return the results."""
     run_id = run_id or new_run_id()
     connection = connection_for(config, api_key, headers)
-    notify = progress or (lambda event: None)
-    async with Backend(connection, config.model, max_connections=2, transport=transport) as backend:
-        metadata = await fetch_metadata(backend, run_id)
-        calibrations = []
-        for target in config.input_tokens:
-            calibration = await calibrate(backend, target, config.salt_mode, config.seed)
-            calibrations.append(calibration)
-            notify(Progress("calibrated", None, 0, None, f"input {target}: {calibration.actual_tokens} tokens ({calibration.method})"))
+    metadata, calibrations = await prepare(config, connection, run_id=run_id, progress=progress, transport=transport)
     run = RunResult(config=config, metadata=metadata, calibrations=calibrations)
     for calibration in calibrations:
         for concurrency in config.concurrencies:
             result = await run_scenario(config, connection, calibration, concurrency, run_id=run_id, progress=progress, transport=transport)
             run.scenarios.append(result)
-    run.failed_scenarios = [
-        s.summary.name for s in run.scenarios if s.summary.failure_rate > config.max_failure_rate
-    ]
+    run.failed_scenarios = failed_scenarios(run)
     run.metadata.finished_at = datetime.now(UTC)
     return run
