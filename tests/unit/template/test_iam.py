@@ -8,10 +8,16 @@ cfn-lint's copy of AWS's IAM action data, so "AWS has no resource-level permissi
 we can make up.
 """
 
+import ast
 import json
 from importlib import resources
+from pathlib import Path
 
+import botocore.session
 import pytest
+from botocore import xform_name
+
+ROOT = Path(__file__).resolve().parents[3]
 
 # action -> (why it needs Resource "*", condition key that must narrow it or None)
 STAR_RESOURCE_ACTIONS: dict[str, tuple[str, str | None]] = {
@@ -164,3 +170,72 @@ def test_state_machines_invoke_only_the_functions_they_substitute(cfn):
             if "lambda:InvokeFunction" in _as_list(s["Action"])
         }
         assert invoked == {f for f in substituted if cfn["Resources"][f]["Type"] == "AWS::Lambda::Function"}, name
+
+
+# ---- the profile_steps role grants exactly the AWS calls its code makes -------------------------
+def _modules_reachable_from(handler: Path) -> set[Path]:
+    """servingctl modules the handler imports, directly or through other servingctl modules."""
+    package_root = ROOT / "layers/core"
+    seen: set[Path] = set()
+    todo = [handler]
+    while todo:
+        tree = ast.parse(todo.pop().read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("servingctl"):
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names if alias.name.startswith("servingctl")]
+            for name in names:
+                base = package_root / name.replace(".", "/")
+                for path in (base.with_suffix(".py"), base / "__init__.py"):
+                    if path.is_file() and path not in seen:
+                        seen.add(path)
+                        todo.append(path)
+    return seen
+
+
+def boto3_actions(paths: set[Path]) -> set[str]:
+    """IAM actions of `<service>.<operation>(...)` and `<service>.get_paginator("<op>")` calls,
+    where the receiver is named after the boto3 service (the handlers' convention)."""
+    session = botocore.session.get_session()
+    services = set(session.get_available_services())
+    actions = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            receiver = node.func.value
+            service = receiver.id if isinstance(receiver, ast.Name) else getattr(receiver, "attr", None)
+            if service not in services:
+                continue
+            method = node.func.attr
+            if method == "get_paginator" and node.args and isinstance(node.args[0], ast.Constant):
+                method = node.args[0].value
+            model = session.get_service_model(service)
+            operations = {xform_name(op): op for op in model.operation_names}
+            if method in operations:
+                actions.add(f"{model.signing_name}:{operations[method]}")
+    return actions
+
+
+def test_profile_steps_role_grants_exactly_the_calls_its_code_makes(cfn):
+    called = boto3_actions(_modules_reachable_from(ROOT / "functions/profile_steps/app.py"))
+    assert called, "no boto3 calls found: the receiver naming convention changed?"
+    role = cfn["Resources"]["ProfileStepsFunctionRole"]["Properties"]
+    granted = {
+        action
+        for policy in role["Policies"]
+        for s in _as_list(policy["PolicyDocument"]["Statement"])
+        if s["Effect"] == "Allow"
+        for action in _as_list(s["Action"])
+    }
+    assert called - granted == set(), "calls the role does not allow"
+    services = {action.split(":")[0] for action in called}
+    unused = {a for a in granted if a.split(":")[0] in services} - called
+    assert unused == set(), "grants no code path uses"
+
+
+def test_smoke_test_calls_no_aws_api_and_gets_no_policy(cfn):
+    assert boto3_actions(_modules_reachable_from(ROOT / "functions/smoke_test/app.py")) == set()
+    assert "Policies" not in cfn["Resources"]["SmokeTestFunctionRole"]["Properties"]
