@@ -25,6 +25,10 @@ POLL = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}
 START_DEADLINES = {"capacity_s": 60, "task_s": 60, "health_s": 60}
 # A third profile sharing deepseek-v4-flash's pool, for the shared-pool cases.
 SHARED = "qwen3-coder"
+# One profile on its own pool per fault case: a start counts failed launches and stopped tasks from
+# 30 s (clock skew) before its scale-out, which on the twin's compressed clock reaches into the
+# previous test's.
+ISOLATED = ("t-cap", "t-crash", "t-sick", "t-prot", "t-protfail", "t-thr", "t-bug", "t-dead")
 TIME_SCALE = 10.0
 DELAYS = Delays().scaled(0.1)
 
@@ -50,6 +54,18 @@ def test_registry(directory: Path) -> Path:
         model=SHARED,
     )
     document["profiles"][SHARED] = shared
+    for number, name in enumerate(ISOLATED, start=10):
+        pool = json.loads(json.dumps(document["pools"]["g7e-1gpu"]))
+        pool.update(asg_name=f"servingctl-test-{name}", capacity_provider=f"servingctl-test-{name}")
+        pool["asg_arn"] = pool["asg_arn"].replace("self-hosted-llm-poc-g7e-1gpu", pool["asg_name"])
+        document["pools"][name] = pool
+        profile = json.loads(json.dumps(document["profiles"]["nemotron-nano"]))
+        profile.update(
+            service=f"servingctl-test-{name}", pool=name, model=name,
+            target_group_arn=profile["target_group_arn"].replace("llm-nemotron-nano", f"llm-{name}")[:-2] + str(number),
+            routing_header={"name": "X-LLM-Profile", "value": name},
+        )
+        document["profiles"][name] = profile
     path = directory / "registry.json"
     path.write_text(json.dumps(document))
     return path
