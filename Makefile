@@ -13,6 +13,9 @@ SAM_VENV    := .venv-sam
 CHECKOV_VENV := .venv-checkov
 TINY_MODEL  := .cache/tiny-llama
 PYTEST_ARGS ?=
+# uv (from PyPI, installed into the main venv) installs every other venv: pip took minutes for them.
+UV_VERSION  := 0.13.8
+UV          := $(abspath $(VENV))/bin/uv
 
 export SERVINGCTL_VLLM_PYTHON := $(abspath $(VLLM_VENV))/bin/python
 export SERVINGCTL_TINY_MODEL := $(abspath $(TINY_MODEL))
@@ -30,7 +33,8 @@ help: ## list the targets
 $(VENV)/.stamp: pyproject.toml constraints.txt
 	@test -n "$(PY312)" || { echo "python3.12 not found (pyenv or PATH): it is the Lambda runtime"; exit 1; }
 	$(PY312) -m venv $(VENV)
-	$(VENV)/bin/pip install -q -c constraints.txt -e '.[dev]'
+	$(VENV)/bin/pip install -q uv==$(UV_VERSION)
+	$(UV) pip install --python $(VENV)/bin/python -q -c constraints.txt -e '.[dev]'
 	touch $@
 
 setup: $(VENV)/.stamp ## main venv (package, AWS emulation, test tools)
