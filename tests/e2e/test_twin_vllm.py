@@ -1,0 +1,63 @@
+"""The twin starts and stops a REAL vLLM (CPU, tiny local model) through the real state machines."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from servingctl.local.modelserver import tiny_model_dir, vllm_available
+from servingctl.local.twin import Twin
+from servingctl.local.world import Delays
+
+PROFILE = "nemotron-nano"
+POLL = {"interval_s": 1, "max_interval_s": 3, "backoff": 1.5}
+
+
+@pytest.fixture(scope="module")
+def twin() -> Iterator[Twin]:
+    if not vllm_available():
+        message = f"real vLLM or the tiny model ({tiny_model_dir()}) not built: run `make vllm`"
+        if os.environ.get("SERVINGCTL_REQUIRE_VLLM") == "1":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    # AWS's delays at 1/100; vLLM's own start-up (20-50 s on 2 cores) is real and not scaled.
+    with Twin(model_server="vllm", time_scale=10, delays=Delays(load_s=0).scaled(0.1)) as running:
+        yield running
+
+
+def test_twin_starts_serves_and_stops_a_real_vllm(twin: Twin) -> None:
+    start = twin.run(
+        "start_profile",
+        {"profile": PROFILE, "poll": POLL, "deadlines": {"capacity_s": 120, "task_s": 120, "health_s": 600}},
+        name="start-nemotron-nano-e2e",
+        timeout_s=900,
+    )
+    assert start.status == "SUCCEEDED", (start.error, start.cause)
+    url = twin.registry.profiles[PROFILE].endpoint_url
+    assert twin.world.model_servers() == {PROFILE: url}
+    version = httpx.get(f"{url}/version", timeout=10).json()
+    assert "simulator" not in str(version).lower()  # the real vLLM answers, not the simulator
+    assert start.output["smoke"]["models"] == [PROFILE]
+    reply = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"model": PROFILE, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8, "ignore_eos": True},
+        timeout=120,
+    ).json()
+    assert reply["usage"]["completion_tokens"] == 8
+    [server_started] = [e for e in twin.world.events_of("model-server-started") if e.detail.startswith(PROFILE)]
+    pid = int(server_started.detail.rsplit(" ", 1)[-1])
+
+    stop = twin.run("stop_profile", {"profile": PROFILE, "poll": POLL}, name="stop-nemotron-nano-e2e", timeout_s=600)
+    assert stop.status == "SUCCEEDED", (stop.error, stop.cause)
+    assert twin.world.model_servers() == {}
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the vLLM process group is gone
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/health", timeout=5)
+    group = twin.client("autoscaling").describe_auto_scaling_groups(
+        AutoScalingGroupNames=[twin.registry.pool_of(PROFILE).asg_name]
+    )["AutoScalingGroups"][0]
+    assert group["DesiredCapacity"] == 0
