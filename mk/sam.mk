@@ -14,11 +14,11 @@ export SAM_CLI_TELEMETRY := 0
 # The template tests translate template.yaml with this venv's SAM translator.
 export SERVINGCTL_SAM_PYTHON := $(abspath $(SAM_VENV))/bin/python
 
-$(SAM_VENV_STAMP):
+$(SAM_VENV_STAMP): $(VENV)/.stamp
 	@test -n "$(PY312)" || { echo "python3.12 not found (pyenv or PATH): sam build needs the runtime's Python"; exit 1; }
 	rm -rf $(SAM_VENV)
 	$(PY312) -m venv $(SAM_VENV)
-	$(SAM_VENV)/bin/pip install -q aws-sam-cli==$(SAM_CLI_VERSION)
+	$(UV) pip install --python $(SAM_VENV)/bin/python -q aws-sam-cli==$(SAM_CLI_VERSION)
 	touch $@
 
 .aws-sam/.stamp-validate: $(SAM_VENV_STAMP) template.yaml samconfig.toml

@@ -8,11 +8,11 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.stamp
 # tests/unit/terraform runs this binary (and fails, not skips, when it is missing).
 export SERVINGCTL_CHECKOV := $(abspath $(CHECKOV_VENV))/bin/checkov
 
-$(CHECKOV_STAMP): $(CHECKOV_REQUIREMENTS)
+$(CHECKOV_STAMP): $(CHECKOV_REQUIREMENTS) $(VENV)/.stamp
 	@test -n "$(PY312)" || { echo "python3.12 not found (pyenv or PATH): the checkov venv needs it"; exit 1; }
 	rm -rf $(CHECKOV_VENV)
 	$(PY312) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/pip install -q -r $(CHECKOV_REQUIREMENTS)
+	$(UV) pip install --python $(CHECKOV_VENV)/bin/python -q -r $(CHECKOV_REQUIREMENTS)
 	touch $@
 
 .PHONY: checkov tf-check
