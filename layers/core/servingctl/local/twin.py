@@ -44,6 +44,9 @@ REFERENCE_REGISTRY = Path(__file__).with_name("reference_registry.json")
 ACCOUNT_ID = "123456789012"
 # Every Lambda function of the control-plane contract: name -> in a VPC (documentation only here).
 FUNCTIONS = ("profile_steps", "smoke_test", "sweep", "api", "bench_worker")
+# Timeouts as template.yaml deploys them (the handlers size their in-invocation polling from them).
+TIMEOUTS_S = {"profile_steps": 180, "smoke_test": 30}
+DEFAULT_TIMEOUT_S = 60
 SSM_PARAMETER = "/servingctl/registry"
 TABLE = "servingctl"
 BUCKET = "servingctl-bench-records"
@@ -73,10 +76,10 @@ class LambdaContext:
 
     function_name: str
     invoked_function_arn: str
-    memory_limit_in_mb: int = 512
+    memory_limit_in_mb: int = 256
     function_version: str = "$LATEST"
     aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    timeout_s: float = 300.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     _started: float = field(default_factory=time.monotonic)
 
     @property
@@ -128,6 +131,7 @@ class HandlerRouter:
         context = LambdaContext(
             function_name=deployed_name,
             invoked_function_arn=f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{deployed_name}",
+            timeout_s=TIMEOUTS_S.get(name, DEFAULT_TIMEOUT_S),
         )
         try:
             event = json.loads(payload or b"{}")
@@ -510,7 +514,8 @@ class Twin:
         for name in FUNCTIONS:
             self.functions[name] = lam.create_function(
                 FunctionName=function_name(name), Runtime="python3.12", Role=role, Handler="app.lambda_handler",
-                Code={"ZipFile": archive.getvalue()}, Timeout=300, MemorySize=512, Environment={"Variables": environment},
+                Code={"ZipFile": archive.getvalue()}, Timeout=TIMEOUTS_S.get(name, DEFAULT_TIMEOUT_S), MemorySize=256,
+                Environment={"Variables": environment},
             )["FunctionArn"]
         self._saved_environment = {key: os.environ.get(key) for key in environment}
         os.environ.update(environment)
