@@ -31,8 +31,13 @@ def managed_api(fail_every: int = 0):
         events = [{"choices": [{"delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
         events += [{"choices": [{"delta": {"content": "x"}, "finish_reason": "length" if i == n - 1 else None}]} for i in range(n)]
         events += [{"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": n}}]
-        text = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
-        return httpx.Response(200, content=text.encode(), headers={"content-type": "text/event-stream"})
+        lines = [f"data: {json.dumps(e)}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
+
+        async def stream():  # streamed like a network body, one read per event
+            for line in lines:
+                yield line
+
+        return httpx.Response(200, content=stream(), headers={"content-type": "text/event-stream"})
 
     return httpx.MockTransport(handler), calls
 

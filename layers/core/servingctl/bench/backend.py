@@ -40,8 +40,8 @@ class Connection:
     timeout_s: float = 600.0
 
     def request_headers(self) -> dict[str, str]:
-        """Headers sent with every request: extra headers plus Bearer auth when a key is set."""
-        headers = dict(self.headers)
+        """Headers sent with every request: no compression (SSE timing), extra headers, Bearer auth."""
+        headers = {"Accept-Encoding": "identity", **self.headers}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
@@ -215,7 +215,8 @@ class Backend:
                     failure = ("http_status", f"HTTP {status}: {text[:MAX_ERROR_CHARS]}")
                 else:
                     parser = SSEParser()
-                    async for raw in response.aiter_bytes():
+                    # Raw reads: the body is requested uncompressed, so no decoder pass per chunk.
+                    async for raw in response.aiter_raw():
                         t = self.clock()
                         for event in parser.feed(raw):
                             state.on_data(event.data, t)

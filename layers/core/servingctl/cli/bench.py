@@ -19,9 +19,6 @@ from rich.table import Table
 
 from servingctl.bench.calibration import CalibrationError
 from servingctl.bench.models import MODES, SALT_MODES, RunConfig, RunResult
-from servingctl.bench.outputs import scenario_rows, write_all
-from servingctl.bench.outputs.markdown import fmt, results_table
-from servingctl.bench.outputs.markdown import warnings as run_warnings
 from servingctl.bench.runner import Progress as ProgressEvent
 from servingctl.bench.runner import ProgressFn, run_benchmark
 
@@ -140,6 +137,10 @@ def _validation_message(exc: ValidationError) -> str:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    # The outputs import matplotlib (about 2 s): load them only when a benchmark runs, not for
+    # every `servingctl` command (main builds the parser from every cli module).
+    from servingctl.bench.outputs import write_all
+
     try:
         config = config_from_args(args)
     except ValidationError as exc:
@@ -189,6 +190,10 @@ def _progress(console: Console) -> Iterator[ProgressFn]:
 
 def _print_results(run: RunResult, *, as_json: bool) -> None:
     """The reference's table (stdout) and every warning a reader must see before trusting it."""
+    from servingctl.bench.outputs import scenario_rows
+    from servingctl.bench.outputs.markdown import fmt, results_table
+    from servingctl.bench.outputs.markdown import warnings as run_warnings
+
     rows = scenario_rows(run)
     if as_json:
         print(json.dumps({"run_id": run.metadata.run_id, "failed_scenarios": run.failed_scenarios,
