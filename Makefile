@@ -27,7 +27,7 @@ DEMO_DEPS :=
 .PHONY: help setup test demo unit clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 # ---- environments -----------------------------------------------------------------------------
 $(VENV)/.stamp: pyproject.toml constraints.txt

