@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from servingctl.control.polling import Progress, run_check
+from servingctl.control.polling import run_check
 from servingctl.control.settings import Poll
 from servingctl.control.steps import ACTIONS
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -149,7 +149,10 @@ def invalid_input(exc: ValidationError, model: type[BaseModel]) -> InvalidInput:
     return InvalidInput("invalid input: " + "; ".join(problems))
 
 
-def parse_input[M: BaseModel](model: type[M], data: Any) -> M:
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_input(model: type[M], data: Any) -> M:
     """Validate execution input, raising InvalidInput that names each bad field."""
     if not isinstance(data, dict):
         raise InvalidInput(f"invalid input: expected a JSON object with fields {', '.join(sorted(model.model_fields))}")
