@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -26,7 +27,7 @@ def _figure(width: float = 7.0, height: float = 4.5) -> Figure:
     return fig
 
 
-def _mark_client_bound(ax, points: list[tuple[float, float]]) -> None:
+def _mark_client_bound(ax: Axes, points: list[tuple[float, float]]) -> None:
     """Overlay a red cross on figures the client limited, so nobody reads them as the server's."""
     if points:
         xs, ys = zip(*points)
