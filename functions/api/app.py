@@ -1,0 +1,56 @@
+"""api Lambda: the REST API behind API Gateway (IAM auth); routes in servingctl.api.routes.
+
+Event: an API Gateway REST proxy event. Env: SERVINGCTL_REGISTRY, SERVINGCTL_TABLE,
+START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, POWERTOOLS_SERVICE_NAME.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from servingctl.api.routes import build_app
+from servingctl.api.service import ApiDeps
+from servingctl.costs import load_catalog
+from servingctl.registry import load_registry
+from servingctl.store import DynamoStore
+
+logger = Logger()
+tracer = Tracer()
+_clients: dict[str, Any] = {}
+
+
+def _deps() -> ApiDeps:
+    """Clients, store and catalog are built once per container; the registry is cached by its loader."""
+    if not _clients:
+        _clients.update({name: boto3.client(name) for name in ("ecs", "autoscaling", "elbv2")})
+        _clients["sfn"] = boto3.client("stepfunctions")
+        _clients["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
+        _clients["catalog"] = load_catalog()
+    return ApiDeps(
+        **_clients,
+        registry=load_registry(),
+        start_machine_arn=os.environ["START_STATE_MACHINE_ARN"],
+        stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"],
+    )
+
+
+# Idempotency records share the state table: pk "idempotency#api", sk the hashed key, expiry in `ttl`.
+persistence = DynamoDBPersistenceLayer(
+    table_name=os.environ["SERVINGCTL_TABLE"], key_attr="pk", sort_key_attr="sk", static_pk_value="idempotency#api",
+    expiry_attr="ttl",
+)
+app = build_app(_deps, persistence)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@tracer.capture_lambda_handler
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Route the proxy event and return the proxy answer."""
+    return app.resolve(event, context)

@@ -1,0 +1,165 @@
+"""Request and response bodies of the REST API (pydantic; the OpenAPI document is generated from them)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servingctl.control.settings import Poll, StartDeadlines, StopDeadlines
+from servingctl.store.models import Phase
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StartRequest(_Body):
+    """POST /profiles/{name}/start."""
+
+    allow_shared_pool: bool = Field(default=False, description="start even when another profile holds the pool")
+    lease_minutes: int | None = Field(
+        default=None, ge=5, description="minutes until the sweep may stop it; at most the profile's max_lease_minutes"
+    )
+    poll: Poll | None = Field(default=None, description="wait-loop pacing of the flow (default 15 s, x1.5, max 60 s)")
+    deadlines: StartDeadlines | None = Field(default=None, description="seconds per wait loop (registry defaults)")
+
+
+class StopRequest(_Body):
+    """POST /profiles/{name}/stop."""
+
+    poll: Poll | None = Field(default=None, description="wait-loop pacing of the flow")
+    deadlines: StopDeadlines | None = Field(default=None, description="seconds per wait loop")
+
+
+class KeepaliveRequest(_Body):
+    """POST /profiles/{name}/keepalive."""
+
+    minutes: int | None = Field(
+        default=None, ge=1, description="lease from now; the profile's default_lease_minutes when absent"
+    )
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx answer: what was wrong, and the field when one input was at fault."""
+
+    status: int
+    error: str = Field(description="BadRequest, NotFound or Conflict")
+    message: str
+    field: str | None = Field(default=None, description="the input at fault (body.lease_minutes, path.name, ...)")
+
+
+class ExecutionRef(BaseModel):
+    """A start or stop execution the API started or joined (202)."""
+
+    execution_arn: str
+    execution_id: str = Field(description="the execution name: GET /executions/{execution_id}")
+    profile: str
+    action: Literal["start", "stop"]
+    joined: bool = Field(description="true when an execution already running for the profile was returned")
+    started_at: datetime | None = None
+
+
+class Instance(BaseModel):
+    """An instance of the profile's compute pool."""
+
+    instance_id: str
+    lifecycle: str
+    protected: bool
+
+
+class ServiceEvent(BaseModel):
+    """One of the ECS service's recent events."""
+
+    at: datetime | None
+    message: str
+
+
+class ProfileSummary(BaseModel):
+    """A profile as GET /profiles lists it (from the registry and the store: no AWS describe calls)."""
+
+    name: str
+    phase: Phase
+    pool: str
+    instance_type: str
+    model: str
+    execution: str | None = None
+    ready_at: datetime | None = None
+    lease_deadline: datetime | None = None
+    last_error: str | None = None
+
+
+class ProfileDetail(ProfileSummary):
+    """GET /profiles/{name}: the summary plus what ECS, Auto Scaling, the ALB and the ledger say now."""
+
+    desired_count: int
+    running_count: int
+    pending_count: int
+    instances: list[Instance]
+    target_health: dict[str, str] = Field(description="target id -> health state")
+    service_events: list[ServiceEvent]
+    uptime_s: float | None = Field(default=None, description="seconds since the open session started")
+    accrued_cost_usd: float | None = Field(default=None, description="open session uptime x hourly price")
+    hourly_usd: float | None = None
+    phase_seconds: dict[str, float] = Field(default_factory=dict)
+    stop_requested: bool = False
+
+
+class PhaseMark(BaseModel):
+    """When a phase of a flow began and how long it has lasted (until the next phase or now)."""
+
+    name: str
+    started_at: datetime
+    elapsed_s: float
+
+
+class ExecutionProgress(BaseModel):
+    """GET /executions/{id}: status, the current phase and the time spent in each phase so far."""
+
+    execution_arn: str
+    execution_id: str
+    action: Literal["start", "stop"]
+    profile: str | None
+    status: str = Field(description="RUNNING, SUCCEEDED, FAILED, TIMED_OUT or ABORTED")
+    phase: str = Field(description="start: prepare, capacity, boot, task, health, smoke, ready, failed; "
+                       "stop: prepare, lock, drain, release, terminate, stopped, failed")
+    phases: list[PhaseMark]
+    started_at: datetime
+    stopped_at: datetime | None = None
+    elapsed_s: float
+    error: str | None = None
+    cause: str | None = None
+    detail: str | None = Field(default=None, description="what the current wait loop last saw")
+
+
+class LedgerSession(BaseModel):
+    """One session with its cost."""
+
+    profile: str
+    session_id: str
+    instance_type: str
+    started_at: datetime
+    stopped_at: datetime | None
+    open: bool
+    uptime_hours: float
+    hourly_usd: float | None
+    cost_usd: float | None
+    close_reason: str | None = None
+
+
+class MonthlyTotal(BaseModel):
+    """Uptime and cost of one profile in one month (sessions counted in the month they started)."""
+
+    profile: str
+    month: str = Field(description="YYYY-MM")
+    uptime_hours: float
+    cost_usd: float | None
+
+
+class Ledger(BaseModel):
+    """GET /ledger."""
+
+    sessions: list[LedgerSession]
+    monthly: list[MonthlyTotal]
+    total_cost_usd: float | None

@@ -1,0 +1,204 @@
+"""The REST routes (Powertools APIGatewayRestResolver with validation): thin calls into api.service.
+
+build_app(deps, persistence) returns the resolver. Starts and stops run through Powertools
+idempotency when the caller sends an Idempotency-Key header (the CLI sends one per command): the
+same key answers the first answer again, a key reused for another request is a 409. The OpenAPI
+document is openapi_document() (committed as api/openapi.json).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path as FilePath
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
+from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+    IdempotencyValidationError,
+)
+from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
+
+from servingctl.api import service
+from servingctl.api.models import (
+    ErrorBody,
+    ExecutionProgress,
+    ExecutionRef,
+    KeepaliveRequest,
+    Ledger,
+    ProfileDetail,
+    ProfileSummary,
+    StartRequest,
+    StopRequest,
+)
+from servingctl.api.service import ApiDeps, ApiError, BadRequest, Conflict
+
+OPENAPI_PATH = FilePath(__file__).with_name("openapi.json")
+TITLE = "servingctl"
+VERSION = "1"
+IDEMPOTENCY_EXPIRY_S = 3600
+ERRORS = {
+    400: {"description": "Bad input: the message names the field and the allowed values",
+          "content": {"application/json": {"model": ErrorBody}}},
+    404: {"description": "Unknown profile or execution", "content": {"application/json": {"model": ErrorBody}}},
+    409: {"description": "A conflicting operation is running", "content": {"application/json": {"model": ErrorBody}}},
+}
+
+ProfileName = Annotated[str, Path(description="profile name from the registry")]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(alias="Idempotency-Key", max_length=128, description="repeat the same key to get the first answer again"),
+]
+
+
+def _error_response(error: ApiError) -> Response:
+    body = ErrorBody(status=error.status, error=error.error, message=error.message, field=error.field)
+    return Response(status_code=error.status, content_type=content_types.APPLICATION_JSON, body=body.model_dump_json())
+
+
+def _validation_message(exc: RequestValidationError) -> BadRequest:
+    """One 400 naming every bad field (body.lease_minutes, path.name, ...) and what is allowed."""
+    problems, fields = [], []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ()))
+        fields.append(where)
+        if err.get("type") == "extra_forbidden":
+            problems.append(f"{where}: unknown field")
+        elif err.get("type") == "missing":
+            problems.append(f"{where}: required")
+        else:
+            problems.append(f"{where}: {err.get('msg', err.get('type'))}")
+    return BadRequest("invalid request: " + "; ".join(problems), fields[0] if len(fields) == 1 else None)
+
+
+def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | None = None) -> APIGatewayRestResolver:
+    """The resolver with every route; deps() is called per request (clients are cached by the caller)."""
+    app = APIGatewayRestResolver(enable_validation=True)
+
+    def submit(request: dict[str, Any]) -> dict[str, Any]:
+        body = request["body"]
+        if request["action"] == "start":
+            ref = service.start_profile(deps(), request["profile"], StartRequest.model_validate(body))
+        else:
+            ref = service.stop_profile(deps(), request["profile"], StopRequest.model_validate(body))
+        return ref.model_dump(mode="json")
+
+    config = IdempotencyConfig(
+        event_key_jmespath="key", payload_validation_jmespath="[action, profile, body]",
+        expires_after_seconds=IDEMPOTENCY_EXPIRY_S,
+    )
+    remembered = (
+        idempotent_function(data_keyword_argument="request", persistence_store=persistence, config=config)(submit)
+        if persistence is not None else submit
+    )
+
+    def _submit(action: str, name: str, body: dict[str, Any], key: str | None) -> Response:
+        request = {"action": action, "profile": name, "body": body, "key": key}
+        if key is None:
+            # Without a key the execution name is what makes a repeated call harmless.
+            answer = submit(request)
+        else:
+            config.register_lambda_context(app.lambda_context)
+            answer = remembered(request=request)
+        return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=answer)
+
+    @app.exception_handler(ApiError)
+    def _api_error(error: ApiError) -> Response:
+        return _error_response(error)
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(exc: RequestValidationError) -> Response:
+        return _error_response(_validation_message(exc))
+
+    @app.exception_handler(IdempotencyValidationError)
+    def _key_reused(exc: IdempotencyValidationError) -> Response:
+        return _error_response(Conflict("Idempotency-Key was already used for a different request", "header.Idempotency-Key"))
+
+    @app.exception_handler(IdempotencyAlreadyInProgressError)
+    def _key_in_progress(exc: IdempotencyAlreadyInProgressError) -> Response:
+        return _error_response(Conflict("a request with this Idempotency-Key is still being handled", "header.Idempotency-Key"))
+
+    @app.get("/profiles", summary="List the profiles", tags=["profiles"])
+    def list_profiles() -> list[ProfileSummary]:
+        return service.list_profiles(deps())
+
+    @app.get("/profiles/<name>", summary="A profile's state, capacity, health and accrued cost", tags=["profiles"],
+             responses={404: ERRORS[404]})
+    def get_profile(name: ProfileName) -> ProfileDetail:
+        return service.get_profile(deps(), name)
+
+    @app.post(
+        "/profiles/<name>/start", summary="Start a profile (202 with the execution)", tags=["profiles"], status_code=202,
+        description="Joins a start already running for the profile. 409 while a stop of the profile runs, or while "
+        "another profile holds the pool and allow_shared_pool is false. lease_minutes is bounded by the profile's "
+        "max_lease_minutes.",
+        responses={202: {"description": "Started or joined", "content": {"application/json": {"model": ExecutionRef}}},
+                   **ERRORS},
+    )
+    def start_profile(name: ProfileName, body: Annotated[StartRequest | None, Body()] = None, key: IdempotencyKey = None) -> ExecutionRef:
+        return _submit("start", name, (body or StartRequest()).model_dump(mode="json", exclude_none=True), key)  # type: ignore[return-value]
+
+    @app.post(
+        "/profiles/<name>/stop", summary="Stop a profile (202 with the execution)", tags=["profiles"], status_code=202,
+        description="Preempts a running start (it rolls back). Joins a stop already running for the profile.",
+        responses={202: {"description": "Started or joined", "content": {"application/json": {"model": ExecutionRef}}},
+                   **ERRORS},
+    )
+    def stop_profile(name: ProfileName, body: Annotated[StopRequest | None, Body()] = None, key: IdempotencyKey = None) -> ExecutionRef:
+        return _submit("stop", name, (body or StopRequest()).model_dump(mode="json", exclude_none=True), key)  # type: ignore[return-value]
+
+    @app.post(
+        "/profiles/<name>/keepalive", summary="Extend a READY profile's lease", tags=["profiles"],
+        description="The lease becomes now + minutes (the profile's default lease when absent), never shorter than it "
+        "was. 409 unless the profile is READY.",
+        responses=ERRORS,
+    )
+    def keepalive(name: ProfileName, body: Annotated[KeepaliveRequest | None, Body()] = None) -> ProfileSummary:
+        return service.keepalive(deps(), name, body or KeepaliveRequest())
+
+    @app.get("/executions/<execution_id>", summary="Progress of a start or stop execution", tags=["executions"],
+             responses={400: ERRORS[400], 404: ERRORS[404]})
+    def get_execution(execution_id: Annotated[str, Path(description="execution name (start-... / stop-...) or ARN")]) -> ExecutionProgress:
+        return service.execution_progress(deps(), execution_id)
+
+    @app.get("/ledger", summary="Sessions with their cost and monthly totals per profile", tags=["costs"],
+             responses={404: ERRORS[404]})
+    def get_ledger(profile: Annotated[str | None, Query(description="only this profile")] = None) -> Ledger:
+        return service.ledger(deps(), profile)
+
+    return app
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI document generated from the routes (validation errors answer 400, not Powertools' 422)."""
+
+    def no_deps() -> ApiDeps:
+        raise RuntimeError("the OpenAPI document is generated without calling any route")
+
+    document = json.loads(build_app(no_deps).get_openapi_json_schema(title=TITLE, version=VERSION))
+    for path in document["paths"].values():
+        for operation in path.values():
+            operation["responses"].pop("422", None)
+    components = document.setdefault("components", {})
+    for unused in ("HTTPValidationError", "ValidationError", "ResponseValidationError"):
+        components.get("schemas", {}).pop(unused, None)
+    # API Gateway's AWS_IAM authorization: every request is signed with SigV4 (service execute-api).
+    components["securitySchemes"] = {
+        "sigv4": {"type": "apiKey", "name": "Authorization", "in": "header", "x-amazon-apigateway-authtype": "awsSigv4"}
+    }
+    document["security"] = [{"sigv4": []}]
+    return document
+
+
+def write_openapi(path: FilePath = OPENAPI_PATH) -> FilePath:
+    """Regenerate the committed document (make openapi)."""
+    path.write_text(json.dumps(openapi_document(), indent=2, sort_keys=True) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    print(write_openapi())

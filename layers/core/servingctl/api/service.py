@@ -1,0 +1,442 @@
+"""What the REST API does, as plain functions over injected boto3 clients, the store and the registry.
+
+Conflict rules (409), decided here and documented in the OpenAPI descriptions:
+- start while a stop of the profile runs: 409 (the stop wins; start again once it finished);
+- start while another profile holds the pool and allow_shared_pool is false: 409;
+- start while a start of the profile runs: 202 with that execution (joined);
+- stop while a start runs: 202, the stop preempts the start (its checks see the stop flag and roll back);
+- stop while a stop runs: 202 with that execution (joined);
+- keepalive of a profile that is not READY: 409.
+Execution names are start-<profile>-<token> / stop-<profile>-<token>, the token a hash of the
+profile's recorded state and the input: two identical calls before the state moves name the same
+execution, which Step Functions returns instead of starting a second one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from botocore.exceptions import ClientError
+
+from servingctl.api.models import (
+    ExecutionProgress,
+    ExecutionRef,
+    Instance,
+    KeepaliveRequest,
+    Ledger,
+    LedgerSession,
+    MonthlyTotal,
+    PhaseMark,
+    ProfileDetail,
+    ProfileSummary,
+    ServiceEvent,
+    StartRequest,
+    StopRequest,
+)
+from servingctl.control import aws
+from servingctl.control.clock import Clock, SystemClock
+from servingctl.costs import PriceCatalog, monthly_totals, session_cost
+from servingctl.registry.models import Registry, ServingProfile
+from servingctl.store.base import Store
+from servingctl.store.models import Phase, ProfileState, iso
+
+Action = Literal["start", "stop"]
+EXECUTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+TOKEN_CHARS = 10
+RECENT_SERVICE_EVENTS = 5
+
+# State name -> phase shown to people (the boot phase is split off capacity by the InService mark).
+START_PHASES = {
+    **dict.fromkeys(("PrepareStart", "AcquireLock", "CheckCurrent", "BranchOnCurrent", "GuardPool", "ScaleOut"), "prepare"),
+    **dict.fromkeys(("CheckCapacity", "BranchOnCapacity", "WaitForCapacity"), "capacity"),
+    **dict.fromkeys(("CheckTask", "BranchOnTask", "WaitForTask"), "task"),
+    **dict.fromkeys(("CheckTargets", "BranchOnTargets", "WaitForTargets"), "health"),
+    "RunSmokeTest": "smoke",
+    **dict.fromkeys(("RecordReady", "ReleaseLock"), "ready"),
+    **dict.fromkeys(("RollBack", "FailStart"), "failed"),
+}
+STOP_PHASES = {
+    **dict.fromkeys(("PrepareStop", "BranchOnStopped", "RequestStop"), "prepare"),
+    **dict.fromkeys(("AcquireLock", "BranchOnLock", "WaitForLock"), "lock"),
+    **dict.fromkeys(("ScaleInService", "CheckDrained", "BranchOnDrained", "WaitForDrain"), "drain"),
+    **dict.fromkeys(("GuardPool", "BranchOnPool", "ReleaseCapacity"), "release"),
+    **dict.fromkeys(("CheckTerminated", "BranchOnTerminated", "WaitForTermination"), "terminate"),
+    **dict.fromkeys(("AnswerStopped", "CloseSession", "ReleaseLock"), "stopped"),
+    **dict.fromkeys(("ForceRelease", "FailStop"), "failed"),
+}
+# Check states whose output carries {ready, wait_s, detail, progress} under this key of the state.
+CHECK_KEYS = {
+    "CheckCapacity": "capacity", "CheckTask": "task", "CheckTargets": "targets",
+    "AcquireLock": "lock", "CheckDrained": "drain", "CheckTerminated": "termination",
+}
+
+
+class ApiError(Exception):
+    """An answer other than success; status and error name come from the subclass."""
+
+    status = 500
+    error = "Error"
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.field = message, field
+
+
+class BadRequest(ApiError):
+    """400: the input is wrong; the message names the field and the allowed values."""
+
+    status, error = 400, "BadRequest"
+
+
+class NotFound(ApiError):
+    """404: no such profile or execution."""
+
+    status, error = 404, "NotFound"
+
+
+class Conflict(ApiError):
+    """409: a conflicting operation is running."""
+
+    status, error = 409, "Conflict"
+
+
+@dataclass
+class ApiDeps:
+    """What the API reads and drives (boto3 clients in Lambda, moto-backed ones in tests)."""
+
+    sfn: Any
+    ecs: Any
+    autoscaling: Any
+    elbv2: Any
+    store: Store
+    registry: Registry
+    catalog: PriceCatalog
+    start_machine_arn: str
+    stop_machine_arn: str
+    clock: Clock = field(default_factory=SystemClock)
+
+    def machine(self, action: Action) -> str:
+        """The state machine ARN of a start or a stop."""
+        return self.start_machine_arn if action == "start" else self.stop_machine_arn
+
+
+def profile_spec(deps: ApiDeps, name: str) -> ServingProfile:
+    """The registry's profile, or NotFound listing the known ones."""
+    if name not in deps.registry.profiles:
+        raise NotFound(f"unknown profile {name!r}; known profiles: {', '.join(sorted(deps.registry.profiles))}", "path.name")
+    return deps.registry.profiles[name]
+
+
+def _summary(deps: ApiDeps, name: str, state: ProfileState) -> ProfileSummary:
+    spec = deps.registry.profiles[name]
+    return ProfileSummary(
+        name=name, phase=state.phase, pool=spec.pool, instance_type=deps.registry.pools[spec.pool].instance_type,
+        model=spec.model, execution=state.execution, ready_at=state.ready_at, lease_deadline=state.lease_deadline,
+        last_error=state.last_error,
+    )
+
+
+def list_profiles(deps: ApiDeps) -> list[ProfileSummary]:
+    """Every registry profile with its recorded phase (never-started ones are STOPPED)."""
+    return [_summary(deps, name, deps.store.get_profile(name)) for name in sorted(deps.registry.profiles)]
+
+
+def get_profile(deps: ApiDeps, name: str) -> ProfileDetail:
+    """One profile: recorded state, ECS counts and events, pool instances, target health, accrued cost."""
+    spec = profile_spec(deps, name)
+    pool = deps.registry.pools[spec.pool]
+    state = deps.store.get_profile(name)
+    found = deps.ecs.describe_services(cluster=spec.cluster, services=[spec.service])["services"]
+    service = found[0] if found else {}
+    group = aws.describe_asg(deps.autoscaling, pool.asg_name)
+    now = deps.clock.now()
+    session = deps.store.get_session(name, state.session_id) if state.session_id else None
+    cost = None
+    if session is not None and session.open:
+        cost = session_cost(
+            deps.catalog, profile=name, region=deps.registry.region, instance_type=session.instance_type,
+            started_at=session.started_at, ended_at=None, now=now, price_key=session.price_key,
+        )
+    return ProfileDetail(
+        **_summary(deps, name, state).model_dump(),
+        desired_count=service.get("desiredCount", 0),
+        running_count=service.get("runningCount", 0),
+        pending_count=service.get("pendingCount", 0),
+        instances=[Instance(instance_id=i.instance_id, lifecycle=i.lifecycle, protected=i.protected) for i in group.instances],
+        target_health=aws.target_states(deps.elbv2, spec.target_group_arn),
+        service_events=[
+            ServiceEvent(at=e.get("createdAt"), message=e.get("message", ""))
+            for e in service.get("events", [])[:RECENT_SERVICE_EVENTS]
+        ],
+        uptime_s=round(cost.uptime_hours * 3600, 3) if cost else None,
+        accrued_cost_usd=round(cost.cost_usd, 4) if cost and cost.cost_usd is not None else None,
+        hourly_usd=cost.hourly_usd if cost else None,
+        phase_seconds=state.phase_seconds,
+        stop_requested=state.stop_requested(now),
+    )
+
+
+# ---- starting and stopping ---------------------------------------------------------------------
+def name_prefix(action: Action, profile: str) -> str:
+    """Execution names of a profile's starts or stops begin with this."""
+    return f"{action}-{profile}-"
+
+
+def is_execution_of(name: str, action: Action, profile: str) -> bool:
+    """True when an execution name belongs to this profile's starts or stops (not to a longer profile name)."""
+    prefix = name_prefix(action, profile)
+    return name.startswith(prefix) and "-" not in name[len(prefix):]
+
+
+def running_execution(deps: ApiDeps, action: Action, profile: str) -> dict[str, Any] | None:
+    """The profile's RUNNING start or stop execution (list_executions item), None when there is none."""
+    pages = deps.sfn.get_paginator("list_executions").paginate(stateMachineArn=deps.machine(action), statusFilter="RUNNING")
+    for page in pages:
+        for execution in page["executions"]:
+            if is_execution_of(execution["name"], action, profile):
+                return execution
+    return None
+
+
+def canonical(document: dict[str, Any]) -> str:
+    """The one JSON spelling of an execution input (Step Functions compares inputs byte for byte)."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+
+def execution_name(action: Action, profile: str, state: ProfileState, execution_input: str, salt: str = "") -> str:
+    """<action>-<profile>-<token>: the same while the recorded state and the input do not change."""
+    generation = f"{state.phase}|{iso(state.updated_at)}|{state.execution}|{execution_input}|{salt}"
+    return name_prefix(action, profile) + hashlib.sha256(generation.encode()).hexdigest()[:TOKEN_CHARS]
+
+
+def _ref(execution: dict[str, Any], action: Action, profile: str, joined: bool) -> ExecutionRef:
+    arn = execution["executionArn"]
+    return ExecutionRef(
+        execution_arn=arn, execution_id=arn.rsplit(":", 1)[-1], profile=profile, action=action, joined=joined,
+        started_at=execution.get("startDate"),
+    )
+
+
+def launch(deps: ApiDeps, action: Action, profile: str, execution_input: dict[str, Any]) -> ExecutionRef:
+    """Start the flow under its idempotent name, or join the profile's running one."""
+    running = running_execution(deps, action, profile)
+    if running is not None:
+        return _ref(running, action, profile, joined=True)
+    document = canonical(execution_input)
+    state = deps.store.get_profile(profile)
+    name = execution_name(action, profile, state, document)
+    try:
+        answer = deps.sfn.start_execution(stateMachineArn=deps.machine(action), name=name, input=document)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ExecutionAlreadyExists":
+            raise
+        # The name was used: by a running execution with another input (join it), or by a finished
+        # one that left the recorded state as it was (e.g. answered "already READY"): a fresh name.
+        running = running_execution(deps, action, profile)
+        if running is not None:
+            return _ref(running, action, profile, joined=True)
+        name = execution_name(action, profile, state, document, salt=iso(deps.clock.now()) or "")
+        answer = deps.sfn.start_execution(stateMachineArn=deps.machine(action), name=name, input=document)
+    return _ref(answer, action, profile, joined=False)
+
+
+def _pool_holders(deps: ApiDeps, profile: str) -> list[str]:
+    spec = deps.registry.profiles[profile]
+    holders = []
+    for other in deps.registry.profiles_on_pool(spec.pool):
+        phase = deps.store.get_profile(other).phase
+        if other != profile and phase in (Phase.STARTING, Phase.READY, Phase.STOPPING):
+            holders.append(f"{other} ({phase.value})")
+    return holders
+
+
+def start_profile(deps: ApiDeps, name: str, body: StartRequest) -> ExecutionRef:
+    """Validate, refuse conflicts (409), then start or join start_profile."""
+    spec = profile_spec(deps, name)
+    if body.lease_minutes is not None and body.lease_minutes > spec.max_lease_minutes:
+        raise BadRequest(
+            f"lease_minutes: must be between 5 and {spec.max_lease_minutes} (max_lease_minutes of {name}); got {body.lease_minutes}",
+            "body.lease_minutes",
+        )
+    stopping = running_execution(deps, "stop", name)
+    if stopping is not None:
+        raise Conflict(f"{name} is being stopped by {stopping['name']}; start it again once that finished")
+    holders = _pool_holders(deps, name)
+    if holders and not body.allow_shared_pool:
+        raise Conflict(
+            f"pool {spec.pool} is held by {', '.join(holders)}; pass allow_shared_pool=true to share it",
+            "body.allow_shared_pool",
+        )
+    execution_input = {"profile": name, "allow_shared_pool": body.allow_shared_pool}
+    if body.lease_minutes is not None:
+        execution_input["lease_minutes"] = body.lease_minutes
+    if body.poll is not None:
+        execution_input["poll"] = body.poll.model_dump()
+    if body.deadlines is not None:
+        execution_input["deadlines"] = body.deadlines.model_dump(exclude_none=True)
+    return launch(deps, "start", name, execution_input)
+
+
+def stop_profile(deps: ApiDeps, name: str, body: StopRequest) -> ExecutionRef:
+    """Start or join stop_profile (a running start is preempted by the flow's stop flag)."""
+    profile_spec(deps, name)
+    execution_input: dict[str, Any] = {"profile": name}
+    if body.poll is not None:
+        execution_input["poll"] = body.poll.model_dump()
+    if body.deadlines is not None:
+        execution_input["deadlines"] = body.deadlines.model_dump()
+    return launch(deps, "stop", name, execution_input)
+
+
+def keepalive(deps: ApiDeps, name: str, body: KeepaliveRequest) -> ProfileSummary:
+    """Extend a READY profile's lease to now + minutes (never shortens it)."""
+    spec = profile_spec(deps, name)
+    minutes = body.minutes if body.minutes is not None else spec.default_lease_minutes
+    if minutes > spec.max_lease_minutes:
+        raise BadRequest(
+            f"minutes: must be between 1 and {spec.max_lease_minutes} (max_lease_minutes of {name}); got {minutes}",
+            "body.minutes",
+        )
+    state = deps.store.get_profile(name)
+    if state.phase != Phase.READY:
+        raise Conflict(f"{name} is {state.phase.value}: only a READY profile has a lease to extend")
+    now = deps.clock.now()
+    deadline = now + timedelta(minutes=minutes)
+    if state.lease_deadline is not None and state.lease_deadline > deadline:
+        deadline = state.lease_deadline
+    return _summary(deps, name, deps.store.update_profile(name, now, lease_deadline=deadline))
+
+
+# ---- progress -----------------------------------------------------------------------------------
+def execution_arn(deps: ApiDeps, execution_id: str) -> tuple[str, Action]:
+    """The ARN and flow of an execution given by name (start-.../stop-...) or by ARN."""
+    if execution_id.startswith("arn:"):
+        machine = execution_id.replace(":execution:", ":stateMachine:").rsplit(":", 1)[0]
+        for action in ("start", "stop"):
+            if machine == deps.machine(action):
+                return execution_id, action
+        raise NotFound(f"execution {execution_id} does not belong to the start or stop state machine", "path.execution_id")
+    if not EXECUTION_NAME.match(execution_id):
+        raise BadRequest("execution_id: an execution name (letters, digits, - and _, at most 80) or ARN", "path.execution_id")
+    action: Action
+    if execution_id.startswith("start-"):
+        action = "start"
+    elif execution_id.startswith("stop-"):
+        action = "stop"
+    else:
+        raise NotFound(f"no execution {execution_id!r}: names begin with start- or stop-", "path.execution_id")
+    machine = deps.machine(action)
+    return machine.replace(":stateMachine:", ":execution:") + ":" + execution_id, action
+
+
+def _history(deps: ApiDeps, arn: str) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    for page in deps.sfn.get_paginator("get_execution_history").paginate(executionArn=arn):
+        events.extend(page["events"])
+    return events
+
+
+def _marks(history: list[dict[str, Any]], table: dict[str, str]) -> tuple[list[tuple[str, datetime]], str | None]:
+    """(phase, entered at) in order, with boot split off capacity; and the last check's detail."""
+    marks: list[tuple[str, datetime]] = []
+    detail: str | None = None
+    in_service_at: datetime | None = None
+    for event in history:
+        entered = event.get("stateEnteredEventDetails")
+        if entered:
+            phase = table.get(entered["name"])
+            if phase and (not marks or marks[-1][0] != phase) and not (phase == "capacity" and marks and marks[-1][0] == "boot"):
+                marks.append((phase, event["timestamp"]))
+        exited = event.get("stateExitedEventDetails")
+        if exited and exited["name"] in CHECK_KEYS:
+            try:
+                check = json.loads(exited.get("output") or "{}").get(CHECK_KEYS[exited["name"]]) or {}
+            except ValueError:
+                check = {}
+            detail = check.get("detail", detail)
+            seen = ((check.get("progress") or {}).get("marks") or {}).get("in_service_at")
+            if exited["name"] == "CheckCapacity" and seen and in_service_at is None:
+                in_service_at = datetime.fromisoformat(seen)
+                if marks and marks[-1][0] == "capacity":
+                    marks.append(("boot", max(in_service_at, marks[-1][1])))
+    return marks, detail
+
+
+def execution_progress(deps: ApiDeps, execution_id: str) -> ExecutionProgress:
+    """Status, current phase and time per phase of a start or stop execution."""
+    arn, action = execution_arn(deps, execution_id)
+    try:
+        described = deps.sfn.describe_execution(executionArn=arn)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("ExecutionDoesNotExist", "InvalidArn"):
+            raise NotFound(f"no execution {execution_id!r}", "path.execution_id") from None
+        raise
+    try:
+        profile = json.loads(described.get("input") or "{}").get("profile")
+    except ValueError:
+        profile = None
+    marks, detail = _marks(_history(deps, arn), START_PHASES if action == "start" else STOP_PHASES)
+    status = described["status"]
+    started, stopped = described["startDate"], described.get("stopDate")
+    end = stopped or deps.clock.now()
+    phases = [
+        PhaseMark(name=name, started_at=at, elapsed_s=round(((marks[i + 1][1] if i + 1 < len(marks) else end) - at).total_seconds(), 3))
+        for i, (name, at) in enumerate(marks)
+    ]
+    phase = marks[-1][0] if marks else "prepare"
+    if status == "SUCCEEDED":
+        phase = "ready" if action == "start" else "stopped"
+    elif status != "RUNNING":
+        phase = "failed"
+    return ExecutionProgress(
+        execution_arn=arn, execution_id=arn.rsplit(":", 1)[-1], action=action, profile=profile, status=status,
+        phase=phase, phases=phases, started_at=started, stopped_at=stopped,
+        elapsed_s=round((end - started).total_seconds(), 3), error=described.get("error"),
+        cause=_reason(described.get("cause")), detail=detail,
+    )
+
+
+def _reason(cause: str | None) -> str | None:
+    """A Lambda error's message out of its JSON cause (plain text stays as it is)."""
+    if not cause:
+        return cause
+    try:
+        parsed = json.loads(cause)
+    except ValueError:
+        return cause
+    return str(parsed.get("errorMessage", cause)) if isinstance(parsed, dict) else cause
+
+
+# ---- ledger -------------------------------------------------------------------------------------
+def ledger(deps: ApiDeps, profile: str | None = None) -> Ledger:
+    """Every session (or one profile's) with its cost, and the totals per profile per month."""
+    if profile is not None:
+        profile_spec(deps, profile)
+    names = [profile] if profile is not None else sorted(deps.registry.profiles)
+    now = deps.clock.now()
+    rows, costs = [], []
+    for name in names:
+        for s in deps.store.list_sessions(name):
+            cost = session_cost(
+                deps.catalog, profile=name, region=deps.registry.region, instance_type=s.instance_type,
+                started_at=s.started_at, ended_at=s.stopped_at, now=now, price_key=s.price_key,
+            )
+            costs.append(cost)
+            rows.append(LedgerSession(
+                profile=name, session_id=s.session_id, instance_type=s.instance_type, started_at=s.started_at,
+                stopped_at=s.stopped_at, open=s.open, uptime_hours=round(cost.uptime_hours, 6),
+                hourly_usd=cost.hourly_usd, cost_usd=None if cost.cost_usd is None else round(cost.cost_usd, 4),
+                close_reason=s.close_reason,
+            ))
+    monthly = [
+        MonthlyTotal(profile=p, month=m, uptime_hours=round(t["uptime_hours"] or 0.0, 6),
+                     cost_usd=None if t["cost_usd"] is None else round(t["cost_usd"], 4))
+        for (p, m), t in sorted(monthly_totals(costs).items())
+    ]
+    total = None if any(c.cost_usd is None for c in costs) else round(sum(c.cost_usd or 0.0 for c in costs), 4)
+    return Ledger(sessions=rows, monthly=monthly, total_cost_usd=total)

@@ -1,0 +1,187 @@
+"""The REST API through its Lambda handler, with API Gateway's real event shapes (events/api/)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from servingctl.costs import load_catalog
+from servingctl.store.models import Phase, Session
+
+Api = Any  # conftest.Api (conftest modules are not importable under --import-mode=importlib)
+PROFILE = "deepseek-v4-flash"
+
+
+def _ready(api: Api, profile: str = PROFILE, *, hours_ago: float = 2.0, lease_min: float = 30) -> datetime:
+    """Record profile READY with an open session that started hours_ago."""
+    now = datetime.now(UTC)
+    started = now - timedelta(hours=hours_ago)
+    api.store.open_session(Session(profile=profile, session_id=f"s-{profile}", pool="g7e-2gpu",
+                                   instance_type="g7e.12xlarge", started_at=started, start_execution="e1"))
+    api.store.set_phase(profile, Phase.STARTING, started, "e1", session_id=f"s-{profile}")
+    api.store.set_phase(profile, Phase.READY, now, "e1", ready_at=now, lease_deadline=now + timedelta(minutes=lease_min))
+    return started
+
+
+def test_list_profiles_shows_every_registry_profile_stopped_at_first(api: Api) -> None:
+    status, body = api.call(api.event("list_profiles"))
+    assert status == 200
+    assert [(p["name"], p["phase"], p["instance_type"]) for p in body] == [
+        ("deepseek-v4-flash", "STOPPED", "g7e.12xlarge"), ("nemotron-nano", "STOPPED", "g7e.2xlarge"),
+        ("qwen3-coder", "STOPPED", "g7e.12xlarge"),
+    ]
+
+
+def test_get_profile_reports_counts_capacity_and_accrued_cost(api: Api) -> None:
+    _ready(api, hours_ago=2.0)
+    status, body = api.call(api.event("get_profile"))
+    assert status == 200
+    assert body["phase"] == "READY" and body["desired_count"] == 0 and body["instances"] == []
+    assert body["target_health"] == {} and body["lease_deadline"] is not None
+    price = load_catalog().instance("us-east-1", "g7e.12xlarge")
+    assert price is not None
+    assert abs(body["uptime_s"] - 7200) < 60
+    assert abs(body["accrued_cost_usd"] - body["uptime_s"] / 3600 * price.hourly_usd) < 0.01
+    assert body["hourly_usd"] == price.hourly_usd
+
+
+def test_unknown_profile_is_404_naming_the_known_ones(api: Api) -> None:
+    status, body = api.call(api.event("get_profile_unknown"))
+    assert status == 404
+    assert body["field"] == "path.name" and "no-such-model" in body["message"] and "deepseek-v4-flash" in body["message"]
+    for method, path in (("POST", "/profiles/nope/start"), ("POST", "/profiles/nope/stop"), ("POST", "/profiles/nope/keepalive"),
+                         ("GET", "/ledger?profile=nope")):
+        assert api.request(method, path)[0] == 404, path
+
+
+def test_start_answers_202_with_the_execution_and_passes_the_input(api: Api) -> None:
+    status, body = api.call(api.event("start_profile"))
+    assert status == 202, body
+    assert body["action"] == "start" and body["profile"] == PROFILE and body["joined"] is False
+    assert body["execution_id"].startswith("start-deepseek-v4-flash-")
+    described = api.sfn.describe_execution(executionArn=body["execution_arn"])
+    assert described["status"] == "RUNNING"
+    assert json.loads(described["input"]) == {"profile": PROFILE, "allow_shared_pool": False, "lease_minutes": 90}
+
+
+def test_a_second_start_joins_the_running_one(api: Api) -> None:
+    first = api.request("POST", f"/profiles/{PROFILE}/start", {"lease_minutes": 60})[1]
+    status, again = api.request("POST", f"/profiles/{PROFILE}/start", {"lease_minutes": 30})
+    assert status == 202 and again["joined"] is True and again["execution_arn"] == first["execution_arn"]
+    assert len(api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"]) == 1
+
+
+def test_same_execution_name_for_the_same_request_while_the_state_is_unchanged(api: Api) -> None:
+    from servingctl.api import service
+
+    state = api.store.get_profile(PROFILE)
+    a = service.execution_name("start", PROFILE, state, '{"profile":"x"}')
+    assert a == service.execution_name("start", PROFILE, state, '{"profile":"x"}')
+    assert a != service.execution_name("start", PROFILE, state, '{"profile":"y"}')
+    moved = api.store.set_phase(PROFILE, Phase.STARTING, datetime.now(UTC), "e")
+    assert a != service.execution_name("start", PROFILE, moved, '{"profile":"x"}')
+
+
+def test_a_new_start_after_the_last_one_finished_gets_a_new_execution(api: Api) -> None:
+    first = api.request("POST", f"/profiles/{PROFILE}/start")[1]
+    api.sfn.stop_execution(executionArn=first["execution_arn"])  # finished without moving the state
+    status, second = api.request("POST", f"/profiles/{PROFILE}/start")
+    assert status == 202 and second["execution_arn"] != first["execution_arn"] and second["joined"] is False
+
+
+def test_idempotency_key_returns_the_first_answer_and_refuses_reuse_for_another_request(api: Api) -> None:
+    event = api.event("start_profile")
+    status, first = api.call(event)
+    api.sfn.stop_execution(executionArn=first["execution_arn"])
+    status, again = api.call(api.event("start_profile"))
+    assert status == 202 and again == first  # the stored answer, no new execution
+    assert len(api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"]) == 1
+    records = api.store._table.query(KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": "idempotency#api"})
+    assert records["Count"] == 1 and records["Items"][0]["status"] == "COMPLETED" and "ttl" in records["Items"][0]
+    reused = api.call(api.event("start_profile", body=json.dumps({"lease_minutes": 120})))
+    assert reused[0] == 409 and reused[1]["field"] == "header.Idempotency-Key"
+
+
+def test_bad_input_is_400_naming_the_field(api: Api) -> None:
+    status, body = api.call(api.event("start_profile_bad_lease"))
+    assert status == 400 and body["field"] == "body.lease_minutes" and "720" in body["message"]
+    cases = [
+        ({"lease_minutes": 1}, "lease_minutes"),
+        ({"lease_minutes": "soon"}, "lease_minutes"),
+        ({"allow_shared_pool": "maybe"}, "allow_shared_pool"),
+        ({"colour": "red"}, "colour"),
+        ({"poll": {"interval_s": 0}}, "interval_s"),
+        ([1, 2], "body"),
+    ]
+    for payload, field in cases:
+        status, body = api.request("POST", f"/profiles/{PROFILE}/start", payload)
+        assert status == 400, payload
+        assert body["error"] == "BadRequest" and field in body["message"], (payload, body)
+    status, body = api.request("POST", f"/profiles/{PROFILE}/start", b"{not json")
+    assert status == 400
+    assert api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"] == []
+
+
+def test_stop_preempts_a_running_start_but_start_while_stopping_is_409(api: Api) -> None:
+    started = api.request("POST", f"/profiles/{PROFILE}/start")[1]
+    status, stop = api.call(api.event("stop_profile"))
+    assert status == 202 and stop["action"] == "stop" and stop["execution_id"].startswith("stop-deepseek-v4-flash-")
+    assert api.sfn.describe_execution(executionArn=started["execution_arn"])["status"] == "RUNNING"
+    assert json.loads(api.sfn.describe_execution(executionArn=stop["execution_arn"])["input"]) == {"profile": PROFILE}
+    api.sfn.stop_execution(executionArn=started["execution_arn"])
+    status, body = api.request("POST", f"/profiles/{PROFILE}/start")
+    assert status == 409 and stop["execution_id"] in body["message"]
+    assert api.request("POST", f"/profiles/{PROFILE}/stop")[1]["execution_arn"] == stop["execution_arn"]  # joined
+
+
+def test_start_on_a_pool_another_profile_holds_is_409_unless_shared(api: Api) -> None:
+    _ready(api, "qwen3-coder")
+    status, body = api.request("POST", f"/profiles/{PROFILE}/start")
+    assert status == 409 and body["field"] == "body.allow_shared_pool" and "qwen3-coder (READY)" in body["message"]
+    assert api.request("POST", f"/profiles/{PROFILE}/start", {"allow_shared_pool": True})[0] == 202
+    assert api.request("POST", "/profiles/nemotron-nano/start")[0] == 202  # another pool
+
+
+def test_keepalive_extends_a_ready_lease_and_refuses_otherwise(api: Api) -> None:
+    status, body = api.call(api.event("keepalive"))
+    assert status == 409 and "STOPPED" in body["message"]
+    _ready(api, lease_min=5)
+    before = api.store.get_profile(PROFILE).lease_deadline
+    status, body = api.call(api.event("keepalive"))
+    assert status == 200
+    after = api.store.get_profile(PROFILE).lease_deadline
+    assert after is not None and before is not None and after - before > timedelta(minutes=50)
+    assert abs((after - datetime.now(UTC)) - timedelta(minutes=60)) < timedelta(seconds=30)
+    assert body["lease_deadline"] is not None
+    # Never shortens: a 10-minute keepalive leaves the 60-minute lease.
+    assert api.request("POST", f"/profiles/{PROFILE}/keepalive", {"minutes": 10})[0] == 200
+    assert api.store.get_profile(PROFILE).lease_deadline == after
+    status, body = api.request("POST", f"/profiles/{PROFILE}/keepalive", {"minutes": 100000})
+    assert status == 400 and body["field"] == "body.minutes" and "720" in body["message"]
+
+
+def test_execution_progress_and_its_errors(api: Api) -> None:
+    started = api.request("POST", f"/profiles/{PROFILE}/start")[1]
+    status, body = api.request("GET", f"/executions/{started['execution_id']}")
+    assert status == 200 and body["status"] == "RUNNING" and body["profile"] == PROFILE and body["action"] == "start"
+    assert body["elapsed_s"] >= 0
+    assert api.call(api.event("get_execution"))[0] == 404  # a well-formed name that never ran
+    assert api.request("GET", "/executions/rm-rf")[0] == 404
+    assert api.request("GET", "/executions/" + "x" * 81)[0] == 400
+
+
+def test_ledger_prices_sessions_and_sums_months(api: Api) -> None:
+    price = load_catalog().instance("us-east-1", "g7e.12xlarge")
+    assert price is not None
+    start = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
+    for i, hours in enumerate((2.0, 1.5)):
+        opened = api.store.open_session(Session(profile=PROFILE, session_id=f"{i}", pool="g7e-2gpu",
+                                                instance_type="g7e.12xlarge", started_at=start + timedelta(days=i)))
+        api.store.close_session(PROFILE, opened.session_id, opened.started_at + timedelta(hours=hours), "stop", "stopped")
+    status, body = api.call(api.event("ledger"))
+    assert status == 200
+    assert [round(s["uptime_hours"], 3) for s in body["sessions"]] == [2.0, 1.5]
+    assert body["monthly"] == [{"profile": PROFILE, "month": "2026-03", "uptime_hours": 3.5,
+                                "cost_usd": round(3.5 * price.hourly_usd, 4)}]
+    assert body["total_cost_usd"] == round(3.5 * price.hourly_usd, 4)
