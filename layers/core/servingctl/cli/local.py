@@ -104,7 +104,8 @@ def _banner(twin: Twin) -> str:
 
     assert twin.registry is not None
     first = next(iter(twin.registry.profiles))
-    poll = {"interval_s": round(15 / twin.time_scale, 3), "max_interval_s": round(60 / twin.time_scale, 3), "backoff": 1.5}
+    # Wait states take whole seconds: production's 15 s / 60 s divided by the time scale, at least 1 s.
+    poll = {"interval_s": max(1, round(15 / twin.time_scale)), "max_interval_s": max(1, round(60 / twin.time_scale)), "backoff": 1.5}
     start = twin.state_machines.get("start_profile", "<no statemachine/start_profile.asl.json>")
     stop = twin.state_machines.get("stop_profile", "<no statemachine/stop_profile.asl.json>")
     lines = [
