@@ -33,6 +33,7 @@ import httpx
 from botocore.config import Config
 
 from servingctl.local import moto_patches
+from servingctl.local.apigw import ApiGateway
 from servingctl.local.modelserver import free_port
 from servingctl.local.faults import FAULTS
 from servingctl.local.world import Delays, World
@@ -198,6 +199,7 @@ class Twin:
         delays: Delays | None = None,
         workdir: str | Path | None = None,
         repo_root: str | Path | None = None,
+        api_port: int | None = None,
     ) -> None:
         if model_server not in ("sim", "vllm"):
             raise ValueError(f"model_server: {model_server!r} is not one of 'sim', 'vllm'")
@@ -227,6 +229,9 @@ class Twin:
         self.router: HandlerRouter | None = None
         self.world: World | None = None
         self._server: moto_patches.MotoServer | None = None
+        # The REST API over HTTP (servingctl.local.apigw) when api_port is given (0 picks a free port).
+        self.api_port = api_port
+        self.api: ApiGateway | None = None
         self._saved_moto_port: str | None = None
         self._saved_environment: dict[str, str | None] = {}
 
@@ -275,11 +280,16 @@ class Twin:
         )
         self._server.request_hook = self.world.request_hook
         self.world.start()
+        if self.api_port is not None:
+            self._start_api()
 
     def stop(self) -> None:
         """Stop running executions, the world (and every model server) and moto; remove the workdir."""
         global _active
         try:
+            if self.api is not None:
+                self.api.stop()
+                self.api = None
             if self._server is not None and self.state_machines:
                 self._stop_executions()
             if self.world is not None:
@@ -315,7 +325,22 @@ class Twin:
             for execution in sfn.list_executions(stateMachineArn=arn, statusFilter="RUNNING")["executions"]:
                 sfn.stop_execution(executionArn=execution["executionArn"], cause="the local twin stopped")
 
+    def _start_api(self) -> None:
+        """Serve the REST API on host:api_port through the real api handler."""
+        from servingctl.api.routes import openapi_document
+
+        router = self.router
+        assert router is not None
+        self.api = ApiGateway(lambda payload: router(function_name("api"), payload), openapi_document, self.host, self.api_port or 0)
+        self.api.start()
+        self.api_port = int(self.api.url.rsplit(":", 1)[1])
+
     # ---- access -----------------------------------------------------------------------------
+    @property
+    def api_url(self) -> str | None:
+        """Base URL of the REST API, None when the twin serves none."""
+        return self.api.url if self.api is not None else None
+
     @property
     def endpoint_url(self) -> str:
         """URL of the emulated AWS endpoint."""
@@ -346,7 +371,8 @@ class Twin:
             "AWS_DEFAULT_REGION": self.region,
             "AWS_REGION": self.region,
             **{
-                substitution_key("StateMachine", stem).removesuffix("Arn").upper() + "_ARN": arn
+                # START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, RUN_BENCHMARK_STATE_MACHINE_ARN (template.yaml's names)
+                stem.removesuffix("_profile").upper() + "_STATE_MACHINE_ARN": arn
                 for stem, arn in self.state_machines.items()
             },
         }
