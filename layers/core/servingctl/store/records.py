@@ -1,0 +1,91 @@
+"""Per-request benchmark records as objects: gzip JSON lines, one object per scenario (or shard),
+under runs/<run id>/<scenario>.jsonl.gz, in S3 or in memory behind one small interface."""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import boto3
+
+from servingctl.bench.models import RequestRecord
+
+CONTENT_TYPE = "application/x-ndjson"
+
+
+def records_key(run_id: str, scenario: str, shard: int | None = None) -> str:
+    """Object key of a scenario's records (a shard's records live beside it until merged)."""
+    if shard is None:
+        return f"runs/{run_id}/{scenario}.jsonl.gz"
+    return f"runs/{run_id}/shards/{scenario}/{shard}.jsonl.gz"
+
+
+def encode_records(records: Sequence[RequestRecord]) -> bytes:
+    """Gzip JSON lines, one record a line, in the given order."""
+    text = "".join(record.model_dump_json() + "\n" for record in records)
+    # mtime 0: the same records always give the same bytes.
+    return gzip.compress(text.encode(), mtime=0)
+
+
+def decode_records(blob: bytes) -> list[RequestRecord]:
+    """The records of an encoded object."""
+    lines = gzip.decompress(blob).decode().splitlines()
+    return [RequestRecord.model_validate_json(line) for line in lines if line]
+
+
+class RecordStore(Protocol):
+    """Where per-request records go."""
+
+    def put_records(self, key: str, records: Sequence[RequestRecord]) -> str:
+        """Write the records under key (replacing an older object); returns the key."""
+        ...
+
+    def get_records(self, key: str) -> list[RequestRecord]:
+        """The records under key (KeyError when absent)."""
+        ...
+
+
+class S3RecordStore:
+    """Records in one S3 bucket."""
+
+    def __init__(self, bucket: str, client: Any | None = None) -> None:
+        self.bucket = bucket
+        self._s3 = client or boto3.client("s3")
+
+    def put_records(self, key: str, records: Sequence[RequestRecord]) -> str:
+        """Write the records under key (the bucket is versioned: an older object is kept as a version)."""
+        self._s3.put_object(Bucket=self.bucket, Key=key, Body=encode_records(records), ContentType=CONTENT_TYPE)
+        return key
+
+    def get_records(self, key: str) -> list[RequestRecord]:
+        """The records under key (KeyError when absent)."""
+        try:
+            body = self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except self._s3.exceptions.NoSuchKey:
+            raise KeyError(f"no records at s3://{self.bucket}/{key}") from None
+        return decode_records(body)
+
+
+class MemoryRecordStore:
+    """Records in a dict, encoded exactly like the S3 objects."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self._mutex = threading.Lock()
+
+    def put_records(self, key: str, records: Sequence[RequestRecord]) -> str:
+        """Write the records under key (replacing an older object); returns the key."""
+        blob = encode_records(records)
+        with self._mutex:
+            self.objects[key] = blob
+        return key
+
+    def get_records(self, key: str) -> list[RequestRecord]:
+        """The records under key (KeyError when absent)."""
+        with self._mutex:
+            if key not in self.objects:
+                raise KeyError(f"no records at {key}")
+            blob = self.objects[key]
+        return decode_records(blob)
