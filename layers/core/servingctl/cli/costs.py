@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from servingctl.cli.client import Client, add_api_arguments, api_command
 from servingctl.costs import CatalogError, CompareInput, compare, load_catalog
 
 # pydantic field -> the flag a user typed, so errors name what they can fix.
@@ -49,6 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prices.add_argument("--prices", help="price file overriding the packaged catalog")
     prices.add_argument("--json", action="store_true", help="machine-readable output")
     prices.set_defaults(func=_prices)
+
+    ledger = sub.add_parser("ledger", help="what every session cost (uptime x hourly price), and per profile per month")
+    ledger.add_argument("--profile", help="only this serving profile")
+    add_api_arguments(ledger)
+    ledger.set_defaults(func=api_command(_ledger))
 
 
 def _error(message: str) -> int:
@@ -124,4 +130,32 @@ def _prices(args: argparse.Namespace) -> int:
     for key, p in catalog.managed_apis.items():
         table.add_row("managed API", key, f"in {p.input_usd_per_m} / out {p.output_usd_per_m} per 1M", p.source, p.as_of)
     Console().print(table)
+    return 0
+
+
+def _usd(value: float | None) -> str:
+    return "unpriced" if value is None else f"{value:,.2f}"
+
+
+def _ledger(args: argparse.Namespace, client: Client) -> int:
+    """GET /ledger: sessions and monthly totals."""
+    ledger = client.get("/ledger", {"profile": args.profile})
+    if args.json:
+        print(json.dumps(ledger, indent=2))
+        return 0
+    console = Console()
+    sessions = Table(title="Sessions")
+    for col in ("profile", "instance", "started", "stopped", "hours", "USD/h", "cost USD"):
+        sessions.add_column(col, justify="right" if col in ("hours", "USD/h", "cost USD") else "left")
+    for s in ledger["sessions"]:
+        sessions.add_row(s["profile"], s["instance_type"], s["started_at"], s["stopped_at"] or "(running)",
+                         f"{s['uptime_hours']:.2f}", _usd(s["hourly_usd"]), _usd(s["cost_usd"]))
+    monthly = Table(title="Per profile per month")
+    for col in ("profile", "month", "hours", "cost USD"):
+        monthly.add_column(col, justify="right" if col in ("hours", "cost USD") else "left")
+    for m in ledger["monthly"]:
+        monthly.add_row(m["profile"], m["month"], f"{m['uptime_hours']:.2f}", _usd(m["cost_usd"]))
+    console.print(sessions)
+    console.print(monthly)
+    console.print(f"total: {_usd(ledger['total_cost_usd'])} USD")
     return 0

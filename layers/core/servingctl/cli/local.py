@@ -10,6 +10,7 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from servingctl.cli.client import DEFAULT_TWIN_PORT, clear_twin_state, write_twin_state
 from servingctl.local.faults import FAULTS
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ def _register_up(local_sub: argparse._SubParsersAction) -> None:
                         help="divide AWS's delays by this factor (default 10)")
     parser.add_argument("--port", type=int, default=5000, help="port of the emulated AWS endpoint (default 5000)")
     parser.add_argument("--registry", default=None, help="profiles file (default: the reference's two profiles)")
+    parser.add_argument("--api-port", type=int, default=DEFAULT_TWIN_PORT,
+                        help=f"port of the REST API on 127.0.0.1, OpenAPI at /openapi.json (default {DEFAULT_TWIN_PORT})")
     parser.set_defaults(func=_run_up)
 
 
@@ -80,9 +83,13 @@ def _run_up(args: argparse.Namespace) -> int:
         stop.set()
 
     previous = signal.signal(signal.SIGTERM, _on_signal)
-    twin = Twin(args.registry, model_server=args.model_server, faults=args.fault, time_scale=args.time_scale, port=args.port)
+    twin = Twin(args.registry, model_server=args.model_server, faults=args.fault, time_scale=args.time_scale, port=args.port,
+                api_port=args.api_port)
     try:
         twin.start()
+        assert twin.api_url is not None
+        # `servingctl start/stop/status` find the twin through this file, with poll settings scaled to its clock.
+        write_twin_state(twin.api_url, _poll(twin))
         print(_banner(twin), flush=True)
         seen = 0
         while not stop.wait(0.2):
@@ -94,9 +101,15 @@ def _run_up(args: argparse.Namespace) -> int:
         pass
     finally:
         print("stopping the twin (model servers, world, moto)...", flush=True)
+        clear_twin_state()
         twin.stop()
         signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _poll(twin: Twin) -> dict[str, float]:
+    """The flows' default pacing (15 s, x1.5, max 60 s) divided by the time scale, in whole seconds."""
+    return {"interval_s": max(1, round(15 / twin.time_scale)), "max_interval_s": max(1, round(60 / twin.time_scale)), "backoff": 1.5}
 
 
 def _banner(twin: Twin) -> str:
@@ -105,7 +118,7 @@ def _banner(twin: Twin) -> str:
     assert twin.registry is not None
     first = next(iter(twin.registry.profiles))
     # Wait states take whole seconds: production's 15 s / 60 s divided by the time scale, at least 1 s.
-    poll = {"interval_s": max(1, round(15 / twin.time_scale)), "max_interval_s": max(1, round(60 / twin.time_scale)), "backoff": 1.5}
+    poll = _poll(twin)
     start = twin.state_machines.get("start_profile", "<no statemachine/start_profile.asl.json>")
     stop = twin.state_machines.get("stop_profile", "<no statemachine/stop_profile.asl.json>")
     lines = [
@@ -114,6 +127,7 @@ def _banner(twin: Twin) -> str:
         f"  AWS endpoint     {twin.endpoint_url}  (region {twin.region}, any credentials)",
         f"  registry         {twin.registry_path}  (also SSM parameter {SSM_PARAMETER})",
         f"  table, bucket    {twin.table_name}, {twin.bucket_name}",
+        f"  REST API         {twin.api_url}  (OpenAPI: {twin.api_url}/openapi.json; servingctl start/stop/status find it)",
         f"  start_profile    {start}",
         f"  stop_profile     {stop}",
     ]
