@@ -2,7 +2,8 @@
 
 `run_benchmark` fetches server metadata, calibrates each input length once and runs the scenarios
 in order (never two at once). `run_scenario` runs exactly one scenario with a calibration passed
-in: the unit of work of the Lambda benchmark worker. Request failures never abort anything: they
+in: the unit of work of the Lambda benchmark worker. `measure_scenario` is its load half, also
+used for one shard of a scenario split across workers (the merge then judges the whole). Request failures never abort anything: they
 are recorded per request and counted in the summaries.
 """
 
@@ -24,9 +25,19 @@ import servingctl
 from servingctl.bench.backend import Backend, ChatRequest, Connection
 from servingctl.bench.calibration import build_prompt, calibrate, unique_nonces
 from servingctl.bench.metrics import check_mismatches, scenario_summary, with_request_metrics
-from servingctl.bench.models import Calibration, RequestRecord, RunConfig, RunMetadata, RunResult, ScenarioResult, scenario_name
+from servingctl.bench.models import (
+    Calibration,
+    ClientSelfCheck,
+    RequestRecord,
+    RoundResult,
+    RunConfig,
+    RunMetadata,
+    RunResult,
+    ScenarioResult,
+    scenario_name,
+)
 from servingctl.bench.scheduler import poisson_offsets, run_bursts, run_rate, run_sustained
-from servingctl.bench.selfcheck import SelfCheck
+from servingctl.bench.selfcheck import CPU_SHARE_LIMIT, LAG_P99_LIMIT_MS, SelfCheck
 from servingctl.bench.server_metrics import GENERATION, ServerMetrics, Snapshot, build_checks
 
 # The server's counters are updated when it processes outputs, possibly just after the client saw
@@ -68,19 +79,58 @@ def _expected_requests(config: RunConfig, concurrency: int, offsets: list[float]
     return warm + config.requests if config.requests is not None else None
 
 
-async def run_scenario(
+@dataclass(frozen=True)
+class Shard:
+    """One worker's part of a scenario split across workers: which part, and the instant all parts
+    start together (wall clock: the workers run on different hosts)."""
+
+    index: int
+    count: int
+    start_at: datetime | None = None
+
+
+# Request indexes of shard k start at k x INDEX_STRIDE, so cache salts stay unique across workers.
+INDEX_STRIDE = 1_000_000
+
+
+@dataclass
+class Measurement:
+    """What one scenario's load produced before any verdict: every record and round, the server's
+    counters before and after, the sampled peak of running requests and the client self-check."""
+
+    name: str
+    concurrency: int
+    t0_wall: datetime
+    records: list[RequestRecord]
+    rounds: list[RoundResult]
+    before: Snapshot
+    after: Snapshot
+    peak_running: int | None
+    running_samples: int
+    client: ClientSelfCheck
+    late_start_s: float = 0.0
+
+
+async def measure_scenario(
     config: RunConfig,
     connection: Connection,
     calibration: Calibration,
     concurrency: int,
     *,
     run_id: str,
+    name: str | None = None,
+    shard: Shard | None = None,
+    lag_p99_limit_ms: float = LAG_P99_LIMIT_MS,
+    cpu_share_limit: float = CPU_SHARE_LIMIT,
     progress: ProgressFn | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
-) -> ScenarioResult:
-    """Run one scenario (warm-ups, measured load, checks) and return its result."""
-    name = scenario_name(calibration.target_tokens, concurrency, config.mode, config.rate)
-    nonces = unique_nonces(random.Random(f"{run_id}:{name}"))
+) -> Measurement:
+    """Run one scenario's load (warm-ups, measured load) with `concurrency` in flight and return the
+    raw measurement. A shard keeps the whole scenario's `name`, waits for `shard.start_at` after
+    reading the counters, and numbers its requests from shard.index x INDEX_STRIDE."""
+    name = name or scenario_name(calibration.target_tokens, concurrency, config.mode, config.rate)
+    base = shard.index * INDEX_STRIDE if shard else 0
+    nonces = unique_nonces(random.Random(f"{run_id}:{name}" + (f":{shard.index}" if shard else "")))
     offsets = (
         poisson_offsets(config.rate, config.seed, requests=config.requests, duration_s=config.duration_s)
         if config.mode == "rate" and config.rate is not None
@@ -91,6 +141,14 @@ async def run_scenario(
     notify = progress or (lambda event: None)
 
     async with Backend(connection, config.model, max_connections=concurrency + 1, transport=transport) as backend:
+        server = ServerMetrics(backend, config.model)
+        before = await server.snapshot()
+        late_start_s = 0.0
+        if shard is not None and shard.start_at is not None:
+            wait_s = (shard.start_at - datetime.now(UTC)).total_seconds()
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+            late_start_s = max(0.0, -wait_s)
         t0 = backend.clock()
         t0_wall = datetime.now(UTC)
 
@@ -113,15 +171,13 @@ async def run_scenario(
             return with_request_metrics(record)
 
         notify(Progress("scenario_started", name, 0, total, f"{config.mode} load, concurrency {concurrency}"))
-        server = ServerMetrics(backend, config.model)
-        before = await server.snapshot()
         stop_sampling = asyncio.Event()
         sampler = asyncio.create_task(server.sample_running(stop_sampling)) if before.unavailable is None else None
-        selfcheck = SelfCheck()
+        selfcheck = SelfCheck(lag_limit_ms=lag_p99_limit_ms, cpu_limit=cpu_share_limit)
         selfcheck.start()
 
-        records, rounds = await run_bursts(send, concurrency, config.warmup, warmup=True)
-        first = len(records)
+        records, rounds = await run_bursts(send, concurrency, config.warmup, warmup=True, first_index=base)
+        first = base + len(records)
         if config.mode == "burst":
             measured, measured_rounds = await run_bursts(send, concurrency, config.rounds, warmup=False, first_index=first)
             rounds += measured_rounds
@@ -137,30 +193,69 @@ async def run_scenario(
             await sampler
         client_completion = sum(r.completion_tokens or 0 for r in records)
         after = await _settled_snapshot(server, before, client_completion)
-
-    checks = build_checks(
-        before,
-        after,
-        client_completion_tokens=client_completion,
-        client_prompt_tokens=sum(r.prompt_tokens or 0 for r in records),
-        salted=config.salt_mode != "none",
+    return Measurement(
+        name=name,
+        concurrency=concurrency,
+        t0_wall=t0_wall,
+        records=records,
+        rounds=rounds,
+        before=before,
+        after=after,
         peak_running=server.peak_running,
         running_samples=server.running_samples,
-        intended_concurrency=concurrency,
+        client=client,
+        late_start_s=late_start_s,
+    )
+
+
+def summarize_measurement(
+    config: RunConfig, calibration: Calibration, m: Measurement, *, progress: ProgressFn | None = None
+) -> ScenarioResult:
+    """Checks against the server's counters and the scenario summary of one measurement."""
+    checks = build_checks(
+        m.before,
+        m.after,
+        client_completion_tokens=sum(r.completion_tokens or 0 for r in m.records),
+        client_prompt_tokens=sum(r.prompt_tokens or 0 for r in m.records),
+        salted=config.salt_mode != "none",
+        peak_running=m.peak_running,
+        running_samples=m.running_samples,
+        intended_concurrency=m.concurrency,
         exact_peak=config.mode != "rate",
     )
     summary = scenario_summary(
-        name=name,
+        name=m.name,
         config=config,
         calibration=calibration,
-        concurrency=concurrency,
-        records=records,
-        rounds=rounds,
+        concurrency=m.concurrency,
+        records=m.records,
+        rounds=m.rounds,
         server=checks,
-        client=client,
+        client=m.client,
     )
-    notify(Progress("scenario_finished", name, done, total, f"{summary.ok} ok, {summary.failed} failed"))
-    return ScenarioResult(summary=summary, calibration=calibration, t0_wall=t0_wall, rounds=rounds, records=records)
+    if progress is not None:
+        progress(Progress("scenario_finished", m.name, len(m.records), len(m.records), f"{summary.ok} ok, {summary.failed} failed"))
+    return ScenarioResult(summary=summary, calibration=calibration, t0_wall=m.t0_wall, rounds=m.rounds, records=m.records)
+
+
+async def run_scenario(
+    config: RunConfig,
+    connection: Connection,
+    calibration: Calibration,
+    concurrency: int,
+    *,
+    run_id: str,
+    lag_p99_limit_ms: float = LAG_P99_LIMIT_MS,
+    cpu_share_limit: float = CPU_SHARE_LIMIT,
+    progress: ProgressFn | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> ScenarioResult:
+    """Run one scenario (warm-ups, measured load, checks) and return its result."""
+    measurement = await measure_scenario(
+        config, connection, calibration, concurrency, run_id=run_id, lag_p99_limit_ms=lag_p99_limit_ms,
+        cpu_share_limit=cpu_share_limit, progress=progress, transport=transport,
+    )
+    return summarize_measurement(config, calibration, measurement, progress=progress)
 
 
 async def _settled_snapshot(server: ServerMetrics, before: Snapshot, client_completion: int) -> Snapshot:
