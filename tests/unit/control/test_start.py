@@ -159,6 +159,28 @@ def test_failed_launch_fails_fast_with_aws_message(deps: Deps, world: World) -> 
         step(deps, "check_capacity", state, "capacity")
 
 
+def test_a_retry_right_after_a_failed_launch_is_not_failed_by_the_old_activity(deps: Deps, world: World) -> None:
+    first = started(deps)
+    world.fail_launches(INSUFFICIENT)
+    with pytest.raises(CapacityUnavailable):
+        step(deps, "check_capacity", first, "capacity")
+    step(deps, "roll_back", first | {"error": {"Error": "CapacityUnavailable", "Cause": "{}"}}, None)
+    retry = started(deps)  # the same second on the clock: only activity ids tell the two starts apart
+    assert step(deps, "check_capacity", retry, "capacity")["ready"] is False
+
+
+def test_tasks_stopped_before_the_start_are_not_counted(deps: Deps, world: World) -> None:
+    earlier = started(deps)
+    world.register_instances()
+    for n in range(3):
+        world.crash_task(world.place_task(), f"an earlier start's crash ({n})")
+    step(deps, "roll_back", earlier | {"error": {"Error": "TaskFailed", "Cause": "{}"}}, None)
+    state = started(deps)
+    world.register_instances()
+    step(deps, "check_capacity", state, "capacity")
+    assert "stopped since start: 0" in step(deps, "check_task", state, "task")["detail"]
+
+
 def test_stopping_tasks_are_counted_until_task_failed(deps: Deps, world: World, clock: FakeClock) -> None:
     state = started(deps)
     world.register_instances()

@@ -92,12 +92,17 @@ def clear_protection(autoscaling: Any, name: str, instance_ids: list[str]) -> No
         )
 
 
-def failed_launch(autoscaling: Any, name: str, since: datetime) -> str | None:
-    """AWS's status message of a failed or cancelled scaling activity started at or after since."""
+def failed_activity_ids(autoscaling: Any, name: str) -> list[str]:
+    """Ids of the ASG's failed or cancelled scaling activities AWS still lists."""
+    activities = autoscaling.describe_scaling_activities(AutoScalingGroupName=name, MaxRecords=20)["Activities"]
+    return [a["ActivityId"] for a in activities if a.get("StatusCode") in FAILED_ACTIVITY_CODES]
+
+
+def failed_launch(autoscaling: Any, name: str, known: set[str]) -> str | None:
+    """AWS's status message of a failed or cancelled scaling activity not among the known ids."""
     activities = autoscaling.describe_scaling_activities(AutoScalingGroupName=name, MaxRecords=20)["Activities"]
     for activity in activities:
-        started = activity.get("StartTime")
-        if activity.get("StatusCode") in FAILED_ACTIVITY_CODES and (started is None or started >= since):
+        if activity.get("StatusCode") in FAILED_ACTIVITY_CODES and activity["ActivityId"] not in known:
             return activity.get("StatusMessage") or activity.get("Description") or activity["StatusCode"]
     return None
 

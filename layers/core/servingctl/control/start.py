@@ -23,8 +23,6 @@ from servingctl.control.settings import StartConfig, start_config
 from servingctl.store.base import LockConflict
 from servingctl.store.models import Phase, Session, iso, session_id_for
 
-# AWS stamps activities and tasks with its own clock: accept this much skew against ours.
-CLOCK_SKEW = timedelta(seconds=30)
 PHASES = ("capacity", "boot", "task", "health", "smoke")
 
 
@@ -79,26 +77,28 @@ def scale_out(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
             price_key=pool.price_key or pool.instance_type, started_at=now, start_execution=execution,
         )
     )
+    # What failed before this start is not this start's failure: remember it by id, not by time
+    # (a retry right after an InsufficientInstanceCapacity must not fail on the old activity).
+    baseline = {
+        "failed_activities": aws.failed_activity_ids(deps.autoscaling, pool.asg_name),
+        "stopped_tasks": [t["taskArn"] for t in aws.service_tasks(deps.ecs, spec.cluster, spec.service, "STOPPED")],
+    }
     aws.set_service_desired(deps.ecs, spec.cluster, spec.service, 1)
     asg_scaled = aws.describe_asg(deps.autoscaling, pool.asg_name).desired == 0
     if asg_scaled:
         aws.set_asg_desired(deps.autoscaling, pool.asg_name, 1)
-    return {"at": iso(now), "asg_scaled": asg_scaled, "session_id": session_id}
-
-
-def _scale_at(state: dict[str, Any]) -> Any:
-    return parse_time(state["scale"]["at"]) - CLOCK_SKEW
+    return {"at": iso(now), "asg_scaled": asg_scaled, "session_id": session_id, "baseline": baseline}
 
 
 def check_capacity(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
     """An InService instance registered as a container instance; a failed launch fails fast."""
     config = _config(state)
     spec, pool = deps.profile(config.profile), deps.pool(config.pool)
-    since = _scale_at(state)
+    known = set(state["scale"]["baseline"]["failed_activities"])
 
     def probe(progress: Progress) -> tuple[bool, str]:
         raise_if_stop_requested(deps, config.profile)
-        failure = aws.failed_launch(deps.autoscaling, pool.asg_name, since)
+        failure = aws.failed_launch(deps.autoscaling, pool.asg_name, known)
         if failure:
             raise CapacityUnavailable(f"{pool.asg_name} could not launch {pool.instance_type}: {failure}")
         in_service = aws.describe_asg(deps.autoscaling, pool.asg_name).in_service()
@@ -121,14 +121,14 @@ def check_capacity(deps: Deps, state: dict[str, Any], execution: str) -> dict[st
 def _count_task_failures(deps: Deps, config: StartConfig, state: dict[str, Any]) -> int:
     """Tasks of the service stopped since the scale-out; TaskFailed once max_task_failures is reached."""
     spec = deps.profile(config.profile)
-    since = _scale_at(state)
+    known = set(state["scale"]["baseline"]["stopped_tasks"])
     stopped = [
         t for t in aws.service_tasks(deps.ecs, spec.cluster, spec.service, "STOPPED")
-        if t.get("lastStatus") == "STOPPED" and (t.get("createdAt") is None or t["createdAt"] >= since)
+        if t.get("lastStatus") == "STOPPED" and t["taskArn"] not in known
     ]
     if len(stopped) >= config.settings.max_task_failures:
         # Stable sort: among equal stamps the one ECS listed last is the latest.
-        last = sorted(stopped, key=lambda t: t.get("stoppedAt") or t.get("createdAt") or since)[-1]
+        last = sorted(stopped, key=lambda t: str(t.get("stoppedAt") or t.get("createdAt") or ""))[-1]
         raise TaskFailed(
             f"{len(stopped)} task(s) of {spec.service} stopped since the start "
             f"(limit {config.settings.max_task_failures}); last: {aws.stopped_reason(last)}"
