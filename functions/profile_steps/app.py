@@ -14,6 +14,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from servingctl.control import events
 from servingctl.control.deps import Deps
 from servingctl.control.steps import run_step
 from servingctl.registry import load_registry
@@ -26,6 +27,7 @@ metrics = Metrics()
 # Seconds kept free of a check's in-invocation watch, for the answer and Lambda's own overhead.
 WATCH_MARGIN_S = 15.0
 _clients: dict[str, Any] = {}
+_publishers: dict[str, Any] = {}
 
 
 def _deps(context: LambdaContext) -> Deps:
@@ -38,6 +40,22 @@ def _deps(context: LambdaContext) -> Deps:
         registry=load_registry(),
         watch_budget_s=max(0.0, context.get_remaining_time_in_millis() / 1000 - WATCH_MARGIN_S),
     )
+
+
+# Steps that change what runs -> the EventBridge event they publish (servingctl.control.events).
+LIFECYCLE = {
+    "scale_out": events.STARTING, "record_ready": events.READY, "roll_back": events.START_FAILED,
+    "close_session": events.STOPPED, "force_release": events.STOP_FAILED,
+}
+
+
+def _publish(action: str, result: dict[str, Any], profile: str | None, execution: Any) -> None:
+    """Lifecycle event of a step that changed something (a roll_back or force_release that acted)."""
+    if action not in LIFECYCLE or (action in ("roll_back", "force_release") and not result.get("acted")):
+        return
+    if "events" not in _publishers:
+        _publishers["events"] = boto3.client("events")
+    events.publish(_publishers["events"], LIFECYCLE[action], {"profile": profile, "execution": execution, **result})
 
 
 def _emit(action: str, result: dict[str, Any]) -> None:
@@ -70,4 +88,5 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         raise
     logger.info("step done", extra={"result": result})
     _emit(str(action), result)
+    _publish(str(action), result, profile, event.get("execution"))
     return result

@@ -76,11 +76,11 @@ def test_same_execution_name_for_the_same_request_while_the_state_is_unchanged(a
     from servingctl.api import service
 
     state = api.store.get_profile(PROFILE)
-    a = service.execution_name("start", PROFILE, state, '{"profile":"x"}')
-    assert a == service.execution_name("start", PROFILE, state, '{"profile":"x"}')
-    assert a != service.execution_name("start", PROFILE, state, '{"profile":"y"}')
+    a = service.flow_execution_name("start", PROFILE, state, '{"profile":"x"}')
+    assert a == service.flow_execution_name("start", PROFILE, state, '{"profile":"x"}')
+    assert a != service.flow_execution_name("start", PROFILE, state, '{"profile":"y"}')
     moved = api.store.set_phase(PROFILE, Phase.STARTING, datetime.now(UTC), "e")
-    assert a != service.execution_name("start", PROFILE, moved, '{"profile":"x"}')
+    assert a != service.flow_execution_name("start", PROFILE, moved, '{"profile":"x"}')
 
 
 def test_a_new_start_after_the_last_one_finished_gets_a_new_execution(api: Api) -> None:

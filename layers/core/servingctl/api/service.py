@@ -14,12 +14,11 @@ execution, which Step Functions returns instead of starting a second one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from botocore.exceptions import ClientError
 
@@ -40,14 +39,13 @@ from servingctl.api.models import (
 )
 from servingctl.control import aws
 from servingctl.control.clock import Clock, SystemClock
+from servingctl.control.executions import Action, canonical, execution_name, running_execution
 from servingctl.costs import PriceCatalog, monthly_totals, session_cost
 from servingctl.registry.models import Registry, ServingProfile
 from servingctl.store.base import Store
 from servingctl.store.models import Phase, ProfileState, iso
 
-Action = Literal["start", "stop"]
 EXECUTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
-TOKEN_CHARS = 10
 RECENT_SERVICE_EVENTS = 5
 
 # State name -> phase shown to people (the boot phase is split off capacity by the InService mark).
@@ -182,36 +180,9 @@ def get_profile(deps: ApiDeps, name: str) -> ProfileDetail:
 
 
 # ---- starting and stopping ---------------------------------------------------------------------
-def name_prefix(action: Action, profile: str) -> str:
-    """Execution names of a profile's starts or stops begin with this."""
-    return f"{action}-{profile}-"
-
-
-def is_execution_of(name: str, action: Action, profile: str) -> bool:
-    """True when an execution name belongs to this profile's starts or stops (not to a longer profile name)."""
-    prefix = name_prefix(action, profile)
-    return name.startswith(prefix) and "-" not in name[len(prefix):]
-
-
-def running_execution(deps: ApiDeps, action: Action, profile: str) -> dict[str, Any] | None:
-    """The profile's RUNNING start or stop execution (list_executions item), None when there is none."""
-    pages = deps.sfn.get_paginator("list_executions").paginate(stateMachineArn=deps.machine(action), statusFilter="RUNNING")
-    for page in pages:
-        for execution in page["executions"]:
-            if is_execution_of(execution["name"], action, profile):
-                return execution
-    return None
-
-
-def canonical(document: dict[str, Any]) -> str:
-    """The one JSON spelling of an execution input (Step Functions compares inputs byte for byte)."""
-    return json.dumps(document, sort_keys=True, separators=(",", ":"))
-
-
-def execution_name(action: Action, profile: str, state: ProfileState, execution_input: str, salt: str = "") -> str:
-    """<action>-<profile>-<token>: the same while the recorded state and the input do not change."""
-    generation = f"{state.phase}|{iso(state.updated_at)}|{state.execution}|{execution_input}|{salt}"
-    return name_prefix(action, profile) + hashlib.sha256(generation.encode()).hexdigest()[:TOKEN_CHARS]
+def flow_execution_name(action: Action, profile: str, state: ProfileState, execution_input: str, salt: str = "") -> str:
+    """The same name while the recorded state and the input do not change."""
+    return execution_name(action, profile, state.phase, iso(state.updated_at) or "", state.execution or "", execution_input, salt)
 
 
 def _ref(execution: dict[str, Any], action: Action, profile: str, joined: bool) -> ExecutionRef:
@@ -224,12 +195,12 @@ def _ref(execution: dict[str, Any], action: Action, profile: str, joined: bool) 
 
 def launch(deps: ApiDeps, action: Action, profile: str, execution_input: dict[str, Any]) -> ExecutionRef:
     """Start the flow under its idempotent name, or join the profile's running one."""
-    running = running_execution(deps, action, profile)
+    running = running_execution(deps.sfn, deps.machine(action), action, profile)
     if running is not None:
         return _ref(running, action, profile, joined=True)
     document = canonical(execution_input)
     state = deps.store.get_profile(profile)
-    name = execution_name(action, profile, state, document)
+    name = flow_execution_name(action, profile, state, document)
     try:
         answer = deps.sfn.start_execution(stateMachineArn=deps.machine(action), name=name, input=document)
     except ClientError as exc:
@@ -237,10 +208,10 @@ def launch(deps: ApiDeps, action: Action, profile: str, execution_input: dict[st
             raise
         # The name was used: by a running execution with another input (join it), or by a finished
         # one that left the recorded state as it was (e.g. answered "already READY"): a fresh name.
-        running = running_execution(deps, action, profile)
+        running = running_execution(deps.sfn, deps.machine(action), action, profile)
         if running is not None:
             return _ref(running, action, profile, joined=True)
-        name = execution_name(action, profile, state, document, salt=iso(deps.clock.now()) or "")
+        name = flow_execution_name(action, profile, state, document, salt=iso(deps.clock.now()) or "")
         answer = deps.sfn.start_execution(stateMachineArn=deps.machine(action), name=name, input=document)
     return _ref(answer, action, profile, joined=False)
 
@@ -263,7 +234,7 @@ def start_profile(deps: ApiDeps, name: str, body: StartRequest) -> ExecutionRef:
             f"lease_minutes: must be between 5 and {spec.max_lease_minutes} (max_lease_minutes of {name}); got {body.lease_minutes}",
             "body.lease_minutes",
         )
-    stopping = running_execution(deps, "stop", name)
+    stopping = running_execution(deps.sfn, deps.stop_machine_arn, "stop", name)
     if stopping is not None:
         raise Conflict(f"{name} is being stopped by {stopping['name']}; start it again once that finished")
     holders = _pool_holders(deps, name)

@@ -1,0 +1,62 @@
+"""sweep Lambda: the auto-shutdown sweep, run by an EventBridge Scheduler schedule every 5 minutes.
+
+Event (the schedule's input): {"dry_run": false} (dry_run true reports without stopping; "poll"
+optionally paces the stop executions it starts). Env: SERVINGCTL_REGISTRY, SERVINGCTL_TABLE,
+STOP_STATE_MACHINE_ARN, POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel, ConfigDict
+
+from servingctl.control.autostop import SweepDeps, sweep
+from servingctl.control.settings import Poll, parse_input
+from servingctl.registry import load_registry
+from servingctl.store import DynamoStore
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+_clients: dict[str, Any] = {}
+
+
+class SweepInput(BaseModel):
+    """The schedule's input."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    dry_run: bool = False
+    poll: Poll | None = None
+
+
+def _deps() -> SweepDeps:
+    """Clients and the store are built once per container; the registry is cached by its loader."""
+    if not _clients:
+        _clients.update(sfn=boto3.client("stepfunctions"), cloudwatch=boto3.client("cloudwatch"), events=boto3.client("events"))
+        _clients["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
+    return SweepDeps(**_clients, registry=load_registry(), stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"])
+
+
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+@logger.inject_lambda_context
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Decide for every READY profile, log and count each decision, and answer with them all."""
+    request = parse_input(SweepInput, event if event is not None else {})
+    outcomes = sweep(_deps(), dry_run=request.dry_run, poll=request.poll)
+    for outcome in outcomes:
+        logger.info("sweep decision", extra=outcome.model_dump() | {"dry_run": request.dry_run})
+        # One metric per decision with its reason as the dimension (idle, lease-expired, in-use, ...).
+        with single_metric(name="SweepDecisions", unit=MetricUnit.Count, value=1,
+                           namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "servingctl")) as metric:
+            metric.add_dimension(name="reason", value=outcome.reason)
+            metric.add_dimension(name="dry_run", value=str(request.dry_run).lower())
+    metrics.add_metric(name="SweptProfiles", unit=MetricUnit.Count, value=len(outcomes))
+    return {"dry_run": request.dry_run, "decisions": [o.model_dump() for o in outcomes]}
