@@ -3,8 +3,9 @@
 moto emulates the AWS APIs but not AWS's behaviour over time: its Lambda without Docker echoes the
 payload, target health is always `healthy`, an ECS service reports running = desired at once, a
 ListTasks call ignores serviceName, an ASG launches InService instances synchronously and
-DescribeScalingActivities is always empty. The twin's world simulator plays those parts instead,
-through the accessors below. Nothing else in servingctl imports moto internals: when moto changes,
+DescribeScalingActivities is always empty; its Step Functions interpreter does not map the
+PascalCase Parameters of `states:` Tasks (startExecution.sync:2) to boto3's names. The twin's world
+simulator plays those parts instead, through the accessors below. Nothing else in servingctl imports moto internals: when moto changes,
 `check_moto()` (and tests/unit/local/test_moto_patches.py) fail loudly here, in one place.
 """
 
@@ -18,7 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+import botocore.session
 import moto
+from botocore import xform_name
 from moto.autoscaling.models import Activity, AutoScalingBackend, FakeAutoScalingGroup, autoscaling_backends
 from moto.autoscaling.responses import AutoScalingResponse
 from moto.awslambda_simple.models import LambdaSimpleBackend
@@ -26,6 +29,7 @@ from moto.core.responses import ActionResult
 from moto.ecs.models import EC2ContainerServiceBackend, Service, Task, ecs_backends
 from moto.elbv2.models import ELBv2Backend, FakeHealthStatus, FakeTargetGroup, elbv2_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import StateTaskServiceSfn
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
@@ -50,6 +54,12 @@ PATCHED: dict[str, tuple[object, str, tuple[str, ...]]] = {
     "FakeAutoScalingGroup.set_desired_capacity": (FakeAutoScalingGroup, "set_desired_capacity", ("self", "new_capacity")),
     "AutoScalingResponse.describe_scaling_activities": (AutoScalingResponse, "describe_scaling_activities", ("self",)),
     "AmazonStateLanguageParser.parse": (AmazonStateLanguageParser, "parse", ("definition",)),
+    "StateTaskServiceSfn._normalise_parameters": (
+        StateTaskServiceSfn, "_normalise_parameters", ("self", "parameters", "boto_service_name", "service_action_name")
+    ),
+    "StateTaskServiceSfn._normalise_response": (
+        StateTaskServiceSfn, "_normalise_response", ("self", "response", "boto_service_name", "service_action_name")
+    ),
 }
 # Internals read or called (not replaced) by the accessors below.
 USED: dict[str, tuple[object, str, tuple[str, ...]]] = {
@@ -124,6 +134,8 @@ def apply() -> None:
             "FakeAutoScalingGroup.set_desired_capacity": _set_desired_capacity,
             "AutoScalingResponse.describe_scaling_activities": _describe_scaling_activities,
             "AmazonStateLanguageParser.parse": staticmethod(_parse_definition),
+            "StateTaskServiceSfn._normalise_parameters": _sfn_normalise_parameters,
+            "StateTaskServiceSfn._normalise_response": _sfn_normalise_response,
         }
         for label, new in replacements.items():
             owner, attr, _ = PATCHED[label]
@@ -225,6 +237,34 @@ def _parse_definition(definition: str) -> tuple[Any, Any]:
         _, tree = _ORIGINALS["AmazonStateLanguageParser.parse"](definition)
         _parse_trees[definition] = tree
     return Preprocessor().visit(tree), tree
+
+
+def _sfn_operation(task: StateTaskServiceSfn, service: str | None, action: str | None) -> Any:
+    """botocore's model of the Step Functions operation a states:* Task calls."""
+    model = botocore.session.get_session().get_service_model(task._get_boto_service_name(service))
+    operations = {xform_name(name): name for name in model.operation_names}
+    return model.operation_model(operations[task._get_boto_service_action(action)])
+
+
+def _sfn_normalise_parameters(
+    self: StateTaskServiceSfn, parameters: dict[str, Any], boto_service_name: str | None = None, service_action_name: str | None = None
+) -> None:
+    """AWS's PascalCase Parameters (StateMachineArn, Name, Input) to boto3's names, as Step Functions
+    does: moto 5.2.5 left this step out, so `states:startExecution.sync:2` failed with KeyError."""
+    _ORIGINALS["StateTaskServiceSfn._normalise_parameters"](self, parameters, boto_service_name, service_action_name)
+    shape = _sfn_operation(self, boto_service_name, service_action_name).input_shape
+    if shape is not None:
+        self._to_boto_request(parameters, shape)
+
+
+def _sfn_normalise_response(
+    self: StateTaskServiceSfn, response: Any, boto_service_name: str | None = None, service_action_name: str | None = None
+) -> None:
+    """boto3's answer back to AWS's PascalCase output (ExecutionArn, Status, Output), as the .sync
+    integrations return it."""
+    shape = _sfn_operation(self, boto_service_name, service_action_name).output_shape
+    if shape is not None:
+        self._from_boto_response(response, shape)
 
 
 # ---- the server ---------------------------------------------------------------------------------
