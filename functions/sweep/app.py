@@ -14,10 +14,10 @@ import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel, ConfigDict
 
-from servingctl.control.autostop import SweepDeps, sweep
-from servingctl.control.settings import Poll, parse_input
+from servingctl.control.autostop import SweepDeps, SweepInput, sweep
+from servingctl.control.clock import Clock, SystemClock
+from servingctl.control.settings import parse_input
 from servingctl.registry import load_registry
 from servingctl.store import DynamoStore
 
@@ -25,15 +25,8 @@ logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 _clients: dict[str, Any] = {}
-
-
-class SweepInput(BaseModel):
-    """The schedule's input."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    dry_run: bool = False
-    poll: Poll | None = None
+# The sweep's clock; the twin's tests move it forward to let a lease run out.
+CLOCK: Clock = SystemClock()
 
 
 def _deps() -> SweepDeps:
@@ -41,7 +34,7 @@ def _deps() -> SweepDeps:
     if not _clients:
         _clients.update(sfn=boto3.client("stepfunctions"), cloudwatch=boto3.client("cloudwatch"), events=boto3.client("events"))
         _clients["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
-    return SweepDeps(**_clients, registry=load_registry(), stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"])
+    return SweepDeps(**_clients, registry=load_registry(), stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"], clock=CLOCK)
 
 
 @metrics.log_metrics

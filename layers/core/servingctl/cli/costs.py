@@ -141,7 +141,7 @@ def _ledger(args: argparse.Namespace, client: Client) -> int:
     """GET /ledger: sessions and monthly totals."""
     ledger = client.get("/ledger", {"profile": args.profile})
     if args.json:
-        print(json.dumps(ledger, indent=2))
+        print(json.dumps(ledger))
         return 0
     console = Console()
     sessions = Table(title="Sessions")

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from servingctl.control import events
 from servingctl.control.clock import Clock, SystemClock
@@ -41,6 +41,15 @@ class SweepDeps:
     registry: Registry
     stop_machine_arn: str
     clock: Clock = field(default_factory=SystemClock)
+
+
+class SweepInput(BaseModel):
+    """The sweep function's input (the schedule sends {"dry_run": false})."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    dry_run: bool = False
+    poll: Poll | None = None
 
 
 class Outcome(BaseModel):
