@@ -192,7 +192,7 @@ async def measure_scenario(
         if sampler is not None:
             await sampler
         client_completion = sum(r.completion_tokens or 0 for r in records)
-        after = await _settled_snapshot(server, before, client_completion)
+        after = await settled_snapshot(server, before, client_completion)
     return Measurement(
         name=name,
         concurrency=concurrency,
@@ -258,7 +258,8 @@ async def run_scenario(
     return summarize_measurement(config, calibration, measurement, progress=progress)
 
 
-async def _settled_snapshot(server: ServerMetrics, before: Snapshot, client_completion: int) -> Snapshot:
+async def settled_snapshot(server: ServerMetrics, before: Snapshot, client_completion: int) -> Snapshot:
+    """The counters after a load, re-read briefly until they account for the client's tokens."""
     after = await server.snapshot()
     for _ in range(SETTLE_TRIES):
         if after.unavailable or before.unavailable:

@@ -1,0 +1,448 @@
+"""The benchmark worker: every step of run_benchmark that talks to the model server or storage,
+dispatched on event["action"] (the bench_worker Lambda in the VPC, or the ECS task for scenarios
+too long for Lambda: `python -m servingctl.bench.worker` with the event in $SERVINGCTL_BENCH_EVENT).
+
+Actions (event = {"action", "state", "execution"}; plan also gets "started_at"):
+  plan          validate the input, resolve the profile, check READY, plan the matrix, record the run
+  calibrate     server metadata and one calibration per input length, into the run's record
+  run_scenario  one scenario; its summary and records are written as soon as it finishes; answers
+                whether the client was the bottleneck and, if so, the shards to measure it with
+  run_shard     one worker's share of a split scenario, started at the common instant
+  merge_shards  the shards merged into one scenario, judged against the server's counters
+  compare       self-hosted vs managed API for every written scenario
+  finish        the run's final status (after a failure too: what was written stays)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+import servingctl
+from servingctl.bench.backend import Backend, Connection
+from servingctl.bench.matrix import BenchmarkInput, PlannedScenario, parse_benchmark_input, plan_scenarios, run_config
+from servingctl.bench.models import SCHEMA_VERSION, Calibration, ClientSelfCheck, ScenarioSummary
+from servingctl.bench.runner import Measurement, Shard, connection_for, measure_scenario, prepare, settled_snapshot, summarize_measurement
+from servingctl.bench.server_metrics import ServerMetrics, Snapshot
+from servingctl.bench.split import ShardPlan, earliest_snapshot, merge_shards, plan_shards, shard_config
+from servingctl.control.clock import Clock, SystemClock
+from servingctl.control.errors import ControlError, InvalidInput, throttling_as_error
+from servingctl.control.flow import error_reason
+from servingctl.control.settings import resolve_profile, start_config, stop_config
+from servingctl.costs import CompareInput, PriceCatalog, compare, load_catalog
+from servingctl.registry.models import Registry, ServingProfile
+from servingctl.store.base import Store
+from servingctl.store.benchmarks import BenchmarkRun, BenchmarkStore, Reproducibility, RunStatus, Split, StoredComparison, StoredScenario
+from servingctl.store.models import Phase
+from servingctl.store.records import RecordStore, records_key
+
+EVENT_ENV = "SERVINGCTL_BENCH_EVENT"
+BUCKET_ENV = "SERVINGCTL_BUCKET"
+# Extra lease a start made for a benchmark gets beyond the profile's default, per planned hour.
+LEASE_MARGIN_MINUTES = 30
+
+
+class ProfileNotReady(ControlError):
+    """The profile is not READY and the input did not ask to start it."""
+
+
+class RunNotFound(ControlError):
+    """The state names a benchmark run the store does not have."""
+
+
+@dataclass(frozen=True)
+class EcsTarget:
+    """Where scenarios too long for Lambda run: the benchmark task definition and its network."""
+
+    cluster: str
+    task_definition: str
+    subnets: list[str]
+    security_groups: list[str]
+    container: str = "bench"
+
+
+@dataclass
+class WorkerDeps:
+    """What the actions need: registry, stores, clock, the price catalog and (tests) an HTTP transport."""
+
+    registry: Registry
+    runs: BenchmarkStore
+    records: RecordStore
+    profiles: Store
+    clock: Clock = field(default_factory=SystemClock)
+    ecs: EcsTarget | None = None
+    catalog: Callable[[], PriceCatalog] = load_catalog
+    transport: httpx.AsyncBaseTransport | None = None
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+def _state(event: dict[str, Any]) -> dict[str, Any]:
+    state = event.get("state")
+    if not isinstance(state, dict):
+        raise InvalidInput("state: expected the execution state object ($)")
+    return state
+
+
+def _run(deps: WorkerDeps, run_id: Any) -> BenchmarkRun:
+    run = deps.runs.get_run(str(run_id)) if run_id else None
+    if run is None:
+        raise RunNotFound(f"run_id: no benchmark run {run_id!r} in the store")
+    return run
+
+
+def _given(run: BenchmarkRun) -> BenchmarkInput:
+    return BenchmarkInput.model_validate(run.request)
+
+
+def _connection(deps: WorkerDeps, run: BenchmarkRun) -> Connection:
+    """The profile's endpoint with its real routing header (the registry is the source)."""
+    spec = deps.registry.profiles[run.profile]
+    return connection_for(run.config, headers={spec.routing_header.name: spec.routing_header.value})
+
+
+def _calibration(run: BenchmarkRun, input_tokens: int) -> Calibration:
+    for calibration in run.reproducibility.calibrations:
+        if calibration.target_tokens == input_tokens:
+            return calibration
+    raise InvalidInput(f"scenario.input_tokens: {input_tokens} was not calibrated; calibrate runs before the scenarios")
+
+
+def _scenario(state: dict[str, Any]) -> PlannedScenario:
+    return PlannedScenario.model_validate(state.get("scenario"))
+
+
+def new_run_id(started_at: datetime, execution: str) -> str:
+    """A run id from the execution (the same on every retry): its start time and a hash of its ARN."""
+    return f"{started_at:%Y%m%dT%H%M%SZ}-{hashlib.sha256(execution.encode()).hexdigest()[:6]}"
+
+
+def execution_name(flow: str, profile: str, run_id: str) -> str:
+    """start-/stop-<profile>-<token> for the run's own start or stop (80 characters at most)."""
+    token = "b" + hashlib.sha256(run_id.encode()).hexdigest()[:10]
+    return f"{flow}-{profile}-{token}"[:80]
+
+
+def reproducibility(registry: Registry, profile_name: str, given: BenchmarkInput) -> Reproducibility:
+    """The run's reproducibility record as far as the registry knows it (calibration comes later)."""
+    profile = registry.profiles[profile_name]
+    pool = registry.pools[profile.pool]
+    serving = profile.serving
+    return Reproducibility(
+        profile=profile_name,
+        model=profile.model,
+        model_id=serving.model_id,
+        revision=serving.revision,
+        vllm_version=serving.vllm_version,
+        image=serving.image,
+        serving=serving.model_dump(mode="json"),
+        pool=profile.pool,
+        instance_type=pool.instance_type,
+        gpu_count=pool.gpu_count,
+        region=registry.region,
+        engine_version=servingctl.__version__,
+        results_schema_version=SCHEMA_VERSION,
+        seed=given.seed,
+        salt_mode=given.salt_mode,
+    )
+
+
+def _flow_input(registry: Registry, flow: str, profile: ServingProfile, name: str, options: dict[str, Any],
+                lease_minutes: int | None = None) -> dict[str, Any]:
+    """start_profile / stop_profile input, validated by the control plane's own rules."""
+    document = {"profile": name, **options}
+    if lease_minutes is not None and "lease_minutes" not in options:
+        document["lease_minutes"] = lease_minutes
+    try:
+        (start_config if flow == "start" else stop_config)(registry, document)
+    except InvalidInput as exc:
+        raise InvalidInput(f"invalid input: {flow}_options: {str(exc).removeprefix('invalid input: ')}") from None
+    return document
+
+
+# ---- actions ------------------------------------------------------------------------------------
+def plan(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
+    """Validate the input and record the run; ProfileNotReady unless READY or `start` was asked."""
+    given = parse_benchmark_input(_state(event))
+    execution = str(event.get("execution") or "")
+    profile = resolve_profile(deps.registry, given.profile)
+    scenarios = plan_scenarios(given, profile, ecs_available=deps.ecs is not None)
+    phase = deps.profiles.get_profile(given.profile).phase
+    ready = phase == Phase.READY
+    if not ready and not given.start:
+        raise ProfileNotReady(
+            f"profile {given.profile} is {phase.value}, not READY; pass \"start\": true to start it first "
+            f"(and \"stop\": true to stop it afterwards), or start it yourself"
+        )
+    planned_minutes = math.ceil(sum(s.estimate_s for s in scenarios) / 60) + LEASE_MARGIN_MINUTES
+    lease = min(profile.max_lease_minutes, max(profile.default_lease_minutes, planned_minutes))
+    start_input = _flow_input(deps.registry, "start", profile, given.profile, given.start_options, lease)
+    stop_input = _flow_input(deps.registry, "stop", profile, given.profile, given.stop_options)
+
+    started = datetime.fromisoformat(str(event.get("started_at") or deps.clock.now().isoformat()))
+    run_id = given.run_id or new_run_id(started, execution)
+    now = deps.clock.now()
+    request = given.model_dump(mode="json") | {"run_id": run_id}
+    stored = deps.runs.create_run(BenchmarkRun(
+        run_id=run_id, profile=given.profile, label=given.label, execution=execution, created_at=now, updated_at=now,
+        request=request, config=run_config(given, profile), reproducibility=reproducibility(deps.registry, given.profile, given),
+        scenarios=[s.name for s in scenarios],
+    ))
+    if stored.execution != execution:
+        raise InvalidInput(f"invalid input: run_id: {run_id} already belongs to execution {stored.execution}")
+    return {
+        "run_id": run_id,
+        "profile": given.profile,
+        "phase": phase.value,
+        "ready": ready,
+        "start": not ready,
+        "stop": given.stop,
+        "start_execution": {"name": execution_name("start", given.profile, run_id), "input": start_input},
+        "stop_execution": {"name": execution_name("stop", given.profile, run_id), "input": stop_input},
+        "scenarios": [s.model_dump() for s in scenarios],
+        "ecs": None if deps.ecs is None else {
+            "cluster": deps.ecs.cluster, "task_definition": deps.ecs.task_definition, "subnets": deps.ecs.subnets,
+            "security_groups": deps.ecs.security_groups, "container": deps.ecs.container,
+        },
+    }
+
+
+def calibrate(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
+    """Server metadata and one calibration per input length, stored with the run."""
+    run = _run(deps, (_state(event).get("plan") or {}).get("run_id"))
+    metadata, calibrations = asyncio.run(prepare(run.config, _connection(deps, run), run_id=run.run_id, transport=deps.transport))
+    repro = run.reproducibility.model_copy(update={"calibrations": calibrations, "server_version": metadata.server_version})
+    deps.runs.update_run(run.run_id, deps.clock.now(), status=RunStatus.RUNNING, metadata=metadata, reproducibility=repro)
+    return {"calibrations": [{"target_tokens": c.target_tokens, "actual_tokens": c.actual_tokens, "method": c.method} for c in calibrations]}
+
+
+def _store_scenario(deps: WorkerDeps, run: BenchmarkRun, planned: PlannedScenario, result: Any, runner: str,
+                    split: Split | None = None) -> StoredScenario:
+    key = deps.records.put_records(records_key(run.run_id, planned.name), result.records)
+    return deps.runs.put_scenario(StoredScenario(
+        run_id=run.run_id, name=planned.name, position=planned.position, runner=runner, summary=result.summary,
+        calibration=result.calibration, t0_wall=result.t0_wall, rounds=result.rounds, records_key=key,
+        records=len(result.records), split=split, written_at=deps.clock.now(),
+    ))
+
+
+def _shard_state(run_id: str, planned: PlannedScenario, shard: ShardPlan) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "scenario": planned.model_dump(),
+        "shard": {"index": shard.index, "count": shard.count, "concurrency": shard.concurrency,
+                  "requests": shard.requests, "start_at": shard.start_at.isoformat()},
+    }
+
+
+def _answer(summary: ScenarioSummary) -> dict[str, Any]:
+    return {"name": summary.name, "aggregate_tok_s": summary.aggregate_tok_s, "ok": summary.ok, "failed": summary.failed,
+            "client_bound": summary.client_bound, "generation_tokens_equal": summary.server.generation_tokens_equal}
+
+
+def run_scenario(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
+    """Run one scenario, write its summary and records, and plan shards if the client was the limit."""
+    state = _state(event)
+    run, planned = _run(deps, state.get("run_id")), _scenario(state)
+    given = _given(run)
+    calibration = _calibration(run, planned.input_tokens)
+    measurement = asyncio.run(measure_scenario(
+        run.config, _connection(deps, run), calibration, planned.concurrency, run_id=run.run_id,
+        lag_p99_limit_ms=given.client_lag_limit_ms, cpu_share_limit=given.client_cpu_limit, transport=deps.transport,
+    ))
+    result = summarize_measurement(run.config, calibration, measurement)
+    _store_scenario(deps, run, planned, result, planned.runner)
+    # An ECS task is sized for its scenario: only Lambda workers are split.
+    shards = [] if planned.runner == "ecs" else plan_shards(result.summary, run.config, given.max_workers, deps.clock.now())
+    return _answer(result.summary) | {"split": bool(shards), "shards": [_shard_state(run.run_id, planned, s) for s in shards]}
+
+
+def _snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
+    return {"totals": snapshot.totals, "unavailable": snapshot.unavailable}
+
+
+def run_shard(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
+    """Measure one shard from the common start instant; its records go beside the scenario's."""
+    state = _state(event)
+    run, planned = _run(deps, state.get("run_id")), _scenario(state)
+    given = _given(run)
+    shard = ShardPlan(**{**state["shard"], "start_at": datetime.fromisoformat(state["shard"]["start_at"])})
+    calibration = _calibration(run, planned.input_tokens)
+    m = asyncio.run(measure_scenario(
+        shard_config(run.config, shard), _connection(deps, run), calibration, shard.concurrency, run_id=run.run_id,
+        name=planned.name, shard=Shard(shard.index, shard.count, shard.start_at),
+        lag_p99_limit_ms=given.client_lag_limit_ms, cpu_share_limit=given.client_cpu_limit, transport=deps.transport,
+    ))
+    key = deps.records.put_records(records_key(run.run_id, planned.name, shard.index), m.records)
+    return {
+        "index": shard.index,
+        "concurrency": shard.concurrency,
+        "t0_wall": m.t0_wall.isoformat(),
+        "records_key": key,
+        "before": _snapshot_json(m.before),
+        "peak_running": m.peak_running,
+        "running_samples": m.running_samples,
+        "client": m.client.model_dump(mode="json"),
+        "late_start_s": m.late_start_s,
+    }
+
+
+async def _after_snapshot(deps: WorkerDeps, run: BenchmarkRun, before: Snapshot, client_tokens: int) -> Snapshot:
+    async with Backend(_connection(deps, run), run.config.model, max_connections=2, transport=deps.transport) as backend:
+        return await settled_snapshot(ServerMetrics(backend, run.config.model), before, client_tokens)
+
+
+def merge(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
+    """Merge the shards of a scenario, check the whole against the server, write it over the
+    single-worker result (the reasons for the split are kept with it)."""
+    state = _state(event)
+    run, planned = _run(deps, state.get("run_id")), _scenario(state)
+    outputs = sorted(state.get("shards") or [], key=lambda s: s["index"])
+    if not outputs:
+        raise InvalidInput("shards: expected the outputs of run_shard, one per shard")
+    parts = []
+    for out in outputs:
+        records = deps.records.get_records(out["records_key"])
+        before = Snapshot(totals=out["before"]["totals"], unavailable=out["before"]["unavailable"])
+        parts.append(Measurement(
+            name=planned.name, concurrency=out["concurrency"], t0_wall=datetime.fromisoformat(out["t0_wall"]),
+            records=records, rounds=[], before=before, after=before, peak_running=out["peak_running"],
+            running_samples=out["running_samples"], client=ClientSelfCheck.model_validate(out["client"]),
+            late_start_s=out["late_start_s"],
+        ))
+    client_tokens = sum(r.completion_tokens or 0 for p in parts for r in p.records)
+    after = asyncio.run(_after_snapshot(deps, run, earliest_snapshot([p.before for p in parts]), client_tokens))
+    calibration = _calibration(run, planned.input_tokens)
+    result, warnings = merge_shards(run.config, calibration, planned.concurrency, parts, after)
+    single = next((s for s in deps.runs.list_scenarios(run.run_id) if s.name == planned.name), None)
+    reasons = single.summary.client.reasons if single else []
+    _store_scenario(deps, run, planned, result, "lambda", Split(shards=len(parts), reasons=reasons, warnings=warnings))
+    return _answer(result.summary) | {"shards": len(parts)}
+
+
+def compare_run(deps: WorkerDeps, run: BenchmarkRun) -> dict[str, Any]:
+    """Cost comparison of every written scenario with the profile's instance price from the catalog."""
+    catalog = deps.catalog()
+    pool = deps.registry.pool_of(run.profile)
+    key = pool.price_key or pool.instance_type
+    price = catalog.instance(deps.registry.region, key)
+    if price is None:
+        return {"compared": [], "skipped": f"the price catalog has no on-demand price for {deps.registry.region}/{key}"}
+    api_name = _given(run).managed_api or catalog.default_managed_api
+    try:
+        api = catalog.managed_api(api_name)
+    except KeyError as exc:
+        raise InvalidInput(f"managed_api: {exc.args[0]}") from None
+    compared = []
+    for scenario in deps.runs.list_scenarios(run.run_id):
+        summary = scenario.summary
+        if not summary.aggregate_tok_s:
+            continue
+        comparison = compare(CompareInput(
+            aggregate_tok_s=summary.aggregate_tok_s, input_tokens=summary.input_tokens, output_tokens=summary.max_tokens,
+            api_input_usd_per_m=api.input_usd_per_m, api_output_usd_per_m=api.output_usd_per_m, hourly_usd=price.hourly_usd,
+        ))
+        deps.runs.put_comparison(StoredComparison(
+            run_id=run.run_id, scenario=summary.name, api=str(api_name), instance_type=pool.instance_type,
+            hourly_usd=price.hourly_usd, price_source=price.source, comparison=comparison, written_at=deps.clock.now(),
+        ))
+        compared.append({"scenario": summary.name, "ratio_self_hosted_to_api": round(comparison.ratio_self_hosted_to_api, 3)})
+    return {"compared": compared, "skipped": None}
+
+
+def compare_action(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
+    """Compare every scenario written so far."""
+    return compare_run(deps, _run(deps, (_state(event).get("plan") or {}).get("run_id")))
+
+
+def finish(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
+    """Record how the run ended; a failed run keeps every scenario written before the failure."""
+    state = _state(event)
+    outcome = RunStatus(event.get("outcome", RunStatus.SUCCEEDED))
+    run = _run(deps, (state.get("plan") or {}).get("run_id"))
+    error = error_reason(state.get("error")) if outcome == RunStatus.FAILED else None
+    if outcome == RunStatus.FAILED and state.get("compare") is None:
+        try:  # the comparisons of what was measured are still worth having
+            compare_run(deps, run)
+        except Exception as exc:  # noqa: BLE001 (the original failure is the one to report)
+            error = f"{error} (comparison skipped: {type(exc).__name__}: {exc})"
+    now = deps.clock.now()
+    done = deps.runs.update_run(run.run_id, now, status=outcome, finished_at=now, error=error)
+    written = [s.name for s in deps.runs.list_scenarios(run.run_id)]
+    return {"run_id": run.run_id, "status": done.status.value, "scenarios_written": written, "error": error}
+
+
+Action = Callable[[WorkerDeps, dict[str, Any]], dict[str, Any]]
+ACTIONS: dict[str, Action] = {
+    "plan": plan,
+    "calibrate": calibrate,
+    "run_scenario": run_scenario,
+    "run_shard": run_shard,
+    "merge_shards": merge,
+    "compare": compare_action,
+    "finish": finish,
+}
+
+
+def run_action(event: Any, deps: WorkerDeps) -> dict[str, Any]:
+    """Run event["action"]; AWS throttling becomes Throttled (the state machine retries it)."""
+    if not isinstance(event, dict):
+        raise InvalidInput("event: expected an object with fields action, state, execution")
+    action = event.get("action")
+    if action not in ACTIONS:
+        raise InvalidInput(f"action: unknown {action!r}; allowed: {', '.join(ACTIONS)}")
+    with throttling_as_error():
+        return ACTIONS[action](deps, event)
+
+
+def ecs_target_from_env() -> EcsTarget | None:
+    """The ECS benchmark task from SERVINGCTL_BENCH_ECS_* (None when not deployed)."""
+    definition = os.environ.get("SERVINGCTL_BENCH_ECS_TASK_DEFINITION", "")
+    if not definition:
+        return None
+    return EcsTarget(
+        cluster=os.environ["SERVINGCTL_BENCH_ECS_CLUSTER"],
+        task_definition=definition,
+        subnets=[s for s in os.environ.get("SERVINGCTL_BENCH_ECS_SUBNETS", "").split(",") if s],
+        security_groups=[s for s in os.environ.get("SERVINGCTL_BENCH_ECS_SECURITY_GROUPS", "").split(",") if s],
+    )
+
+
+def deps_from_env() -> WorkerDeps:
+    """Deps from the environment every servingctl function gets (registry, table, bucket)."""
+    import boto3
+
+    from servingctl.registry import load_registry
+    from servingctl.store import DynamoStore
+    from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
+    from servingctl.store.records import S3RecordStore
+
+    table = os.environ["SERVINGCTL_TABLE"]
+    resource = boto3.resource("dynamodb")
+    return WorkerDeps(
+        registry=load_registry(),
+        runs=DynamoBenchmarkStore(table, resource),
+        records=S3RecordStore(os.environ[BUCKET_ENV]),
+        profiles=DynamoStore(table, resource),
+        ecs=ecs_target_from_env(),
+    )
+
+
+def main() -> int:
+    """The ECS task's entry point: run the event in $SERVINGCTL_BENCH_EVENT, print the answer."""
+    event = json.loads(os.environ[EVENT_ENV])
+    print(json.dumps(run_action(event, deps_from_env())), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

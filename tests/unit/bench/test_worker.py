@@ -1,0 +1,234 @@
+"""The benchmark worker's actions on in-memory stores and the reference registry, against an
+OpenAI-compatible fake (no /metrics, no /tokenize): planning and its refusals, the reproducibility
+record, a scenario written as soon as it finishes, the split plan, comparisons and the final status."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+from servingctl.bench.calibration import UNIT
+from servingctl.bench.worker import EcsTarget, ProfileNotReady, WorkerDeps, compare_run, execution_name, new_run_id, run_action
+from servingctl.control.errors import InvalidInput, ProfileNotFound
+from servingctl.costs import CompareInput, compare, load_catalog
+from servingctl.registry.loader import parse_registry
+from servingctl.store import MemoryStore, Phase
+from servingctl.store.benchmarks import RunStatus
+from servingctl.store.benchmarks_memory import MemoryBenchmarkStore
+from servingctl.store.records import MemoryRecordStore, records_key
+
+ROOT = Path(__file__).resolve().parents[3]
+REGISTRY = parse_registry((ROOT / "layers/core/servingctl/local/reference_registry.json").read_text())
+EXECUTION = "arn:aws:states:us-east-1:123456789012:execution:servingctl-run-benchmark:bench-1"
+STARTED = "2026-12-02T10:00:00.000Z"
+T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+
+
+class FixedClock:
+    """A clock that stands still (the steps only read it)."""
+
+    def now(self) -> datetime:
+        return T0
+
+    def sleep(self, seconds: float) -> None:
+        """Never called by the worker."""
+
+
+def fake_server() -> tuple[httpx.MockTransport, list[dict]]:
+    """Streams max_tokens one-token chunks; prompt tokens = 3 + 9 per unit sentence; no /metrics."""
+    seen: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/v1/chat/completions":
+            return httpx.Response(404, json={"error": "not found"})
+        body = json.loads(request.content)
+        seen.append({"headers": dict(request.headers), "body": body})
+        prompt = 3 + 9 * body["messages"][0]["content"].count(UNIT)
+        if not body["stream"]:
+            return httpx.Response(200, json={"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": 1}})
+        n = body["max_tokens"]
+        events = [{"choices": [{"delta": {"content": "x"}, "finish_reason": "length" if i == n - 1 else None}]} for i in range(n)]
+        events.append({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": n}})
+        lines = [f"data: {json.dumps(e)}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
+
+        async def stream():
+            for line in lines:
+                yield line
+
+        return httpx.Response(200, content=stream(), headers={"content-type": "text/event-stream"})
+
+    return httpx.MockTransport(handler), seen
+
+
+@pytest.fixture
+def deps() -> WorkerDeps:
+    transport, _ = fake_server()
+    return WorkerDeps(registry=REGISTRY, runs=MemoryBenchmarkStore(), records=MemoryRecordStore(), profiles=MemoryStore(),
+                      clock=FixedClock(), transport=transport)
+
+
+def _ready(deps: WorkerDeps, profile: str) -> None:
+    deps.profiles.set_phase(profile, Phase.STARTING, T0, "arn:start")
+    deps.profiles.set_phase(profile, Phase.READY, T0, "arn:start")
+
+
+def _plan(deps: WorkerDeps, execution: str = EXECUTION, **given) -> dict:
+    event = {"action": "plan", "state": {"profile": "deepseek-v4-flash", **given}, "execution": execution, "started_at": STARTED}
+    return run_action(event, deps)
+
+
+SMALL = {"input_tokens": [100], "concurrencies": [1, 2], "warmup": 0, "rounds": 2, "max_tokens": 4}
+
+
+def test_a_profile_that_is_not_ready_is_refused_unless_start_is_asked(deps: WorkerDeps) -> None:
+    with pytest.raises(ProfileNotReady, match='profile deepseek-v4-flash is STOPPED, not READY; pass "start": true'):
+        _plan(deps)
+    assert deps.runs.list_runs() == []  # nothing recorded for a refused run
+    plan = _plan(deps, start=True, stop=True)
+    assert (plan["phase"], plan["ready"], plan["start"], plan["stop"]) == ("STOPPED", False, True, True)
+    _ready(deps, "deepseek-v4-flash")
+    ready = _plan(deps, "arn:aws:states:us-east-1:123456789012:execution:servingctl-run-benchmark:bench-2", start=True)
+    assert (ready["ready"], ready["start"]) == (True, False)  # already READY: nothing to start
+
+
+def test_unknown_profile_and_bad_flow_options_name_the_field(deps: WorkerDeps) -> None:
+    with pytest.raises(ProfileNotFound, match="known profiles: deepseek-v4-flash, nemotron-nano"):
+        run_action({"action": "plan", "state": {"profile": "nope"}, "execution": EXECUTION}, deps)
+    with pytest.raises(InvalidInput, match="start_options: poll.interval_s: Input should be greater than or equal to 1"):
+        _plan(deps, start=True, start_options={"poll": {"interval_s": 0}})
+    with pytest.raises(InvalidInput, match="stop_options: deadline: unknown field; allowed fields: deadlines, poll, profile"):
+        _plan(deps, start=True, stop_options={"deadline": {}})
+
+
+def test_plan_records_the_run_with_its_reproducibility_record(deps: WorkerDeps) -> None:
+    plan = _plan(deps, start=True, stop=True, label="MTP on", **SMALL)
+    assert plan["run_id"] == new_run_id(datetime.fromisoformat(STARTED), EXECUTION) and plan["run_id"].startswith("20261202T100000Z-")
+    assert [s["name"] for s in plan["scenarios"]] == ["in100-c1", "in100-c2"] and plan["ecs"] is None
+    assert plan["start_execution"]["name"] == execution_name("start", "deepseek-v4-flash", plan["run_id"])
+    assert plan["start_execution"]["input"]["profile"] == "deepseek-v4-flash"
+    assert plan["start_execution"]["input"]["lease_minutes"] == 120  # the profile's default covers this short run
+    run = deps.runs.get_run(plan["run_id"])
+    assert run.status == RunStatus.PLANNED and run.execution == EXECUTION and run.label == "MTP on"
+    assert run.scenarios == ["in100-c1", "in100-c2"] and run.config.headers == {"X-LLM-Profile": "deepseek-v4-flash"}
+    repro = run.reproducibility
+    serving = REGISTRY.profiles["deepseek-v4-flash"].serving
+    assert (repro.model_id, repro.revision, repro.vllm_version) == ("nvidia/DeepSeek-V4-Flash-NVFP4", serving.revision, "0.26.0")
+    assert repro.revision == "48bfe38c62be14e8d82f9e3be12fe5d30a2e38c8"
+    assert (repro.instance_type, repro.gpu_count, repro.pool, repro.region) == ("g7e.12xlarge", 2, "g7e-2gpu", "us-east-1")
+    assert repro.serving == serving.model_dump(mode="json") and repro.serving["speculative_tokens"] == 1
+    assert (repro.seed, repro.salt_mode, repro.engine, repro.results_schema_version) == (42, "cache-salt", "servingctl", 1)
+
+
+def test_plan_is_idempotent_for_its_execution_and_refuses_a_taken_run_id(deps: WorkerDeps) -> None:
+    first = _plan(deps, start=True, **SMALL)
+    assert _plan(deps, start=True, **SMALL) == first  # a Lambda retry plans the same run
+    assert len(deps.runs.list_runs()) == 1
+    mine = _plan(deps, start=True, run_id="20261202T100000Z-mine", **SMALL)
+    assert mine["run_id"] == "20261202T100000Z-mine"
+    with pytest.raises(InvalidInput, match="run_id: 20261202T100000Z-mine already belongs to execution"):
+        _plan(deps, "arn:aws:states:us-east-1:123456789012:execution:servingctl-run-benchmark:other", start=True,
+              run_id="20261202T100000Z-mine", **SMALL)
+
+
+def test_plan_hands_the_ecs_task_to_the_state_machine_when_deployed(deps: WorkerDeps) -> None:
+    deps.ecs = EcsTarget(cluster="arn:cluster", task_definition="arn:td", subnets=["s1", "s2"], security_groups=["sg"])
+    plan = _plan(deps, start=True, input_tokens=[256, 8192], concurrencies=[4], rounds=20)
+    assert [s["runner"] for s in plan["scenarios"]] == ["lambda", "ecs"]
+    assert plan["ecs"] == {"cluster": "arn:cluster", "task_definition": "arn:td", "subnets": ["s1", "s2"],
+                           "security_groups": ["sg"], "container": "bench"}
+
+
+def _measured_run(deps: WorkerDeps, **given) -> dict:
+    _ready(deps, "deepseek-v4-flash")
+    plan = _plan(deps, **{**SMALL, **given})
+    state = {"profile": "deepseek-v4-flash", "plan": plan}
+    run_action({"action": "calibrate", "state": state, "execution": EXECUTION}, deps)
+    answers = [run_action({"action": "run_scenario", "state": {"run_id": plan["run_id"], "scenario": s}, "execution": EXECUTION}, deps)
+               for s in plan["scenarios"]]
+    return {"plan": plan, "state": state, "answers": answers}
+
+
+def test_calibrate_then_each_scenario_is_stored_with_its_records(deps: WorkerDeps) -> None:
+    transport, seen = fake_server()
+    deps.transport = transport
+    done = _measured_run(deps)
+    run_id = done["plan"]["run_id"]
+    run = deps.runs.get_run(run_id)
+    assert run.status == RunStatus.RUNNING and run.metadata is not None
+    [calibration] = run.reproducibility.calibrations
+    assert (calibration.target_tokens, calibration.method) == (100, "usage")
+    assert all(r["headers"]["x-llm-profile"] == "deepseek-v4-flash" for r in seen)  # the ALB routes on it
+    stored = deps.runs.list_scenarios(run_id)
+    assert [s.name for s in stored] == ["in100-c1", "in100-c2"] and [s.records for s in stored] == [2, 4]
+    assert stored[1].records_key == records_key(run_id, "in100-c2")
+    assert [r.completion_tokens for r in deps.records.get_records(stored[1].records_key)] == [4, 4, 4, 4]
+    c1, c2 = done["answers"]
+    assert c1["split"] is False  # one request in flight is never split
+    assert c2["split"] == c2["client_bound"] and c2["ok"] == 4  # split exactly when the client was the limit
+
+
+def test_a_client_bound_scenario_answers_with_its_shards(deps: WorkerDeps) -> None:
+    done = _measured_run(deps, concurrencies=[3], client_cpu_limit=0.0, max_workers=2)
+    [answer] = done["answers"]
+    assert answer["client_bound"] and answer["split"]
+    shards = [s["shard"] for s in answer["shards"]]
+    assert [(s["index"], s["count"], s["concurrency"]) for s in shards] == [(0, 2, 2), (1, 2, 1)]
+    assert len({s["start_at"] for s in shards}) == 1
+    assert all(s["run_id"] == done["plan"]["run_id"] and s["scenario"]["name"] == "in100-c3" for s in answer["shards"])
+
+
+def test_compare_uses_the_pool_instance_price_from_the_catalog(deps: WorkerDeps) -> None:
+    done = _measured_run(deps)
+    run = deps.runs.get_run(done["plan"]["run_id"])
+    answer = run_action({"action": "compare", "state": done["state"], "execution": EXECUTION}, deps)
+    assert [c["scenario"] for c in answer["compared"]] == ["in100-c1", "in100-c2"] and answer["skipped"] is None
+    catalog = load_catalog()
+    price = catalog.instance("us-east-1", "g7e.12xlarge")
+    api = catalog.managed_api()
+    for stored, scenario in zip(deps.runs.list_comparisons(run.run_id), deps.runs.list_scenarios(run.run_id), strict=True):
+        summary = scenario.summary
+        expected = compare(CompareInput(aggregate_tok_s=summary.aggregate_tok_s, input_tokens=summary.input_tokens,
+                                        output_tokens=4, api_input_usd_per_m=api.input_usd_per_m,
+                                        api_output_usd_per_m=api.output_usd_per_m, hourly_usd=price.hourly_usd))
+        assert stored.comparison == expected and stored.hourly_usd == 12.17 and stored.instance_type == "g7e.12xlarge"
+        assert stored.api == "fireworks/deepseek-v4-flash"
+
+
+def test_compare_is_skipped_with_a_reason_when_the_catalog_has_no_price(deps: WorkerDeps) -> None:
+    _ready(deps, "nemotron-nano")
+    plan = run_action({"action": "plan", "state": {"profile": "nemotron-nano", **SMALL}, "execution": EXECUTION}, deps)
+    run = deps.runs.get_run(plan["run_id"])
+    assert compare_run(deps, run) == {"compared": [], "skipped": "the price catalog has no on-demand price for us-east-1/g7e.2xlarge"}
+
+
+def test_an_unknown_managed_api_is_named(deps: WorkerDeps) -> None:
+    done = _measured_run(deps, managed_api="acme/llm")
+    with pytest.raises(InvalidInput, match="managed_api: unknown managed API 'acme/llm'; known: \\['fireworks/deepseek-v4-flash'\\]"):
+        run_action({"action": "compare", "state": done["state"], "execution": EXECUTION}, deps)
+
+
+def test_a_failed_run_keeps_what_was_written_and_says_why(deps: WorkerDeps) -> None:
+    done = _measured_run(deps)
+    error = {"Error": "KeyError", "Cause": json.dumps({"errorMessage": "'attachments'", "errorType": "KeyError"})}
+    answer = run_action({"action": "finish", "outcome": "FAILED", "state": done["state"] | {"error": error}, "execution": EXECUTION}, deps)
+    assert answer["status"] == "FAILED" and answer["scenarios_written"] == ["in100-c1", "in100-c2"]
+    run = deps.runs.get_run(done["plan"]["run_id"])
+    assert run.status == RunStatus.FAILED and run.error == "KeyError: 'attachments'" and run.finished_at == T0
+    assert len(deps.runs.list_comparisons(run.run_id)) == 2  # what was measured is still compared
+
+
+def test_success_is_recorded(deps: WorkerDeps) -> None:
+    done = _measured_run(deps)
+    answer = run_action({"action": "finish", "state": done["state"], "execution": EXECUTION}, deps)
+    assert answer == {"run_id": done["plan"]["run_id"], "status": "SUCCEEDED", "scenarios_written": ["in100-c1", "in100-c2"], "error": None}
+
+
+def test_unknown_action_and_missing_run_are_named(deps: WorkerDeps) -> None:
+    with pytest.raises(InvalidInput, match="action: unknown 'bench'; allowed: plan, calibrate, run_scenario, run_shard"):
+        run_action({"action": "bench", "state": {}}, deps)
+    with pytest.raises(Exception, match="run_id: no benchmark run 'nope' in the store"):
+        run_action({"action": "calibrate", "state": {"plan": {"run_id": "nope"}}, "execution": EXECUTION}, deps)
