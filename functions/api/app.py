@@ -11,6 +11,7 @@ from typing import Any
 
 import boto3
 from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -24,6 +25,7 @@ from servingctl.store import DynamoStore
 logger = Logger()
 tracer = Tracer()
 _clients: dict[str, Any] = {}
+_built: dict[str, APIGatewayRestResolver] = {}
 
 
 def _deps() -> ApiDeps:
@@ -41,16 +43,20 @@ def _deps() -> ApiDeps:
     )
 
 
-# Idempotency records share the state table: pk "idempotency#api", sk the hashed key, expiry in `ttl`.
-persistence = DynamoDBPersistenceLayer(
-    table_name=os.environ["SERVINGCTL_TABLE"], key_attr="pk", sort_key_attr="sk", static_pk_value="idempotency#api",
-    expiry_attr="ttl",
-)
-app = build_app(_deps, persistence)
+def _app() -> APIGatewayRestResolver:
+    """The resolver, built on the first request (the environment is complete by then)."""
+    if "app" not in _built:
+        # Idempotency records share the state table: pk "idempotency#api", sk the hashed key, expiry in `ttl`.
+        persistence = DynamoDBPersistenceLayer(
+            table_name=os.environ["SERVINGCTL_TABLE"], key_attr="pk", sort_key_attr="sk",
+            static_pk_value="idempotency#api", expiry_attr="ttl",
+        )
+        _built["app"] = build_app(_deps, persistence)
+    return _built["app"]
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Route the proxy event and return the proxy answer."""
-    return app.resolve(event, context)
+    return _app().resolve(event, context)
