@@ -16,7 +16,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from servingctl.api.routes import build_app
+from servingctl.api.routes import build_app, handle
 from servingctl.api.service import ApiDeps
 from servingctl.costs import load_catalog
 from servingctl.registry import load_registry
@@ -59,4 +59,4 @@ def _app() -> APIGatewayRestResolver:
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Route the proxy event and return the proxy answer."""
-    return _app().resolve(event, context)
+    return handle(_app(), event, context)

@@ -185,3 +185,18 @@ def test_ledger_prices_sessions_and_sums_months(api: Api) -> None:
     assert body["monthly"] == [{"profile": PROFILE, "month": "2026-03", "uptime_hours": 3.5,
                                 "cost_usd": round(3.5 * price.hourly_usd, 4)}]
     assert body["total_cost_usd"] == round(3.5 * price.hourly_usd, 4)
+
+
+def test_a_body_that_is_not_utf8_json_is_refused_before_parsing(api: Api) -> None:
+    import base64
+
+    event = api.event("start_profile")
+    multipart = api.call({**event, "headers": {**event["headers"], "Content-Type": "multipart/form-data"}})
+    assert multipart[0] == 415 and multipart[1]["field"] == "header.Content-Type"
+    binary = api.call({**event, "headers": {**event["headers"], "Idempotency-Key": "k2"},
+                       "body": base64.b64encode(b"\xff\xfe\x7f").decode(), "isBase64Encoded": True})
+    assert binary[0] == 400 and binary[1]["field"] == "body"
+    encoded = api.call({**event, "headers": {**event["headers"], "Idempotency-Key": "k3"},
+                        "body": base64.b64encode(b'{"lease_minutes": 60}').decode(), "isBase64Encoded": True})
+    assert encoded[0] == 202
+    assert api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"][0]["status"] == "RUNNING"

@@ -8,6 +8,7 @@ document is openapi_document() (committed as api/openapi.json).
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from pathlib import Path as FilePath
@@ -46,7 +47,12 @@ ERRORS = {
           "content": {"application/json": {"model": ErrorBody}}},
     404: {"description": "Unknown profile or execution", "content": {"application/json": {"model": ErrorBody}}},
     409: {"description": "A conflicting operation is running", "content": {"application/json": {"model": ErrorBody}}},
+    415: {"description": "The body is not JSON", "content": {"application/json": {"model": ErrorBody}}},
 }
+
+
+def _ok(model: type[Any], description: str = "Success") -> dict[int, Any]:
+    return {200: {"description": description, "content": {"application/json": {"model": model}}}}
 
 ProfileName = Annotated[str, Path(description="profile name from the registry")]
 IdempotencyKey = Annotated[
@@ -127,7 +133,7 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
         return service.list_profiles(deps())
 
     @app.get("/profiles/<name>", summary="A profile's state, capacity, health and accrued cost", tags=["profiles"],
-             responses={404: ERRORS[404]})
+             responses={**_ok(ProfileDetail), 404: ERRORS[404]})
     def get_profile(name: ProfileName) -> ProfileDetail:
         return service.get_profile(deps(), name)
 
@@ -155,22 +161,44 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
         "/profiles/<name>/keepalive", summary="Extend a READY profile's lease", tags=["profiles"],
         description="The lease becomes now + minutes (the profile's default lease when absent), never shorter than it "
         "was. 409 unless the profile is READY.",
-        responses=ERRORS,
+        responses={**_ok(ProfileSummary), **ERRORS},
     )
     def keepalive(name: ProfileName, body: Annotated[KeepaliveRequest | None, Body()] = None) -> ProfileSummary:
         return service.keepalive(deps(), name, body or KeepaliveRequest())
 
     @app.get("/executions/<execution_id>", summary="Progress of a start or stop execution", tags=["executions"],
-             responses={400: ERRORS[400], 404: ERRORS[404]})
+             responses={**_ok(ExecutionProgress), 400: ERRORS[400], 404: ERRORS[404]})
     def get_execution(execution_id: Annotated[str, Path(description="execution name (start-... / stop-...) or ARN")]) -> ExecutionProgress:
         return service.execution_progress(deps(), execution_id)
 
     @app.get("/ledger", summary="Sessions with their cost and monthly totals per profile", tags=["costs"],
-             responses={404: ERRORS[404]})
+             responses={**_ok(Ledger), 400: ERRORS[400], 404: ERRORS[404]})
     def get_ledger(profile: Annotated[str | None, Query(description="only this profile")] = None) -> Ledger:
         return service.ledger(deps(), profile)
 
     return app
+
+
+def handle(app: APIGatewayRestResolver, event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Resolve a proxy event; a body that is not UTF-8 JSON is refused before any parsing (the API takes JSON only)."""
+    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
+    content_type = (headers.get("content-type") or "").split(";")[0].strip().lower()
+    if event.get("body") and content_type and content_type != "application/json":
+        return _refusal(ErrorBody(status=415, error="UnsupportedMediaType", field="header.Content-Type",
+                                  message=f"Content-Type {content_type!r} is not accepted; send application/json"))
+    if event.get("body") and event.get("isBase64Encoded"):
+        # A binary body (API Gateway base64-encodes one): JSON must be UTF-8 text.
+        try:
+            text = base64.b64decode(event["body"], validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return _refusal(ErrorBody(status=400, error="BadRequest", field="body", message="body: not UTF-8 JSON"))
+        event = {**event, "body": text, "isBase64Encoded": False}
+    return app.resolve(event, context)
+
+
+def _refusal(error: ErrorBody) -> dict[str, Any]:
+    return {"statusCode": error.status, "headers": {"Content-Type": "application/json"},
+            "body": error.model_dump_json(), "isBase64Encoded": False}
 
 
 def openapi_document() -> dict[str, Any]:

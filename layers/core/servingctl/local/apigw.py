@@ -116,10 +116,11 @@ class ApiGateway:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-                gateway._handle(self)
-
-            do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_GET  # noqa: N815
+            def __getattr__(self, name: str) -> Any:
+                # Every method (do_GET, do_TRACE, ...) goes to the handler, like API Gateway's ANY.
+                if name.startswith("do_"):
+                    return lambda: gateway._handle(self)
+                raise AttributeError(name)
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (quiet: the twin prints world events)
                 return
