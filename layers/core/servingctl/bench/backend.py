@@ -5,20 +5,25 @@ timed with a monotonic ns clock, plus the small GETs/POSTs the engine needs (/ve
 A streamed request becomes one RequestRecord. Per-chunk token counts are exact when the server
 sends cumulative usage in every chunk (`stream_options.continuous_usage_stats`, vLLM); otherwise
 each content chunk counts as one token and the record says the counts are approximate.
+
+Plain http:// endpoints go through `StreamTransport` (bench/transport.py): every network read is
+stamped on arrival and parsed right there, all its events in one pass. https and proxies keep
+httpx's own transport, read with aiter_raw and stamped when the read reaches the coroutine.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import orjson
 
 from servingctl.bench.models import ErrorKind, RequestRecord
 from servingctl.bench.sse import SSEParser
+from servingctl.bench.transport import StreamTransport, timed_stream
 
 Clock = Callable[[], int]
 MAX_ERROR_CHARS = 300
@@ -63,11 +68,12 @@ class _StreamState:
     """Accumulates one SSE stream: chunk timing, cumulative usage, finish reason, [DONE]."""
 
     __slots__ = (
-        "chunks", "t_first", "t_last", "t_done", "cumulative", "exact", "prompt_tokens",
+        "parser", "chunks", "t_first", "t_last", "t_done", "cumulative", "exact", "prompt_tokens",
         "completion_tokens", "finish_reason", "done", "malformed", "server_error",
     )
 
     def __init__(self) -> None:
+        self.parser = SSEParser()
         self.chunks: list[tuple[int, int]] = []
         self.t_first: int | None = None
         self.t_last: int | None = None
@@ -81,13 +87,24 @@ class _StreamState:
         self.malformed = 0
         self.server_error: str | None = None
 
-    def on_data(self, data: str, t: int) -> None:
-        if data == "[DONE]":
+    def feed(self, block: bytes, t: int) -> None:
+        """One network read that arrived at t: every event it completes."""
+        for data in self.parser.feed_data(block):
+            self.on_data(data, t)
+
+    def close(self, t: int) -> None:
+        """End of the body at t: a last unterminated event, and the malformed line count."""
+        for data in self.parser.close_data():
+            self.on_data(data, t)
+        self.malformed += self.parser.malformed_lines
+
+    def on_data(self, data: bytes, t: int) -> None:
+        if data == b"[DONE]":
             self.done = True
             self.t_done = t
             return
         try:
-            obj = json.loads(data)
+            obj = orjson.loads(data)
         except ValueError:
             self.malformed += 1
             return
@@ -165,6 +182,8 @@ class Backend:
         self.connection = connection
         self.model = model
         self.clock = clock
+        if transport is None and httpx.URL(connection.endpoint).scheme == "http":
+            transport = StreamTransport(max_connections=max_connections, clock=clock)
         self._client = httpx.AsyncClient(
             base_url=base_url(connection.endpoint),
             headers=connection.request_headers(),
@@ -213,17 +232,15 @@ class Backend:
                 if status != 200:
                     text = (await response.aread()).decode("utf-8", "replace")
                     failure = ("http_status", f"HTTP {status}: {text[:MAX_ERROR_CHARS]}")
+                elif (timed := timed_stream(response)) is not None:
+                    timed.deliver(state.feed)  # parsed inside data_received, stamped on arrival
+                    await timed.finished()
+                    state.close(self.clock())
                 else:
-                    parser = SSEParser()
                     # Raw reads: the body is requested uncompressed, so no decoder pass per chunk.
                     async for raw in response.aiter_raw():
-                        t = self.clock()
-                        for event in parser.feed(raw):
-                            state.on_data(event.data, t)
-                    t = self.clock()
-                    for event in parser.close():
-                        state.on_data(event.data, t)
-                    state.malformed += parser.malformed_lines
+                        state.feed(raw, self.clock())
+                    state.close(self.clock())
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             failure = ("connect", f"{type(exc).__name__}: {exc}")
         except httpx.TimeoutException as exc:

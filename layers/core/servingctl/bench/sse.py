@@ -20,6 +20,10 @@ class SSEEvent:
     event: str = "message"
 
 
+def _event(data: bytes, event: bytes) -> SSEEvent:
+    return SSEEvent(data=data.decode("utf-8", "replace"), event=event.decode("utf-8", "replace") or "message")
+
+
 class SSEParser:
     """Incremental parser: feed() byte chunks as they arrive, get the events they complete."""
 
@@ -34,43 +38,56 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume one chunk of bytes and return the events completed by it (possibly none)."""
+        return [_event(data, event) for data, event in self._split(chunk)]
+
+    def feed_data(self, chunk: bytes) -> list[bytes]:
+        """Like feed(), but only each event's raw data bytes (the hot path: nothing decoded)."""
+        return [data for data, _ in self._split(chunk)]
+
+    def close(self) -> list[SSEEvent]:
+        """End of stream: an unterminated last line is processed and a pending event dispatched."""
+        return [_event(data, event) for data, event in self._close()]
+
+    def close_data(self) -> list[bytes]:
+        """Like close(), but only the raw data bytes."""
+        return [data for data, _ in self._close()]
+
+    def _split(self, chunk: bytes) -> list[tuple[bytes, bytes]]:
         if self._skip_lf and chunk.startswith(b"\n"):
             chunk = chunk[1:]
         self._skip_lf = False
-        buffer = self._buffer + chunk
+        buffer = self._buffer + chunk if self._buffer else chunk
         if b"\r" in buffer:
             # A trailing CR may be the first half of CRLF: remember to drop the LF if it comes next.
             self._skip_lf = buffer.endswith(b"\r")
             buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        lines = buffer.split(b"\n")
-        self._buffer = lines.pop()
-        events: list[SSEEvent] = []
-        for line in lines:
-            event = self._line(line)
+        # Whole events only (a blank line ends one); one "data: " line per event is the common case.
+        events: list[tuple[bytes, bytes]] = []
+        start = 0
+        while (end := buffer.find(b"\n\n", start)) >= 0:
+            block = buffer[start:end]
+            start = end + 2
+            if block.startswith(b"data: ") and b"\n" not in block:
+                events.append((block[6:], b""))
+                continue
+            for line in block.split(b"\n"):
+                self._line(line)  # a leading blank line dispatches nothing: no data is pending yet
+            event = self._line(b"")
             if event is not None:
                 events.append(event)
+        self._buffer = buffer[start:]
         return events
 
-    def close(self) -> list[SSEEvent]:
-        """End of stream: an unterminated last line is processed and a pending event dispatched."""
-        events: list[SSEEvent] = []
-        if self._buffer:
-            line, self._buffer = self._buffer, b""
-            self._line(line)
-        event = self._line(b"")
-        if event is not None:
-            events.append(event)
-        return events
+    def _close(self) -> list[tuple[bytes, bytes]]:
+        lines, self._buffer = self._buffer.split(b"\n") if self._buffer else [], b""
+        return [event for event in map(self._line, [*lines, b""]) if event is not None]
 
-    def _line(self, line: bytes) -> SSEEvent | None:
+    def _line(self, line: bytes) -> tuple[bytes, bytes] | None:
         if not line:
             if not self._data:
                 self._event = b""
                 return None
-            event = SSEEvent(
-                data=b"\n".join(self._data).decode("utf-8", "replace"),
-                event=self._event.decode("utf-8", "replace") or "message",
-            )
+            event = (b"\n".join(self._data), self._event)
             self._data = []
             self._event = b""
             return event

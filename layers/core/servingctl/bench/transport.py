@@ -1,0 +1,460 @@
+"""A lean HTTP/1.1 transport for httpx on a raw asyncio.Protocol, for plain http:// endpoints.
+
+Owns the keep-alive pool, the response framing (Content-Length, chunked, read until close) and the
+arrival time of body bytes: each network read is stamped with the monotonic ns clock inside
+`data_received`, so a busy event loop does not move a timestamp to when a coroutine got scheduled.
+A streaming reader registers a sink with `TimedStream.deliver(sink)`: sink(block, t_ns) is then
+called from `data_received` for every read (no coroutine wake-up per chunk) and `await finished()`
+returns at the end of the body or raises the httpx error that ended it. Other responses are read
+through the ordinary async iterator, so httpx's client API (headers, auth, timeouts) is unchanged.
+Errors are httpx's: ConnectError/ConnectTimeout, PoolTimeout, ReadTimeout, RemoteProtocolError for
+a cut or malformed response, ReadError for a reset connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import httpx
+
+Clock = Callable[[], int]
+Sink = Callable[[bytes, int], None]
+TIMED_STREAM = "servingctl.timed_stream"
+MAX_HEAD_BYTES = 65_536
+_HEAD, _BODY, _IDLE, _CLOSED = range(4)
+
+
+def timed_stream(response: httpx.Response) -> TimedStream | None:
+    """The response's TimedStream when it came through StreamTransport, else None."""
+    return response.extensions.get(TIMED_STREAM)
+
+
+class TimedStream(httpx.AsyncByteStream):
+    """One response body: blocks with their arrival times, to a sink or through async iteration."""
+
+    __slots__ = ("_conn", "_blocks", "_sink", "_waiter", "done", "_error", "_closed")
+
+    def __init__(self, conn: _Connection) -> None:
+        self._conn = conn
+        self._blocks: list[tuple[bytes, int]] = []
+        self._sink: Sink | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self.done = False
+        self._error: BaseException | None = None
+        self._closed = False
+
+    def push(self, block: bytes, t: int) -> None:
+        """A body block arrived at t (called by the connection)."""
+        if self._sink is None:
+            self._blocks.append((block, t))
+            self._wake()
+            return
+        try:
+            self._sink(block, t)
+        except Exception as exc:  # a reader bug: end the stream and surface it in finished()
+            self._conn.abort()
+            self.end(exc)
+
+    def end(self, error: BaseException | None) -> None:
+        """The body ended, cleanly (None) or with an error (called by the connection)."""
+        if not self.done:
+            self.done, self._error = True, error
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        await self._waiter
+        self._waiter = None
+
+    def deliver(self, sink: Sink) -> None:
+        """Hand every block (those already buffered first) to sink(block, t_ns) as it arrives."""
+        blocks, self._blocks = self._blocks, []
+        for block, t in blocks:
+            sink(block, t)
+        self._sink = sink
+
+    async def finished(self) -> None:
+        """Wait for the end of the body; raise the error that ended it, if any."""
+        while not self.done:
+            await self._wait()
+        if self._error is not None:
+            raise self._error
+
+    async def __aiter__(self):  # type: ignore[override]
+        """Body blocks as they arrive (the non-streaming path: httpx's aread)."""
+        while True:
+            if self._blocks:
+                blocks, self._blocks = self._blocks, []
+                for block, _ in blocks:
+                    yield block
+            elif self.done:
+                if self._error is not None:
+                    raise self._error
+                return
+            else:
+                await self._wait()
+
+    async def aclose(self) -> None:
+        """Give the connection back: to the pool after a complete body, else closed."""
+        if not self._closed:
+            self._closed = True
+            self._conn.release()
+
+
+class _Connection(asyncio.Protocol):
+    """One HTTP/1.1 connection: writes a request, parses the response head, de-frames the body."""
+
+    def __init__(self, pool: StreamTransport, key: tuple[str, int], clock: Clock) -> None:
+        self.pool, self.key, self.clock = pool, key, clock
+        self.transport: asyncio.Transport | None = None
+        self.state = _IDLE
+        self.requests = 0
+        self.reusable = True
+        self.stream: TimedStream | None = None
+        self.head: asyncio.Future[tuple[int, bytes, list[tuple[bytes, bytes]]]] | None = None
+        self.buffer = b""
+        self.mode = ""  # "length", "chunked" or "close"
+        self.left = 0  # bytes left in the body ("length") or in the current chunk ("chunked")
+        self.skip = 0  # CRLF bytes still expected after a chunk's data
+        self.trailer = False
+        self.no_body = False
+        self.last_read = 0.0
+        self.timeout: float | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Keep the transport."""
+        self.transport = transport  # type: ignore[assignment]
+
+    def send(self, request: bytes, read_timeout: float | None, no_body: bool) -> None:
+        """Write one request and expect its response."""
+        assert self.transport is not None
+        self.requests += 1
+        self.state, self.buffer, self.trailer, self.skip, self.no_body = _HEAD, b"", False, 0, no_body
+        self.stream = TimedStream(self)
+        self.head = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        self.timeout = read_timeout
+        self.last_read = time.monotonic()
+        if read_timeout is not None:
+            self.timer = asyncio.get_running_loop().call_later(read_timeout, self._check_timeout)
+
+    def _check_timeout(self) -> None:
+        assert self.timeout is not None
+        remaining = self.last_read + self.timeout - time.monotonic()
+        if remaining > 0:
+            self.timer = asyncio.get_running_loop().call_later(remaining, self._check_timeout)
+            return
+        self.timer = None
+        self._fail(httpx.ReadTimeout(f"no data for {self.timeout:g} s"))
+
+    def data_received(self, data: bytes) -> None:
+        """Stamp the read, then parse the head or de-frame the body."""
+        t = self.clock()
+        self.last_read = time.monotonic()
+        if self.state == _BODY:
+            self._body(data, t)
+        elif self.state == _HEAD:
+            self._head(data, t)
+        else:  # bytes nobody asked for: the connection cannot be trusted any more
+            self.reusable = False
+
+    def _head(self, data: bytes, t: int) -> None:
+        buffer = self.buffer + data
+        end = buffer.find(b"\r\n\r\n")
+        if end < 0:
+            self.buffer = buffer
+            if len(buffer) > MAX_HEAD_BYTES:
+                self._fail(httpx.RemoteProtocolError("response head too large"))
+            return
+        self.buffer = b""
+        try:
+            status, reason, headers = _parse_head(buffer[:end])
+        except ValueError as exc:
+            self._fail(httpx.RemoteProtocolError(f"malformed response head: {exc}"))
+            return
+        if status < 200:  # an interim response (100 Continue): the real one follows
+            self._head(buffer[end + 4:], t)
+            return
+        framing = _framing(status, headers, self.no_body)
+        self.mode, self.left = framing
+        if self.mode == "close" or any(
+            name.lower() == b"connection" and b"close" in value.lower() for name, value in headers
+        ):
+            self.reusable = False
+        self.state = _BODY
+        assert self.head is not None
+        self.head.set_result((status, reason, headers))
+        if self.mode == "length" and self.left == 0:
+            self._finish()
+        elif end + 4 < len(buffer):
+            self._body(buffer[end + 4:], t)
+
+    def _body(self, data: bytes, t: int) -> None:
+        stream = self.stream
+        assert stream is not None
+        if self.mode == "chunked":
+            try:
+                block, ended = self._dechunk(data)
+            except ValueError as exc:
+                self._fail(httpx.RemoteProtocolError(f"malformed chunked body: {exc}"))
+                return
+            if block:
+                stream.push(block, t)
+            if ended:
+                self._finish()
+        elif self.mode == "length":
+            if len(data) > self.left:
+                self.reusable = False  # more bytes than announced
+                data = data[: self.left]
+            self.left -= len(data)
+            stream.push(data, t)
+            if self.left == 0:
+                self._finish()
+        else:
+            stream.push(data, t)
+
+    def _dechunk(self, data: bytes) -> tuple[bytes, bool]:
+        """The payload bytes of `data` and whether the last chunk ended (raises ValueError)."""
+        buffer = self.buffer + data if self.buffer else data
+        self.buffer = b""
+        parts: list[bytes] = []
+        pos, size = 0, len(buffer)
+        while pos < size:
+            if self.left:
+                take = min(self.left, size - pos)
+                parts.append(buffer[pos: pos + take])
+                pos += take
+                self.left -= take
+                if not self.left:
+                    self.skip = 2
+            elif self.skip:
+                if buffer[pos] != b"\r\n"[2 - self.skip]:
+                    raise ValueError("chunk data not followed by CRLF")
+                pos += 1
+                self.skip -= 1
+            else:
+                eol = buffer.find(b"\r\n", pos)
+                if eol < 0:
+                    self.buffer = buffer[pos:]
+                    if len(self.buffer) > MAX_HEAD_BYTES:
+                        raise ValueError("chunk size line too long")
+                    break
+                line = buffer[pos:eol]
+                pos = eol + 2
+                if self.trailer:
+                    if not line:  # the blank line after the trailers ends the body
+                        if pos < size:
+                            self.reusable = False
+                        return b"".join(parts), True
+                    continue
+                self.left = int(line.split(b";", 1)[0], 16)
+                if self.left < 0:
+                    raise ValueError(f"negative chunk size {line!r}")
+                if not self.left:
+                    self.trailer = True
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), False
+
+    def _finish(self) -> None:
+        self.state = _IDLE
+        self._cancel_timer()
+        assert self.stream is not None
+        self.stream.end(None)
+
+    def _fail(self, error: Exception) -> None:
+        """End the exchange with an error and close the connection."""
+        self.abort()
+        if self.head is not None and not self.head.done():
+            self.head.set_exception(error)
+        if self.stream is not None:
+            self.stream.end(error)
+
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def abort(self) -> None:
+        """Close the connection for good."""
+        self.reusable = False
+        self.state = _CLOSED
+        self._cancel_timer()
+        if self.transport is not None:
+            self.transport.close()
+
+    def eof_received(self) -> bool:
+        """The server closed its side: let the transport close."""
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """End a close-delimited body cleanly; anything else in progress is a cut."""
+        state, self.state, self.reusable = self.state, _CLOSED, False
+        self._cancel_timer()
+        self.pool.forget(self)
+        if state == _BODY and self.mode == "close" and exc is None:
+            assert self.stream is not None
+            self.stream.end(None)
+        elif state in (_HEAD, _BODY):
+            if exc is not None:
+                error: Exception = httpx.ReadError(f"{type(exc).__name__}: {exc}")
+            elif state == _HEAD:
+                error = httpx.RemoteProtocolError("Server disconnected without sending a response.")
+            else:
+                error = httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+            self._fail(error)
+
+    def release(self) -> None:
+        """The reader is done with the response: pool the connection or close it."""
+        if self.state == _IDLE and self.reusable:
+            self.pool.put_back(self)
+        else:
+            self.abort()
+            self.pool.forget(self)
+        self.pool.slots.release()
+
+    @property
+    def alive(self) -> bool:
+        """Idle, reusable and still open."""
+        return self.state == _IDLE and self.reusable and self.transport is not None and not self.transport.is_closing()
+
+
+def _parse_head(head: bytes) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    """Status code, reason phrase and headers of a response head (raises ValueError)."""
+    lines = head.split(b"\r\n")
+    version, _, rest = lines[0].partition(b" ")
+    if not version.startswith(b"HTTP/1."):
+        raise ValueError(f"status line {lines[0][:80]!r}")
+    code, _, reason = rest.partition(b" ")
+    headers = []
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or not name or name != name.strip():
+            raise ValueError(f"header line {line[:80]!r}")
+        headers.append((name, value.strip()))
+    if version == b"HTTP/1.0":
+        headers.append((b"Connection", b"close"))  # no keep-alive negotiation with HTTP/1.0 servers
+    return int(code), reason, headers
+
+
+def _framing(status: int, headers: list[tuple[bytes, bytes]], no_body: bool) -> tuple[str, int]:
+    """How the body is delimited: ("length", n), ("chunked", 0) or ("close", 0) (RFC 9112 6.3)."""
+    if no_body or status in (204, 304):
+        return "length", 0
+    length = None
+    for name, value in headers:
+        lower = name.lower()
+        if lower == b"transfer-encoding" and value.lower().endswith(b"chunked"):
+            return "chunked", 0
+        if lower == b"content-length":
+            length = int(value)
+    return ("close", 0) if length is None else ("length", length)
+
+
+class StreamTransport(httpx.AsyncBaseTransport):
+    """httpx transport for http:// URLs: HTTP/1.1 keep-alive pool of at most max_connections."""
+
+    def __init__(self, *, max_connections: int, clock: Clock = time.monotonic_ns) -> None:
+        self.clock = clock
+        self.max_connections = max_connections
+        self.slots = asyncio.Semaphore(max_connections)
+        self.idle: dict[tuple[str, int], list[_Connection]] = {}
+        self.open: set[_Connection] = set()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send one request and return its response as soon as the head arrived."""
+        if request.url.scheme != "http":
+            raise httpx.UnsupportedProtocol(f"StreamTransport speaks http:// only, not {request.url.scheme}://")
+        timeouts = request.extensions.get("timeout", {})
+        head, body = await _serialize(request)
+        no_body = request.method == "HEAD"
+        await self._acquire_slot(timeouts.get("pool"))
+        try:
+            conn = await self._connection(request, timeouts.get("connect"))
+            conn.send(head + body, timeouts.get("read"), no_body)
+            assert conn.head is not None and conn.stream is not None
+            try:
+                status, reason, headers = await conn.head
+            except BaseException:
+                conn.abort()
+                raise
+        except BaseException:
+            self.slots.release()
+            raise
+        return httpx.Response(
+            status,
+            headers=headers,
+            stream=conn.stream,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason, TIMED_STREAM: conn.stream},
+        )
+
+    async def _acquire_slot(self, timeout: float | None) -> None:
+        if not self.slots.locked():
+            await self.slots.acquire()
+            return
+        try:
+            await asyncio.wait_for(self.slots.acquire(), timeout)
+        except TimeoutError:
+            raise httpx.PoolTimeout(f"no free connection of {self.max_connections} within {timeout:g} s") from None
+
+    async def _connection(self, request: httpx.Request, timeout: float | None) -> _Connection:
+        """An idle pooled connection to the request's host, else a new one."""
+        host, port = request.url.host, request.url.port or 80
+        idle = self.idle.get((host, port))
+        while idle:
+            conn = idle.pop()
+            if conn.alive:
+                return conn
+            conn.abort()
+            self.open.discard(conn)
+        if len(self.open) >= self.max_connections:  # make room: close an idle connection to another host
+            for conns in self.idle.values():
+                if conns:
+                    conns.pop().abort()
+                    break
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(lambda: _Connection(self, (host, port), self.clock), host, port), timeout
+            )
+        except TimeoutError:
+            raise httpx.ConnectTimeout(f"connect to {host}:{port} took over {timeout:g} s") from None
+        except OSError as exc:
+            raise httpx.ConnectError(f"{host}:{port}: {exc}") from None
+        self.open.add(conn)
+        return conn
+
+    def put_back(self, conn: _Connection) -> None:
+        """Keep an idle connection for the next request to its host."""
+        self.idle.setdefault(conn.key, []).append(conn)
+
+    def forget(self, conn: _Connection) -> None:
+        """A closed connection leaves the pool."""
+        self.open.discard(conn)
+        conns = self.idle.get(conn.key)
+        if conns and conn in conns:
+            conns.remove(conn)
+
+    async def aclose(self) -> None:
+        """Close every connection."""
+        for conn in list(self.open):
+            conn.abort()
+        self.open.clear()
+        self.idle.clear()
+
+
+async def _serialize(request: httpx.Request) -> tuple[bytes, bytes]:
+    """The request head and body bytes (a chunked request body is sent as one chunk)."""
+    body = b"".join([part async for part in request.stream])  # type: ignore[union-attr]
+    headers = request.headers.raw
+    if any(name.lower() == b"transfer-encoding" for name, _ in headers):
+        body = (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + b"0\r\n\r\n"
+    lines = [b"%s %s HTTP/1.1\r\n" % (request.method.encode(), request.url.raw_path)]
+    lines += [b"%s: %s\r\n" % (name, value) for name, value in headers]
+    lines.append(b"\r\n")
+    return b"".join(lines), body

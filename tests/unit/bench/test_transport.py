@@ -1,0 +1,315 @@
+"""StreamTransport: HTTP/1.1 framing at every byte boundary, arrival stamps, keep-alive pool, errors
+mapped to httpx's exceptions and to the engine's error kinds, timeouts; real loopback sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import socket
+from collections.abc import Awaitable, Callable
+
+import httpx
+import pytest
+
+from servingctl.bench.backend import Backend, ChatRequest, Connection
+from servingctl.bench.transport import StreamTransport, _Connection, timed_stream
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+EVENTS = [b'data: {"a": 1}\n\n', b"data: [DONE]\n\n"]
+CHUNKED = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(e), e) for e in EVENTS) + b"0\r\nx-trailer: 1\r\n\r\n"
+
+
+class FakeSocket(asyncio.Transport):
+    """What a connection writes, and whether it was closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = b""
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+def feed_reads(reads: list[bytes]) -> tuple[list[tuple[bytes, int]], _Connection, FakeSocket]:
+    """Feed a response to one connection read by read; return the (block, stamp) pairs its sink got."""
+    got: list[tuple[bytes, int]] = []
+
+    async def go():
+        pool = StreamTransport(max_connections=1, clock=itertools.count(1).__next__)
+        conn = _Connection(pool, ("h", 80), pool.clock)
+        sock = FakeSocket()
+        conn.connection_made(sock)
+        conn.send(b"GET / HTTP/1.1\r\n\r\n", None, False)
+        for read in reads:
+            conn.data_received(read)
+        assert conn.stream is not None
+        conn.stream.deliver(lambda block, t: got.append((block, t)))
+        return conn, sock
+
+    conn, sock = asyncio.run(go())
+    return got, conn, sock
+
+
+@pytest.mark.parametrize("cut", range(1, len(HEAD + CHUNKED)))
+def test_chunked_body_split_at_any_byte_is_decoded_and_ends_cleanly(cut):
+    data = HEAD + CHUNKED
+    got, conn, sock = feed_reads([data[:cut], data[cut:]])
+    assert b"".join(block for block, _ in got) == b"".join(EVENTS)
+    assert conn.stream.done and conn.alive and not sock.closed
+    # each payload byte carries the stamp of the read that brought it (the clock gives 1, then 2)
+    positions = [data.index(event) + k for event in EVENTS for k in range(len(event))]
+    first_read = bytes(data[p] for p in positions if p < cut)
+    assert b"".join(block for block, t in got if t == 1) == first_read
+    assert b"".join(block for block, t in got if t == 2) == b"".join(EVENTS)[len(first_read):]
+
+
+def test_byte_by_byte_reads_keep_their_own_arrival_stamps():
+    data = HEAD + CHUNKED
+    got, conn, _ = feed_reads([data[i:i + 1] for i in range(len(data))])
+    assert b"".join(block for block, _ in got) == b"".join(EVENTS)
+    body_start = len(HEAD) + CHUNKED.index(b"\r\n") + 2  # first payload byte: read number body_start + 1
+    assert got[0] == (EVENTS[0][:1], body_start + 1)
+    assert [t for _, t in got] == sorted(t for _, t in got) and len({t for _, t in got}) == len(got)
+    assert conn.stream.done
+
+
+def test_malformed_chunk_framing_is_a_protocol_error():
+    got, conn, sock = feed_reads([HEAD + b"zz\r\nhello\r\n"])
+
+    async def finished():
+        await conn.stream.finished()
+
+    with pytest.raises(httpx.RemoteProtocolError, match="chunked"):
+        asyncio.run(finished())
+    assert sock.closed and not conn.alive
+
+
+Respond = Callable[[asyncio.StreamWriter, int, bytes], Awaitable[None]]
+
+
+class Server:
+    """A loopback HTTP/1.1 server: reads each request (Content-Length or chunked body) and lets
+    `respond(writer, request number, request bytes)` write whatever bytes a test needs."""
+
+    def __init__(self, respond: Respond) -> None:
+        self.respond = respond
+        self.requests: list[tuple[int, bytes]] = []  # (connection number, request bytes)
+        self.connections = 0
+        self.open = self.peak_open = 0
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.open += 1
+        self.peak_open = max(self.peak_open, self.open)
+        number = self.connections
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lower = head.lower()
+                if b"transfer-encoding: chunked" in lower:
+                    body = await reader.readuntil(b"0\r\n\r\n")
+                else:
+                    length = int(lower.split(b"content-length: ")[1].split(b"\r\n")[0]) if b"content-length" in lower else 0
+                    body = await reader.readexactly(length)
+                self.requests.append((number, head + body))
+                await self.respond(writer, len(self.requests), head + body)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.open -= 1
+            writer.close()
+
+
+def ok(body: bytes = b"hello") -> Respond:
+    async def respond(writer, n, request):
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+    return respond
+
+
+def client(url: str, max_connections: int = 2, **timeouts: float) -> httpx.AsyncClient:
+    timeout = httpx.Timeout(5.0, **timeouts)
+    return httpx.AsyncClient(base_url=url, transport=StreamTransport(max_connections=max_connections), timeout=timeout)
+
+
+def test_keep_alive_reuses_one_connection_and_sends_headers_and_bodies():
+    async def go():
+        server = Server(ok())
+        async with server as url, client(url) as http:
+            answers = [await http.post("/v1/x?q=1", json={"i": i}, headers={"X-LLM-Profile": "p"}) for i in range(5)]
+            return server, answers
+
+    server, answers = asyncio.run(go())
+    assert [a.text for a in answers] == ["hello"] * 5 and answers[0].status_code == 200
+    assert server.connections == 1 and [n for n, _ in server.requests] == [1] * 5
+    head, body = server.requests[4][1].split(b"\r\n\r\n", 1)
+    assert head.startswith(b"POST /v1/x?q=1 HTTP/1.1\r\n")
+    assert b"\r\nhost: 127.0.0.1:" in head.lower() and b"\r\nx-llm-profile: p" in head.lower()
+    assert json.loads(body) == {"i": 4}
+
+
+def test_a_streamed_request_body_is_sent_chunked():
+    async def parts():
+        yield b"ab"
+        yield b"cd"
+
+    async def go():
+        server = Server(ok())
+        async with server as url, client(url) as http:
+            await http.post("/", content=parts())
+            return server
+
+    request = asyncio.run(go()).requests[0][1]
+    assert request.endswith(b"\r\n\r\n4\r\nabcd\r\n0\r\n\r\n")
+
+
+def test_pool_never_opens_more_than_max_connections_and_times_out_waiting():
+    async def slow(writer, n, request):
+        await asyncio.sleep(0.05)
+        await ok()(writer, n, request)
+
+    async def go():
+        server = Server(slow)
+        async with server as url:
+            async with client(url, max_connections=2) as http:
+                answers = await asyncio.gather(*(http.get("/") for _ in range(6)))
+            async with client(url, max_connections=1, pool=0.01) as http:
+                with pytest.raises(httpx.PoolTimeout):
+                    await asyncio.gather(http.get("/"), http.get("/"))
+            return server, answers
+
+    server, answers = asyncio.run(go())
+    assert [a.text for a in answers] == ["hello"] * 6
+    assert server.peak_open == 2 and server.connections == 2 + 1  # the second client opened one
+
+
+async def close_delimited(writer, n, request):
+    writer.write(b"HTTP/1.1 200 OK\r\n\r\nuntil the end")
+    await writer.drain()
+    writer.close()
+
+
+async def says_close(writer, n, request):
+    writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 13\r\n\r\nuntil the end")
+    await writer.drain()  # and keeps the socket open: the header alone forbids reuse
+
+
+@pytest.mark.parametrize("respond", [close_delimited, says_close])
+def test_connection_close_and_close_delimited_bodies_are_not_reused(respond):
+    async def go():
+        server = Server(respond)
+        async with server as url, client(url) as http:
+            texts = [(await http.get("/")).text for _ in range(3)]
+            return server, texts
+
+    server, texts = asyncio.run(go())
+    assert texts == ["until the end"] * 3 and server.connections == 3
+
+
+def test_a_server_that_closes_an_idle_connection_gets_a_fresh_one():
+    async def once(writer, n, request):
+        await ok()(writer, n, request)
+        writer.close()  # no Connection: close header: the client only sees the EOF
+
+    async def go():
+        server = Server(once)
+        async with server as url, client(url) as http:
+            first = await http.get("/")
+            await asyncio.sleep(0.05)  # the EOF reaches the idle connection
+            second = await http.get("/")
+            return server, first, second
+
+    server, first, second = asyncio.run(go())
+    assert first.text == second.text == "hello" and server.connections == 2
+
+
+def test_refused_connection_is_a_connect_error():
+    async def go():
+        async with Server(ok()) as url:
+            pass  # closed: nothing listens on the port any more
+        async with client(url) as http:
+            with pytest.raises(httpx.ConnectError):
+                await http.get("/")
+
+    asyncio.run(go())
+
+
+def test_cut_stream_is_a_protocol_error_with_the_blocks_before_it_delivered():
+    async def cut(writer, n, request):
+        writer.write(HEAD + b"%x\r\n%s\r\n" % (len(EVENTS[0]), EVENTS[0]))
+        await writer.drain()
+        writer.close()
+
+    async def go():
+        got = []
+        async with Server(cut) as url, client(url) as http:
+            async with http.stream("GET", "/") as response:
+                stream = timed_stream(response)
+                stream.deliver(lambda block, t: got.append(block))
+                with pytest.raises(httpx.RemoteProtocolError, match="complete message body"):
+                    await stream.finished()
+        return got
+
+    assert b"".join(asyncio.run(go())) == EVENTS[0]
+
+
+def test_stalled_response_head_and_body_time_out():
+    async def stall_body(writer, n, request):
+        writer.write(HEAD if n == 1 else b"")
+        await writer.drain()
+
+    async def go():
+        async with Server(stall_body) as url, client(url, read=0.1) as http:
+            async with http.stream("GET", "/") as response:
+                with pytest.raises(httpx.ReadTimeout):
+                    await timed_stream(response).finished()
+            with pytest.raises(httpx.ReadTimeout):
+                await http.get("/")
+
+    asyncio.run(go())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def cut_mid_stream(writer, n, request):
+    writer.write(HEAD + b"%x\r\n%s\r\n" % (len(EVENTS[0]), EVENTS[0]))
+    writer.close()
+
+
+async def stall(writer, n, request):
+    writer.write(HEAD)
+
+
+@pytest.mark.parametrize(("respond", "kind"), [(cut_mid_stream, "stream_cut"), (stall, "timeout"), (None, "connect")])
+def test_backend_maps_transport_failures_to_error_kinds(respond, kind):
+    async def chat(url):
+        async with Backend(Connection(url, timeout_s=0.2), "m", max_connections=1) as backend:
+            return await backend.stream_chat(ChatRequest("s", 0, 0, False, "p"), max_tokens=4, seed=1, t0=0)
+
+    async def go():
+        if respond is None:
+            return await chat(f"http://127.0.0.1:{free_port()}")
+        async with Server(respond) as url:
+            return await chat(url)
+
+    record = asyncio.run(go())
+    assert (record.ok, record.error_kind) == (False, kind)
