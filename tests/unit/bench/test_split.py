@@ -72,7 +72,7 @@ def _part(index: int, t0_offset_ms: float, before_generation: float, *, cpu: flo
     for n, (warmup, rnd) in enumerate([(True, 0), (False, 0), (False, 1)]):
         start = n * 100 * MS
         records.append(with_request_metrics(RequestRecord(
-            scenario="in256-c2", round=rnd, index=index * INDEX_STRIDE + n, warmup=warmup, ok=True, t_start_ns=start,
+            scenario="in256-c2", round=rnd, index=(index + 1) * INDEX_STRIDE + n, warmup=warmup, ok=True, t_start_ns=start,
             t_first_ns=start + 10 * MS, t_last_ns=start + 40 * MS, t_end_ns=start + 50 * MS, prompt_tokens=254,
             completion_tokens=4, finish_reason="length", chunks=[(start + 10 * MS, 1), (start + 40 * MS, 3)], token_counts_exact=True,
         )))
@@ -91,10 +91,10 @@ def test_merge_puts_shards_on_one_timeline_and_builds_rounds_over_all_of_them() 
     s = result.summary
     assert result.t0_wall == T0 and warnings == []
     # shard 1 started 20 ms later: its records moved 20 ms on the common clock
-    shard1 = [r for r in result.records if r.index >= INDEX_STRIDE]
+    shard1 = [r for r in result.records if r.index >= 2 * INDEX_STRIDE]
     assert [r.t_start_ns for r in shard1] == [20 * MS, 120 * MS, 220 * MS]
     assert shard1[0].chunks[0][0] == 30 * MS
-    assert len(result.records) == 6 and [r.index for r in result.records][:2] == [0, INDEX_STRIDE]
+    assert len(result.records) == 6 and [r.index for r in result.records][:2] == [INDEX_STRIDE, 2 * INDEX_STRIDE]
     # one warm-up round and two measured rounds, each over both shards' requests
     assert [(r.warmup, r.index, r.ok) for r in result.rounds] == [(True, 0, 2), (False, 0, 2), (False, 1, 2)]
     assert result.rounds[1].t_start_ns == 100 * MS and result.rounds[1].t_end_ns == 170 * MS
@@ -122,7 +122,7 @@ def test_merge_keeps_the_busiest_shards_self_check_and_reports_late_starts() -> 
     assert client.cpu_share == 0.9 and result.summary.client_bound
     assert client.reasons == ["shard 1: client CPU 90% of one core > 80%: the client sets the pace"]
     assert warnings == ["shard 1 started 2.5 s after the common start: the shards overlapped less"]
-    assert result.summary.server.peak_running == 2 and result.summary.server.running_samples == 20
+    assert result.summary.server.peak_running == 2 and result.summary.server.running_samples == 10
 
 
 def test_merge_without_server_counters_marks_the_check_unavailable() -> None:

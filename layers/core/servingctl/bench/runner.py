@@ -89,7 +89,8 @@ class Shard:
     start_at: datetime | None = None
 
 
-# Request indexes of shard k start at k x INDEX_STRIDE, so cache salts stay unique across workers.
+# Request indexes of shard k start at (k + 1) x INDEX_STRIDE, so cache salts stay unique across the
+# workers and differ from the single-worker attempt that preceded the split.
 INDEX_STRIDE = 1_000_000
 
 
@@ -127,9 +128,9 @@ async def measure_scenario(
 ) -> Measurement:
     """Run one scenario's load (warm-ups, measured load) with `concurrency` in flight and return the
     raw measurement. A shard keeps the whole scenario's `name`, waits for `shard.start_at` after
-    reading the counters, and numbers its requests from shard.index x INDEX_STRIDE."""
+    reading the counters, and numbers its requests from (shard.index + 1) x INDEX_STRIDE."""
     name = name or scenario_name(calibration.target_tokens, concurrency, config.mode, config.rate)
-    base = shard.index * INDEX_STRIDE if shard else 0
+    base = (shard.index + 1) * INDEX_STRIDE if shard else 0
     nonces = unique_nonces(random.Random(f"{run_id}:{name}" + (f":{shard.index}" if shard else "")))
     offsets = (
         poisson_offsets(config.rate, config.seed, requests=config.requests, duration_s=config.duration_s)

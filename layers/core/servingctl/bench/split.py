@@ -126,7 +126,8 @@ def merge_shards(
         client_prompt_tokens=sum(r.prompt_tokens or 0 for r in records),
         salted=config.salt_mode != "none",
         peak_running=max((p.peak_running for p in parts if p.peak_running is not None), default=None),
-        running_samples=sum(p.running_samples for p in parts),
+        # A verdict needs one sampler that saw enough: the best-sampled shard's count, not the sum.
+        running_samples=max(p.running_samples for p in parts),
         intended_concurrency=concurrency,
         exact_peak=config.mode != "rate",
     )
