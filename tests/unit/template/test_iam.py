@@ -38,6 +38,7 @@ STAR_RESOURCE_ACTIONS: dict[str, tuple[str, str | None]] = {
     "logs:PutResourcePolicy": ("Step Functions log delivery: vended-log APIs take no resource", None),
     "logs:DescribeResourcePolicies": ("Step Functions log delivery: vended-log APIs take no resource", None),
     "logs:DescribeLogGroups": ("Step Functions log delivery: vended-log APIs take no resource", None),
+    "ecr:GetAuthorizationToken": ("the ECR login token is account-wide: no resource type", None),
 }
 
 # AWS managed policies SAM attaches, and why each is acceptable.

@@ -89,13 +89,17 @@ def tasks(states: dict, prefix: str = ""):
 
 
 def task_problems(definition: dict) -> list[str]:
-    """Tasks without a Retry on Lambda's transient errors and Throttled, or without Catch States.ALL."""
+    """Lambda Tasks without a Retry on Lambda's transient errors and Throttled, other Tasks (.sync
+    integrations: nested executions, ECS tasks) without any Retry, any Task without Catch States.ALL."""
     problems = []
     for path, task in tasks(definition["States"]):
         retried = {error for rule in task.get("Retry", []) for error in rule["ErrorEquals"]}
-        missing = (LAMBDA_TRANSIENT | {"Throttled"}) - retried
-        if missing:
-            problems.append(f"{path}: no Retry for {sorted(missing)}")
+        if task["Resource"].startswith("arn:aws:states:::lambda:"):
+            missing = (LAMBDA_TRANSIENT | {"Throttled"}) - retried
+            if missing:
+                problems.append(f"{path}: no Retry for {sorted(missing)}")
+        elif not retried:
+            problems.append(f"{path}: no Retry")
         if not any("States.ALL" in rule["ErrorEquals"] for rule in task.get("Catch", [])):
             problems.append(f"{path}: no Catch for States.ALL")
     return problems
@@ -116,3 +120,11 @@ def test_the_task_check_sees_tasks_inside_a_map():
         "'Lambda.ServiceException', 'Lambda.TooManyRequestsException', 'Throttled']",
         "Scenarios/Run: no Catch for States.ALL",
     ]
+
+
+def test_the_task_check_wants_some_retry_on_a_sync_integration():
+    nested = {"Type": "Task", "Resource": "arn:aws:states:::states:startExecution.sync:2", "End": True,
+              "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "X"}]}
+    assert task_problems({"States": {"StartProfile": nested}}) == ["StartProfile: no Retry"]
+    nested["Retry"] = [{"ErrorEquals": ["StepFunctions.ExecutionLimitExceededException"]}]
+    assert task_problems({"States": {"StartProfile": nested}}) == []

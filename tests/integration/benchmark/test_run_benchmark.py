@@ -1,0 +1,167 @@
+"""run_benchmark on the twin: the real state machine, the bench_worker handler, the start/stop state
+machines it calls (startExecution.sync:2), DynamoDB and S3 as moto emulates them, and the simulator
+model server behind the profile's endpoint."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from servingctl.bench import worker as bench_worker
+from servingctl.costs import CompareInput, compare, load_catalog
+from servingctl.store.records import records_key
+
+Bench = Any  # conftest.Bench (conftest modules are not importable under --import-mode=importlib)
+# 2 input lengths x 2 concurrencies, short answers; one worker per scenario (on this 2-core machine
+# the self-check often says client-bound, and a split is tested on its own below).
+MATRIX = {"input_tokens": [64, 256], "concurrencies": [1, 2], "warmup": 1, "rounds": 2, "max_tokens": 24, "max_workers": 1}
+READY = "deepseek-v4-flash"  # priced in the catalog: its runs get cost comparisons
+OTHER = "nemotron-nano"  # on its own pool, not priced
+
+
+def _written(bench: Bench, run_id: str) -> list[str]:
+    return [s.name for s in bench.runs.list_scenarios(run_id)]
+
+
+def test_happy_path_stores_every_scenario_its_records_and_comparisons(bench: Bench, ready_profile: str) -> None:
+    before = bench.generation_tokens(READY)
+    result = bench.run("happy", profile=READY, **MATRIX)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    entered = result.states_entered()
+    assert entered[:3] == ["Plan", "BranchOnStart", "Calibrate"] and "StartProfile" not in entered and "StopProfile" not in entered
+    assert entered[-2:] == ["RecordSuccess", "Done"]
+
+    run_id = result.output["plan"]["run_id"]
+    run = bench.runs.get_run(run_id)
+    assert run.status.value == "SUCCEEDED" and run.execution == result.arn and run.finished_at is not None
+    assert [c.target_tokens for c in run.reproducibility.calibrations] == [64, 256]
+    assert run.reproducibility.server_version is not None and run.reproducibility.instance_type == "g7e.12xlarge"
+
+    scenarios = bench.runs.list_scenarios(run_id)
+    assert [s.name for s in scenarios] == ["in64-c1", "in64-c2", "in256-c1", "in256-c2"]
+    total = 0
+    for s in scenarios:
+        records = bench.records.get_records(records_key(run_id, s.name))
+        assert s.records_key == records_key(run_id, s.name) and len(records) == s.records == (1 + 2) * s.summary.concurrency
+        assert s.summary.requests == 2 * s.summary.concurrency and s.summary.failed == 0
+        # every scenario's own check: the server generated exactly the tokens the client counted
+        assert s.summary.server.generation_tokens_equal is True
+        assert s.summary.server.generation_tokens_delta == sum(r.completion_tokens for r in records)
+        total += sum(r.completion_tokens for r in records)
+    assert bench.generation_tokens(READY) - before == total  # nothing else generated anything
+
+    catalog = load_catalog()
+    price, api = catalog.instance("us-east-1", "g7e.12xlarge"), catalog.managed_api()
+    comparisons = {c.scenario: c for c in bench.runs.list_comparisons(run_id)}
+    assert sorted(comparisons) == sorted(s.name for s in scenarios)
+    for s in scenarios:
+        expected = compare(CompareInput(aggregate_tok_s=s.summary.aggregate_tok_s, input_tokens=s.summary.input_tokens,
+                                        output_tokens=24, api_input_usd_per_m=api.input_usd_per_m,
+                                        api_output_usd_per_m=api.output_usd_per_m, hourly_usd=price.hourly_usd))
+        assert comparisons[s.name].comparison == expected
+    assert bench.phase(READY) == "READY"  # not asked to stop: still serving
+
+
+def test_a_worker_failing_mid_matrix_keeps_the_scenarios_already_written(
+    bench: Bench, ready_profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = {"n": 0}
+    real = bench_worker.measure_scenario
+
+    async def crashing(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise ConnectionResetError("the worker lost the model server")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(bench_worker, "measure_scenario", crashing)  # the handlers run in this process
+    result = bench.run("crash", profile=READY, **MATRIX)
+    assert result.status == "FAILED" and result.error == "ConnectionResetError"
+    assert json.loads(result.cause)["errorMessage"] == "the worker lost the model server"
+    entered = result.states_entered()
+    assert "RecordFailure" in entered and "Compare" not in entered and "StopAfterFailure" not in entered
+
+    run_id = next(r.run_id for r in bench.runs.list_runs(profile=READY) if r.execution == result.arn)
+    run = bench.runs.get_run(run_id)
+    assert run.status.value == "FAILED" and run.error == "ConnectionResetError: the worker lost the model server"
+    assert _written(bench, run_id) == ["in64-c1"]  # the first scenario survived the second's failure
+    [first] = bench.runs.list_scenarios(run_id)
+    assert len(bench.records.get_records(first.records_key)) == first.records == 3
+    assert [c.scenario for c in bench.runs.list_comparisons(run_id)] == ["in64-c1"]
+    assert bench.phase(READY) == "READY"  # stop was not asked
+
+
+def test_a_client_bound_scenario_is_split_and_the_merge_matches_the_servers_counters(bench: Bench, ready_profile: str) -> None:
+    # A CPU limit of 0 makes every worker's self-check say "client-bound": the scenario is measured
+    # again by as many workers as allowed, started together.
+    result = bench.run("split", profile=READY, input_tokens=[64], concurrencies=[4], warmup=1, rounds=3, max_tokens=48,
+                       client_cpu_limit=0.0, max_workers=3)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    entered = result.states_entered()
+    assert entered.count("RunShard") == 3 and "MergeShards" in entered
+
+    run_id = result.output["plan"]["run_id"]
+    [scenario] = bench.runs.list_scenarios(run_id)
+    assert scenario.split is not None and scenario.split.shards == 3
+    assert any("client CPU" in reason for reason in scenario.split.reasons)  # why one worker was not enough
+    shards = [bench.records.get_records(records_key(run_id, "in64-c4", shard=i)) for i in range(3)]
+    assert [len(s) for s in shards] == [(1 + 3) * c for c in (2, 1, 1)]  # each shard its share of the 4
+    merged = bench.records.get_records(scenario.records_key)
+    assert len(merged) == scenario.records == sum(len(s) for s in shards) == (1 + 3) * 4
+    assert len({r.index for r in merged}) == len(merged)  # request indexes (and so cache salts) unique
+    summary = scenario.summary
+    assert (summary.concurrency, summary.requests, summary.failed) == (4, 12, 0)
+    # the merged token total is exactly what the server's counters say it generated
+    assert summary.server.generation_tokens_equal is True
+    assert summary.server.generation_tokens_delta == sum(r.completion_tokens for r in merged) == summary.server.client_completion_tokens
+    assert summary.server.prefix_cache_ok is True  # salts stayed unique across the workers
+    assert len(scenario.rounds) == 1 + 3 and all(r.ok == 4 for r in scenario.rounds)  # rounds over every shard
+
+
+def test_a_profile_that_is_not_ready_is_refused_without_start(bench: Bench) -> None:
+    assert bench.phase(OTHER) == "STOPPED"
+    result = bench.run("refused", profile=OTHER, **MATRIX)
+    assert result.status == "FAILED" and result.error == "ProfileNotReady"
+    assert 'pass "start": true to start it first' in json.loads(result.cause)["errorMessage"]
+    assert result.states_entered() == ["Plan", "FailRun"]
+    assert bench.runs.list_runs(profile=OTHER) == [] and bench.running(OTHER) == (0, 0)
+
+
+def test_a_profile_that_is_not_ready_is_started_and_stopped_when_asked(bench: Bench) -> None:
+    result = bench.run("startstop", profile=OTHER, start=True, stop=True, **MATRIX)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    entered = result.states_entered()
+    assert entered.index("StartProfile") < entered.index("Calibrate") < entered.index("StopProfile") < entered.index("Done")
+    started, stopped = result.output["started"], result.output["stopped"]
+    assert started["status"] == stopped["status"] == "SUCCEEDED"
+    assert started["execution_arn"].split(":")[-1].startswith(f"start-{OTHER}-")
+    run_id = result.output["plan"]["run_id"]
+    assert _written(bench, run_id) == ["in64-c1", "in64-c2", "in256-c1", "in256-c2"]
+    assert result.output["compare"] == {"compared": [], "skipped": "the price catalog has no on-demand price for us-east-1/g7e.2xlarge"}
+    # stopped for real: recorded STOPPED, nothing running, the ledger session closed
+    assert bench.phase(OTHER) == "STOPPED" and bench.running(OTHER)[0] == 0
+    bench.wait_for("the pool's instance terminated", lambda: bench.running(OTHER) == (0, 0))
+    [session] = [s for s in bench.profiles.list_sessions(OTHER) if s.start_execution == started["execution_arn"]]
+    assert session.stop_execution == stopped["execution_arn"] and not session.open
+
+
+def test_a_failed_run_still_stops_the_profile_when_asked(bench: Bench, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError("no /version")
+
+    monkeypatch.setattr(bench_worker, "prepare", broken)  # calibration fails after the start
+    result = bench.run("failstop", profile=OTHER, start=True, stop=True, **MATRIX)
+    assert result.status == "FAILED" and result.error == "KeyError"
+    entered = result.states_entered()
+    assert entered.index("StartProfile") < entered.index("Calibrate") < entered.index("RecordFailure") < entered.index("StopAfterFailure")
+    assert result.output is None and bench.phase(OTHER) == "STOPPED"
+    bench.wait_for("no GPU left running", lambda: bench.running(OTHER) == (0, 0))
+
+
+def test_bad_input_fails_at_once_naming_the_field(bench: Bench) -> None:
+    result = bench.run("bad", profile=OTHER, start=True, concurrencies=[1, 1])
+    assert result.status == "FAILED" and result.error == "InvalidInput"
+    assert "concurrencies: duplicate values [1, 1]; give each value once" in json.loads(result.cause)["errorMessage"]
+    assert result.states_entered() == ["Plan", "FailRun"] and bench.running(OTHER) == (0, 0)
