@@ -5,6 +5,10 @@ model server behind the profile's endpoint."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +17,7 @@ from servingctl.bench import worker as bench_worker
 from servingctl.costs import CompareInput, compare, load_catalog
 from servingctl.store.records import records_key
 
+ROOT = Path(__file__).resolve().parents[3]
 Bench = Any  # conftest.Bench (conftest modules are not importable under --import-mode=importlib)
 # 2 input lengths x 2 concurrencies, short answers; one worker per scenario (on this 2-core machine
 # the self-check often says client-bound, and a split is tested on its own below).
@@ -165,3 +170,39 @@ def test_bad_input_fails_at_once_naming_the_field(bench: Bench) -> None:
     assert result.status == "FAILED" and result.error == "InvalidInput"
     assert "concurrencies: duplicate values [1, 1]; give each value once" in json.loads(result.cause)["errorMessage"]
     assert result.states_entered() == ["Plan", "FailRun"] and bench.running(OTHER) == (0, 0)
+
+
+def _evaluate(template: Any, state: dict[str, Any], context: dict[str, Any]) -> Any:
+    """Apply an ASL Parameters/ItemSelector template ("key.$": "$.path" / "$$.path") to a state."""
+    if not isinstance(template, dict):
+        return template
+    out = {}
+    for key, value in template.items():
+        if key.endswith(".$"):
+            root, path = (context, value[3:]) if value.startswith("$$.") else (state, value[2:])
+            for part in path.split("."):
+                root = root[part]
+            out[key[:-2]] = root
+        else:
+            out[key] = _evaluate(value, state, context)
+    return out
+
+
+def test_the_ecs_task_entry_point_runs_a_scenario_as_the_state_machine_hands_it(bench: Bench, ready_profile: str) -> None:
+    # The twin cannot run ecs:runTask.sync: run the image's entry point the way the task would,
+    # with the event built by the definition's own ItemSelector and BuildEcsEvent state.
+    result = bench.run("ecs", profile=READY, input_tokens=[64], concurrencies=[2], warmup=0, rounds=2, max_tokens=16, max_workers=1)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    definition = json.loads((ROOT / "statemachine/run_benchmark.asl.json").read_text())["States"]
+    scenarios = definition["RunScenarios"]
+    planned = dict(result.output["plan"]["scenarios"][0], runner="ecs")  # as if too long for Lambda
+    item = _evaluate(scenarios["ItemSelector"], result.output, {"Map": {"Item": {"Value": planned}}, "Execution": {"Id": result.arn}})
+    event = _evaluate(scenarios["ItemProcessor"]["States"]["BuildEcsEvent"]["Parameters"], item, {})
+    environment = {**os.environ, **bench.twin.environment(), "SERVINGCTL_BENCH_EVENT": json.dumps(event)}
+    done = subprocess.run([sys.executable, "-m", "servingctl.bench.worker"], env=environment, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout.splitlines()[-1])
+    assert answer["name"] == "in64-c2" and answer["split"] is False  # an ECS task is never split
+    [scenario] = bench.runs.list_scenarios(result.output["plan"]["run_id"])
+    assert scenario.runner == "ecs" and scenario.records == 4 and scenario.summary.server.generation_tokens_equal is True
