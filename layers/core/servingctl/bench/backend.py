@@ -68,15 +68,13 @@ class _StreamState:
     """Accumulates one SSE stream: chunk timing, cumulative usage, finish reason, [DONE]."""
 
     __slots__ = (
-        "parser", "chunks", "t_first", "t_last", "t_done", "cumulative", "exact", "prompt_tokens",
+        "parser", "chunks", "t_done", "cumulative", "exact", "prompt_tokens",
         "completion_tokens", "finish_reason", "done", "malformed", "server_error",
     )
 
     def __init__(self) -> None:
         self.parser = SSEParser()
         self.chunks: list[tuple[int, int]] = []
-        self.t_first: int | None = None
-        self.t_last: int | None = None
         self.t_done: int | None = None
         self.cumulative = 0
         self.exact = True
@@ -89,8 +87,9 @@ class _StreamState:
 
     def feed(self, block: bytes, t: int) -> None:
         """One network read that arrived at t: every event it completes."""
+        on_data = self.on_data
         for data in self.parser.feed_data(block):
-            self.on_data(data, t)
+            on_data(data, t)
 
     def close(self, t: int) -> None:
         """End of the body at t: a last unterminated event, and the malformed line count."""
@@ -99,54 +98,51 @@ class _StreamState:
         self.malformed += self.parser.malformed_lines
 
     def on_data(self, data: bytes, t: int) -> None:
+        """One event's data, arrived at t (the hot path: one call per streamed chunk)."""
         if data == b"[DONE]":
             self.done = True
             self.t_done = t
             return
         try:
             obj = orjson.loads(data)
-        except ValueError:
+            choices = obj.get("choices")
+        except (ValueError, AttributeError):  # not JSON, or JSON but not an object
             self.malformed += 1
             return
-        if not isinstance(obj, dict):
-            self.malformed += 1
-            return
-        if "error" in obj and not obj.get("choices"):
+        if not choices and "error" in obj:
             self.server_error = str(obj["error"])[:MAX_ERROR_CHARS]
             return
         usage = obj.get("usage")
+        completion = None
         if usage:
             self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
-            self.completion_tokens = usage.get("completion_tokens", self.completion_tokens)
-        choices = obj.get("choices")
+            completion = usage.get("completion_tokens")
+            if completion is not None:
+                self.completion_tokens = completion
         if not choices:
             return  # the final usage-only chunk
         choice = choices[0]
-        if choice.get("finish_reason"):
-            self.finish_reason = choice["finish_reason"]
-        delta = choice.get("delta") or {}
-        has_text = bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"))
-        if usage and usage.get("completion_tokens") is not None:
-            tokens = usage["completion_tokens"] - self.cumulative
-            self.cumulative = usage["completion_tokens"]
-        elif has_text:
-            self.exact = False
-            tokens = 1
+        finish = choice.get("finish_reason")
+        if finish:
+            self.finish_reason = finish
+        if completion is not None:
+            tokens = completion - self.cumulative
+            self.cumulative = completion
         else:
-            tokens = 0
+            delta = choice.get("delta") or {}
+            tokens = 1 if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") else 0
+            self.exact = self.exact and not tokens
         if tokens > 0:
             self.chunks.append((t, tokens))
-            if self.t_first is None:
-                self.t_first = t
-            self.t_last = t
 
     def record(self, t0: int, t_end: int) -> dict[str, Any]:
         completion = self.completion_tokens
         if completion is None and self.chunks:
             completion = sum(tokens for _, tokens in self.chunks)
+        chunks = self.chunks
         return {
-            "t_first_ns": None if self.t_first is None else self.t_first - t0,
-            "t_last_ns": None if self.t_last is None else self.t_last - t0,
+            "t_first_ns": chunks[0][0] - t0 if chunks else None,
+            "t_last_ns": chunks[-1][0] - t0 if chunks else None,
             "t_end_ns": (self.t_done if self.t_done is not None else t_end) - t0,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": completion,
@@ -184,6 +180,7 @@ class Backend:
         self.clock = clock
         if transport is None and httpx.URL(connection.endpoint).scheme == "http":
             transport = StreamTransport(max_connections=max_connections, clock=clock)
+        self._chat_url = httpx.URL(base_url(connection.endpoint) + "/v1/chat/completions")  # merged once
         self._client = httpx.AsyncClient(
             base_url=base_url(connection.endpoint),
             headers=connection.request_headers(),
@@ -227,7 +224,8 @@ class Backend:
         failure: tuple[ErrorKind, str] | None = None
         t_start = self.clock()
         try:
-            async with self._client.stream("POST", "/v1/chat/completions", json=body) as response:
+            content, headers = orjson.dumps(body), {"Content-Type": "application/json"}
+            async with self._client.stream("POST", self._chat_url, content=content, headers=headers) as response:
                 status = response.status_code
                 if status != 200:
                     text = (await response.aread()).decode("utf-8", "replace")

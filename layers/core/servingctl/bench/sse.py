@@ -63,11 +63,10 @@ class SSEParser:
             buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         # Whole events only (a blank line ends one); one "data: " line per event is the common case.
         events: list[tuple[bytes, bytes]] = []
-        start = 0
-        while (end := buffer.find(b"\n\n", start)) >= 0:
-            block = buffer[start:end]
-            start = end + 2
-            if block.startswith(b"data: ") and b"\n" not in block:
+        blocks = buffer.split(b"\n\n")
+        self._buffer = blocks.pop()
+        for block in blocks:
+            if block[:6] == b"data: " and b"\n" not in block:
                 events.append((block[6:], b""))
                 continue
             for line in block.split(b"\n"):
@@ -75,7 +74,6 @@ class SSEParser:
             event = self._line(b"")
             if event is not None:
                 events.append(event)
-        self._buffer = buffer[start:]
         return events
 
     def _close(self) -> list[tuple[bytes, bytes]]:

@@ -234,7 +234,12 @@ class _Connection(asyncio.Protocol):
                 self.left -= take
                 if not self.left:
                     self.skip = 2
-            elif self.skip:
+            elif self.skip == 2 and size - pos >= 2:
+                if buffer[pos: pos + 2] != b"\r\n":
+                    raise ValueError("chunk data not followed by CRLF")
+                pos += 2
+                self.skip = 0
+            elif self.skip:  # the CRLF straddles two reads
                 if buffer[pos] != b"\r\n"[2 - self.skip]:
                     raise ValueError("chunk data not followed by CRLF")
                 pos += 1
@@ -254,11 +259,17 @@ class _Connection(asyncio.Protocol):
                             self.reusable = False
                         return b"".join(parts), True
                     continue
-                self.left = int(line.split(b";", 1)[0], 16)
+                self.left = int(line.partition(b";")[0] if b";" in line else line, 16)
                 if self.left < 0:
                     raise ValueError(f"negative chunk size {line!r}")
                 if not self.left:
                     self.trailer = True
+                elif pos + self.left + 2 <= size:  # the whole chunk is in this read: take it at once
+                    end = pos + self.left
+                    if buffer[end: end + 2] != b"\r\n":
+                        raise ValueError("chunk data not followed by CRLF")
+                    parts.append(buffer[pos:end])
+                    pos, self.left = end + 2, 0
         return (parts[0] if len(parts) == 1 else b"".join(parts)), False
 
     def _finish(self) -> None:
