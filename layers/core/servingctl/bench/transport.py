@@ -8,7 +8,8 @@ called from `data_received` for every read (no coroutine wake-up per chunk) and 
 returns at the end of the body or raises the httpx error that ended it. Other responses are read
 through the ordinary async iterator, so httpx's client API (headers, auth, timeouts) is unchanged.
 Errors are httpx's: ConnectError/ConnectTimeout, PoolTimeout, ReadTimeout, RemoteProtocolError for
-a cut or malformed response, ReadError for a reset connection.
+a cut or malformed response, ReadError for a reset connection. Requests are written whole into
+asyncio's buffer (no write timeout); a request body given as a stream is sent as one chunk.
 """
 
 from __future__ import annotations
