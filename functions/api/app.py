@@ -1,7 +1,8 @@
 """api Lambda: the REST API behind API Gateway (IAM auth); routes in servingctl.api.routes.
 
 Event: an API Gateway REST proxy event. Env: SERVINGCTL_REGISTRY, SERVINGCTL_TABLE,
-START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, POWERTOOLS_SERVICE_NAME.
+START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, POWERTOOLS_SERVICE_NAME; for the benchmark routes
+RUN_BENCHMARK_STATE_MACHINE_ARN, SERVINGCTL_BUCKET and SERVINGCTL_BENCH_ECS_TASK_DEFINITION.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from servingctl.api.service import ApiDeps
 from servingctl.costs import load_catalog
 from servingctl.registry import load_registry
 from servingctl.store import DynamoStore
+from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 
 logger = Logger()
 tracer = Tracer()
@@ -35,11 +37,16 @@ def _deps() -> ApiDeps:
         _clients["sfn"] = boto3.client("stepfunctions")
         _clients["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
         _clients["catalog"] = load_catalog()
+        _clients["runs"] = DynamoBenchmarkStore(os.environ["SERVINGCTL_TABLE"])
+        _clients["s3"] = boto3.client("s3")
     return ApiDeps(
         **_clients,
         registry=load_registry(),
         start_machine_arn=os.environ["START_STATE_MACHINE_ARN"],
         stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"],
+        bench_machine_arn=os.environ.get("RUN_BENCHMARK_STATE_MACHINE_ARN", ""),
+        records_bucket=os.environ.get("SERVINGCTL_BUCKET", ""),
+        bench_ecs=bool(os.environ.get("SERVINGCTL_BENCH_ECS_TASK_DEFINITION")),
     )
 
 

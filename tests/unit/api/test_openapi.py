@@ -19,12 +19,13 @@ def test_every_operation_documents_its_errors_and_iam_auth() -> None:
         ("GET", "/profiles"), ("GET", "/profiles/{name}"), ("POST", "/profiles/{name}/start"),
         ("POST", "/profiles/{name}/stop"), ("POST", "/profiles/{name}/keepalive"),
         ("GET", "/executions/{execution_id}"), ("GET", "/ledger"),
+        ("POST", "/benchmarks"), ("GET", "/benchmarks"), ("GET", "/benchmarks/{run_id}"),
     }
     for key, operation in operations.items():
         assert "422" not in operation["responses"], key  # validation errors answer 400
         if "{name}" in key[1]:
             assert "404" in operation["responses"], key
-    for key in (("POST", "/profiles/{name}/start"), ("POST", "/profiles/{name}/stop")):
+    for key in (("POST", "/profiles/{name}/start"), ("POST", "/profiles/{name}/stop"), ("POST", "/benchmarks")):
         assert {"202", "400", "404", "409"} <= set(operations[key]["responses"]), key
     assert document["security"] == [{"sigv4": []}]
     assert document["components"]["securitySchemes"]["sigv4"]["x-amazon-apigateway-authtype"] == "awsSigv4"

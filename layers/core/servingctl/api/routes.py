@@ -24,7 +24,8 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 )
 from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
 
-from servingctl.api import service
+from servingctl.api import benchmarks, service
+from servingctl.api.benchmarks import BenchmarkDetail, BenchmarkRef, BenchmarkSummary
 from servingctl.api.models import (
     ErrorBody,
     ExecutionProgress,
@@ -37,6 +38,7 @@ from servingctl.api.models import (
     StopRequest,
 )
 from servingctl.api.service import ApiDeps, ApiError, BadRequest, Conflict
+from servingctl.bench.matrix import BenchmarkInput
 
 OPENAPI_PATH = FilePath(__file__).with_name("openapi.json")
 TITLE = "servingctl"
@@ -175,6 +177,30 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
              responses={**_ok(Ledger), 400: ERRORS[400], 404: ERRORS[404]})
     def get_ledger(profile: Annotated[str | None, Query(description="only this profile")] = None) -> Ledger:
         return service.ledger(deps(), profile)
+
+    @app.post(
+        "/benchmarks", summary="Benchmark a profile from inside the VPC (202 with the run)", tags=["benchmarks"], status_code=202,
+        description="The body is run_benchmark's input (only profile is required). Checked at once with the state "
+        "machine's rules: bounds that keep a scenario inside a Lambda worker's 15 minutes, the profile's context "
+        "length. 409 when the profile is not READY and start is false, or the run_id is taken.",
+        responses={202: {"description": "Started", "content": {"application/json": {"model": BenchmarkRef}}}, **ERRORS},
+    )
+    def start_benchmark(body: Annotated[BenchmarkInput, Body()]) -> BenchmarkRef:
+        ref = benchmarks.start_benchmark(deps(), body)
+        return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=ref.model_dump(mode="json"))  # type: ignore[return-value]
+
+    @app.get("/benchmarks", summary="Benchmark runs, newest first", tags=["benchmarks"],
+             responses={**_ok(list[BenchmarkSummary]), 400: ERRORS[400], 404: ERRORS[404]})
+    def list_benchmarks(
+        profile: Annotated[str | None, Query(description="only this profile")] = None,
+        limit: Annotated[int, Query(ge=1, le=200, description="at most this many runs")] = 50,
+    ) -> list[BenchmarkSummary]:
+        return benchmarks.list_benchmarks(deps(), profile, limit)
+
+    @app.get("/benchmarks/<run_id>", summary="One benchmark run: results, comparisons, record links", tags=["benchmarks"],
+             responses={**_ok(BenchmarkDetail), 400: ERRORS[400], 404: ERRORS[404]})
+    def get_benchmark(run_id: Annotated[str, Path(description="run id (GET /benchmarks lists them)")]) -> BenchmarkDetail:
+        return benchmarks.get_benchmark(deps(), run_id)
 
     return app
 

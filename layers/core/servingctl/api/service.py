@@ -117,6 +117,12 @@ class ApiDeps:
     start_machine_arn: str
     stop_machine_arn: str
     clock: Clock = field(default_factory=SystemClock)
+    # The benchmark routes (servingctl.api.benchmarks): runs store, run_benchmark, the records bucket.
+    runs: Any = None
+    bench_machine_arn: str = ""
+    s3: Any = None
+    records_bucket: str = ""
+    bench_ecs: bool = False  # the ECS benchmark task is deployed (long scenarios allowed)
 
     def machine(self, action: Action) -> str:
         """The state machine ARN of a start or a stop."""

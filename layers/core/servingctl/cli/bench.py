@@ -21,6 +21,8 @@ from servingctl.bench.calibration import CalibrationError
 from servingctl.bench.models import MODES, SALT_MODES, RunConfig, RunResult
 from servingctl.bench.runner import Progress as ProgressEvent
 from servingctl.bench.runner import ProgressFn, run_benchmark
+from servingctl.cli.benchmarks import remote_bench
+from servingctl.cli.client import add_api_arguments
 
 API_KEY_ENV = "SERVINGCTL_API_KEY"
 # pydantic field -> the flag a user typed, so errors name what they can fix.
@@ -70,8 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="benchmark an OpenAI-compatible endpoint (streaming, server cross-checks)",
         description="Sweep input lengths x concurrencies against an OpenAI-compatible chat endpoint.",
     )
-    p.add_argument("--endpoint", required=True, help="server base URL (http://host:port, /v1 optional)")
-    p.add_argument("--model", required=True, help="served model name")
+    p.add_argument("--endpoint", help="server base URL (http://host:port, /v1 optional); required without --profile")
+    p.add_argument("--model", help="served model name; required without --profile")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV), help=f"Bearer key (default: ${API_KEY_ENV}); never stored")
     p.add_argument("--header", type=_header, action="append", default=[], metavar="NAME:VALUE",
                    help="extra header, repeatable (e.g. X-LLM-Profile:deepseek-v4-flash)")
@@ -97,6 +99,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="per-request timeout in seconds (default 600)")
     p.add_argument("--output", metavar="DIR", help="write results.json, vllm/*.json, report.md and charts here")
     p.add_argument("--json", action="store_true", help="print the headline rows as JSON instead of a table")
+    remote = p.add_argument_group("a deployed profile, measured from inside its VPC (run_benchmark through the REST API)")
+    remote.add_argument("--profile", help="benchmark this registry profile instead of --endpoint/--model")
+    remote.add_argument("--start", action="store_true", help="start the profile first when it is not READY")
+    remote.add_argument("--stop", action="store_true", help="stop the profile when the run ends (also after a failure)")
+    remote.add_argument("--label", help="a note stored with the run, e.g. 'MTP on'")
+    remote.add_argument("--no-wait", action="store_true", help="return once the run started")
+    add_api_arguments(p, json_flag=False)
     p.set_defaults(func=_bench, bench_parser=p)
 
 
@@ -141,6 +150,12 @@ def _bench(args: argparse.Namespace) -> int:
     # every `servingctl` command (main builds the parser from every cli module).
     from servingctl.bench.outputs import write_all
 
+    if args.profile:
+        if args.endpoint or args.model or args.header or args.api_key:
+            args.bench_parser.error("--profile: the run targets the profile's own endpoint; drop --endpoint, --model, --header, --api-key")
+        return remote_bench(args)
+    if not args.endpoint or not args.model:
+        args.bench_parser.error("--endpoint and --model are required (or --profile NAME to benchmark a deployed profile)")
     try:
         config = config_from_args(args)
     except ValidationError as exc:

@@ -143,14 +143,16 @@ class Client:
         self._http.close()
 
 
-def add_api_arguments(parser: argparse.ArgumentParser) -> None:
-    """--api-url, --local, --aws-profile, --region and --json (every API command takes them)."""
+def add_api_arguments(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+    """--api-url, --local, --aws-profile, --region and --json (every API command takes them;
+    json_flag=False for a command that has its own --json)."""
     group = parser.add_argument_group("API")
     group.add_argument("--api-url", help=f"the deployed API's URL (default ${API_URL_ENV}, else the local twin if it runs)")
     group.add_argument("--local", action="store_true", help="talk to the local twin (servingctl local up)")
     group.add_argument("--aws-profile", help="AWS credentials profile that signs requests (default: the usual chain)")
     group.add_argument("--region", help="region of the deployed API (default: from its URL)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _probe(url: str) -> bool:

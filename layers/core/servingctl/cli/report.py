@@ -1,5 +1,6 @@
-"""`servingctl report`: render a stored run (results.json or its directory) as the terminal table,
-report.md, vLLM-compatible files and charts, optionally beside a baseline run and with costs."""
+"""`servingctl report`: render a stored run (results.json or its directory, or a run id fetched
+through the REST API) as the terminal table, report.md, vLLM-compatible files and charts,
+optionally beside a baseline run and with costs."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from pathlib import Path
 from pydantic import ValidationError
 from rich.console import Console
 
-from servingctl.bench.outputs import ResultsFileError, cost_comparisons, read_results, write_all
-from servingctl.bench.outputs.results_json import results_path
+from servingctl.bench.outputs import ResultsFileError, cost_comparisons, write_all
 from servingctl.bench.outputs.terminal import print_run, run_json
+from servingctl.cli.benchmarks import RunNotAvailable, load_run
+from servingctl.cli.client import add_api_arguments
 from servingctl.costs import CatalogError, load_catalog
 from servingctl.costs.compare import HOURS_PER_MONTH
 
@@ -25,9 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="report a stored benchmark run (table, report.md, vLLM files, charts), optionally against a baseline",
         description="Render a benchmark run from its results.json (or the directory holding it).",
     )
-    p.add_argument("results", metavar="RESULTS_JSON_OR_DIR", help="results.json or the directory holding it")
-    p.add_argument("--compare", metavar="OTHER", help="a baseline run (file or directory): side-by-side with the change in %%")
-    p.add_argument("--output", metavar="DIR", help="where to write the files (default: the results' directory)")
+    p.add_argument("results", metavar="RESULTS_OR_RUN_ID", help="results.json, the directory holding it, or a stored run's id")
+    p.add_argument("--compare", metavar="OTHER", help="a baseline run (file, directory or run id): side-by-side with the change in %%")
+    p.add_argument("--output", metavar="DIR",
+                   help="where to write the files (default: the results' directory; servingctl-runs/RUN_ID for a run id)")
     p.add_argument("--no-files", action="store_true", help="only print, write nothing")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     costs = p.add_argument_group("cost comparison (optional: give one self-hosted price)")
@@ -37,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     costs.add_argument("--api", help="managed API from the price catalog (default: the catalog's default)")
     costs.add_argument("--hours", type=float, default=HOURS_PER_MONTH, help=f"hours a month the server runs (default {HOURS_PER_MONTH})")
     costs.add_argument("--prices", help="price file overriding the packaged catalog")
+    add_api_arguments(p, json_flag=False)
     p.set_defaults(func=_report)
 
 
@@ -47,11 +51,12 @@ def _error(message: str) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     try:
-        run = read_results(args.results)
-        baseline = read_results(args.compare) if args.compare else None
-    except ResultsFileError as exc:
+        loaded = load_run(args.results, args)
+        baseline = load_run(args.compare, args).run if args.compare else None
+    except (ResultsFileError, RunNotAvailable) as exc:
         return _error(str(exc))
-    comparisons = None
+    run = loaded.run
+    comparisons = loaded.comparisons or None  # a stored run brings the comparisons made at its instance price
     if args.self_hosted_monthly_usd is not None or args.hourly_usd is not None:
         try:
             api = load_catalog(args.prices).managed_api(args.api)
@@ -68,7 +73,7 @@ def _report(args: argparse.Namespace) -> int:
             return _error(f"{flag}: {err['msg']}")
     written: list[Path] = []
     if not args.no_files:
-        out = Path(args.output) if args.output else results_path(args.results).parent
+        out = Path(args.output) if args.output else loaded.directory
         written = write_all(run, out, comparison=comparisons, baseline=baseline)
     if args.json:
         print(json.dumps(run_json(run, baseline=baseline, comparisons=comparisons) | {"files": [str(p) for p in written]}, indent=1))

@@ -1,0 +1,188 @@
+"""Benchmarks through the REST API: `servingctl bench --profile NAME ...` starts a run inside the VPC
+(run_benchmark) and follows it, `servingctl runs` lists runs, and `servingctl report RUN_ID` gets
+a stored run (summaries from DynamoDB, per-request records from S3 through presigned links) so the
+usual outputs can render it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from servingctl.bench.matrix import RUN_ID_PATTERN
+from servingctl.bench.models import RunResult
+from servingctl.cli.client import EXIT_FAILED, EXIT_OK, ApiError, Client, Unreachable, add_api_arguments, api_command, connect
+from servingctl.costs import Comparison
+from servingctl.store.records import decode_records
+
+FOLLOW_INTERVAL_S = 1.0
+RUN_ID = re.compile(RUN_ID_PATTERN)
+# Where `servingctl report RUN_ID` and `servingctl bench --profile` write files by default.
+RUNS_DIR = Path("servingctl-runs")
+# bench flag -> run_benchmark input field (the flags of the local bench, same meaning).
+FIELDS = {
+    "input_tokens": "input_tokens", "concurrency": "concurrencies", "mode": "mode", "rate": "rate", "warmup": "warmup",
+    "rounds": "rounds", "requests": "requests", "duration": "duration_s", "max_tokens": "max_tokens", "seed": "seed",
+    "salt_mode": "salt_mode", "max_failure_rate": "max_failure_rate", "timeout": "timeout_s",
+}
+
+
+class RunNotAvailable(Exception):
+    """A run id the API could not hand over (unknown, unreachable, or not finished)."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `runs` (bench --profile and report RUN_ID are flags of their own commands)."""
+    runs = subparsers.add_parser("runs", help="benchmark runs stored by the control plane, newest first")
+    runs.add_argument("--profile", help="only this profile's runs")
+    runs.add_argument("--limit", type=int, default=20, help="at most this many runs (default 20)")
+    add_api_arguments(runs)
+    runs.set_defaults(func=api_command(_runs))
+
+
+def _runs(args: argparse.Namespace, client: Client) -> int:
+    runs = client.get("/benchmarks", {"profile": args.profile, "limit": args.limit})
+    if args.json:
+        print(json.dumps(runs))
+        return EXIT_OK
+    table = Table(title="servingctl benchmark runs")
+    for column in ("run id", "profile", "status", "scenarios", "label", "finished", "error"):
+        table.add_column(column)
+    for run in runs:
+        table.add_row(run["run_id"], run["profile"], run["status"], str(len(run["scenarios"])), run["label"] or "",
+                      run["finished_at"] or "-", run["error"] or "")
+    Console().print(table)
+    return EXIT_OK
+
+
+def request_body(args: argparse.Namespace, client: Client) -> dict[str, Any]:
+    """The run_benchmark input of `bench --profile` flags (the twin's poll pacing added when local)."""
+    body: dict[str, Any] = {"profile": args.profile, "start": args.start, "stop": args.stop}
+    body |= {field: getattr(args, flag) for flag, field in FIELDS.items() if getattr(args, flag) is not None}
+    if args.label:
+        body["label"] = args.label
+    if client.poll:  # the twin runs AWS's delays faster: its flows should poll as fast
+        body["start_options"] = {"poll": client.poll}
+        body["stop_options"] = {"poll": client.poll}
+    return body
+
+
+def follow_run(client: Client, run_id: str, *, plain: bool, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Poll GET /benchmarks/{run_id} until its execution ends, showing scenarios as they are written."""
+    console = Console(stderr=True)
+    started = time.monotonic()
+    shown: list[str] = []
+    status = ""
+    while True:
+        try:
+            detail = client.get(f"/benchmarks/{run_id}")
+        except ApiError as exc:
+            if exc.status != 404 or time.monotonic() - started > 60:
+                raise
+            detail = {"status": "PENDING", "execution_status": "RUNNING", "scenarios_written": [], "scenarios": []}
+        elapsed = time.monotonic() - started
+        if detail["status"] != status:
+            status = detail["status"]
+            _say(console, plain, f"[{elapsed:7.1f} s] {status}" + (" (the profile is being started)" if status == "PLANNED" else ""))
+        for name in detail["scenarios_written"][len(shown):]:
+            shown.append(name)
+            _say(console, plain, f"[{elapsed:7.1f} s] {name} written ({len(shown)}/{len(detail['scenarios'])})")
+        if detail.get("execution_status") not in (None, "RUNNING"):
+            return detail
+        sleep(FOLLOW_INTERVAL_S)
+
+
+def _say(console: Console, plain: bool, line: str) -> None:
+    if plain:
+        print(line, file=sys.stderr, flush=True)
+    else:
+        console.print(line, highlight=False)
+
+
+def stored_run(client: Client, detail: dict[str, Any]) -> tuple[RunResult, dict[str, Comparison]]:
+    """The run's results with every scenario's records (downloaded through the presigned links)."""
+    if detail.get("result") is None:
+        raise RunNotAvailable(f"{detail['run_id']}: no results ({detail['status']}: {detail.get('error') or 'not recorded yet'})")
+    run = RunResult.model_validate(detail["result"])
+    links = detail["records_urls"]
+    with httpx.Client(timeout=60.0, trust_env=not client.local) as http:
+        for scenario in run.scenarios:
+            url = links.get(scenario.summary.name)
+            if url:
+                answer = http.get(url)
+                answer.raise_for_status()
+                scenario.records = decode_records(answer.content)
+    comparisons = {c["scenario"]: Comparison.model_validate(c["comparison"]) for c in detail["comparisons"]}
+    return run, comparisons
+
+
+@dataclass
+class LoadedRun:
+    """A run for `report`: from a results file or from the API, with where its files go by default."""
+
+    run: RunResult
+    comparisons: dict[str, Comparison] | None
+    directory: Path
+
+
+def load_run(ref: str, args: argparse.Namespace) -> LoadedRun:
+    """A results file or directory, or a run id fetched through the API (RunNotAvailable says why not;
+    a bad file raises the outputs' ResultsFileError)."""
+    # The outputs import matplotlib: only when a report is made, not for every servingctl command.
+    from servingctl.bench.outputs.results_json import read_results, results_path
+
+    if Path(ref).exists() or not RUN_ID.match(ref):
+        return LoadedRun(read_results(ref), None, results_path(ref).parent)
+    try:
+        client = connect(args)
+    except Unreachable as exc:
+        raise RunNotAvailable(f"{ref}: not a file, and no API to fetch the run from ({exc})") from None
+    try:
+        run, comparisons = stored_run(client, client.get(f"/benchmarks/{ref}"))
+    except (ApiError, Unreachable, httpx.HTTPError) as exc:
+        raise RunNotAvailable(f"{ref}: {exc}") from None
+    finally:
+        client.close()
+    return LoadedRun(run, comparisons, RUNS_DIR / ref)
+
+
+def _remote(args: argparse.Namespace, client: Client) -> int:
+    from servingctl.bench.outputs import write_all
+    from servingctl.bench.outputs.terminal import print_run, run_json
+
+    ref = client.post("/benchmarks", request_body(args, client))
+    console = Console(stderr=True)
+    console.print(f"run {ref['run_id']}: {len(ref['scenarios'])} scenarios on {ref['profile']}"
+                  + (" (starting it first)" if ref["start"] else "") + (", stopping it afterwards" if ref["stop"] else ""),
+                  highlight=False)
+    if args.no_wait:
+        print(json.dumps(ref) if args.json else f"follow: servingctl runs; report: servingctl report {ref['run_id']}")
+        return EXIT_OK
+    detail = follow_run(client, ref["run_id"], plain=args.json or not console.is_terminal)
+    if detail.get("result") is None or not detail["result"]["scenarios"]:
+        console.print(f"[bold red]run {ref['run_id']} {detail['status']}[/]: {detail.get('error') or 'no scenario written'}")
+        return EXIT_FAILED
+    run, comparisons = stored_run(client, detail)
+    written = write_all(run, Path(args.output) if args.output else RUNS_DIR / ref["run_id"], comparison=comparisons or None)
+    if args.json:
+        print(json.dumps(run_json(run, comparisons=comparisons or None) | {"status": detail["status"], "files": [str(p) for p in written]}))
+    else:
+        print_run(run, Console(), comparisons=comparisons or None)
+        if detail["status"] != "SUCCEEDED":
+            console.print(f"[bold red]run {detail['status']}[/]: {detail.get('error')} (the scenarios above were written before it)")
+        console.print(f"wrote {len(written)} files to {written[0].parent}: report.md, results.json, vllm/, *.png", highlight=False)
+    return EXIT_OK if detail["status"] == "SUCCEEDED" and run.exit_code == 0 else EXIT_FAILED
+
+
+remote_bench = api_command(_remote)

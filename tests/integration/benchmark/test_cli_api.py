@@ -1,0 +1,117 @@
+"""Benchmarks through the twin's REST API and the servingctl command: `bench --profile` starts a run
+in the VPC and writes the report, `runs` lists it, `report RUN_ID --compare RUN_ID` renders two stored
+runs side by side, and the API refuses bad requests naming the field."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from servingctl.bench.outputs import read_results
+from servingctl.cli.client import write_twin_state
+from servingctl.cli.main import main
+from servingctl.local.twin import Twin
+from servingctl.local.world import Delays
+
+PROFILE = "deepseek-v4-flash"
+POLL = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}
+MATRIX = ["--input-tokens", "64,128", "--concurrency", "1,2", "--warmup", "1", "--rounds", "2", "--max-tokens", "16"]
+
+
+@pytest.fixture(scope="module")
+def twin() -> Iterator[Twin]:
+    """A twin serving the REST API over HTTP (overrides the conftest's)."""
+    with Twin(model_server="sim", time_scale=10.0, delays=Delays().scaled(0.1), api_port=0) as running:
+        yield running
+
+
+@pytest.fixture
+def cli(twin: Twin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Any:
+    """main(argv) -> (exit code, stdout, stderr) against the twin, found through its state file (--local)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("SERVINGCTL_API_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert twin.api_url is not None
+    write_twin_state(twin.api_url, POLL)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main([*argv, "--local"])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def _json(out: str) -> Any:
+    """The command's JSON answer: its last stdout line (in-process handlers log JSON lines to stdout too)."""
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _json_block(out: str) -> Any:
+    """An indented JSON answer: from its last line that opens an object to the end."""
+    lines = out.strip().splitlines()
+    return json.loads("\n".join(lines[max(i for i, line in enumerate(lines) if line == "{"):]))
+
+
+def test_bench_profile_runs_in_the_vpc_then_runs_and_report_compare_read_it_back(twin: Twin, cli: Any, tmp_path: Path) -> None:
+    code, out, err = cli("bench", "--profile", PROFILE, "--start", *MATRIX, "--label", "first", "--seed", "7",
+                         "--output", str(tmp_path / "first"), "--json")
+    assert code == 0, out[-2000:] + err
+    first = _json(out)
+    assert first["status"] == "SUCCEEDED" and [s["name"] for s in first["scenarios"]] == ["in64-c1", "in64-c2", "in128-c1", "in128-c2"]
+    assert "RUNNING" in err and "in128-c2 written (4/4)" in err  # progress as scenarios were written
+    files = {Path(p).relative_to(tmp_path / "first").as_posix() for p in first["files"]}
+    assert {"results.json", "report.md", "aggregate_tok_s.png", "ttft.png", "vllm/in64-c1.json"} <= files
+    run = read_results(tmp_path / "first")
+    assert len(run.scenarios) == 4 and all(len(s.records) == 3 * s.summary.concurrency for s in run.scenarios)
+    assert run.config.seed == 7 and run.config.headers == {"X-LLM-Profile": PROFILE}
+    # the costs in the report are the ones stored at the profile's instance price
+    assert set(first["costs"]) == {s["name"] for s in first["scenarios"]}
+    assert "## Cost per token" in (tmp_path / "first/report.md").read_text()
+
+    code, out, err = cli("bench", "--profile", PROFILE, "--stop", *MATRIX, "--label", "second", "--json")
+    assert code == 0, out[-2000:] + err
+    second_id = _json(out)["run_id"]
+    assert (tmp_path / "servingctl-runs" / second_id / "results.json").is_file()  # the default place
+
+    code, out, _ = cli("runs", "--profile", PROFILE, "--json")
+    listed = _json(out)
+    assert [r["run_id"] for r in listed] == [second_id, run.metadata.run_id]
+    assert [r["label"] for r in listed] == ["second", "first"] and {r["status"] for r in listed} == {"SUCCEEDED"}
+
+    code, out, err = cli("report", second_id, "--compare", run.metadata.run_id, "--output", str(tmp_path / "both"), "--json")
+    assert code == 0, out[-2000:] + err
+    report = _json_block(out)
+    assert report["baseline_run_id"] == run.metadata.run_id and len(report["comparison"]) == 4
+    assert (tmp_path / "both/compare.png").is_file() and (tmp_path / "both/report.md").is_file()
+    stored = read_results(tmp_path / "both")
+    assert stored.metadata.run_id == second_id and all(s.records for s in stored.scenarios)  # records from S3
+
+    code, out, _ = cli("status", PROFILE, "--json")
+    assert _json(out)["phase"] == "STOPPED"  # --stop stopped it
+
+
+def test_the_api_refuses_bad_benchmarks_naming_the_field(twin: Twin) -> None:
+    api = twin.api_url
+    answer = httpx.post(f"{api}/benchmarks", json={"profile": PROFILE, "concurrencies": [0]}, timeout=30)
+    assert answer.status_code == 400 and "concurrencies" in answer.json()["message"]
+    answer = httpx.post(f"{api}/benchmarks", json={"profile": "nope"}, timeout=30)
+    assert answer.status_code == 400 and answer.json()["field"] == "body.profile"
+    answer = httpx.post(f"{api}/benchmarks", json={"profile": PROFILE, "input_tokens": [8192], "rounds": 20, "runner": "lambda"}, timeout=30)
+    assert answer.status_code == 400 and "more than the 780 s a Lambda worker may take" in answer.json()["message"]
+    answer = httpx.post(f"{api}/benchmarks", json={"profile": PROFILE}, timeout=30)
+    assert answer.status_code == 409 and answer.json()["field"] == "body.start" and "STOPPED, not READY" in answer.json()["message"]
+    assert httpx.get(f"{api}/benchmarks/20250101T000000Z-none", timeout=30).status_code == 404
+    assert httpx.get(f"{api}/benchmarks", params={"profile": "nope"}, timeout=30).status_code == 404
+
+
+def test_bench_profile_refuses_endpoint_flags(cli: Any) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli("bench", "--profile", PROFILE, "--endpoint", "http://x")
+    assert exit_info.value.code == 2
