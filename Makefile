@@ -53,5 +53,5 @@ unit: setup ## fast unit tests
 test: setup $(TEST_DEPS) ## everything: unit, integration (state machines on the twin), e2e (real vLLM), lint
 	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q tests $(PYTEST_ARGS)
 
-demo: setup $(DEMO_DEPS) ## the main job on the local twin
-	$(VENV)/bin/servingctl --help
+demo: setup $(DEMO_DEPS) ## the main path on the local twin with the real vLLM: start, benchmark, report, stop, ledger
+	$(VENV)/bin/python -m servingctl.local.demo --output demo-output

@@ -104,6 +104,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     remote.add_argument("--start", action="store_true", help="start the profile first when it is not READY")
     remote.add_argument("--stop", action="store_true", help="stop the profile when the run ends (also after a failure)")
     remote.add_argument("--label", help="a note stored with the run, e.g. 'MTP on'")
+    remote.add_argument("--max-workers", type=_bounded(int, 1, 8, "an integer from 1 to 8"),
+                        help="workers a client-bound scenario may be split across (default 4; 1 never splits)")
     remote.add_argument("--no-wait", action="store_true", help="return once the run started")
     add_api_arguments(p, json_flag=False)
     p.set_defaults(func=_bench, bench_parser=p)

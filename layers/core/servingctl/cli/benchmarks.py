@@ -34,7 +34,7 @@ RUNS_DIR = Path("servingctl-runs")
 FIELDS = {
     "input_tokens": "input_tokens", "concurrency": "concurrencies", "mode": "mode", "rate": "rate", "warmup": "warmup",
     "rounds": "rounds", "requests": "requests", "duration": "duration_s", "max_tokens": "max_tokens", "seed": "seed",
-    "salt_mode": "salt_mode", "max_failure_rate": "max_failure_rate", "timeout": "timeout_s",
+    "salt_mode": "salt_mode", "max_failure_rate": "max_failure_rate", "timeout": "timeout_s", "max_workers": "max_workers",
 }
 
 
@@ -92,12 +92,12 @@ def follow_run(client: Client, run_id: str, *, plain: bool, sleep: Callable[[flo
                 raise
             detail = {"status": "PENDING", "execution_status": "RUNNING", "scenarios_written": [], "scenarios": []}
         elapsed = time.monotonic() - started
-        if detail["status"] != status:
-            status = detail["status"]
-            _say(console, plain, f"[{elapsed:7.1f} s] {status}" + (" (the profile is being started)" if status == "PLANNED" else ""))
         for name in detail["scenarios_written"][len(shown):]:
             shown.append(name)
             _say(console, plain, f"[{elapsed:7.1f} s] {name} written ({len(shown)}/{len(detail['scenarios'])})")
+        if detail["status"] != status:
+            status = detail["status"]
+            _say(console, plain, f"[{elapsed:7.1f} s] {status}" + (" (the profile is being started)" if status == "PLANNED" else ""))
         if detail.get("execution_status") not in (None, "RUNNING"):
             return detail
         sleep(FOLLOW_INTERVAL_S)

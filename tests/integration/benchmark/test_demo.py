@@ -1,0 +1,31 @@
+"""The demo script end to end on the simulator (make demo runs it with the real vLLM): every step
+succeeds through the REST API, the report files are written, and nothing is left running."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servingctl.bench.outputs import read_results
+from servingctl.local import demo
+
+
+def test_the_demo_runs_the_main_path_and_leaves_nothing_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)  # the demo sets its own (restored after the test)
+    code = demo.run_demo(tmp_path / "out", model_server="sim", time_scale=50.0, workdir=tmp_path / "work")
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    summary = json.loads((tmp_path / "work/demo.json").read_text())
+    assert summary["steps"] == {"status": 0, "start": 0, "bench": 0, "stop": 0, "ledger": 0} and summary["left_running"] == []
+    for step in ("$ servingctl start deepseek-v4-flash --wait", "$ servingctl bench --profile deepseek-v4-flash",
+                 "$ servingctl stop deepseek-v4-flash --wait", "$ servingctl costs ledger --profile deepseek-v4-flash"):
+        assert step in out
+    assert "READY in" in out and "STOPPED in" in out  # the phases were followed to the end
+    assert "Self-hosted vs managed API" in out and "nothing left running: yes" in out
+    run = read_results(tmp_path / "out")
+    assert sorted(s.summary.name for s in run.scenarios) == ["in1024-c1", "in1024-c4", "in256-c1", "in256-c4"]
+    assert {p.name for p in (tmp_path / "out").iterdir()} >= {"report.md", "results.json", "aggregate_tok_s.png", "ttft.png", "vllm"}
+    assert "g7e.12xlarge" in out and "12.17" in out  # the ledger entry at the instance's hourly price
