@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import httpx
 import pytest
 
@@ -17,6 +18,7 @@ from servingctl.cli.client import write_twin_state
 from servingctl.cli.main import main
 from servingctl.local.twin import Twin
 from servingctl.local.world import Delays
+from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 
 PROFILE = "deepseek-v4-flash"
 POLL = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}
@@ -92,6 +94,12 @@ def test_bench_profile_runs_in_the_vpc_then_runs_and_report_compare_read_it_back
     assert (tmp_path / "both/compare.png").is_file() and (tmp_path / "both/report.md").is_file()
     stored = read_results(tmp_path / "both")
     assert stored.metadata.run_id == second_id and all(s.records for s in stored.scenarios)  # records from S3
+    # the numbers printed and written are the ones stored in DynamoDB
+    resource = boto3.resource("dynamodb", endpoint_url=twin.endpoint_url, region_name=twin.region,
+                              aws_access_key_id="testing", aws_secret_access_key="testing")
+    summaries = {s.name: s.summary for s in DynamoBenchmarkStore(twin.table_name, resource).list_scenarios(second_id)}
+    assert {r["name"]: r["aggregate_tok_s"] for r in report["scenarios"]} == {n: s.aggregate_tok_s for n, s in summaries.items()}
+    assert {s.summary.name: s.summary for s in stored.scenarios} == summaries
 
     code, out, _ = cli("status", PROFILE, "--json")
     assert _json(out)["phase"] == "STOPPED"  # --stop stopped it
