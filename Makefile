@@ -50,8 +50,12 @@ include $(sort $(wildcard mk/*.mk))
 unit: setup ## fast unit tests
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
+# The twin patches moto and turns on its state machine execution for the whole process, so the
+# suites that use plain moto (unit) run in processes of their own, apart from the twin's.
 test: setup $(TEST_DEPS) ## everything: unit, integration (state machines on the twin), e2e (real vLLM), lint
-	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q tests $(PYTEST_ARGS)
+	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q -n 2 tests/unit $(PYTEST_ARGS)
+	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q tests/integration $(PYTEST_ARGS)
+	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q tests/e2e $(PYTEST_ARGS)
 
 demo: setup $(DEMO_DEPS) ## the main path on the local twin with the real vLLM: start, benchmark, report, stop, ledger
 	$(VENV)/bin/python -m servingctl.local.demo --output demo-output
