@@ -232,3 +232,30 @@ def test_unknown_action_and_missing_run_are_named(deps: WorkerDeps) -> None:
         run_action({"action": "bench", "state": {}}, deps)
     with pytest.raises(Exception, match="run_id: no benchmark run 'nope' in the store"):
         run_action({"action": "calibrate", "state": {"plan": {"run_id": "nope"}}, "execution": EXECUTION}, deps)
+
+
+def test_a_shard_waits_for_the_common_start_and_numbers_its_requests_apart() -> None:
+    import asyncio
+    from datetime import timedelta
+
+    from servingctl.bench.backend import Connection
+    from servingctl.bench.models import Calibration, RunConfig
+    from servingctl.bench.runner import INDEX_STRIDE, Shard, measure_scenario
+
+    transport, seen = fake_server()
+    config = RunConfig(endpoint="http://alb.internal", model="m", warmup=0, rounds=2, max_tokens=3)
+    calibration = Calibration(target_tokens=100, actual_tokens=93, repetitions=10, method="usage", unit=UNIT)
+    start_at = datetime.now(UTC) + timedelta(milliseconds=300)
+
+    def shard(index: int, at: datetime):
+        return asyncio.run(measure_scenario(config, Connection(config.endpoint), calibration, 2, run_id="r1", name="in100-c4",
+                                            shard=Shard(index, 2, at), transport=transport))
+
+    on_time = shard(1, start_at)
+    assert on_time.t0_wall >= start_at and on_time.late_start_s == 0.0  # nothing was sent before the common start
+    assert on_time.name == "in100-c4" and on_time.concurrency == 2
+    assert [r.index for r in on_time.records] == [2 * INDEX_STRIDE + i for i in range(4)]
+    late = shard(0, datetime.now(UTC) - timedelta(seconds=2))
+    assert late.late_start_s >= 2.0 and [r.index for r in late.records] == [INDEX_STRIDE + i for i in range(4)]
+    salts = [s["body"]["cache_salt"] for s in seen]
+    assert len(salts) == len(set(salts)) == 8  # no salt repeats across the shards
