@@ -5,6 +5,7 @@ runs side by side, and the API refuses bad requests naming the field."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,7 @@ def test_bench_profile_runs_in_the_vpc_then_runs_and_report_compare_read_it_back
     assert code == 0, out[-2000:] + err
     first = _json(out)
     assert first["status"] == "SUCCEEDED" and [s["name"] for s in first["scenarios"]] == ["in64-c1", "in64-c2", "in128-c1", "in128-c2"]
-    assert "RUNNING" in err and "in128-c2 written (4/4)" in err  # progress as scenarios were written
+    assert "PENDING" in err and "in128-c2 written (4/4)" in err  # progress as scenarios were written
     files = {Path(p).relative_to(tmp_path / "first").as_posix() for p in first["files"]}
     assert {"results.json", "report.md", "aggregate_tok_s.png", "ttft.png", "vllm/in64-c1.json"} <= files
     run = read_results(tmp_path / "first")
@@ -113,10 +114,28 @@ def test_the_api_refuses_bad_benchmarks_naming_the_field(twin: Twin) -> None:
     assert answer.status_code == 400 and answer.json()["field"] == "body.profile"
     answer = httpx.post(f"{api}/benchmarks", json={"profile": PROFILE, "input_tokens": [8192], "rounds": 20, "runner": "lambda"}, timeout=30)
     assert answer.status_code == 400 and "more than the 780 s a Lambda worker may take" in answer.json()["message"]
-    answer = httpx.post(f"{api}/benchmarks", json={"profile": PROFILE}, timeout=30)
+    answer = httpx.post(f"{api}/benchmarks", json={"profile": "nemotron-nano"}, timeout=30)  # never started here
     assert answer.status_code == 409 and answer.json()["field"] == "body.start" and "STOPPED, not READY" in answer.json()["message"]
     assert httpx.get(f"{api}/benchmarks/20250101T000000Z-none", timeout=30).status_code == 404
     assert httpx.get(f"{api}/benchmarks", params={"profile": "nope"}, timeout=30).status_code == 404
+
+
+def test_posting_the_same_run_again_joins_it_and_another_input_under_its_id_is_refused(twin: Twin) -> None:
+    api = twin.api_url
+    body = {"profile": "nemotron-nano", "start": True, "stop": True, "input_tokens": [64], "concurrencies": [1], "warmup": 0,
+            "rounds": 1, "max_tokens": 8, "run_id": "20261202T000000Z-same", "start_options": {"poll": POLL},
+            "stop_options": {"poll": POLL}}
+    first = httpx.post(f"{api}/benchmarks", json=body, timeout=30)
+    again = httpx.post(f"{api}/benchmarks", json=body, timeout=30)
+    assert first.status_code == again.status_code == 202 and first.json() == again.json()
+    other = httpx.post(f"{api}/benchmarks", json=body | {"label": "another"}, timeout=30)
+    assert other.status_code == 409 and other.json()["field"] == "body.run_id"
+    deadline = time.monotonic() + 180
+    while (detail := httpx.get(f"{api}/benchmarks/{body['run_id']}", timeout=30).json())["execution_status"] == "RUNNING":
+        assert time.monotonic() < deadline, "the run never ended"
+        time.sleep(0.5)
+    assert detail["status"] == "SUCCEEDED" and detail["scenarios_written"] == ["in64-c1"]
+    assert set(detail["records_urls"]) == {"in64-c1"} and detail["reproducibility"]["instance_type"] == "g7e.2xlarge"
 
 
 def test_bench_profile_refuses_endpoint_flags(cli: Any) -> None:

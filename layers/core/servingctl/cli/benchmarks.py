@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import secrets
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +69,11 @@ def _runs(args: argparse.Namespace, client: Client) -> int:
 
 
 def request_body(args: argparse.Namespace, client: Client) -> dict[str, Any]:
-    """The run_benchmark input of `bench --profile` flags (the twin's poll pacing added when local)."""
-    body: dict[str, Any] = {"profile": args.profile, "start": args.start, "stop": args.stop}
+    """The run_benchmark input of `bench --profile` flags (the twin's poll pacing added when local).
+    The run id is chosen here: a repeated POST of the same body names the same execution, which Step
+    Functions returns instead of starting a second run."""
+    run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    body: dict[str, Any] = {"profile": args.profile, "start": args.start, "stop": args.stop, "run_id": run_id}
     body |= {field: getattr(args, flag) for flag, field in FIELDS.items() if getattr(args, flag) is not None}
     if args.label:
         body["label"] = args.label
