@@ -29,11 +29,6 @@ variable "cidr" {
 }
 
 variable "region" {
-  description = "Region of the VPC (the provider's): names the S3 gateway endpoint service."
+  description = "Region of the VPC (the provider's, validated by the root module): names the S3 gateway endpoint service."
   type        = string
-
-  validation {
-    condition     = can(regex("^[a-z]{2}(-[a-z]+)+-[0-9]$", var.region))
-    error_message = "region must look like us-east-1."
-  }
 }
