@@ -23,10 +23,10 @@ ifeq ($(origin TF_PLUGIN_DIR),undefined)
 TF_PLUGIN_DIR := $(firstword $(shell find / -maxdepth 3 -type d -name tf-plugins -not -path '/proc/*' 2>/dev/null))
 endif
 TF_INIT_SOURCE = $(if $(wildcard $(TF_PLUGIN_DIR)),-plugin-dir=$(abspath $(TF_PLUGIN_DIR)),)
-export TF_DATA_DIR := $(abspath .cache/terraform)
+export TF_DATA_DIR ?= $(abspath .cache/terraform)
 export TF_PLUGIN_CACHE_DIR := $(abspath .cache/terraform-plugins)
 export TF_IN_AUTOMATION := 1
-TF_STAMP := .cache/terraform.stamp
+TF_STAMP = $(TF_DATA_DIR)/servingctl-init.stamp
 
 $(TF_STAMP): $(wildcard $(TF_ROOT)/*.tf) $(TF_ROOT)/.terraform.lock.hcl
 	@command -v terraform >/dev/null || { echo "terraform not found on PATH: install Terraform 1.11 or later"; exit 1; }

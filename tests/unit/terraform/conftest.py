@@ -28,12 +28,25 @@ def terraform(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     binary = shutil.which("terraform")
     if binary is None:
         pytest.fail("terraform not found on PATH: install Terraform 1.11 or later")
-    if not (DATA_DIR / "providers").is_dir():
-        pytest.fail(f"{DATA_DIR} holds no providers: run `make tf-init` (terraform init with the local mirror or the registry)")
+    _init_once()
     env = {**os.environ, "TF_DATA_DIR": str(DATA_DIR), "TF_IN_AUTOMATION": "1"}
     return subprocess.run(
         [binary, *args], cwd=TF_ROOT, capture_output=True, text=True, timeout=timeout, env=env, check=False
     )
+
+
+def _init_once() -> None:
+    """`make tf-init` (it picks the local provider mirror or the registry) unless done, once for
+    all pytest workers."""
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    with (DATA_DIR / "servingctl-init.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (DATA_DIR / "providers").is_dir() and (DATA_DIR / "modules").is_dir():
+            return
+        env = {**os.environ, "TF_DATA_DIR": str(DATA_DIR)}
+        proc = subprocess.run(["make", "-s", "tf-init"], cwd=REPO, capture_output=True, text=True, timeout=900, env=env, check=False)
+        if proc.returncode != 0:
+            pytest.fail(f"make tf-init failed (exit {proc.returncode}): {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
 
 
 def json_lines(stdout: str) -> list[dict[str, Any]]:
