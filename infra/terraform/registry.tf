@@ -35,6 +35,7 @@ locals {
         serving               = module.profile[name].serving
         schedule              = profile.schedule
         idle                  = profile.idle
+        autostop              = profile.autostop
         default_lease_minutes = profile.default_lease_minutes
         max_lease_minutes     = profile.max_lease_minutes
         load                  = local.load[name]

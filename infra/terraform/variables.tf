@@ -189,6 +189,13 @@ variable "profiles" {
       enabled        = optional(bool, true)
       window_minutes = optional(number, 30)
     }), {})
+    # How the sweep stops the profile (registry autostop block): warning, drain after a hard limit, hard limits.
+    autostop = optional(object({
+      warning_minutes     = optional(number, 15)
+      drain_minutes       = optional(number, 10)
+      max_runtime_minutes = optional(number)
+      max_session_usd     = optional(number)
+    }), {})
     default_lease_minutes = optional(number, 120)
     max_lease_minutes     = optional(number, 720)
     start = optional(object({
@@ -262,6 +269,14 @@ variable "profiles" {
   validation {
     condition     = alltrue([for p in values(var.profiles) : p.default_lease_minutes >= 5 && p.default_lease_minutes <= p.max_lease_minutes && p.max_lease_minutes <= 44640])
     error_message = "profiles.*.default_lease_minutes must be 5..max_lease_minutes, and max_lease_minutes at most 44640."
+  }
+  validation {
+    condition = alltrue([for p in values(var.profiles) :
+      p.autostop.warning_minutes >= 1 && p.autostop.warning_minutes <= 1440 && p.autostop.drain_minutes >= 0 && p.autostop.drain_minutes <= 120
+      && (p.autostop.max_runtime_minutes == null || try(p.autostop.max_runtime_minutes >= p.default_lease_minutes && p.autostop.max_runtime_minutes <= 44640, false))
+      && (p.autostop.max_session_usd == null || try(p.autostop.max_session_usd > 0 && p.autostop.max_session_usd <= 1000000, false))
+    ])
+    error_message = "profiles.*.autostop: warning_minutes must be 1..1440, drain_minutes 0..120, max_runtime_minutes null or default_lease_minutes..44640, max_session_usd null or above 0 up to 1000000."
   }
   validation {
     condition     = alltrue([for p in values(var.profiles) : p.revision == null || can(regex("^[0-9a-f]{40}$", coalesce(p.revision, "x")))])

@@ -75,6 +75,10 @@ run "reference" {
   }
 
   assert {
+    condition     = local.registry.profiles["deepseek-v4-flash"].autostop.warning_minutes == 15 && local.registry.profiles["deepseek-v4-flash"].autostop.drain_minutes == 10 && local.registry.profiles["deepseek-v4-flash"].autostop.max_runtime_minutes == null && local.registry.profiles["deepseek-v4-flash"].autostop.max_session_usd == null
+    error_message = "the registry carries each profile's autostop settings (defaults here)"
+  }
+  assert {
     condition     = nonsensitive(aws_ssm_parameter.registry.value) == jsonencode(local.registry)
     error_message = "the registry parameter must store local.registry"
   }

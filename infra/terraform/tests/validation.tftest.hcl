@@ -152,3 +152,11 @@ run "zones_of_another_region" {
   }
   expect_failures = [var.availability_zones]
 }
+
+run "max_runtime_below_the_default_lease" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = {}, default_lease_minutes = 120, autostop = { max_runtime_minutes = 119 } } }
+  }
+  expect_failures = [var.profiles]
+}
