@@ -22,6 +22,7 @@ from servingctl.bench.models import MODES, SALT_MODES, RunConfig, RunResult
 from servingctl.bench.runner import Progress as ProgressEvent
 from servingctl.bench.runner import ProgressFn, run_benchmark
 from servingctl.cli.benchmarks import remote_bench
+from servingctl.cli.main import summary
 from servingctl.cli.client import add_api_arguments
 
 API_KEY_ENV = "SERVINGCTL_API_KEY"
@@ -68,8 +69,7 @@ def _header(text: str) -> tuple[str, str]:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `bench` command."""
     p = subparsers.add_parser(
-        "bench",
-        help="benchmark an OpenAI-compatible endpoint (streaming, server cross-checks)",
+        "bench", help=summary("bench"),
         description="Sweep input lengths x concurrencies against an OpenAI-compatible chat endpoint.",
     )
     p.add_argument("--endpoint", help="server base URL (http://host:port, /v1 optional); required without --profile")

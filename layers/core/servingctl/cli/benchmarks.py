@@ -24,6 +24,7 @@ from rich.table import Table
 
 from servingctl.bench.matrix import RUN_ID_PATTERN
 from servingctl.bench.models import RunResult
+from servingctl.cli.main import summary
 from servingctl.cli.client import EXIT_FAILED, EXIT_OK, ApiError, Client, Unreachable, add_api_arguments, api_command, connect
 from servingctl.costs import Comparison
 from servingctl.store.records import decode_records
@@ -46,7 +47,8 @@ class RunNotAvailable(Exception):
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `runs` (bench --profile and report RUN_ID are flags of their own commands)."""
-    runs = subparsers.add_parser("runs", help="benchmark runs stored by the control plane, newest first")
+    runs = subparsers.add_parser(
+        "runs", help=summary("runs"))
     runs.add_argument("--profile", help="only this profile's runs")
     runs.add_argument("--limit", type=int, default=20, help="at most this many runs (default 20)")
     add_api_arguments(runs)

@@ -10,8 +10,11 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from servingctl.cli.client import DEFAULT_TWIN_PORT, clear_twin_state, write_twin_state
+from servingctl.cli.main import summary
+from servingctl.cli.client import clear_twin_state, write_twin_state
 from servingctl.local.faults import FAULTS
+
+DEFAULT_TWIN_PORT = 8700  # the REST API's port when --api-port is not given
 
 if TYPE_CHECKING:
     from servingctl.local.twin import Twin
@@ -21,7 +24,8 @@ from servingctl.local.simserver import command as simserver_command
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``local`` command group and its subcommands."""
-    local = subparsers.add_parser("local", help="run parts of the system on this machine")
+    local = subparsers.add_parser(
+        "local", help=summary("local"))
     local_sub = local.add_subparsers(dest="local_command", metavar="SUBCOMMAND", required=True)
     _register_simserver(local_sub)
     _register_up(local_sub)
