@@ -187,8 +187,7 @@ def interrupted_line(client: Client, execution_id: str, profile: str, action: st
             arn, spec = execution_id, {}
     finally:
         signal.signal(signal.SIGINT, previous)
-    price = f"{spec['hourly_usd']:.2f} USD/h" if spec.get("hourly_usd") is not None else "unpriced"
-    gpu = f"a {spec['instance_type']} ({price})" if spec.get("instance_type") else "its GPU instance"
+    gpu = f"a {spec['instance_type']} ({_per_hour(spec.get('hourly_usd'))})" if spec.get("instance_type") else "its GPU instance"
     if action == "start":
         what = f"it keeps running in Step Functions ({arn}) and brings up {gpu}"
         stop = f"stop it: servingctl stop {profile}"
@@ -275,6 +274,10 @@ def _price(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _per_hour(value: float | None) -> str:
+    return "not in the price catalog" if value is None else f"{value:.2f} USD/h"
+
+
 def _status(args: argparse.Namespace, client: Client) -> int:
     if args.name is None:
         profiles = client.get("/profiles")
@@ -302,12 +305,13 @@ def status_text(detail: dict[str, Any]) -> str:
         phase += f" since {render.when(detail['ready_at'])}"
     cost = "-"
     if detail["accrued_cost_usd"] is not None:
-        cost = f"{detail['accrued_cost_usd']:.2f} USD ({detail['uptime_s'] / 60:.1f} min at {_price(detail['hourly_usd'])} USD/h)"
-    endpoint = (f"{detail['endpoint_url']}\nfrom inside the VPC, with the header {detail['routing_header']}: "
-                f"curl -H '{detail['routing_header']}' {detail['endpoint_url'].rstrip('/')}/v1/models")
+        cost = f"{detail['accrued_cost_usd']:.2f} USD ({detail['uptime_s'] / 60:.1f} min at {_per_hour(detail['hourly_usd'])})"
+    elif detail.get("uptime_s") is not None:
+        cost = f"unpriced ({detail['uptime_s'] / 60:.1f} min up; the instance is {_per_hour(None)})"
     rows = [
         ("phase", phase),
-        ("endpoint", endpoint),
+        ("endpoint", f"{detail['endpoint_url']} (from inside the VPC only)"),
+        ("header", f"{detail['routing_header']} (the ALB routes requests to this profile by it)"),
         ("model", detail["model"]),
         ("instances", "\n".join(f"{i['instance_id']} {i['lifecycle']}" + (" (protected)" if i["protected"] else "")
                                 for i in detail["instances"]) or "none"),
@@ -319,7 +323,7 @@ def status_text(detail: dict[str, Any]) -> str:
         ("execution", (detail["execution"] or "-").rsplit(":", 1)[-1]),
     ]
     rows += [("event", f"{render.when(e['at'])}: {e['message']}") for e in detail["service_events"]]
-    title = f"{detail['name']}  ({detail['instance_type']}, pool {detail['pool']}, {_price(detail.get('hourly_usd'))} USD/h)"
+    title = f"{detail['name']}  ({detail['instance_type']}, pool {detail['pool']}, {_per_hour(detail.get('hourly_usd'))})"
     return title + "\n" + render.details(rows)
 
 
