@@ -54,3 +54,24 @@ def problems(errors: Iterable[Mapping[str, Any]], skip: Sequence[str] = ("body",
             loc = loc[1:]
         out.append((".".join(loc), plain(error)))
     return out
+
+
+def for_flags(errors: Iterable[Mapping[str, Any]], flags: Mapping[str, str]) -> str:
+    """Validation errors of a command's input, each named by the flag a person typed.
+
+    flags maps model fields to flags. A rule over the whole input says its fields itself
+    ("rate: required when mode is rate", "requests or duration_s: ..."): they are named too.
+    """
+    errors = list(errors)
+    parts = []
+    for error, (field, text) in zip(errors, problems(errors)):
+        # Plain words read on from the flag ("--lease must be at least 5"); a rule's own text after a colon.
+        sep = ": " if error.get("type") in ("value_error", "assertion_error") else " "
+        if not field and ": " in text:
+            field, text = text.split(": ", 1)
+        names = [flags.get(name.strip().split(".")[0], name.strip()) for name in field.replace(" or ", ",").split(",") if name.strip()]
+        for name, flag in flags.items():
+            if "_" in name:  # field names a person never typed, inside the text
+                text = text.replace(name, flag)
+        parts.append(f"{' or '.join(names)}{sep}{text}" if names else text)
+    return "; ".join(parts)

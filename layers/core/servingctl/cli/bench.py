@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -135,16 +134,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def _validation_message(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors():
-        field = str(error["loc"][0]) if error["loc"] else ""
-        flag = _FLAGS.get(field)
-        message = error["msg"].removeprefix("Value error, ")
-        if not flag:  # whole-model rules: name the flags of the fields they mention
-            words = set(re.findall(r"[a-z_]+", message))
-            flag = " / ".join(f for name, f in _FLAGS.items() if name in words) or "bench"
-        parts.append(f"{flag}: {message}")
-    return "; ".join(parts)
+    from servingctl.wording import for_flags
+
+    return for_flags(exc.errors(), _FLAGS)
 
 
 def _bench(args: argparse.Namespace) -> int:

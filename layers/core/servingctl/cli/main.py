@@ -64,7 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # installed, which moto's server brings; servingctl never uses it.
     sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     args = build_parser(_command(argv)).parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:  # commands that leave something running say what themselves
+        print(f"servingctl {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

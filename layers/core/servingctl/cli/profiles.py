@@ -69,7 +69,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     keepalive.set_defaults(func=api_command(_keepalive))
 
     wait = subparsers.add_parser("wait", help=summary("wait"))
-    wait.add_argument("execution", metavar="EXECUTION", help="execution name (start-... / stop-...) or ARN, as start/stop print it")
+    wait.add_argument("execution", metavar="EXECUTION",
+                      help="what start, stop or bench --profile printed: an execution name (start-... / stop-...), its ARN, or a run id")
+    wait.add_argument("--output", metavar="DIR", help="a benchmark run's files go here (default servingctl-runs/RUN_ID)")
     add_api_arguments(wait)
     wait.set_defaults(func=api_command(_wait))
 
@@ -92,7 +94,7 @@ def _usage(args: argparse.Namespace, message: str) -> int:
     return EXIT_USAGE
 
 
-def _checked(args: argparse.Namespace, body: dict[str, Any], model: Any, flags: dict[str, str]) -> str | None:
+def _checked(body: dict[str, Any], model: Any, flags: dict[str, str], unit: dict[str, str]) -> str | None:
     """The request checked with the API's own model before it is sent: the flags' error, or None."""
     from pydantic import ValidationError
 
@@ -101,7 +103,8 @@ def _checked(args: argparse.Namespace, body: dict[str, Any], model: Any, flags: 
     try:
         model.model_validate(body)
     except ValidationError as exc:
-        return "; ".join(f"{flags.get(field.split('.')[0], field)} {text}" for field, text in problems(exc.errors()))
+        return "; ".join(f"{flags.get(field.split('.')[0], field)} {text}{unit.get(field, '')}; got {err.get('input')}"
+                         for (field, text), err in zip(problems(exc.errors()), exc.errors()))
     return None
 
 
@@ -124,9 +127,9 @@ def _start(args: argparse.Namespace, client: Client) -> int:
     poll = _poll(args, client)
     if poll:
         body["poll"] = poll
-    problem = _checked(args, body, StartRequest, START_FLAGS)
+    problem = _checked(body, StartRequest, START_FLAGS, {"lease_minutes": " minutes"})
     if problem:
-        return _usage(args, problem + (" minutes" if "--lease" in problem else ""))
+        return _usage(args, problem)
     ref = client.post(f"/profiles/{args.name}/start", body, idempotent=True)
     return _after_submit(args, client, ref)
 
@@ -136,7 +139,7 @@ def _stop(args: argparse.Namespace, client: Client) -> int:
 
     poll = _poll(args, client)
     body = {"poll": poll} if poll else {}
-    problem = _checked(args, body, StopRequest, START_FLAGS)
+    problem = _checked(body, StopRequest, START_FLAGS, {})
     if problem:
         return _usage(args, problem)
     ref = client.post(f"/profiles/{args.name}/stop", body, idempotent=True)
@@ -151,14 +154,18 @@ def _after_submit(args: argparse.Namespace, client: Client, ref: dict[str, Any])
         if args.json:
             print(json.dumps(ref))
         else:
-            how = "joined the running" if ref["joined"] else "started"
-            print(f"{ref['profile']}: {how} {ref['action']} {ref['execution_id']}\n"
+            how = "was already running: joined" if ref["joined"] else "submitted"
+            print(f"{ref['profile']}: {ref['action']} {how} ({ref['execution_id']})\n"
                   f"  follow it: servingctl wait {ref['execution_id']}   (or: servingctl status {ref['profile']})")
         return EXIT_OK
     return _follow_command(args, client, ref["execution_id"], ref["profile"], ref["action"])
 
 
 def _wait(args: argparse.Namespace, client: Client) -> int:
+    if not args.execution.startswith(("start-", "stop-", "arn:")):  # a benchmark run
+        from servingctl.cli.benchmarks import attach
+
+        return attach(args, client, args.execution, client.get(f"/benchmarks/{args.execution}")["profile"])
     progress = client.get(f"/executions/{args.execution}")
     return _follow_command(args, client, progress["execution_id"], progress["profile"], progress["action"])
 
@@ -331,9 +338,9 @@ def _keepalive(args: argparse.Namespace, client: Client) -> int:
     body = {"minutes": args.minutes} if args.minutes is not None else {}
     from servingctl.api.models import KeepaliveRequest
 
-    problem = _checked(args, body, KeepaliveRequest, {"minutes": "--minutes"})
+    problem = _checked(body, KeepaliveRequest, {"minutes": "--minutes"}, {"minutes": " minutes"})
     if problem:
-        return _usage(args, problem + " minutes")
+        return _usage(args, problem)
     summary = client.post(f"/profiles/{args.name}/keepalive", body)
     if args.json:
         print(json.dumps(summary))
