@@ -23,9 +23,10 @@ from servingctl.costs import load_catalog
 from servingctl.registry import load_registry
 from servingctl.store import DynamoStore
 from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
+from servingctl.tracing import PATCH_MODULES
 
 logger = Logger()
-tracer = Tracer()
+tracer = Tracer(patch_modules=PATCH_MODULES)
 _clients: dict[str, Any] = {}
 _built: dict[str, APIGatewayRestResolver] = {}
 

@@ -17,9 +17,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from servingctl.bench.worker import WorkerDeps, deps_from_env, run_action
 from servingctl.registry import load_registry
+from servingctl.tracing import PATCH_MODULES
 
 logger = Logger()
-tracer = Tracer()
+tracer = Tracer(patch_modules=PATCH_MODULES)
 metrics = Metrics()
 
 _deps: list[WorkerDeps] = []

@@ -19,9 +19,10 @@ from servingctl.control.deps import Deps
 from servingctl.control.steps import run_step
 from servingctl.registry import load_registry
 from servingctl.store import DynamoStore
+from servingctl.tracing import PATCH_MODULES
 
 logger = Logger()
-tracer = Tracer()
+tracer = Tracer(patch_modules=PATCH_MODULES)
 metrics = Metrics()
 
 # Seconds kept free of a check's in-invocation watch, for the answer and Lambda's own overhead.

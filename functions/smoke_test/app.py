@@ -16,9 +16,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from servingctl.control.errors import InvalidInput
 from servingctl.control.settings import SmokeTarget
 from servingctl.control.smoke import smoke_test
+from servingctl.tracing import PATCH_MODULES
 
 logger = Logger()
-tracer = Tracer()
+tracer = Tracer(patch_modules=PATCH_MODULES)
 metrics = Metrics()
 
 _http = httpx.Client(follow_redirects=False)

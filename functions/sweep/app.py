@@ -20,9 +20,10 @@ from servingctl.control.clock import Clock, SystemClock
 from servingctl.control.settings import parse_input
 from servingctl.registry import load_registry
 from servingctl.store import DynamoStore
+from servingctl.tracing import PATCH_MODULES
 
 logger = Logger()
-tracer = Tracer()
+tracer = Tracer(patch_modules=PATCH_MODULES)
 metrics = Metrics()
 _clients: dict[str, Any] = {}
 # The sweep's clock; the twin's tests move it forward to let a lease run out.

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import copy
+import json
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import httpx
 import pytest
 
-from servingctl.local.twin import Twin
+from servingctl.local.twin import ACCOUNT_ID, Twin
 from servingctl.local.world import Delays
 
 PROFILE = "nemotron-nano"
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +89,48 @@ def test_scale_out_serve_drain_and_terminate(twin: Twin) -> None:
     [stopped] = ecs.describe_tasks(cluster=spec.cluster, tasks=[task["taskArn"]])["tasks"]
     assert stopped["lastStatus"] == "STOPPED" and stopped["stopCode"] == "ServiceSchedulerInitiated"
     assert twin.world.error is None
+
+
+def _state(definition: dict, name: str) -> dict:
+    """The state called name, wherever it sits (Map processors included)."""
+    for state_name, state in definition["States"].items():
+        if state_name == name:
+            return state
+        processor = state.get("ItemProcessor") or state.get("Iterator")
+        found = _state(processor, name) if processor else None
+        if found:
+            return found
+    return {}
+
+
+def test_fargate_run_task_without_capacity_fails_the_sync_state_with_amazonecs_unknown_and_is_retried(twin: Twin) -> None:
+    # run_benchmark's own ECS state (its Retry and Catch as written), waits cut to 1 s and one retry.
+    definition = json.loads((ROOT / "statemachine/run_benchmark.asl.json").read_text())
+    state = copy.deepcopy(_state(definition, "RunScenarioOnEcs"))
+    for rule in state["Retry"]:
+        rule.update(IntervalSeconds=1, MaxAttempts=1, BackoffRate=1)
+        rule.pop("MaxDelaySeconds", None)
+        rule.pop("JitterStrategy", None)
+    machine = {"StartAt": "RunScenarioOnEcs", "States": {
+        "RunScenarioOnEcs": state,
+        state["Next"]: {"Type": "Succeed"},
+        state["Catch"][0]["Next"]: {"Type": "Pass", "End": True},
+    }}
+    sfn, ecs = twin.client("stepfunctions"), twin.client("ecs")
+    spec = twin.registry.profiles[PROFILE]
+    ecs.register_task_definition(family="servingctl-bench", networkMode="awsvpc", requiresCompatibilities=["FARGATE"],
+                                 cpu="1024", memory="2048", containerDefinitions=[{"name": "bench", "image": "bench:1", "essential": True}])
+    arn = sfn.create_state_machine(name="ecs-capacity", definition=json.dumps(machine), type="STANDARD",
+                                   roleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/servingctl-twin")["stateMachineArn"]
+    execution_input = {"ecs": {"cluster": spec.cluster, "task_definition": "servingctl-bench", "subnets": ["subnet-1"],
+                               "security_groups": ["sg-1"], "container": "bench"}, "event": {"action": "run_scenario"}}
+    twin.set_faults("capacity-unavailable")
+    try:
+        result = twin.wait_execution(sfn.start_execution(stateMachineArn=arn, name="no-capacity", input=json.dumps(execution_input))["executionArn"])
+    finally:
+        twin.set_faults()
+    failures = [e["taskFailedEventDetails"] for e in result.history if e["type"] == "TaskFailed"]
+    # Retried once (AmazonECS.Unknown is in the Retry), then caught with RunTask's Failures as the cause.
+    assert [f["error"] for f in failures] == ["AmazonECS.Unknown", "AmazonECS.Unknown"]
+    assert result.status == "SUCCEEDED" and result.output["error"]["Error"] == "AmazonECS.Unknown"
+    assert "Capacity is unavailable at this time" in json.loads(result.output["error"]["Cause"])["Failures"][0]["reason"]

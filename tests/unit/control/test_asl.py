@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[3]
 FILES = {name: ROOT / "statemachine" / f"{name}.asl.json" for name in ("start_profile", "stop_profile")}
 LAMBDA_ERRORS = {
     "Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException", "Lambda.TooManyRequestsException",
+    "Lambda.ClientExecutionTimeoutException",
 }
 SUBSTITUTIONS = {"ProfileStepsFunctionArn", "SmokeTestFunctionArn"}
 VERBS = {

@@ -8,6 +8,7 @@ import jsonschema
 import pytest
 
 from servingctl.registry import RegistryError, load_registry, parse_registry
+from servingctl.registry.loader import SSM_ADVANCED_BYTES, SSM_STANDARD_BYTES, parameter_bytes
 from servingctl.registry.schema import SCHEMA_PATH, render
 
 REFERENCE = json.loads(resources.files("servingctl.local").joinpath("reference_registry.json").read_text())
@@ -44,6 +45,39 @@ def test_capture_sizes_must_cover_mtp_batches():
     doc["profiles"]["deepseek-v4-flash"]["serving"]["cudagraph_capture_sizes"] = [1, 2, 4]
     with pytest.raises(RegistryError, match="max_num_seqs x \\(1 \\+ speculative_tokens\\) = 8"):
         parse_registry(doc)
+
+
+@pytest.mark.parametrize(("sizes", "accepted"), [([1, 2, 4, 8], True), ([1, 2, 4, 7], False), ([1, 2, 4, 16], True)])
+def test_capture_sizes_at_the_mtp_batch_and_one_below(sizes, accepted):
+    # deepseek-v4-flash: max_num_seqs 4 x (1 + 1 speculative token) = 8 is the largest decode batch.
+    doc = copy.deepcopy(REFERENCE)
+    doc["profiles"]["deepseek-v4-flash"]["serving"]["cudagraph_capture_sizes"] = sizes
+    if accepted:
+        assert parse_registry(doc).profiles["deepseek-v4-flash"].serving.cudagraph_capture_sizes == sizes
+    else:
+        with pytest.raises(RegistryError, match=r"= 8"):
+            parse_registry(doc)
+
+
+def _padded_to(doc: dict, size: int) -> dict:
+    """doc with a vLLM argument padded so that its SSM value is exactly size bytes."""
+    padded = copy.deepcopy(doc)
+    args = padded["profiles"]["nemotron-nano"]["serving"].setdefault("args", [])
+    args.append("")
+    args[-1] = "x" * (size - parameter_bytes(padded))
+    assert parameter_bytes(padded) == size
+    return padded
+
+
+def test_reference_registry_fits_the_ssm_parameter_with_room_to_grow():
+    size = parameter_bytes(REFERENCE)
+    assert size <= SSM_STANDARD_BYTES, f"{size} bytes: the reference registry should still fit the Standard tier"
+
+
+def test_registry_at_the_ssm_advanced_limit_loads_and_one_byte_past_is_rejected():
+    assert parse_registry(_padded_to(REFERENCE, SSM_ADVANCED_BYTES)).profiles
+    with pytest.raises(RegistryError, match=rf"{SSM_ADVANCED_BYTES + 1} bytes .*Advanced tier limit of {SSM_ADVANCED_BYTES}"):
+        parse_registry(json.dumps(_padded_to(REFERENCE, SSM_ADVANCED_BYTES + 1)))
 
 
 def test_unknown_time_zone_is_rejected():

@@ -17,6 +17,8 @@ LAMBDA_TRANSIENT = {
     "Lambda.AWSLambdaException",
     "Lambda.SdkClientException",
     "Lambda.TooManyRequestsException",
+    # Lambda's client timed out before the function answered: the invocation may not have run.
+    "Lambda.ClientExecutionTimeoutException",
 }
 # What a substituted value looks like in AWS, by the type of the resource the template points at.
 SAMPLE_ARNS = {
@@ -116,8 +118,8 @@ def test_the_task_check_sees_tasks_inside_a_map():
         "States": {"Scenarios": {"Type": "Map", "ItemProcessor": {"StartAt": "Run", "States": {"Run": inner}}, "End": True}}
     }
     assert task_problems(definition) == [
-        "Scenarios/Run: no Retry for ['Lambda.AWSLambdaException', 'Lambda.SdkClientException', "
-        "'Lambda.ServiceException', 'Lambda.TooManyRequestsException', 'Throttled']",
+        "Scenarios/Run: no Retry for ['Lambda.AWSLambdaException', 'Lambda.ClientExecutionTimeoutException', "
+        "'Lambda.SdkClientException', 'Lambda.ServiceException', 'Lambda.TooManyRequestsException', 'Throttled']",
         "Scenarios/Run: no Catch for States.ALL",
     ]
 

@@ -202,3 +202,28 @@ def test_layer_ships_the_runtime_pins_of_pyproject():
     # Transitive versions: the same constraints file as the venvs, found relative to the file.
     assert "-c ../../constraints.txt" in requirements
     assert (ROOT / "layers/core" / "../../constraints.txt").resolve() == ROOT / "constraints.txt"
+
+
+def _referenced_names(node) -> set[str]:
+    """Names a template node refers to: Ref targets and ${Name} / ${Name.Attr} inside Sub strings."""
+    import re
+
+    found: set[str] = set()
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "Ref" and isinstance(value, str):
+                found.add(value)
+            elif key == "Fn::Sub":
+                text = value if isinstance(value, str) else value[0]
+                found |= {m.split(".")[0] for m in re.findall(r"\$\{([A-Za-z0-9:.]+)\}", text)}
+            found |= _referenced_names(value)
+    elif isinstance(node, list):
+        for item in node:
+            found |= _referenced_names(item)
+    return found
+
+
+def test_every_template_parameter_is_used(template):
+    # A declared but unused parameter is one more Terraform output to pass for nothing.
+    used = _referenced_names({k: v for k, v in template.items() if k != "Parameters"})
+    assert sorted(set(template["Parameters"]) - used) == []

@@ -1,7 +1,7 @@
 """The faults the local twin's world simulator can inject (names shared by the CLI and the world)."""
 
 FAULTS: dict[str, str] = {
-    "capacity-unavailable": "every instance launch fails with InsufficientInstanceCapacity",
+    "capacity-unavailable": "every instance launch fails with InsufficientInstanceCapacity; Fargate RunTask places nothing",
     "task-crash": "every task stops soon after RUNNING: Essential container in task exited",
     "never-healthy": "the target never passes its health check",
     "protected-instance": "instances launch protected from scale-in",

@@ -4,7 +4,9 @@ moto emulates the AWS APIs but not AWS's behaviour over time: its Lambda without
 payload, target health is always `healthy`, an ECS service reports running = desired at once, a
 ListTasks call ignores serviceName, an ASG launches InService instances synchronously and
 DescribeScalingActivities is always empty; its Step Functions interpreter does not map the
-PascalCase Parameters of `states:` Tasks (startExecution.sync:2) to boto3's names. The twin's world
+PascalCase Parameters of `states:` Tasks (startExecution.sync:2) to boto3's names, and its
+`ecs:runTask.sync` does not map them either, nor fail with AmazonECS.Unknown when RunTask answers
+with Failures. The twin's world
 simulator plays those parts instead, through the accessors below. Nothing else in servingctl imports moto internals: when moto changes,
 `check_moto()` (and tests/unit/local/test_moto_patches.py) fail loudly here, in one place.
 """
@@ -12,11 +14,13 @@ simulator plays those parts instead, through the accessors below. Nothing else i
 from __future__ import annotations
 
 import inspect
+import json
 import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from http import HTTPStatus
 from typing import Any
 
 import botocore.session
@@ -29,7 +33,14 @@ from moto.core.responses import ActionResult
 from moto.ecs.models import EC2ContainerServiceBackend, Service, Task, ecs_backends
 from moto.elbv2.models import ELBv2Backend, FakeHealthStatus, FakeTargetGroup, elbv2_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
+from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent, FailureEventException
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import ResourceCondition
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_ecs import StateTaskServiceEcs
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import StateTaskServiceSfn
+from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
@@ -59,6 +70,9 @@ PATCHED: dict[str, tuple[object, str, tuple[str, ...]]] = {
     ),
     "StateTaskServiceSfn._normalise_response": (
         StateTaskServiceSfn, "_normalise_response", ("self", "response", "boto_service_name", "service_action_name")
+    ),
+    "StateTaskServiceEcs._eval_service_task": (
+        StateTaskServiceEcs, "_eval_service_task", ("self", "env", "resource_runtime_part", "normalised_parameters", "state_credentials")
     ),
 }
 # Internals read or called (not replaced) by the accessors below.
@@ -136,6 +150,7 @@ def apply() -> None:
             "AmazonStateLanguageParser.parse": staticmethod(_parse_definition),
             "StateTaskServiceSfn._normalise_parameters": _sfn_normalise_parameters,
             "StateTaskServiceSfn._normalise_response": _sfn_normalise_response,
+            "StateTaskServiceEcs._eval_service_task": _ecs_eval_service_task,
         }
         for label, new in replacements.items():
             owner, attr, _ = PATCHED[label]
@@ -267,6 +282,47 @@ def _sfn_normalise_response(
         self._from_boto_response(response, shape)
 
 
+# The error Step Functions reports when RunTask answers with Failures under .sync / .waitForTaskToken.
+ECS_RUN_TASK_FAILED = "AmazonECS.Unknown"
+
+
+def _ecs_eval_service_task(
+    self: StateTaskServiceEcs, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any
+) -> None:
+    """RunTask that placed nothing (Failures, no Tasks) fails the state with AmazonECS.Unknown and
+    the failures as the cause, as Step Functions does for the .sync and callback patterns."""
+    is_run_task = self._get_boto_service_action() == "run_task"
+    if not is_run_task or self.resource.condition not in (ResourceCondition.Sync, ResourceCondition.WaitForTaskToken):
+        return _ORIGINALS["StateTaskServiceEcs._eval_service_task"](
+            self, env, resource_runtime_part, normalised_parameters, state_credentials
+        )
+    ecs = boto_client_for(region=resource_runtime_part.region, service="ecs", state_credentials=state_credentials)
+    # AWS's PascalCase Parameters (Cluster, TaskDefinition, ...) to boto3's names, as for states: Tasks.
+    self._to_boto_request(normalised_parameters, ecs.meta.service_model.operation_model("RunTask").input_shape)
+    answer = ecs.run_task(**normalised_parameters)
+    if answer.get("failures") or not answer.get("tasks"):
+        cause = json.dumps({"Tasks": [], "Failures": answer.get("failures", [])})
+        raise FailureEventException(
+            failure_event=FailureEvent(
+                env=env,
+                error_name=CustomErrorName(ECS_RUN_TASK_FAILED),
+                event_type=HistoryEventType.TaskFailed,
+                event_details=EventDetails(
+                    taskFailedEventDetails=TaskFailedEventDetails(
+                        error=ECS_RUN_TASK_FAILED, cause=cause,
+                        resource=self._get_sfn_resource(), resourceType=self._get_sfn_resource_type(),
+                    )
+                ),
+            )
+        )
+    answer.pop("ResponseMetadata", None)
+    self._normalise_response(response=answer, service_action_name="run_task")
+    described = ecs.describe_tasks(cluster=answer["Tasks"][0]["ClusterArn"], tasks=[answer["Tasks"][0]["TaskArn"]])
+    described.pop("ResponseMetadata", None)
+    self._normalise_response(response=described, service_action_name="describe_tasks")
+    env.stack.append(described)
+
+
 # ---- the server ---------------------------------------------------------------------------------
 RequestHook = Callable[[dict[str, Any]], tuple[int, dict[str, str], bytes] | None]
 
@@ -286,7 +342,7 @@ class MotoServer(ThreadedMotoServer):
             if answer is None:
                 return app(environ, start_response)
             status, headers, body = answer
-            start_response(f"{status} Error", [*headers.items(), ("Content-Length", str(len(body)))])
+            start_response(f"{status} {HTTPStatus(status).phrase}", [*headers.items(), ("Content-Length", str(len(body)))])
             return [body]
 
         self._server = make_server(self._ip_address, self._port, hooked, True, request_handler=MotoRequestHandler)

@@ -49,6 +49,8 @@ INSUFFICIENT_CAPACITY = (
     "request or choosing {others}. Launching EC2 instance failed."
 )
 CRASH_REASON = "Essential container in task exited"
+# RunTask's failure reason when Fargate has no capacity for the task (ECS's words).
+FARGATE_CAPACITY_UNAVAILABLE = "Capacity is unavailable at this time. Please try again later or in a different availability zone"
 _PENDING_TASK = ("PROVISIONING", "PENDING", "ACTIVATING")
 
 
@@ -507,8 +509,15 @@ class World:
 
     # ---- throttle-once ------------------------------------------------------------------------
     def request_hook(self, environ: dict[str, Any]) -> tuple[int, dict[str, str], bytes] | None:
-        """Answer the first call of each THROTTLED operation with its throttling error (throttle-once)."""
-        if "throttle-once" not in self.faults or WORLD_AGENT in environ.get("HTTP_USER_AGENT", ""):
+        """Answer what AWS would under the active faults before moto does: Fargate RunTask without
+        capacity (capacity-unavailable), the first call of each THROTTLED operation (throttle-once)."""
+        if WORLD_AGENT in environ.get("HTTP_USER_AGENT", ""):
+            return None
+        if "capacity-unavailable" in self.faults:
+            answer = self._no_fargate_capacity(environ)
+            if answer is not None:
+                return answer
+        if "throttle-once" not in self.faults:
             return None
         key = _operation(environ)
         if key not in THROTTLED:
@@ -531,6 +540,28 @@ class World:
         return 400, {"Content-Type": "text/xml", "x-amzn-RequestId": request_id}, body.encode()
 
 
+    def _no_fargate_capacity(self, environ: dict[str, Any]) -> tuple[int, dict[str, str], bytes] | None:
+        """RunTask on Fargate places nothing: a 200 answer with Failures, as ECS gives when Fargate has
+        no capacity (the caller must look at Failures; Step Functions' .sync fails AmazonECS.Unknown)."""
+        if _operation(environ) != ("ecs", "RunTask"):
+            return None
+        request = json.loads(_body(environ) or b"{}")
+        if request.get("launchType") != "FARGATE":
+            return None
+        self._log("run-task-failed", f"{request.get('taskDefinition')}: no Fargate capacity")
+        failure = {"arn": request.get("cluster", ""), "reason": FARGATE_CAPACITY_UNAVAILABLE}
+        body = json.dumps({"tasks": [], "failures": [failure]}).encode()
+        return 200, {"Content-Type": "application/x-amz-json-1.1", "x-amzn-RequestId": str(uuid.uuid4())}, body
+
+
+def _body(environ: dict[str, Any]) -> bytes:
+    """The request body, put back for moto to read again."""
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length) if length else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    return body
+
+
 def _operation(environ: dict[str, Any]) -> tuple[str, str]:
     """(signing service, operation) of a request to the moto server."""
     target = environ.get("HTTP_X_AMZ_TARGET", "")
@@ -542,9 +573,7 @@ def _operation(environ: dict[str, Any]) -> tuple[str, str]:
     if re.match(r"^/2015-03-31/functions/[^/]+/invocations$", environ.get("PATH_INFO", "")):
         return "lambda", "Invoke"
     if environ.get("REQUEST_METHOD") == "POST" and service in ("autoscaling", "elasticloadbalancing"):
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-        body = environ["wsgi.input"].read(length) if length else b""
-        environ["wsgi.input"] = io.BytesIO(body)  # moto reads it again
+        body = _body(environ)
         action = re.search(rb"(?:^|&)Action=([A-Za-z]+)", body)
         return service, action.group(1).decode() if action else ""
     return service, ""

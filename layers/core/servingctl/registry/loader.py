@@ -13,6 +13,10 @@ from servingctl.registry.models import Registry
 # Env var naming where the registry lives: "ssm:<parameter name>" or a file path.
 REGISTRY_ENV = "SERVINGCTL_REGISTRY"
 CACHE_SECONDS = 60
+# SSM Parameter Store's value size limits: Standard 4 KB, Advanced 8 KB. Terraform publishes the
+# registry with tier Intelligent-Tiering, which moves to Advanced past 4 KB and fails past 8 KB.
+SSM_STANDARD_BYTES = 4096
+SSM_ADVANCED_BYTES = 8192
 
 
 class RegistryError(ValueError):
@@ -25,6 +29,7 @@ def parse_registry(document: str | bytes | dict) -> Registry:
         data = json.loads(document) if isinstance(document, (str, bytes)) else document
     except json.JSONDecodeError as exc:
         raise RegistryError(f"registry is not valid JSON: {exc}") from exc
+    check_parameter_size(data)
     try:
         return Registry.model_validate(data)
     except ValidationError as exc:
@@ -32,6 +37,22 @@ def parse_registry(document: str | bytes | dict) -> Registry:
             f"{'.'.join(str(p) for p in err['loc']) or '<document>'}: {err['msg']}" for err in exc.errors()
         )
         raise RegistryError(f"invalid registry: {problems}") from exc
+
+
+def parameter_bytes(data: object) -> int:
+    """Size of the document as Terraform's jsonencode stores it in SSM (compact JSON, UTF-8)."""
+    return len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def check_parameter_size(data: object) -> int:
+    """The document's SSM size; RegistryError when it exceeds the Advanced tier's 8 KB limit."""
+    size = parameter_bytes(data)
+    if size > SSM_ADVANCED_BYTES:
+        raise RegistryError(
+            f"registry: {size} bytes as an SSM parameter value, over the Advanced tier limit of {SSM_ADVANCED_BYTES} "
+            f"bytes (Standard: {SSM_STANDARD_BYTES}); shorten profiles (e.g. serving options) or split the registry"
+        )
+    return size
 
 
 def load_registry(source: str | None = None) -> Registry:
