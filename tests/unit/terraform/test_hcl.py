@@ -82,3 +82,25 @@ def test_checkov_skips_carry_a_reason() -> None:
         for line in tf.read_text().splitlines():
             if "checkov:skip" in line:
                 assert re.search(r"#checkov:skip=CKV2?_[A-Z]+_\d+:\S.{10,}", line), f"{tf.name}: skip without a reason: {line.strip()}"
+
+
+def _fields_read(condition: str, variable: str) -> set[str]:
+    """Leaf names of the inputs a validation condition reads (p.vllm.max_num_seqs -> max_num_seqs,
+    var.pools[p.pool].gpu_count -> gpu_count, var.x -> x); the validated map itself is left out."""
+    leaves = {m.split(".")[-1] for m in re.findall(r"\bp\.((?:[a-z_]+\.)*[a-z_]+)", condition)}
+    leaves |= set(re.findall(r"var\.[a-z_]+\[[^\]]+\]\.([a-z_]+)", condition))
+    leaves |= set(re.findall(r"var\.([a-z_]+)(?![\[a-z_])", condition))
+    return leaves - {"pools", "profiles"} if variable in ("pools", "profiles") else leaves
+
+
+def test_validation_messages_name_every_field_they_check() -> None:
+    # terraform test's expect_failures proves which variable refuses bad input; this proves the
+    # message then tells the user which field to fix (and, in the text, the allowed values).
+    checked = 0
+    for name, variable in blocks("variable", TF_ROOT).items():
+        for validation in variable.get("validation", []):
+            fields = _fields_read(validation["condition"], name)
+            message = validation["error_message"]
+            assert [f for f in sorted(fields) if f not in message] == [], f"variable {name}: {message!r} does not name {sorted(fields)}"
+            checked += bool(fields)
+    assert checked >= 25
