@@ -34,7 +34,7 @@ _built: dict[str, APIGatewayRestResolver] = {}
 def _deps() -> ApiDeps:
     """Clients, store and catalog are built once per container; the registry is cached by its loader."""
     if not _clients:
-        _clients.update({name: boto3.client(name) for name in ("ecs", "autoscaling", "elbv2")})
+        _clients.update({name: boto3.client(name) for name in ("ecs", "autoscaling", "elbv2", "cloudwatch")})
         _clients["sfn"] = boto3.client("stepfunctions")
         _clients["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
         _clients["catalog"] = load_catalog()

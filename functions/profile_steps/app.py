@@ -50,13 +50,14 @@ LIFECYCLE = {
 }
 
 
-def _publish(action: str, result: dict[str, Any], profile: str | None, execution: Any) -> None:
+def _publish(action: str, result: dict[str, Any], profile: str | None, execution: Any, requested_by: Any) -> None:
     """Lifecycle event of a step that changed something (a roll_back or force_release that acted)."""
     if action not in LIFECYCLE or (action in ("roll_back", "force_release") and not result.get("acted")):
         return
     if "events" not in _publishers:
         _publishers["events"] = boto3.client("events")
-    events.publish(_publishers["events"], LIFECYCLE[action], {"profile": profile, "execution": execution, **result})
+    detail = {"profile": profile, "execution": execution, "requested_by": requested_by, **result}
+    events.publish(_publishers["events"], LIFECYCLE[action], detail)
 
 
 def _emit(action: str, result: dict[str, Any]) -> None:
@@ -89,5 +90,5 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         raise
     logger.info("step done", extra={"result": result})
     _emit(str(action), result)
-    _publish(str(action), result, profile, event.get("execution"))
+    _publish(str(action), result, profile, event.get("execution"), ((state or {}).get("config") or {}).get("requested_by"))
     return result

@@ -11,11 +11,12 @@ import os
 from typing import Any
 
 import boto3
+import httpx
 from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from servingctl.control.autostop import SweepDeps, SweepInput, sweep
+from servingctl.control.autostop import GAUGE_TIMEOUT_S, SweepDeps, SweepInput, sweep
 from servingctl.control.clock import Clock, SystemClock
 from servingctl.control.settings import parse_input
 from servingctl.registry import load_registry
@@ -35,6 +36,9 @@ def _deps() -> SweepDeps:
     if not _clients:
         _clients.update(sfn=boto3.client("stepfunctions"), cloudwatch=boto3.client("cloudwatch"), events=boto3.client("events"))
         _clients["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
+        # Who did it: the stops the sweep starts carry its own role's ARN (GetCallerIdentity needs no permission).
+        _clients["identity"] = boto3.client("sts").get_caller_identity()["Arn"]
+        _clients["http"] = httpx.Client(timeout=GAUGE_TIMEOUT_S)
     return SweepDeps(**_clients, registry=load_registry(), stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"], clock=CLOCK)
 
 

@@ -1,15 +1,18 @@
 """Session fixtures for end-to-end tests: the real vLLM on CPU serving the tiny local model.
 
-Each server starts only when a test first asks for it and stops at the end of the session. Without
-the vLLM venv and the tiny model (`make vllm` builds them) the tests skip, or fail when
-SERVINGCTL_REQUIRE_VLLM=1 (as in `make test`), so a missing install never passes as green.
+Every server the selected tests ask for is launched at once when the session's first test starts,
+and the twin's test (which starts a vLLM of its own) runs first: a vLLM start-up on CPU keeps the
+cores only half busy, so overlapping the three start-ups cuts minutes off the suite. Servers stop at
+the end of the session. Without the vLLM venv and the tiny model (`make vllm` builds them) the tests
+skip, or fail when SERVINGCTL_REQUIRE_VLLM=1 (as in `make test`), so a missing install never passes
+as green.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,11 +28,31 @@ SPECULATIVE_TOKENS = 3
 STARTUP_TIMEOUT_S = 300.0
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test under tests/e2e with `e2e` (deselect with -m 'not e2e')."""
+# The session servers by fixture name: served model name and extra vLLM arguments.
+_SERVERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "vllm_server": (TINY_MODEL_NAME, ()),
+    "vllm_spec_server": (
+        TINY_SPEC_MODEL_NAME,
+        (
+            "--speculative-config",
+            json.dumps(
+                {"method": "draft_model", "model": str(draft_model_dir()), "num_speculative_tokens": SPECULATIVE_TOKENS}
+            ),
+        ),
+    ),
+}
+_NEEDED = pytest.StashKey[set[str]]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test under tests/e2e with `e2e`; run the twin's test first; note the servers needed."""
     for item in items:
         if E2E_DIR in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.e2e)
+    items.sort(key=lambda item: 0 if "twin" in getattr(item, "fixturenames", ()) else 1)
+    config.stash[_NEEDED] = {
+        name for item in items for name in getattr(item, "fixturenames", ()) if name in _SERVERS
+    }
 
 
 def _require_vllm() -> None:
@@ -44,30 +67,44 @@ def _require_vllm() -> None:
     pytest.skip(message)
 
 
-def _serve(
-    tmp_path_factory: pytest.TempPathFactory, name: str, extra_args: Sequence[str] = ()
-) -> Iterator[ModelServerProcess]:
+@pytest.fixture(scope="session", autouse=True)
+def _vllm_fleet(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, ModelServerProcess]]:
+    """Launch every session server the selected tests need, without waiting for health."""
+    fleet: dict[str, ModelServerProcess] = {}
+    needed = request.config.stash.get(_NEEDED, set())
+    if needed and vllm_available():
+        for fixture in sorted(needed):
+            name, extra_args = _SERVERS[fixture]
+            fleet[fixture] = modelserver.vllm_server(
+                tiny_model_dir(),
+                free_port(),
+                served_model_name=name,
+                extra_args=extra_args,
+                log_path=tmp_path_factory.mktemp(name) / "vllm.log",
+            ).start()
+    try:
+        yield fleet
+    finally:
+        for server in fleet.values():
+            server.stop()
+
+
+def _healthy(fleet: dict[str, ModelServerProcess], fixture: str) -> ModelServerProcess:
     _require_vllm()
-    server = modelserver.vllm_server(
-        tiny_model_dir(),
-        free_port(),
-        served_model_name=name,
-        extra_args=extra_args,
-        log_path=tmp_path_factory.mktemp(name) / "vllm.log",
-    )
-    with server:
-        server.wait_healthy(STARTUP_TIMEOUT_S)
-        yield server
+    server = fleet[fixture]
+    server.wait_healthy(STARTUP_TIMEOUT_S)
+    return server
 
 
 @pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelServerProcess]:
+def vllm_server(_vllm_fleet: dict[str, ModelServerProcess]) -> ModelServerProcess:
     """Real vLLM serving the tiny model as "tiny-llama" (`.url`, `.model`)."""
-    yield from _serve(tmp_path_factory, TINY_MODEL_NAME)
+    return _healthy(_vllm_fleet, "vllm_server")
 
 
 @pytest.fixture(scope="session")
-def vllm_spec_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelServerProcess]:
+def vllm_spec_server(_vllm_fleet: dict[str, ModelServerProcess]) -> ModelServerProcess:
     """Real vLLM with draft-model speculative decoding (3 tokens), served as "tiny-llama-spec"."""
-    config = {"method": "draft_model", "model": str(draft_model_dir()), "num_speculative_tokens": SPECULATIVE_TOKENS}
-    yield from _serve(tmp_path_factory, TINY_SPEC_MODEL_NAME, ("--speculative-config", json.dumps(config)))
+    return _healthy(_vllm_fleet, "vllm_spec_server")

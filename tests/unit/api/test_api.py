@@ -11,6 +11,7 @@ from servingctl.store.models import Phase, Session
 
 Api = Any  # conftest.Api (conftest modules are not importable under --import-mode=importlib)
 PROFILE = "deepseek-v4-flash"
+CALLER = "arn:aws:sts::123456789012:assumed-role/llm-operators/alice"  # userArn of the events/api samples
 
 
 def _ready(api: Api, profile: str = PROFILE, *, hours_ago: float = 2.0, lease_min: float = 30) -> datetime:
@@ -62,7 +63,9 @@ def test_start_answers_202_with_the_execution_and_passes_the_input(api: Api) -> 
     assert body["execution_id"].startswith("start-deepseek-v4-flash-")
     described = api.sfn.describe_execution(executionArn=body["execution_arn"])
     assert described["status"] == "RUNNING"
-    assert json.loads(described["input"]) == {"profile": PROFILE, "allow_shared_pool": False, "lease_minutes": 90}
+    # Who did it: the caller's IAM ARN from API Gateway's request context goes into the execution input.
+    assert json.loads(described["input"]) == {"profile": PROFILE, "allow_shared_pool": False, "lease_minutes": 90,
+                                              "requested_by": CALLER}
 
 
 def test_a_second_start_joins_the_running_one(api: Api) -> None:
@@ -128,7 +131,7 @@ def test_stop_preempts_a_running_start_but_start_while_stopping_is_409(api: Api)
     status, stop = api.call(api.event("stop_profile"))
     assert status == 202 and stop["action"] == "stop" and stop["execution_id"].startswith("stop-deepseek-v4-flash-")
     assert api.sfn.describe_execution(executionArn=started["execution_arn"])["status"] == "RUNNING"
-    assert json.loads(api.sfn.describe_execution(executionArn=stop["execution_arn"])["input"]) == {"profile": PROFILE}
+    assert json.loads(api.sfn.describe_execution(executionArn=stop["execution_arn"])["input"]) == {"profile": PROFILE, "requested_by": CALLER}
     api.sfn.stop_execution(executionArn=started["execution_arn"])
     status, body = api.request("POST", f"/profiles/{PROFILE}/start")
     assert status == 409 and stop["execution_id"] in body["message"]
@@ -153,10 +156,13 @@ def test_keepalive_extends_a_ready_lease_and_refuses_otherwise(api: Api) -> None
     after = api.store.get_profile(PROFILE).lease_deadline
     assert after is not None and before is not None and after - before > timedelta(minutes=50)
     assert abs((after - datetime.now(UTC)) - timedelta(minutes=60)) < timedelta(seconds=30)
-    assert body["lease_deadline"] is not None
-    # Never shortens: a 10-minute keepalive leaves the 60-minute lease.
-    assert api.request("POST", f"/profiles/{PROFILE}/keepalive", {"minutes": 10})[0] == 200
+    assert body["lease_deadline"] is not None and body["extended"] is True and "lease now ends at" in body["message"]
+    assert body["kept_alive_by"] == CALLER and api.store.get_profile(PROFILE).kept_alive_by == CALLER
+    # Never shortens, and says so: a 10-minute keepalive leaves the 60-minute lease.
+    status, body = api.request("POST", f"/profiles/{PROFILE}/keepalive", {"minutes": 10})
+    assert status == 200 and body["extended"] is False and "kept, not shortened" in body["message"]
     assert api.store.get_profile(PROFILE).lease_deadline == after
+    assert datetime.fromisoformat(body["lease_deadline"]) == after
     status, body = api.request("POST", f"/profiles/{PROFILE}/keepalive", {"minutes": 100000})
     assert status == 400 and body["field"] == "body.minutes" and "720" in body["message"]
 

@@ -85,6 +85,23 @@ def test_update_profile_leaves_other_fields_and_none_removes(store: Store) -> No
     assert cleared.stop_requested_by is None and cleared.last_error is None and cleared.phase == Phase.STARTING
 
 
+def test_conditional_update_writes_only_while_the_expected_fields_hold(store: Store) -> None:
+    lease = T0 + timedelta(minutes=30)
+    assert store.update_profile_if("p", T0, {"phase": Phase.READY}, lease_deadline=lease) is None  # never started
+    store.set_phase("p", Phase.STARTING, T0, EXEC_A)
+    store.set_phase("p", Phase.READY, T0, EXEC_A, lease_deadline=lease)
+    later = lease + timedelta(minutes=30)
+    kept = store.update_profile_if("p", T0, {"phase": Phase.READY, "lease_deadline": lease}, lease_deadline=later, held_by="run-1")
+    assert kept is not None and kept.lease_deadline == later and kept.held_by == "run-1"
+    # A writer that read the old lease loses: nothing is written.
+    assert store.update_profile_if("p", T0, {"phase": Phase.READY, "lease_deadline": lease}, lease_deadline=lease) is None
+    assert store.update_profile_if("p", T0, {"held_by": "run-2"}, held_by=None) is None
+    assert store.update_profile_if("p", T0, {"held_by": "run-1"}, held_by=None).held_by is None
+    store.set_phase("p", Phase.STOPPING, T0, EXEC_B)
+    assert store.update_profile_if("p", T0, {"phase": Phase.READY}, lease_deadline=later + timedelta(hours=1)) is None
+    assert store.get_profile("p").lease_deadline == later and store.get_profile("p").phase == Phase.STOPPING
+
+
 def test_update_profile_refuses_unknown_fields(store: Store) -> None:
     with pytest.raises(ValueError, match="unknown profile field"):
         store.update_profile("p", T0, phaze="READY")

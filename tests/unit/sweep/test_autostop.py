@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
+import httpx
 import pytest
 from moto import mock_aws
 
@@ -51,7 +52,36 @@ def deps(monkeypatch: pytest.MonkeyPatch) -> Iterator[SweepDeps]:
         monkeypatch.setenv("TEST_QUEUE", queue)
         yield SweepDeps(sfn=sfn, cloudwatch=boto3.client("cloudwatch", region_name=REGION), events=events,
                         store=MemoryStore(), registry=parse_registry(REFERENCE_REGISTRY.read_text()),
-                        stop_machine_arn=stop, clock=Clock(datetime.now(UTC)))
+                        stop_machine_arn=stop, clock=Clock(datetime.now(UTC)), identity=SWEEP_ROLE,
+                        http=httpx.Client(transport=httpx.MockTransport(_alb)))
+
+
+SWEEP_ROLE = "arn:aws:sts::123456789012:assumed-role/servingctl-sweep/servingctl-SweepFunction"
+# What the model server behind each routing header reports (the internal ALB routes by X-LLM-Profile);
+# a profile missing here answers 503, like an ALB without a healthy target.
+GAUGES: dict[str, tuple[int, int]] = {}
+
+
+def _alb(request: httpx.Request) -> httpx.Response:
+    found = GAUGES.get(request.headers.get("X-LLM-Profile", ""))
+    if request.url.path != "/metrics" or found is None:
+        return httpx.Response(503, text="Service Temporarily Unavailable")
+    running, waiting = found
+    return httpx.Response(200, text=(
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f'vllm:num_requests_running{{engine="0",model_name="m"}} {running:.1f}\n'
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting:.1f}\n'
+        'vllm:generation_tokens_total{engine="0",model_name="m"} 1234.0\n'
+    ))
+
+
+@pytest.fixture(autouse=True)
+def _no_gauges() -> Iterator[None]:
+    GAUGES.clear()
+    yield
+    GAUGES.clear()
 
 
 def _published(deps: SweepDeps) -> list[dict[str, Any]]:
@@ -131,3 +161,52 @@ def test_dry_run_reports_without_acting_or_publishing(deps: SweepDeps) -> None:
 def test_only_ready_profiles_are_swept(deps: SweepDeps) -> None:
     deps.store.set_phase("nemotron-nano", Phase.STARTING, deps.clock.now(), "e")
     assert sweep(deps) == []
+
+
+def _header(deps: SweepDeps, name: str) -> str:
+    return deps.registry.profiles[name].routing_header.value
+
+
+def test_running_requests_on_the_model_server_keep_a_lease_expired_profile(deps: SweepDeps) -> None:
+    _ready(deps, "nemotron-nano", ready_min_ago=120, lease_min=-1)
+    GAUGES[_header(deps, "nemotron-nano")] = (2, 1)
+    [kept] = sweep(deps)
+    assert (kept.stop, kept.reason, kept.action, kept.active_requests) == (False, "requests-running", "kept", 3)
+    assert deps.sfn.list_executions(stateMachineArn=deps.stop_machine_arn)["executions"] == []
+    GAUGES[_header(deps, "nemotron-nano")] = (0, 0)
+    [stopped] = sweep(deps)
+    assert (stopped.stop, stopped.reason, stopped.active_requests) == (True, "lease-expired", 0)
+    # Who did it: the stop the sweep started carries its own role's ARN, and so does the event.
+    [execution] = deps.sfn.list_executions(stateMachineArn=deps.stop_machine_arn)["executions"]
+    assert json.loads(deps.sfn.describe_execution(executionArn=execution["executionArn"])["input"])["requested_by"] == SWEEP_ROLE
+    assert {e["detail"]["requested_by"] for e in _published(deps)} == {SWEEP_ROLE}
+
+
+def test_an_unreachable_model_server_leaves_the_decision_to_the_lease(deps: SweepDeps) -> None:
+    _ready(deps, "nemotron-nano", ready_min_ago=120, lease_min=-1)  # no gauges: 503
+    [outcome] = sweep(deps)
+    assert (outcome.stop, outcome.reason, outcome.active_requests) == (True, "lease-expired", None)
+
+
+def test_stopping_soon_is_published_before_the_stop_with_when_and_what_answers_it(deps: SweepDeps) -> None:
+    _ready(deps, "nemotron-nano", ready_min_ago=5, lease_min=10)  # default warning: 15 minutes
+    [soon] = sweep(deps)
+    assert (soon.stop, soon.stopping_soon, soon.next_stop.reason) == (False, True, "lease-expired")
+    warning = [e for e in _published(deps) if e["detail-type"] == "Profile stopping soon"]
+    assert len(warning) == 1
+    detail = warning[0]["detail"]
+    assert (detail["profile"], detail["stop_reason"], detail["hard"]) == ("nemotron-nano", "lease-expired", False)
+    assert 9.9 <= detail["minutes_left"] <= 10.0 and "keepalive nemotron-nano" in detail["answer"]
+    deps.clock.sleep(11 * 60)
+    [stopped] = sweep(deps)
+    assert (stopped.stop, stopped.reason) == (True, "lease-expired")
+
+
+def test_a_benchmark_hold_keeps_a_lease_expired_profile_until_it_lapses(deps: SweepDeps) -> None:
+    _ready(deps, "nemotron-nano", ready_min_ago=120, lease_min=-1)
+    deps.store.update_profile("nemotron-nano", deps.clock.now(), held_by="run-1",
+                              held_until=deps.clock.now() + timedelta(minutes=3))
+    [held] = sweep(deps)
+    assert (held.stop, held.reason) == (False, "held")
+    deps.clock.sleep(3 * 60)
+    assert sweep(deps)[0].reason == "lease-expired"

@@ -12,7 +12,7 @@ from cfnlint.api import lint_file
 
 ROOT = Path(__file__).resolve().parents[3]
 # Functions the contract puts in the VPC (they reach the internal ALB); every other one stays out.
-VPC_FUNCTIONS = {"smoke_test", "bench_worker"}
+VPC_FUNCTIONS = {"smoke_test", "bench_worker", "sweep"}  # the sweep reads the model servers' gauges
 CLI_ONLY_DEPENDENCIES = {"rich", "matplotlib"}
 
 

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from servingctl.control.settings import Poll, StartDeadlines, StopDeadlines
+from servingctl.control.sweep import PlannedStop
 from servingctl.store.models import Phase
 
 
@@ -88,6 +89,15 @@ class ProfileSummary(BaseModel):
     ready_at: datetime | None = None
     lease_deadline: datetime | None = None
     last_error: str | None = None
+    started_by: str | None = Field(default=None, description="IAM ARN of who asked for the last start")
+    stopped_by: str | None = Field(default=None, description="IAM ARN of who asked for the last stop (the sweep's role for its stops)")
+    kept_alive_by: str | None = Field(default=None, description="IAM ARN of the last keepalive's caller")
+    held_by: str | None = Field(default=None, description="benchmark run holding the profile (the sweep's soft stops wait)")
+    held_until: datetime | None = None
+    next_stop: PlannedStop | None = Field(
+        default=None, description="READY only: the earliest stop the sweep is headed for (lease, schedule, idle, hard limits)"
+    )
+    stopping_soon: bool = Field(default=False, description="next_stop is within the profile's autostop.warning_minutes")
 
 
 class ProfileDetail(ProfileSummary):
@@ -163,3 +173,12 @@ class Ledger(BaseModel):
     sessions: list[LedgerSession]
     monthly: list[MonthlyTotal]
     total_cost_usd: float | None
+
+
+class KeepaliveAnswer(ProfileSummary):
+    """POST /profiles/{name}/keepalive: the profile with its lease, and what the keepalive did to it."""
+
+    extended: bool = Field(description="false when the lease already ended later than now + minutes: it is kept, not shortened")
+    previous_lease_deadline: datetime | None
+    requested_lease_deadline: datetime = Field(description="now + minutes")
+    message: str = Field(description="what happened, for people (the new lease, or why it did not move)")

@@ -30,6 +30,7 @@ from servingctl.api.models import (
     ErrorBody,
     ExecutionProgress,
     ExecutionRef,
+    KeepaliveAnswer,
     KeepaliveRequest,
     Ledger,
     ProfileDetail,
@@ -87,12 +88,17 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
     """The resolver with every route; deps() is called per request (clients are cached by the caller)."""
     app = APIGatewayRestResolver(enable_validation=True)
 
+    def caller() -> str | None:
+        """Who did it: the IAM ARN API Gateway's IAM authorization put in the request context."""
+        identity = app.current_event.request_context.identity
+        return identity.user_arn or identity.caller
+
     def submit(request: dict[str, Any]) -> dict[str, Any]:
         body = request["body"]
         if request["action"] == "start":
-            ref = service.start_profile(deps(), request["profile"], StartRequest.model_validate(body))
+            ref = service.start_profile(deps(), request["profile"], StartRequest.model_validate(body), request["caller"])
         else:
-            ref = service.stop_profile(deps(), request["profile"], StopRequest.model_validate(body))
+            ref = service.stop_profile(deps(), request["profile"], StopRequest.model_validate(body), request["caller"])
         return ref.model_dump(mode="json")
 
     config = IdempotencyConfig(
@@ -105,7 +111,7 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
     )
 
     def _submit(action: str, name: str, body: dict[str, Any], key: str | None) -> Response:
-        request = {"action": action, "profile": name, "body": body, "key": key}
+        request = {"action": action, "profile": name, "body": body, "key": key, "caller": caller()}
         if key is None:
             # Without a key the execution name is what makes a repeated call harmless.
             answer = submit(request)
@@ -161,12 +167,15 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
 
     @app.post(
         "/profiles/<name>/keepalive", summary="Extend a READY profile's lease", tags=["profiles"],
-        description="The lease becomes now + minutes (the profile's default lease when absent), never shorter than it "
-        "was. 409 unless the profile is READY.",
-        responses={**_ok(ProfileSummary), **ERRORS},
+        description="The lease becomes now + minutes (the profile's default lease when absent); a lease that already "
+        "ends later is kept, never shortened, and the answer says so (extended false, message). A keepalive also "
+        "restarts the idle window and defers the end of a schedule period that is not enforced; hard limits "
+        "(max runtime, budget, enforced schedule) do not move. The caller's IAM ARN is recorded (kept_alive_by). "
+        "409 unless the profile is READY (a conditional write: a profile stopping meanwhile is not revived).",
+        responses={**_ok(KeepaliveAnswer), **ERRORS},
     )
-    def keepalive(name: ProfileName, body: Annotated[KeepaliveRequest | None, Body()] = None) -> ProfileSummary:
-        return service.keepalive(deps(), name, body or KeepaliveRequest())
+    def keepalive(name: ProfileName, body: Annotated[KeepaliveRequest | None, Body()] = None) -> KeepaliveAnswer:
+        return service.keepalive(deps(), name, body or KeepaliveRequest(), caller())
 
     @app.get("/executions/<execution_id>", summary="Progress of a start or stop execution", tags=["executions"],
              responses={**_ok(ExecutionProgress), 400: ERRORS[400], 404: ERRORS[404]})

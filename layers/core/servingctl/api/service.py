@@ -26,6 +26,7 @@ from servingctl.api.models import (
     ExecutionProgress,
     ExecutionRef,
     Instance,
+    KeepaliveAnswer,
     KeepaliveRequest,
     Ledger,
     LedgerSession,
@@ -39,7 +40,9 @@ from servingctl.api.models import (
 )
 from servingctl.control import aws
 from servingctl.control.clock import Clock, SystemClock
+from servingctl.control.autostop import request_counts
 from servingctl.control.executions import Action, canonical, execution_name, running_execution
+from servingctl.control.sweep import decide
 from servingctl.costs import PriceCatalog, monthly_totals, session_cost
 from servingctl.registry.models import Registry, ServingProfile
 from servingctl.store.base import Store
@@ -123,6 +126,8 @@ class ApiDeps:
     s3: Any = None
     records_bucket: str = ""
     bench_ecs: bool = False  # the ECS benchmark task is deployed (long scenarios allowed)
+    # GET /profiles/{name} forecasts an idle stop from the ALB's RequestCount (None: no idle forecast).
+    cloudwatch: Any = None
 
     def machine(self, action: Action) -> str:
         """The state machine ARN of a start or a stop."""
@@ -136,12 +141,37 @@ def profile_spec(deps: ApiDeps, name: str) -> ServingProfile:
     return deps.registry.profiles[name]
 
 
-def _summary(deps: ApiDeps, name: str, state: ProfileState) -> ProfileSummary:
+def _forecast(deps: ApiDeps, name: str, state: ProfileState, with_requests: bool = False) -> dict[str, Any]:
+    """The sweep's own decision about a READY profile, without the gauges (only the sweep in the VPC
+    reads them): the next planned stop and whether it is within the warning time."""
+    if state.phase != Phase.READY:
+        return {}
+    spec, now = deps.registry.profiles[name], deps.clock.now()
+    counts = None
+    if with_requests and deps.cloudwatch is not None and spec.idle.enabled:
+        counts = request_counts(deps.cloudwatch, spec, now, spec.idle.window_minutes)
+    observed: dict[str, Any] = {}
+    session = deps.store.get_session(name, state.session_id) if spec.autostop.max_session_usd and state.session_id else None
+    if session is not None:
+        pool = deps.registry.pools[spec.pool]
+        price = deps.catalog.instance(deps.registry.region, pool.price_key or pool.instance_type)
+        observed = {"session_started_at": session.started_at, "hourly_usd": price.hourly_usd if price else None}
+    decision = decide(
+        name, spec, now=now, ready_since=state.ready_at or state.phase_since or now, lease_deadline=state.lease_deadline,
+        requests_in_idle_window=counts[0] if counts else None, last_request_at=counts[1] if counts else None,
+        kept_alive_at=state.kept_alive_at, held_by=state.held_by, held_until=state.held_until, **observed,
+    )
+    return {"next_stop": decision.next_stop, "stopping_soon": decision.stopping_soon}
+
+
+def _summary(deps: ApiDeps, name: str, state: ProfileState, with_requests: bool = False) -> ProfileSummary:
     spec = deps.registry.profiles[name]
     return ProfileSummary(
         name=name, phase=state.phase, pool=spec.pool, instance_type=deps.registry.pools[spec.pool].instance_type,
         model=spec.model, execution=state.execution, ready_at=state.ready_at, lease_deadline=state.lease_deadline,
-        last_error=state.last_error,
+        last_error=state.last_error, started_by=state.started_by, stopped_by=state.stopped_by,
+        kept_alive_by=state.kept_alive_by, held_by=state.held_by, held_until=state.held_until,
+        **_forecast(deps, name, state, with_requests),
     )
 
 
@@ -167,7 +197,7 @@ def get_profile(deps: ApiDeps, name: str) -> ProfileDetail:
             started_at=session.started_at, ended_at=None, now=now, price_key=session.price_key,
         )
     return ProfileDetail(
-        **_summary(deps, name, state).model_dump(),
+        **_summary(deps, name, state, with_requests=True).model_dump(),
         desired_count=service.get("desiredCount", 0),
         running_count=service.get("runningCount", 0),
         pending_count=service.get("pendingCount", 0),
@@ -232,7 +262,7 @@ def _pool_holders(deps: ApiDeps, profile: str) -> list[str]:
     return holders
 
 
-def start_profile(deps: ApiDeps, name: str, body: StartRequest) -> ExecutionRef:
+def start_profile(deps: ApiDeps, name: str, body: StartRequest, caller: str | None = None) -> ExecutionRef:
     """Validate, refuse conflicts (409), then start or join start_profile."""
     spec = profile_spec(deps, name)
     if body.lease_minutes is not None and body.lease_minutes > spec.max_lease_minutes:
@@ -249,7 +279,9 @@ def start_profile(deps: ApiDeps, name: str, body: StartRequest) -> ExecutionRef:
             f"pool {spec.pool} is held by {', '.join(holders)}; pass allow_shared_pool=true to share it",
             "body.allow_shared_pool",
         )
-    execution_input = {"profile": name, "allow_shared_pool": body.allow_shared_pool}
+    execution_input: dict[str, Any] = {"profile": name, "allow_shared_pool": body.allow_shared_pool}
+    if caller:
+        execution_input["requested_by"] = caller
     if body.lease_minutes is not None:
         execution_input["lease_minutes"] = body.lease_minutes
     if body.poll is not None:
@@ -259,10 +291,12 @@ def start_profile(deps: ApiDeps, name: str, body: StartRequest) -> ExecutionRef:
     return launch(deps, "start", name, execution_input)
 
 
-def stop_profile(deps: ApiDeps, name: str, body: StopRequest) -> ExecutionRef:
+def stop_profile(deps: ApiDeps, name: str, body: StopRequest, caller: str | None = None) -> ExecutionRef:
     """Start or join stop_profile (a running start is preempted by the flow's stop flag)."""
     profile_spec(deps, name)
     execution_input: dict[str, Any] = {"profile": name}
+    if caller:
+        execution_input["requested_by"] = caller
     if body.poll is not None:
         execution_input["poll"] = body.poll.model_dump()
     if body.deadlines is not None:
@@ -270,8 +304,13 @@ def stop_profile(deps: ApiDeps, name: str, body: StopRequest) -> ExecutionRef:
     return launch(deps, "stop", name, execution_input)
 
 
-def keepalive(deps: ApiDeps, name: str, body: KeepaliveRequest) -> ProfileSummary:
-    """Extend a READY profile's lease to now + minutes (never shortens it)."""
+KEEPALIVE_ATTEMPTS = 3
+
+
+def keepalive(deps: ApiDeps, name: str, body: KeepaliveRequest, caller: str | None = None) -> KeepaliveAnswer:
+    """Set a READY profile's lease to now + minutes, or keep it when it already ends later (said in
+    the answer); one conditional write on READY and the lease just read, so it never revives a
+    stopping profile nor shortens a concurrent longer keepalive."""
     spec = profile_spec(deps, name)
     minutes = body.minutes if body.minutes is not None else spec.default_lease_minutes
     if minutes > spec.max_lease_minutes:
@@ -279,14 +318,34 @@ def keepalive(deps: ApiDeps, name: str, body: KeepaliveRequest) -> ProfileSummar
             f"minutes: must be between 1 and {spec.max_lease_minutes} (max_lease_minutes of {name}); got {minutes}",
             "body.minutes",
         )
-    state = deps.store.get_profile(name)
-    if state.phase != Phase.READY:
-        raise Conflict(f"{name} is {state.phase.value}: only a READY profile has a lease to extend")
-    now = deps.clock.now()
-    deadline = now + timedelta(minutes=minutes)
-    if state.lease_deadline is not None and state.lease_deadline > deadline:
-        deadline = state.lease_deadline
-    return _summary(deps, name, deps.store.update_profile(name, now, lease_deadline=deadline))
+    for _ in range(KEEPALIVE_ATTEMPTS):
+        state = deps.store.get_profile(name)
+        if state.phase != Phase.READY:
+            raise Conflict(f"{name} is {state.phase.value}: only a READY profile has a lease to extend")
+        now = deps.clock.now()
+        requested = now + timedelta(minutes=minutes)
+        previous = state.lease_deadline
+        extended = previous is None or requested > previous
+        deadline = requested if extended else previous
+        updated = deps.store.update_profile_if(
+            name, now, {"phase": Phase.READY, "lease_deadline": previous},
+            lease_deadline=deadline, kept_alive_by=caller, kept_alive_at=now,
+        )
+        if updated is not None:
+            break
+    else:
+        raise Conflict(f"{name}: its record kept changing during the keepalive; try again")
+    summary = _summary(deps, name, updated)
+    if extended:
+        message = f"lease now ends at {iso(deadline)} ({minutes} min from now)" + (f"; it ended at {iso(previous)}" if previous else "")
+    else:
+        message = f"lease already ends at {iso(previous)}, later than now + {minutes} min ({iso(requested)}): kept, not shortened"
+    stop = summary.next_stop
+    if stop is not None and stop.hard and deadline is not None and stop.at < deadline:
+        message += f"; a hard limit stops it earlier: {stop.detail}"
+    return KeepaliveAnswer(
+        **summary.model_dump(), extended=extended, previous_lease_deadline=previous, requested_lease_deadline=requested, message=message,
+    )
 
 
 # ---- progress -----------------------------------------------------------------------------------

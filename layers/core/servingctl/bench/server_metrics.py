@@ -23,6 +23,7 @@ PREFIX_HITS = "vllm:prefix_cache_hits_total"
 SPEC_DRAFT = "vllm:spec_decode_num_draft_tokens_total"
 SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
 COUNTERS = (GENERATION, PROMPT, PREFIX_QUERIES, PREFIX_HITS, SPEC_DRAFT, SPEC_ACCEPTED)
 # Scrapes cost the server CPU (vLLM renders every histogram), so sample gently; a peak seen in
 # fewer samples than this is reported without a verdict (the scenario was too short to sample).

@@ -23,7 +23,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -50,6 +50,9 @@ EVENT_ENV = "SERVINGCTL_BENCH_EVENT"
 BUCKET_ENV = "SERVINGCTL_BUCKET"
 # Extra lease a start made for a benchmark gets beyond the profile's default, per planned hour.
 LEASE_MARGIN_MINUTES = 30
+# A step's hold on its profile outlasts the step's estimate by this much: it covers the state
+# machine's way to the next step (which renews it), and lapses by itself if the run dies.
+HOLD_MARGIN_S = 600
 
 
 class ProfileNotReady(ControlError):
@@ -169,6 +172,21 @@ def _flow_input(registry: Registry, flow: str, profile: ServingProfile, name: st
     return document
 
 
+def hold_profile(deps: WorkerDeps, run: BenchmarkRun, seconds: float) -> None:
+    """Hold the run's profile for seconds + HOLD_MARGIN_S (the sweep's soft stops wait); one
+    conditional write on READY, so a profile stopped under the run fails the step clearly."""
+    now = deps.clock.now()
+    until = now + timedelta(seconds=seconds + HOLD_MARGIN_S)
+    if deps.profiles.update_profile_if(run.profile, now, {"phase": Phase.READY}, held_by=run.run_id, held_until=until) is None:
+        phase = deps.profiles.get_profile(run.profile).phase
+        raise ProfileNotReady(f"profile {run.profile} is {phase.value}, no longer READY: benchmark run {run.run_id} cannot go on")
+
+
+def release_hold(deps: WorkerDeps, run: BenchmarkRun) -> None:
+    """Give the profile back (only if this run still holds it)."""
+    deps.profiles.update_profile_if(run.profile, deps.clock.now(), {"held_by": run.run_id}, held_by=None, held_until=None)
+
+
 # ---- actions ------------------------------------------------------------------------------------
 def plan(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     """Validate the input and record the run; ProfileNotReady unless READY or `start` was asked."""
@@ -219,6 +237,7 @@ def plan(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
 def calibrate(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     """Server metadata and one calibration per input length, stored with the run."""
     run = _run(deps, (_state(event).get("plan") or {}).get("run_id"))
+    hold_profile(deps, run, 0)
     metadata, calibrations = asyncio.run(prepare(run.config, _connection(deps, run), run_id=run.run_id, transport=deps.transport))
     repro = run.reproducibility.model_copy(update={"calibrations": calibrations, "server_version": metadata.server_version})
     deps.runs.update_run(run.run_id, deps.clock.now(), status=RunStatus.RUNNING, metadata=metadata, reproducibility=repro)
@@ -255,6 +274,7 @@ def run_scenario(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     run, planned = _run(deps, state.get("run_id")), _scenario(state)
     given = _given(run)
     calibration = _calibration(run, planned.input_tokens)
+    hold_profile(deps, run, planned.estimate_s)
     measurement = asyncio.run(measure_scenario(
         run.config, _connection(deps, run), calibration, planned.concurrency, run_id=run.run_id,
         lag_p99_limit_ms=given.client_lag_limit_ms, cpu_share_limit=given.client_cpu_limit, transport=deps.transport,
@@ -277,6 +297,7 @@ def run_shard(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     given = _given(run)
     shard = ShardPlan(**{**state["shard"], "start_at": datetime.fromisoformat(state["shard"]["start_at"])})
     calibration = _calibration(run, planned.input_tokens)
+    hold_profile(deps, run, planned.estimate_s)
     m = asyncio.run(measure_scenario(
         shard_config(run.config, shard), _connection(deps, run), calibration, shard.concurrency, run_id=run.run_id,
         name=planned.name, shard=Shard(shard.index, shard.count, shard.start_at),
@@ -375,6 +396,7 @@ def finish(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
             compare_run(deps, run)
         except Exception as exc:  # noqa: BLE001 (the original failure is the one to report)
             error = f"{error} (comparison skipped: {type(exc).__name__}: {exc})"
+    release_hold(deps, run)
     now = deps.clock.now()
     done = deps.runs.update_run(run.run_id, now, status=outcome, finished_at=now, error=error)
     written = [s.name for s in deps.runs.list_scenarios(run.run_id)]

@@ -1,33 +1,45 @@
 """The auto-shutdown sweep: for every READY profile gather what sweep.decide needs, and act on it.
 
-Gathers the recorded state (ready since, lease deadline) and the target group's ALB RequestCount over
-the idle window from CloudWatch, asks servingctl.control.sweep.decide, and starts stop_profile under
-an idempotent name when it says stop (dry run: reports only). Every decision is published as an
-EventBridge event ("Profile auto-stopped" / "Profile kept running").
+Gathers the recorded state (ready since, lease deadline, keepalive, a benchmark's hold), the target
+group's ALB RequestCount over the idle window from CloudWatch, the model server's own gauges
+(vllm:num_requests_running / num_requests_waiting from /metrics through the internal ALB with the
+profile's routing header: the sweep runs in the VPC) and, for a budget, the session's start and
+hourly price; asks servingctl.control.sweep.decide, and starts stop_profile under an idempotent name
+when it says stop (dry run: reports only), with the sweep's own IAM identity as requested_by. Every
+decision is published as an EventBridge event ("Profile auto-stopped" / "Profile kept running"),
+and a planned stop within the profile's warning time also as "Profile stopping soon".
 
 RequestCount: an ALB publishes it only for periods with requests, so a successful read without
 datapoints means zero requests; only a failed read is "unknown" (the sweep then keeps the profile).
+Gauges: an unreadable /metrics is "unknown" and decides nothing (RequestCount alone decides idle).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import httpx
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict
+
+from servingctl.bench.server_metrics import RUNNING, WAITING, parse_prometheus
 
 from servingctl.control import events
 from servingctl.control.clock import Clock, SystemClock
 from servingctl.control.executions import canonical, execution_name, running_execution
 from servingctl.control.settings import Poll
-from servingctl.control.sweep import Decision, decide
+from servingctl.control.sweep import Decision, PlannedStop, ServerLoad, decide
+from servingctl.costs import PriceCatalog, load_catalog
 from servingctl.registry.models import Registry, ServingProfile
 from servingctl.store.base import Store
 from servingctl.store.models import Phase, ProfileState
 
 METRIC_PERIOD_S = 60
+# A model server that does not answer /metrics within this is "unknown" (the sweep has 60 s in all).
+GAUGE_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -41,6 +53,10 @@ class SweepDeps:
     registry: Registry
     stop_machine_arn: str
     clock: Clock = field(default_factory=SystemClock)
+    # The sweep's own IAM ARN (STS GetCallerIdentity): requested_by of the stops it starts.
+    identity: str = "servingctl-sweep"
+    http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=GAUGE_TIMEOUT_S))
+    catalog: Callable[[], PriceCatalog] = load_catalog
 
 
 class SweepInput(BaseModel):
@@ -62,11 +78,16 @@ class Outcome(BaseModel):
     action: str  # "stop-started", "stop-joined", "stop-running", "would-stop", "kept"
     execution_arn: str | None = None
     requests_in_idle_window: int | None = None
+    active_requests: int | None = None
+    next_stop: PlannedStop | None = None
+    stopping_soon: bool = False
+    requested_by: str | None = None
     published: bool = False
 
 
-def requests_in_window(cloudwatch: Any, spec: ServingProfile, now: datetime, minutes: int) -> int | None:
-    """Sum of the target group's RequestCount over the last minutes; None when CloudWatch could not be read."""
+def request_counts(cloudwatch: Any, spec: ServingProfile, now: datetime, minutes: int) -> tuple[int, datetime | None] | None:
+    """The target group's RequestCount over the last minutes and the end of the last period with
+    requests (None when there was none); None when CloudWatch could not be read."""
     try:
         answer = cloudwatch.get_metric_statistics(
             Namespace="AWS/ApplicationELB", MetricName="RequestCount",
@@ -78,7 +99,42 @@ def requests_in_window(cloudwatch: Any, spec: ServingProfile, now: datetime, min
         )
     except (ClientError, BotoCoreError):
         return None
-    return int(sum(point.get("Sum", 0.0) for point in answer.get("Datapoints", [])))
+    points = answer.get("Datapoints", [])
+    busy = [p["Timestamp"] for p in points if p.get("Sum", 0.0) > 0]
+    # A datapoint is stamped with its period's start: requests ran until its end (never after now).
+    last = min(max(busy) + timedelta(seconds=METRIC_PERIOD_S), now) if busy else None
+    return int(sum(point.get("Sum", 0.0) for point in points)), last
+
+
+def requests_in_window(cloudwatch: Any, spec: ServingProfile, now: datetime, minutes: int) -> int | None:
+    """Sum of the target group's RequestCount over the last minutes; None when CloudWatch could not be read."""
+    counts = request_counts(cloudwatch, spec, now, minutes)
+    return None if counts is None else counts[0]
+
+
+def server_load(http: httpx.Client, spec: ServingProfile) -> ServerLoad | None:
+    """Running and waiting requests from the model server's /metrics (through the ALB, with the
+    profile's routing header); None when it does not answer."""
+    try:
+        answer = http.get(spec.endpoint_url.rstrip("/") + "/metrics", headers={spec.routing_header.name: spec.routing_header.value})
+        answer.raise_for_status()
+    except httpx.HTTPError:
+        return None
+    samples = parse_prometheus(answer.text, frozenset((RUNNING, WAITING)))
+    if not any(s.name == RUNNING for s in samples):
+        return None
+    return ServerLoad(running=round(sum(s.value for s in samples if s.name == RUNNING)),
+                      waiting=round(sum(s.value for s in samples if s.name == WAITING)))
+
+
+def stopping_soon_detail(decision: Decision, now: datetime) -> dict[str, Any]:
+    """What the warning says: which stop, when, how many minutes are left, and what answers it."""
+    stop = decision.next_stop
+    assert stop is not None
+    answer = ("a hard limit: keepalive does not move it" if stop.hard else
+              f"servingctl keepalive {decision.profile} --minutes M (or requests running at that time) defers it")
+    return {"stop_reason": stop.reason, "stop_at": stop.at.isoformat(), "hard": stop.hard,
+            "minutes_left": max(0.0, round((stop.at - now).total_seconds() / 60, 1)), "answer": answer}
 
 
 def auto_stop_name(profile: str, state: ProfileState) -> str:
@@ -86,12 +142,25 @@ def auto_stop_name(profile: str, state: ProfileState) -> str:
     return execution_name("stop", profile, "auto", state.execution or "", str(state.ready_at))
 
 
+def _session_cost(deps: SweepDeps, name: str, state: ProfileState) -> dict[str, Any]:
+    """Session start and hourly price, read only for a profile with a budget."""
+    if deps.registry.profiles[name].autostop.max_session_usd is None or not state.session_id:
+        return {}
+    session = deps.store.get_session(name, state.session_id)
+    pool = deps.registry.pool_of(name)
+    price = deps.catalog().instance(deps.registry.region, pool.price_key or pool.instance_type)
+    return {"session_started_at": session.started_at if session else None, "hourly_usd": price.hourly_usd if price else None}
+
+
 def _decide(deps: SweepDeps, name: str, state: ProfileState, now: datetime) -> tuple[Decision, int | None]:
     spec = deps.registry.profiles[name]
-    requests = requests_in_window(deps.cloudwatch, spec, now, spec.idle.window_minutes) if spec.idle.enabled else None
+    counts = request_counts(deps.cloudwatch, spec, now, spec.idle.window_minutes) if spec.idle.enabled else None
+    requests, last_request_at = counts if counts is not None else (None, None)
     ready_since = state.ready_at or state.phase_since or now
     decision = decide(name, spec, now=now, ready_since=ready_since, lease_deadline=state.lease_deadline,
-                      requests_in_idle_window=requests)
+                      requests_in_idle_window=requests, last_request_at=last_request_at,
+                      load=server_load(deps.http, spec), kept_alive_at=state.kept_alive_at,
+                      held_by=state.held_by, held_until=state.held_until, **_session_cost(deps, name, state))
     return decision, requests
 
 
@@ -101,7 +170,7 @@ def _act(deps: SweepDeps, name: str, state: ProfileState, poll: Poll | None) -> 
     own = auto_stop_name(name, state)
     if running is not None:
         return ("stop-joined" if running["name"] == own else "stop-running"), running["executionArn"]
-    document: dict[str, Any] = {"profile": name}
+    document: dict[str, Any] = {"profile": name, "requested_by": deps.identity}
     if poll is not None:
         document["poll"] = poll.model_dump()
     answer = deps.sfn.start_execution(stateMachineArn=deps.stop_machine_arn, name=own, input=canonical(document))
@@ -124,9 +193,12 @@ def sweep(deps: SweepDeps, *, dry_run: bool = False, poll: Poll | None = None) -
             action = "would-stop"
         else:
             action, arn = _act(deps, name, state, poll)
-        outcome = Outcome(**decision.model_dump(), action=action, execution_arn=arn, requests_in_idle_window=requests)
+        outcome = Outcome(**decision.model_dump(), action=action, execution_arn=arn, requests_in_idle_window=requests,
+                          requested_by=deps.identity)
         if not dry_run:
-            detail = outcome.model_dump(exclude={"published"}) | {"at": now.isoformat(), "ready_execution": state.execution}
+            detail = outcome.model_dump(mode="json", exclude={"published"}) | {"at": now.isoformat(), "ready_execution": state.execution}
+            if decision.stopping_soon and decision.next_stop is not None:
+                events.publish(deps.events, events.STOPPING_SOON, stopping_soon_detail(decision, now) | detail)
             outcome.published = events.publish(deps.events, events.AUTO_STOPPED if decision.stop else events.KEPT, detail)
         outcomes.append(outcome)
     return outcomes

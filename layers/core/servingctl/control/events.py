@@ -16,6 +16,7 @@ SOURCE = "servingctl"
 STARTING, READY, START_FAILED = "Profile starting", "Profile ready", "Profile start failed"
 STOPPED, STOP_FAILED = "Profile stopped", "Profile stop failed"
 AUTO_STOPPED, KEPT = "Profile auto-stopped", "Profile kept running"
+STOPPING_SOON = "Profile stopping soon"
 
 log = logging.getLogger(__name__)
 

@@ -49,6 +49,9 @@ class StartInput(_Input):
     lease_minutes: int | None = Field(default=None, ge=5)
     poll: Poll = Field(default_factory=Poll)
     deadlines: StartDeadlines = Field(default_factory=StartDeadlines)
+    requested_by: str | None = Field(
+        default=None, max_length=2048, description="IAM ARN of who asked (the API's caller, the sweep's role)"
+    )
 
 
 class StopDeadlines(_Input):
@@ -65,6 +68,9 @@ class StopInput(_Input):
     profile: str = Field(min_length=1)
     poll: Poll = Field(default_factory=Poll)
     deadlines: StopDeadlines = Field(default_factory=StopDeadlines)
+    requested_by: str | None = Field(
+        default=None, max_length=2048, description="IAM ARN of who asked (the API's caller, the sweep's role)"
+    )
 
 
 class ResolvedDeadlines(_Input):
@@ -104,6 +110,7 @@ class StartConfig(_Input):
     pool: str
     settings: StartSettings
     smoke: SmokeTarget
+    requested_by: str | None = None
 
 
 class StopSettings(_Input):
@@ -122,6 +129,7 @@ class StopConfig(_Input):
     pool: str
     settings: StopSettings
     already_stopped: bool = False
+    requested_by: str | None = None
 
 
 def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
@@ -198,6 +206,7 @@ def start_config(registry: Registry, data: Any) -> StartConfig:
             header_value=profile.routing_header.value,
             model=profile.model,
         ),
+        requested_by=given.requested_by,
     )
 
 
@@ -214,4 +223,5 @@ def stop_config(registry: Registry, data: Any, already_stopped: bool = False) ->
             lock_ttl_s=given.deadlines.drain_s + given.deadlines.terminate_s + LOCK_MARGIN_S,
         ),
         already_stopped=already_stopped,
+        requested_by=given.requested_by,
     )

@@ -70,6 +70,8 @@ def scale_out(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
     deps.store.set_phase(
         config.profile, Phase.STARTING, now, execution,
         session_id=session_id, last_error=None, ready_at=None, stopped_at=None, phase_seconds={}, lease_deadline=None,
+        # Who asked; a keepalive or a benchmark hold of an earlier session does not carry over.
+        started_by=config.requested_by, kept_alive_by=None, kept_alive_at=None, held_by=None, held_until=None,
     )
     deps.store.open_session(
         Session(

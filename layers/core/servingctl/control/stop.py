@@ -69,7 +69,8 @@ def scale_in_service(deps: Deps, state: dict[str, Any], execution: str) -> dict[
     spec = deps.profile(config.profile)
     now = deps.clock.now()
     deps.store.set_phase(
-        config.profile, Phase.STOPPING, now, execution, stop_requested_by=None, stop_requested_until=None
+        config.profile, Phase.STOPPING, now, execution, stop_requested_by=None, stop_requested_until=None,
+        stopped_by=config.requested_by,
     )
     aws.set_service_desired(deps.ecs, spec.cluster, spec.service, 0)
     return {"at": iso(now), "service_desired": 0}

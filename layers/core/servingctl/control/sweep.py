@@ -1,7 +1,17 @@
-"""Auto-shutdown decisions: for one READY profile, stop it or keep it, and why.
+"""Auto-shutdown decisions: for one READY profile, stop it, keep it, or warn that it stops soon, and why.
 
-Plain logic over what the sweep handler gathered (state, lease, request counts, the clock), so every
-case is tested with a frozen clock and no AWS.
+Plain logic over what the sweep gathered (state, lease, ALB request counts, the model server's
+running/waiting gauges, a benchmark's hold, the clock), so every case is tested with a frozen clock
+and no AWS. Every way a profile can be stopped is a planned stop with a time:
+
+- soft: lease end, idle window, the end of a schedule period (not `enforced`). Never while the model
+  server runs or queues requests, nor while a benchmark holds the profile.
+- hard: max runtime, the session budget, an `enforced` schedule end, the "stopped" override. Applied
+  even then, but only after a drain: running requests may finish for up to drain_minutes after the
+  limit. The drain is decided here, before stop_profile sets desired 0, because the ALB's
+  deregistration delay (30 s) cuts any stream still running once the target deregisters.
+
+The earliest planned stop within warning_minutes makes the sweep publish "Profile stopping soon".
 """
 
 from __future__ import annotations
@@ -10,20 +20,53 @@ from datetime import datetime, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from servingctl.control.schedule import should_run
-from servingctl.registry.models import ServingProfile
+from servingctl.registry.models import Schedule, ServingProfile
 
 Reason = Literal[
     "override-running",
     "override-stopped",
     "outside-schedule",
+    "max-runtime",
+    "budget",
     "lease-expired",
     "idle",
     "in-use",
     "idle-unknown",
+    "requests-running",
+    "held",
+    "draining",
 ]
+# When several stops are due at once, the reason reported is the first of these.
+PRIORITY: tuple[Reason, ...] = ("override-stopped", "max-runtime", "budget", "outside-schedule", "lease-expired", "idle")
+MINUTE = timedelta(minutes=1)
+
+
+class ServerLoad(BaseModel):
+    """The model server's own gauges (vllm:num_requests_running / vllm:num_requests_waiting)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    running: int = Field(ge=0)
+    waiting: int = Field(ge=0)
+
+    @property
+    def active(self) -> int:
+        """Requests the server is working on or has queued."""
+        return self.running + self.waiting
+
+
+class PlannedStop(BaseModel):
+    """One way the profile will be stopped, and when."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reason: Reason
+    at: datetime
+    hard: bool = Field(description="applied even while requests run (after the drain)")
+    detail: str
 
 
 class Decision(BaseModel):
@@ -35,6 +78,103 @@ class Decision(BaseModel):
     stop: bool
     reason: Reason
     detail: str
+    next_stop: PlannedStop | None = Field(default=None, description="the earliest planned stop (due or not)")
+    stopping_soon: bool = Field(default=False, description="next_stop is within warning_minutes: publish the warning")
+    active_requests: int | None = Field(default=None, description="running + waiting on the model server; None when unread")
+
+
+class Observed(BaseModel):
+    """What the sweep (or the API, without gauges and request counts) knows about one READY profile."""
+
+    model_config = ConfigDict(frozen=True)
+
+    now: datetime
+    ready_since: datetime
+    lease_deadline: datetime | None = None
+    requests_in_idle_window: int | None = Field(default=None, description="ALB RequestCount; None when unknown")
+    last_request_at: datetime | None = Field(default=None, description="end of the last metric period with requests")
+    load: ServerLoad | None = None
+    kept_alive_at: datetime | None = None
+    held_by: str | None = None
+    held_until: datetime | None = None
+    session_started_at: datetime | None = None
+    hourly_usd: float | None = None
+
+    def held(self) -> bool:
+        """True while a benchmark's hold is in force."""
+        return bool(self.held_by and self.held_until and self.now < self.held_until)
+
+    def busy(self) -> bool:
+        """True when the gauges show requests running or waiting."""
+        return self.load is not None and self.load.active > 0
+
+
+def _local(schedule: Schedule, moment: datetime) -> str:
+    return f"{moment.astimezone(ZoneInfo(schedule.timezone)):%a %Y-%m-%d %H:%M %Z}"
+
+
+def schedule_stop_at(schedule: Schedule, now: datetime, ahead: timedelta, behind: timedelta) -> datetime | None:
+    """When the schedule stops wanting the profile: the first minute outside it within `ahead`, or,
+    when now is outside, since when (looked for up to `behind`; periods are whole minutes)."""
+    floor = now.replace(second=0, microsecond=0)
+    if not should_run(schedule, now):
+        since = floor
+        while now - since < behind and not should_run(schedule, since - MINUTE):
+            since -= MINUTE
+        return since if since <= now else now
+    moment = floor + MINUTE
+    while moment - now <= ahead:
+        if not should_run(schedule, moment):
+            return moment
+        moment += MINUTE
+    return None
+
+
+def _keepalive_in_force(seen: Observed) -> bool:
+    return seen.kept_alive_at is not None and seen.lease_deadline is not None and seen.now < seen.lease_deadline
+
+
+def planned_stops(profile: ServingProfile, seen: Observed) -> list[PlannedStop]:
+    """Every stop the profile is headed for, due or not (schedule ends only within the warning window)."""
+    settings, schedule, now = profile.autostop, profile.schedule, seen.now
+    stops: list[PlannedStop] = []
+    if schedule and schedule.override == "stopped":
+        stops.append(PlannedStop(reason="override-stopped", at=now, hard=True, detail="schedule override keeps it stopped"))
+    overridden = schedule is not None and schedule.override == "running"
+    if schedule and schedule.override is None:
+        at = schedule_stop_at(schedule, now, ahead=timedelta(minutes=settings.warning_minutes),
+                              behind=timedelta(minutes=settings.drain_minutes) + MINUTE)
+        if at is not None:
+            detail = (f"its {schedule.timezone} schedule ends at {_local(schedule, at)}" if at > now else
+                      f"{_local(schedule, now)} is outside every period of its {schedule.timezone} schedule")
+            if not schedule.enforced and _keepalive_in_force(seen) and seen.lease_deadline and seen.lease_deadline > at:
+                at, detail = seen.lease_deadline, detail + f", deferred by a keepalive to {seen.lease_deadline.isoformat()}"
+            stops.append(PlannedStop(reason="outside-schedule", at=at, hard=schedule.enforced,
+                                     detail=detail + (" (enforced)" if schedule.enforced else "")))
+    if not overridden and seen.lease_deadline is not None:
+        stops.append(PlannedStop(reason="lease-expired", at=seen.lease_deadline, hard=False,
+                                 detail=f"lease ends at {seen.lease_deadline.isoformat()} (keepalive extends it)"))
+    if not overridden and profile.idle.enabled and seen.requests_in_idle_window is not None:
+        window = timedelta(minutes=profile.idle.window_minutes)
+        quiet_since = max(t for t in (seen.ready_since, seen.kept_alive_at, seen.last_request_at) if t is not None)
+        if seen.requests_in_idle_window > 0 and seen.last_request_at is None:
+            quiet_since = now  # requests without a time: count the window from now (never early)
+        stops.append(PlannedStop(reason="idle", at=quiet_since + window, hard=False,
+                                 detail=f"no requests for {profile.idle.window_minutes} minutes (since {quiet_since.isoformat()})"))
+    if settings.max_runtime_minutes is not None:
+        at = seen.ready_since + timedelta(minutes=settings.max_runtime_minutes)
+        stops.append(PlannedStop(reason="max-runtime", at=at, hard=True,
+                                 detail=f"max runtime of {settings.max_runtime_minutes} minutes since READY ends at {at.isoformat()}"))
+    if settings.max_session_usd is not None and seen.hourly_usd and seen.session_started_at is not None:
+        at = seen.session_started_at + timedelta(hours=settings.max_session_usd / seen.hourly_usd)
+        stops.append(PlannedStop(reason="budget", at=at, hard=True,
+                                 detail=f"the session reaches its budget of {settings.max_session_usd:g} USD "
+                                 f"at {seen.hourly_usd:g} USD/h at {at.isoformat()}"))
+    return stops
+
+
+def _first(stops: list[PlannedStop]) -> PlannedStop:
+    return min(stops, key=lambda s: (PRIORITY.index(s.reason), s.at))
 
 
 def decide(
@@ -45,36 +185,52 @@ def decide(
     ready_since: datetime,
     lease_deadline: datetime | None,
     requests_in_idle_window: int | None,
+    **observed: object,
 ) -> Decision:
-    """Decide whether the sweep stops a READY profile; requests_in_idle_window None means unknown."""
-    schedule = profile.schedule
-    if schedule and schedule.override == "running":
-        return Decision(profile=name, stop=False, reason="override-running", detail="schedule override keeps it running")
-    if schedule and schedule.override == "stopped":
-        return Decision(profile=name, stop=True, reason="override-stopped", detail="schedule override keeps it stopped")
-    if schedule and not should_run(schedule, now):
-        return Decision(
-            profile=name, stop=True, reason="outside-schedule",
-            detail=f"{now.astimezone(ZoneInfo(schedule.timezone)):%a %Y-%m-%d %H:%M %Z} is outside every period of its {schedule.timezone} schedule",
-        )
-    if lease_deadline is not None and now >= lease_deadline:
-        return Decision(
-            profile=name, stop=True, reason="lease-expired",
-            detail=f"lease ended at {lease_deadline.isoformat()} (keepalive extends it)",
-        )
-    if not profile.idle.enabled:
-        return Decision(profile=name, stop=False, reason="in-use", detail="idle shutdown disabled")
-    window = timedelta(minutes=profile.idle.window_minutes)
-    if now - ready_since < window:
-        return Decision(profile=name, stop=False, reason="in-use", detail="ready for less than the idle window")
-    if requests_in_idle_window is None:
-        return Decision(profile=name, stop=False, reason="idle-unknown", detail="no request metric for the idle window")
-    if requests_in_idle_window == 0:
-        return Decision(
-            profile=name, stop=True, reason="idle",
-            detail=f"no requests in the last {profile.idle.window_minutes} minutes",
-        )
-    return Decision(
-        profile=name, stop=False, reason="in-use",
-        detail=f"{requests_in_idle_window} requests in the last {profile.idle.window_minutes} minutes",
-    )
+    """Decide whether the sweep stops a READY profile (requests_in_idle_window None means unknown);
+    further keywords are Observed fields (gauges, hold, keepalive, session cost)."""
+    seen = Observed.model_validate({"now": now, "ready_since": ready_since, "lease_deadline": lease_deadline,
+                                    "requests_in_idle_window": requests_in_idle_window, **observed})
+    stops = planned_stops(profile, seen)
+    upcoming = min(stops, key=lambda s: s.at) if stops else None
+    active = seen.load.active if seen.load is not None else None
+    due = [s for s in stops if s.at <= now]
+    hard = [s for s in due if s.hard]
+    busy = seen.busy()
+
+    def answer(stop: bool, reason: Reason, detail: str, soon: bool = False) -> Decision:
+        return Decision(profile=name, stop=stop, reason=reason, detail=detail, next_stop=upcoming,
+                        stopping_soon=soon, active_requests=active)
+
+    if hard:
+        limit = _first(hard)
+        drained_by = limit.at + timedelta(minutes=profile.autostop.drain_minutes)
+        if busy and now < drained_by:
+            return answer(False, "draining", f"{limit.detail}; {active} request(s) still running or waiting: stops when "
+                          f"they finish, at {drained_by.isoformat()} at the latest", soon=True)
+        tail = f" (drain of {profile.autostop.drain_minutes} min over, {active} request(s) cut)" if busy else ""
+        return answer(True, limit.reason, limit.detail + tail)
+    if due:
+        if seen.held():
+            return answer(False, "held", f"benchmark {seen.held_by} holds it until {seen.held_until.isoformat() if seen.held_until else ''}")
+        if busy:
+            return answer(False, "requests-running", f"{_first(due).detail}; deferred: {active} request(s) running or waiting")
+        return answer(True, _first(due).reason, _first(due).detail)
+    warning = timedelta(minutes=profile.autostop.warning_minutes)
+    soon = [s for s in stops if s.at - now <= warning and (s.hard or not seen.held()) and not (busy and s.reason == "idle")]
+    kept: Reason = "in-use"
+    if profile.schedule and profile.schedule.override == "running":
+        kept, detail = "override-running", "schedule override keeps it running"
+    elif not profile.idle.enabled:
+        detail = "idle shutdown disabled"
+    elif requests_in_idle_window is None:
+        kept, detail = "idle-unknown", "no request metric for the idle window"
+    elif requests_in_idle_window or busy:
+        detail = f"{requests_in_idle_window} requests in the last {profile.idle.window_minutes} minutes" + (
+            f", {active} running or waiting now" if busy else "")
+    else:
+        detail = "ready for less than the idle window"
+    if soon:
+        first = min(soon, key=lambda s: s.at)
+        return answer(False, kept, f"{detail}; stopping soon: {first.detail}", soon=True)
+    return answer(False, kept, detail)

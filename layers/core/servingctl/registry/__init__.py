@@ -1,6 +1,7 @@
 """The registry: compute pools and serving profiles, the one source of names the controller uses."""
 
 from servingctl.registry.models import (
+    AutoStopSettings,
     ComputePool,
     IdleSettings,
     Period,
@@ -14,6 +15,7 @@ from servingctl.registry.models import (
 from servingctl.registry.loader import RegistryError, load_registry, parse_registry
 
 __all__ = [
+    "AutoStopSettings",
     "ComputePool",
     "IdleSettings",
     "Period",

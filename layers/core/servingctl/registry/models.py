@@ -88,6 +88,11 @@ class Schedule(_Strict):
     override: Literal["running", "stopped"] | None = Field(
         default=None, description="running: never stop for the schedule; stopped: always stop"
     )
+    enforced: bool = Field(
+        default=False,
+        description="true: the end of a period stops the profile even while requests run (after the drain); "
+        "false: running requests and a keepalive defer it",
+    )
 
     @field_validator("timezone")
     @classmethod
@@ -104,6 +109,25 @@ class IdleSettings(_Strict):
 
     enabled: bool = True
     window_minutes: int = Field(default=30, ge=5, le=24 * 60)
+
+
+class AutoStopSettings(_Strict):
+    """How the sweep stops a profile: the warning before, the drain after a hard limit, the hard limits."""
+
+    warning_minutes: int = Field(
+        default=15, ge=1, le=24 * 60, description='minutes before a planned stop that the sweep publishes "Profile stopping soon"'
+    )
+    drain_minutes: int = Field(
+        default=10, ge=0, le=120,
+        description="after a hard limit, minutes running requests may still finish before the stop (0: stop at once)",
+    )
+    max_runtime_minutes: int | None = Field(
+        default=None, ge=5, le=31 * 24 * 60, description="hard limit: minutes READY after which the profile is stopped whatever runs"
+    )
+    max_session_usd: float | None = Field(
+        default=None, gt=0, le=1_000_000,
+        description="hard limit: a session's accrued cost (uptime x the catalog's hourly price) at which it is stopped",
+    )
 
 
 class StartSettings(_Strict):
@@ -132,11 +156,18 @@ class ServingProfile(_Strict):
     default_lease_minutes: int = Field(default=120, ge=5, le=7 * 24 * 60)
     max_lease_minutes: int = Field(default=12 * 60, ge=5, le=31 * 24 * 60)
     start: StartSettings = Field(default_factory=StartSettings)
+    autostop: AutoStopSettings = Field(default_factory=AutoStopSettings)
 
     @model_validator(mode="after")
     def _lease_bounds(self) -> ServingProfile:
         if self.default_lease_minutes > self.max_lease_minutes:
             raise ValueError("default_lease_minutes must not exceed max_lease_minutes")
+        runtime = self.autostop.max_runtime_minutes
+        if runtime is not None and runtime < self.default_lease_minutes:
+            raise ValueError(
+                f"autostop.max_runtime_minutes ({runtime}) must not be below default_lease_minutes ({self.default_lease_minutes}): "
+                "every start would be cut before its lease"
+            )
         return self
 
 

@@ -44,6 +44,11 @@ class Store(Protocol):
         """Move to phase (plus field changes) if ALLOWED_TRANSITIONS permits it, else TransitionRefused."""
         ...
 
+    def update_profile_if(self, profile: str, now: datetime, expect: dict[str, Any], **changes: Any) -> ProfileState | None:
+        """Like update_profile, but only while every field in expect has that value (one conditional
+        write); None, and nothing written, when one differs."""
+        ...
+
     def acquire_locks(self, names: Sequence[str], owner: str, now: datetime, ttl_s: int) -> list[Lock]:
         """Take every named lock at once or none (LockConflict); the same owner re-acquiring renews."""
         ...

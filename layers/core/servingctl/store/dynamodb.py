@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 
 from servingctl.store.base import LockConflict, TransitionRefused
 from servingctl.store.memory import checked_changes
-from servingctl.store.models import ALLOWED_TRANSITIONS, Lock, Phase, ProfileState, Session
+from servingctl.store.models import ALLOWED_TRANSITIONS, Lock, Phase, ProfileState, Session, iso
 
 PROFILE_PK = "profile"
 LOCK_PK = "lock"
@@ -95,6 +95,23 @@ class DynamoStore:
     def update_profile(self, profile: str, now: datetime, **changes: Any) -> ProfileState:
         """Set the given fields (None removes one) without touching the others; returns the new state."""
         return self._write_profile(self.get_profile(profile), changes, now, None)
+
+    def update_profile_if(self, profile: str, now: datetime, expect: dict[str, Any], **changes: Any) -> ProfileState | None:
+        """Like update_profile, but only while every field in expect has that value (one conditional
+        write); None otherwise. Expecting phase STOPPED also matches a never-recorded profile."""
+        condition = None
+        for name, value in checked_changes(expect).items():
+            value = value.value if isinstance(value, Phase) else iso(value) if isinstance(value, datetime) else value
+            term = Attr(name).not_exists() if value is None else Attr(name).eq(value)
+            if name == "phase" and value == Phase.STOPPED.value:
+                term = term | Attr(name).not_exists()
+            condition = term if condition is None else condition & term
+        try:
+            return self._write_profile(self.get_profile(profile), changes, now, condition)
+        except ClientError as exc:
+            if not _conditional_failure(exc):
+                raise
+            return None
 
     def set_phase(self, profile: str, phase: Phase, now: datetime, execution: str, **changes: Any) -> ProfileState:
         """Move to phase (plus field changes) if ALLOWED_TRANSITIONS permits it, else TransitionRefused."""

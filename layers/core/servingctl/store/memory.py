@@ -47,6 +47,14 @@ class MemoryStore:
             self._profiles[profile] = ProfileState.model_validate(merged)
             return self.get_profile(profile)
 
+    def update_profile_if(self, profile: str, now: datetime, expect: dict[str, Any], **changes: Any) -> ProfileState | None:
+        """Like update_profile, but only while every field in expect has that value; None otherwise."""
+        with self._mutex:
+            current = self.get_profile(profile)
+            if any(getattr(current, field) != value for field, value in checked_changes(expect).items()):
+                return None
+            return self.update_profile(profile, now, **changes)
+
     def set_phase(self, profile: str, phase: Phase, now: datetime, execution: str, **changes: Any) -> ProfileState:
         """Move to phase (plus field changes) if ALLOWED_TRANSITIONS permits it, else TransitionRefused."""
         with self._mutex:

@@ -66,6 +66,14 @@ class ProfileState(_Record):
     session_id: str | None = Field(default=None, description="open ledger session")
     stop_requested_by: str | None = None
     stop_requested_until: datetime | None = None
+    # Who did it: the IAM ARN of the caller of the last start, stop and keepalive (the sweep's own for its stops).
+    started_by: str | None = None
+    stopped_by: str | None = None
+    kept_alive_by: str | None = None
+    kept_alive_at: datetime | None = None
+    # A benchmark run holding the profile: the sweep's soft stops wait until held_until (renewed per scenario).
+    held_by: str | None = None
+    held_until: datetime | None = None
 
     def stop_requested(self, now: datetime) -> bool:
         """True while a stop flag set by a stop execution is still in force."""
