@@ -97,6 +97,20 @@ def test_start_wait_shows_phases_in_order_then_status_keepalive_and_stop(twin: T
     assert code == 0 and detail["phase"] == "READY" and detail["running_count"] == 1
     assert list(detail["target_health"].values()) == ["healthy"]
     lease = datetime.fromisoformat(detail["lease_deadline"])
+    [instance] = detail["instances"]
+
+    # What a person reads: the endpoint and how to reach it, the instance by id, the cost so far.
+    code, out, _ = cli("status", PROFILE)
+    assert code == 0 and "READY since" in out and instance["instance_id"] in out
+    assert detail["endpoint_url"] in out and f"header       {detail['routing_header']}" in out
+    assert "cost so far  unpriced (" in out and "min up; the instance is not in the price catalog" in out  # g7e.2xlarge has no price
+
+    # A start of a READY profile says so and starts nothing; --wait does not wait for a new one.
+    executions = twin.client("stepfunctions").list_executions(stateMachineArn=twin.state_machines["start_profile"])["executions"]
+    code, out, err = cli("start", PROFILE, "--wait")
+    assert code == 0 and f"{PROFILE} is already READY since" in out and "(lease until" in out, (out, err)
+    assert len(twin.client("stepfunctions").list_executions(
+        stateMachineArn=twin.state_machines["start_profile"])["executions"]) == len(executions)
 
     code, out, _ = cli("keepalive", PROFILE, "--minutes", "120", "--json")
     extended = datetime.fromisoformat(_json(out)["lease_deadline"])
@@ -107,6 +121,8 @@ def test_start_wait_shows_phases_in_order_then_status_keepalive_and_stop(twin: T
     assert code == 0 and final["status"] == "SUCCEEDED" and final["phase"] == "stopped", err
     assert [p["name"] for p in final["phases"]][-1] == "stopped"
     assert (_group(twin)["DesiredCapacity"], _service(twin)["desiredCount"]) == (0, 0)
+    code, out, _ = cli("stop", PROFILE, "--wait")
+    assert code == 0 and f"{PROFILE} is already STOPPED since" in out
 
     code, out, _ = cli("costs", "ledger", "--profile", PROFILE, "--json")
     ledger = _json(out)
@@ -125,9 +141,11 @@ def test_a_failed_start_exits_non_zero_with_the_recorded_reason(twin: Twin, cli:
 
 def test_api_errors_exit_non_zero_naming_the_field(cli: Any) -> None:
     code, _, err = cli("start", "no-such-profile")
-    assert code == 1 and "404" in err and "known profiles" in err
-    code, _, err = cli("start", PROFILE, "--lease", "100000")
-    assert code == 1 and "body.lease_minutes" in err
+    assert code == 1 and "error: unknown profile 'no-such-profile'; known profiles: " in err and "404" not in err
+    code, _, err = cli("start", PROFILE, "--lease", "100000")  # the profile's own bound, from the API
+    assert code == 1 and "error: --lease must be between 5 and " in err and "minutes" in err and "body." not in err
+    code, _, err = cli("start", PROFILE, "--lease", "4")  # the model's bound, checked before sending
+    assert code == 2 and "error: --lease must be at least 5 minutes" in err
     code, out, _ = cli("keepalive", PROFILE, "--json")
     assert code == 1 and _json(out)["status"] == 409
 

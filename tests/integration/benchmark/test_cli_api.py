@@ -81,7 +81,8 @@ def test_bench_profile_runs_in_the_vpc_then_runs_and_report_compare_read_it_back
     code, out, err = cli("bench", "--profile", PROFILE, "--stop", *MATRIX, "--label", "second", "--json")
     assert code == 0, out[-2000:] + err
     second_id = _json(out)["run_id"]
-    assert (tmp_path / "servingctl-runs" / second_id / "results.json").is_file()  # the default place
+    # --json without --output: the data on stdout, no files written into the current directory
+    assert _json(out)["files"] == [] and not (tmp_path / "servingctl-runs").exists()
 
     code, out, _ = cli("runs", "--profile", PROFILE, "--json")
     listed = _json(out)

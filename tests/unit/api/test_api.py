@@ -206,3 +206,22 @@ def test_a_body_that_is_not_utf8_json_is_refused_before_parsing(api: Api) -> Non
                         "body": base64.b64encode(b'{"lease_minutes": 60}').decode(), "isBase64Encoded": True})
     assert encoded[0] == 202
     assert api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"][0]["status"] == "RUNNING"
+
+
+def test_start_of_a_ready_profile_says_so_without_a_new_execution(api: Api) -> None:
+    _ready(api, lease_min=30)
+    status, body = api.request("POST", f"/profiles/{PROFILE}/start", {"lease_minutes": 60})
+    assert status == 200 and body["already"] is True and body["phase"] == "READY" and body["joined"] is False
+    assert "is already READY since" in body["message"] and "(lease until" in body["message"]
+    assert body["lease_deadline"] is not None and body["since"] is not None
+    assert api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"] == []
+
+
+def test_stop_of_a_stopped_profile_says_so_but_a_running_start_is_still_stopped(api: Api) -> None:
+    status, body = api.request("POST", f"/profiles/{PROFILE}/stop")
+    assert status == 200 and body["already"] is True and "is already STOPPED" in body["message"]
+    assert api.sfn.list_executions(stateMachineArn=api.stop_arn)["executions"] == []
+    started = api.request("POST", f"/profiles/{PROFILE}/start")[1]  # its state is still STOPPED: the flow runs
+    status, stop = api.request("POST", f"/profiles/{PROFILE}/stop")
+    assert status == 202 and stop["already"] is False and stop["execution_id"].startswith("stop-")
+    api.sfn.stop_execution(executionArn=started["execution_arn"])

@@ -18,8 +18,8 @@ BASE = ["bench", "--endpoint", "http://127.0.0.1:1", "--model", "m"]
         (["--input-tokens", "0"], ["--input-tokens", "positive integers"]),
         (["--max-failure-rate", "2"], ["--max-failure-rate", "0 to 1"]),
         (["--header", "no-colon"], ["--header", "NAME:VALUE"]),
-        (["--mode", "rate"], ["--rate", "req/s"]),
-        (["--mode", "sustained"], ["--requests", "--duration"]),
+        (["--mode", "rate"], ["error: --rate: required in mode rate (the arrival rate in requests per second)"]),
+        (["--mode", "sustained"], ["error: --requests or --duration: mode sustained needs one of them"]),
         (["--rounds", "0"], ["--rounds", ">= 1"]),
     ],
 )

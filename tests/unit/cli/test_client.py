@@ -10,6 +10,7 @@ import pytest
 from botocore.credentials import Credentials
 
 from servingctl.cli import client
+from servingctl.cli.sigv4 import SigV4
 from servingctl.cli.main import main
 
 
@@ -21,7 +22,7 @@ def test_requests_to_the_deployed_api_are_sigv4_signed_for_execute_api() -> None
         return httpx.Response(202, json={"ok": True})
 
     url = "https://a1b2c3d4e5.execute-api.ap-northeast-1.amazonaws.com/v1"
-    api = client.Client(url, auth=client.SigV4(Credentials("AKIDEXAMPLE", "secret", "token"), "ap-northeast-1"),
+    api = client.Client(url, auth=SigV4(Credentials("AKIDEXAMPLE", "secret", "token"), "ap-northeast-1"),
                         transport=httpx.MockTransport(answer))
     assert api.post("/profiles/x/start", {"lease_minutes": 60}, idempotent=True) == {"ok": True}
     [request] = seen
@@ -48,7 +49,7 @@ def test_the_region_comes_from_the_api_url(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     api = client._signed("https://abc123.execute-api.eu-west-1.amazonaws.com/v1", None, None)
-    assert isinstance(api._http.auth, client.SigV4) and api._http.auth.region == "eu-west-1"
+    assert isinstance(api._http.auth, SigV4) and api._http.auth.region == "eu-west-1"
 
 
 def test_the_twin_is_found_through_its_state_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,10 +64,71 @@ def test_the_twin_is_found_through_its_state_file(tmp_path: Path, monkeypatch: p
     assert not client.twin_state_path().exists()
 
 
-def test_no_api_at_all_exits_3_with_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_api_at_all_exits_3_with_what_to_do_and_never_guesses_a_port(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv(client.API_URL_ENV, raising=False)
-    monkeypatch.setattr(client, "DEFAULT_TWIN_PORT", 1)  # nothing listens there
+
+    def no_probe(*args: object, **kwargs: object) -> None:
+        raise AssertionError("discovery must not probe a fixed port")
+
+    monkeypatch.setattr(httpx, "get", no_probe)
     assert main(["status", "--local"]) == client.EXIT_UNREACHABLE
-    assert "servingctl local up" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--local: no twin is running" in err and "servingctl local up" in err
+    assert main(["status"]) == client.EXIT_UNREACHABLE
+    assert "no API: pass --api-url" in capsys.readouterr().err
+
+
+def test_a_loopback_api_url_is_the_twin_unsigned_with_its_pacing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)  # no credentials needed, no region either
+    client.write_twin_state("http://127.0.0.1:18701", {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5})
+    for url, poll in (("http://127.0.0.1:18701/", {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}),
+                      ("http://localhost:18702", None), ("http://[::1]:18703", None)):
+        args = type("Args", (), {"api_url": url, "local": False, "aws_profile": None, "region": None})()
+        found = client.connect(args)
+        assert found._http.auth is None and found.local and found.poll == poll, url
+    assert not client.is_loopback("https://abc123.execute-api.eu-west-1.amazonaws.com/v1")
+    assert not client.is_loopback("http://127.0.0.1.example.com")
+
+
+def test_a_network_failure_says_cannot_connect_to_the_url() -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    api = client.Client(f"http://127.0.0.1:{port}", local=True)
+    with pytest.raises(client.Unreachable, match=rf"^cannot connect to http://127.0.0.1:{port} \(.*refused"):
+        api.get("/profiles")
+
+
+@pytest.mark.parametrize(("message", "field", "said"), [
+    ("lease_minutes: must be between 5 and 720 minutes (the max_lease_minutes of m); got 2000", "body.lease_minutes",
+     "--lease must be between 5 and 720 minutes (the max_lease_minutes of m); got 2000"),
+    ("invalid request: lease_minutes: must be at least 5; poll.interval_s: must be at least 1", None,
+     "--lease must be at least 5; --poll-interval must be at least 1"),
+    ("unknown profile 'x'; known profiles: a, b", "path.name", "unknown profile 'x'; known profiles: a, b"),
+    ("invalid request: body: must be a JSON object", "body", "must be a JSON object"),
+])
+def test_api_errors_are_rendered_with_the_flags_a_person_typed(message: str, field: str | None, said: str) -> None:
+    rendered = client.for_people(client.ApiError(400, message, field))
+    assert rendered == said
+    assert "400" not in rendered and "body." not in rendered and "Value error" not in rendered
+
+
+def test_help_loads_neither_matplotlib_nor_boto3_nor_the_engine_and_status_no_engine(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom servingctl.cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+             "print(' '.join(sorted(k for k, v in sys.modules.items() if v is not None)))")
+    heavy = ("matplotlib", "boto3", "botocore", "servingctl.bench", "rich", "httpx", "pydantic")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}  # no twin: status goes as far as finding none
+    env.pop(client.API_URL_ENV, None)
+    for argv, banned in ((["--help"], heavy), (["status"], heavy[:4]), (["start", "--help"], heavy[:4])):
+        done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, check=True, env=env)
+        loaded = done.stdout.strip().splitlines()[-1].split()
+        assert not [m for m in loaded if m.split(".")[0] in banned or m.startswith(banned)], argv

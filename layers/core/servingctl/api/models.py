@@ -12,6 +12,11 @@ from servingctl.control.sweep import PlannedStop
 from servingctl.store.models import Phase
 
 
+def lower_bound(model: type[BaseModel], name: str) -> int:
+    """A field's declared lower bound (ge): the API's messages and the CLI's checks never repeat the number."""
+    return next(int(m.ge) for m in model.model_fields[name].metadata if getattr(m, "ge", None) is not None)
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -52,14 +57,21 @@ class ErrorBody(BaseModel):
 
 
 class ExecutionRef(BaseModel):
-    """A start or stop execution the API started or joined (202)."""
+    """A start or stop execution the API started or joined (202), or the answer that there is
+    nothing to do (200: start on a READY profile, stop on a STOPPED one)."""
 
-    execution_arn: str
-    execution_id: str = Field(description="the execution name: GET /executions/{execution_id}")
+    execution_arn: str | None = Field(description="the execution started or joined; when already, the one that set the phase")
+    execution_id: str | None = Field(description="the execution name: GET /executions/{execution_id}")
     profile: str
     action: Literal["start", "stop"]
     joined: bool = Field(description="true when an execution already running for the profile was returned")
     started_at: datetime | None = None
+    already: bool = Field(default=False, description="true when the profile was already READY (start) or STOPPED (stop): "
+                          "no execution was started")
+    phase: Phase | None = Field(default=None, description="the recorded phase, when already")
+    since: datetime | None = Field(default=None, description="when the profile became READY or STOPPED, when already")
+    lease_deadline: datetime | None = Field(default=None, description="the lease of a READY profile, when already")
+    message: str | None = Field(default=None, description="what happened, for people")
 
 
 class Instance(BaseModel):
@@ -89,6 +101,10 @@ class ProfileSummary(BaseModel):
     ready_at: datetime | None = None
     lease_deadline: datetime | None = None
     last_error: str | None = None
+    endpoint_url: str = Field(description="the internal ALB's URL: reachable from inside the VPC only")
+    routing_header: str = Field(description="the header the ALB routes to this profile by, e.g. X-LLM-Profile: NAME")
+    hourly_usd: float | None = Field(default=None, description="hourly price of the instance (the price catalog's; "
+                                     "an open session's own price in GET /profiles/{name})")
     started_by: str | None = Field(default=None, description="IAM ARN of who asked for the last start")
     stopped_by: str | None = Field(default=None, description="IAM ARN of who asked for the last stop (the sweep's role for its stops)")
     kept_alive_by: str | None = Field(default=None, description="IAM ARN of the last keepalive's caller")
@@ -111,7 +127,6 @@ class ProfileDetail(ProfileSummary):
     service_events: list[ServiceEvent]
     uptime_s: float | None = Field(default=None, description="seconds since the open session started")
     accrued_cost_usd: float | None = Field(default=None, description="open session uptime x hourly price")
-    hourly_usd: float | None = None
     phase_seconds: dict[str, float] = Field(default_factory=dict)
     stop_requested: bool = False
 

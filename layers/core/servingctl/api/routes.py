@@ -40,6 +40,7 @@ from servingctl.api.models import (
 )
 from servingctl.api.service import ApiDeps, ApiError, BadRequest, Conflict
 from servingctl.bench.matrix import BenchmarkInput
+from servingctl.wording import problems
 
 OPENAPI_PATH = FilePath(__file__).with_name("openapi.json")
 TITLE = "servingctl"
@@ -70,18 +71,12 @@ def _error_response(error: ApiError) -> Response:
 
 
 def _validation_message(exc: RequestValidationError) -> BadRequest:
-    """One 400 naming every bad field (body.lease_minutes, path.name, ...) and what is allowed."""
-    problems, fields = [], []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err.get("loc", ()))
-        fields.append(where)
-        if err.get("type") == "extra_forbidden":
-            problems.append(f"{where}: unknown field")
-        elif err.get("type") == "missing":
-            problems.append(f"{where}: required")
-        else:
-            problems.append(f"{where}: {err.get('msg', err.get('type'))}")
-    return BadRequest("invalid request: " + "; ".join(problems), fields[0] if len(fields) == 1 else None)
+    """One 400 naming every bad field (lease_minutes, poll.interval_s, ...) and what is allowed, in
+    plain words (servingctl.wording); field is the one input at fault (body.lease_minutes, ...)."""
+    errors = exc.errors()
+    parts = [f"{where or 'body'}: {text}" for where, text in problems(errors)]
+    fields = [".".join(str(p) for p in err.get("loc", ())) for err in errors]
+    return BadRequest("invalid request: " + "; ".join(parts), fields[0] if len(fields) == 1 else None)
 
 
 def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | None = None) -> APIGatewayRestResolver:
@@ -118,7 +113,8 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
         else:
             config.register_lambda_context(app.lambda_context)
             answer = remembered(request=request)
-        return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=answer)
+        # Nothing started (already READY / STOPPED) is a 200, an execution started or joined a 202.
+        return Response(status_code=200 if answer.get("already") else 202, content_type=content_types.APPLICATION_JSON, body=answer)
 
     @app.exception_handler(ApiError)
     def _api_error(error: ApiError) -> Response:
@@ -151,6 +147,8 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
         "another profile holds the pool and allow_shared_pool is false. lease_minutes is bounded by the profile's "
         "max_lease_minutes.",
         responses={202: {"description": "Started or joined", "content": {"application/json": {"model": ExecutionRef}}},
+                   200: {"description": "Already READY: nothing started (already, since, message)",
+                         "content": {"application/json": {"model": ExecutionRef}}},
                    **ERRORS},
     )
     def start_profile(name: ProfileName, body: Annotated[StartRequest | None, Body()] = None, key: IdempotencyKey = None) -> ExecutionRef:
@@ -160,6 +158,8 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
         "/profiles/<name>/stop", summary="Stop a profile (202 with the execution)", tags=["profiles"], status_code=202,
         description="Preempts a running start (it rolls back). Joins a stop already running for the profile.",
         responses={202: {"description": "Started or joined", "content": {"application/json": {"model": ExecutionRef}}},
+                   200: {"description": "Already STOPPED: nothing started (already, since, message)",
+                         "content": {"application/json": {"model": ExecutionRef}}},
                    **ERRORS},
     )
     def stop_profile(name: ProfileName, body: Annotated[StopRequest | None, Body()] = None, key: IdempotencyKey = None) -> ExecutionRef:

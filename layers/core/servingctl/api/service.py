@@ -6,7 +6,9 @@ Conflict rules (409), decided here and documented in the OpenAPI descriptions:
 - start while a start of the profile runs: 202 with that execution (joined);
 - stop while a start runs: 202, the stop preempts the start (its checks see the stop flag and roll back);
 - stop while a stop runs: 202 with that execution (joined);
-- keepalive of a profile that is not READY: 409.
+- keepalive of a profile that is not READY: 409;
+- start of a READY profile, stop of a STOPPED one (no flow of the profile running): 200 saying so
+  ("already READY since ... (lease until ...)"), no execution started.
 Execution names are start-<profile>-<token> / stop-<profile>-<token>, the token a hash of the
 profile's recorded state and the input: two identical calls before the state moves name the same
 execution, which Step Functions returns instead of starting a second one.
@@ -37,6 +39,7 @@ from servingctl.api.models import (
     ServiceEvent,
     StartRequest,
     StopRequest,
+    lower_bound,
 )
 from servingctl.control import aws
 from servingctl.control.clock import Clock, SystemClock
@@ -166,10 +169,14 @@ def _forecast(deps: ApiDeps, name: str, state: ProfileState, with_requests: bool
 
 def _summary(deps: ApiDeps, name: str, state: ProfileState, with_requests: bool = False) -> ProfileSummary:
     spec = deps.registry.profiles[name]
+    pool = deps.registry.pools[spec.pool]
+    price = deps.catalog.instance(deps.registry.region, pool.price_key or pool.instance_type)
     return ProfileSummary(
-        name=name, phase=state.phase, pool=spec.pool, instance_type=deps.registry.pools[spec.pool].instance_type,
+        name=name, phase=state.phase, pool=spec.pool, instance_type=pool.instance_type,
         model=spec.model, execution=state.execution, ready_at=state.ready_at, lease_deadline=state.lease_deadline,
-        last_error=state.last_error, started_by=state.started_by, stopped_by=state.stopped_by,
+        last_error=state.last_error, endpoint_url=spec.endpoint_url,
+        routing_header=f"{spec.routing_header.name}: {spec.routing_header.value}",
+        hourly_usd=price.hourly_usd if price else None, started_by=state.started_by, stopped_by=state.stopped_by,
         kept_alive_by=state.kept_alive_by, held_by=state.held_by, held_until=state.held_until,
         **_forecast(deps, name, state, with_requests),
     )
@@ -196,8 +203,11 @@ def get_profile(deps: ApiDeps, name: str) -> ProfileDetail:
             deps.catalog, profile=name, region=deps.registry.region, instance_type=session.instance_type,
             started_at=session.started_at, ended_at=None, now=now, price_key=session.price_key,
         )
+    summary = _summary(deps, name, state, with_requests=True).model_dump()
+    if cost is not None:
+        summary["hourly_usd"] = cost.hourly_usd  # the open session's price
     return ProfileDetail(
-        **_summary(deps, name, state, with_requests=True).model_dump(),
+        **summary,
         desired_count=service.get("desiredCount", 0),
         running_count=service.get("runningCount", 0),
         pending_count=service.get("pendingCount", 0),
@@ -209,7 +219,6 @@ def get_profile(deps: ApiDeps, name: str) -> ProfileDetail:
         ],
         uptime_s=round(cost.uptime_hours * 3600, 3) if cost else None,
         accrued_cost_usd=round(cost.cost_usd, 4) if cost and cost.cost_usd is not None else None,
-        hourly_usd=cost.hourly_usd if cost else None,
         phase_seconds=state.phase_seconds,
         stop_requested=state.stop_requested(now),
     )
@@ -252,6 +261,27 @@ def launch(deps: ApiDeps, action: Action, profile: str, execution_input: dict[st
     return _ref(answer, action, profile, joined=False)
 
 
+def _already(deps: ApiDeps, action: Action, name: str) -> ExecutionRef | None:
+    """The answer to a start of a READY profile or a stop of a STOPPED one when no flow of the
+    profile runs: nothing to do, said with since when and the lease (None: run the flow)."""
+    state = deps.store.get_profile(name)
+    if state.phase != (Phase.READY if action == "start" else Phase.STOPPED):
+        return None
+    if any(running_execution(deps.sfn, deps.machine(a), a, name) is not None for a in ("start", "stop")):
+        return None
+    since = (state.ready_at if action == "start" else state.stopped_at) or state.phase_since
+    when = f" since {iso(since)}" if since else ""
+    lease = f" (lease until {iso(state.lease_deadline)})" if action == "start" and state.lease_deadline else ""
+    hint = "; keepalive extends the lease" if action == "start" else ""
+    arn = state.execution
+    return ExecutionRef(
+        execution_arn=arn, execution_id=arn.rsplit(":", 1)[-1] if arn else None, profile=name, action=action,
+        joined=False, already=True, phase=state.phase, since=since,
+        lease_deadline=state.lease_deadline if action == "start" else None,
+        message=f"{name} is already {state.phase.value}{when}{lease}: no new execution{hint}",
+    )
+
+
 def _pool_holders(deps: ApiDeps, profile: str) -> list[str]:
     spec = deps.registry.profiles[profile]
     holders = []
@@ -267,7 +297,8 @@ def start_profile(deps: ApiDeps, name: str, body: StartRequest, caller: str | No
     spec = profile_spec(deps, name)
     if body.lease_minutes is not None and body.lease_minutes > spec.max_lease_minutes:
         raise BadRequest(
-            f"lease_minutes: must be between 5 and {spec.max_lease_minutes} (max_lease_minutes of {name}); got {body.lease_minutes}",
+            f"lease_minutes: must be between {lower_bound(StartRequest, 'lease_minutes')} and {spec.max_lease_minutes} minutes "
+            f"(the max_lease_minutes of {name}); got {body.lease_minutes}",
             "body.lease_minutes",
         )
     stopping = running_execution(deps.sfn, deps.stop_machine_arn, "stop", name)
@@ -279,6 +310,9 @@ def start_profile(deps: ApiDeps, name: str, body: StartRequest, caller: str | No
             f"pool {spec.pool} is held by {', '.join(holders)}; pass allow_shared_pool=true to share it",
             "body.allow_shared_pool",
         )
+    already = _already(deps, "start", name)
+    if already is not None:
+        return already
     execution_input: dict[str, Any] = {"profile": name, "allow_shared_pool": body.allow_shared_pool}
     if caller:
         execution_input["requested_by"] = caller
@@ -294,6 +328,9 @@ def start_profile(deps: ApiDeps, name: str, body: StartRequest, caller: str | No
 def stop_profile(deps: ApiDeps, name: str, body: StopRequest, caller: str | None = None) -> ExecutionRef:
     """Start or join stop_profile (a running start is preempted by the flow's stop flag)."""
     profile_spec(deps, name)
+    already = _already(deps, "stop", name)
+    if already is not None:
+        return already
     execution_input: dict[str, Any] = {"profile": name}
     if caller:
         execution_input["requested_by"] = caller
@@ -315,7 +352,8 @@ def keepalive(deps: ApiDeps, name: str, body: KeepaliveRequest, caller: str | No
     minutes = body.minutes if body.minutes is not None else spec.default_lease_minutes
     if minutes > spec.max_lease_minutes:
         raise BadRequest(
-            f"minutes: must be between 1 and {spec.max_lease_minutes} (max_lease_minutes of {name}); got {minutes}",
+            f"minutes: must be between {lower_bound(KeepaliveRequest, 'minutes')} and {spec.max_lease_minutes} minutes "
+            f"(the max_lease_minutes of {name}); got {minutes}",
             "body.minutes",
         )
     for _ in range(KEEPALIVE_ATTEMPTS):

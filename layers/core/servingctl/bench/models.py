@@ -80,9 +80,9 @@ class RunConfig(_Model):
     @model_validator(mode="after")
     def _mode_needs(self) -> RunConfig:
         if self.mode == "rate" and self.rate is None:
-            raise ValueError("mode rate needs rate, the arrival rate in req/s")
+            raise ValueError("rate: required in mode rate (the arrival rate in requests per second)")
         if self.mode in ("sustained", "rate") and self.requests is None and self.duration_s is None:
-            raise ValueError(f"mode {self.mode} needs requests or duration_s")
+            raise ValueError(f"requests or duration_s: mode {self.mode} needs one of them")
         return self
 
 

@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from servingctl.bench.models import MODES, SALT_MODES, RunConfig, RunResult
 from servingctl.bench.runner import Progress as ProgressEvent
 from servingctl.bench.runner import ProgressFn, run_benchmark
 from servingctl.cli.benchmarks import remote_bench
+from servingctl.cli.main import summary
 from servingctl.cli.client import add_api_arguments
 
 API_KEY_ENV = "SERVINGCTL_API_KEY"
@@ -68,8 +68,7 @@ def _header(text: str) -> tuple[str, str]:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `bench` command."""
     p = subparsers.add_parser(
-        "bench",
-        help="benchmark an OpenAI-compatible endpoint (streaming, server cross-checks)",
+        "bench", help=summary("bench"),
         description="Sweep input lengths x concurrencies against an OpenAI-compatible chat endpoint.",
     )
     p.add_argument("--endpoint", help="server base URL (http://host:port, /v1 optional); required without --profile")
@@ -135,16 +134,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def _validation_message(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors():
-        field = str(error["loc"][0]) if error["loc"] else ""
-        flag = _FLAGS.get(field)
-        message = error["msg"].removeprefix("Value error, ")
-        if not flag:  # whole-model rules: name the flags of the fields they mention
-            words = set(re.findall(r"[a-z_]+", message))
-            flag = " / ".join(f for name, f in _FLAGS.items() if name in words) or "bench"
-        parts.append(f"{flag}: {message}")
-    return "; ".join(parts)
+    from servingctl.wording import for_flags
+
+    return for_flags(exc.errors(), _FLAGS)
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -24,7 +24,19 @@ from rich.table import Table
 
 from servingctl.bench.matrix import RUN_ID_PATTERN
 from servingctl.bench.models import RunResult
-from servingctl.cli.client import EXIT_FAILED, EXIT_OK, ApiError, Client, Unreachable, add_api_arguments, api_command, connect
+from servingctl.cli import render
+from servingctl.cli.client import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    ApiError,
+    Client,
+    Unreachable,
+    add_api_arguments,
+    api_command,
+    connect,
+)
+from servingctl.cli.main import summary
 from servingctl.costs import Comparison
 from servingctl.store.records import decode_records
 
@@ -46,7 +58,7 @@ class RunNotAvailable(Exception):
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `runs` (bench --profile and report RUN_ID are flags of their own commands)."""
-    runs = subparsers.add_parser("runs", help="benchmark runs stored by the control plane, newest first")
+    runs = subparsers.add_parser("runs", help=summary("runs"))
     runs.add_argument("--profile", help="only this profile's runs")
     runs.add_argument("--limit", type=int, default=20, help="at most this many runs (default 20)")
     add_api_arguments(runs)
@@ -58,13 +70,13 @@ def _runs(args: argparse.Namespace, client: Client) -> int:
     if args.json:
         print(json.dumps(runs))
         return EXIT_OK
-    table = Table(title="servingctl benchmark runs")
-    for column in ("run id", "profile", "status", "scenarios", "label", "finished", "error"):
-        table.add_column(column)
-    for run in runs:
-        table.add_row(run["run_id"], run["profile"], run["status"], str(len(run["scenarios"])), run["label"] or "",
-                      run["finished_at"] or "-", run["error"] or "")
-    Console().print(table)
+    if not runs:
+        print("no benchmark runs yet" + (f" of {args.profile}" if args.profile else "")
+              + " (start one with: servingctl bench --profile NAME)")
+        return EXIT_OK
+    rows = [(r["run_id"], r["profile"], r["status"], str(len(r["scenarios"])), render.when(r["finished_at"]),
+             " ".join(x for x in (r["label"] or "", r["error"] or "") if x)) for r in runs]
+    print(render.columns(("run id", "profile", "status", "scenarios", "finished", "label / error"), rows, right=(3,)))
     return EXIT_OK
 
 
@@ -162,32 +174,74 @@ def load_run(ref: str, args: argparse.Namespace) -> LoadedRun:
     return LoadedRun(run, comparisons, RUNS_DIR / ref)
 
 
-def _remote(args: argparse.Namespace, client: Client) -> int:
-    from servingctl.bench.outputs import write_all
-    from servingctl.bench.outputs.terminal import print_run, run_json
+# run_benchmark input field -> the flag of `bench --profile`.
+FLAGS = {field: "--" + flag.replace("_", "-") for flag, field in FIELDS.items()} | {
+    "profile": "--profile", "label": "--label", "start": "--start", "stop": "--stop"}
 
-    ref = client.post("/benchmarks", request_body(args, client))
+
+def _remote(args: argparse.Namespace, client: Client) -> int:
+    from pydantic import ValidationError
+
+    from servingctl.bench.matrix import BenchmarkInput
+    from servingctl.wording import for_flags
+
+    body = request_body(args, client)
+    try:  # the API's own rules, checked before anything is sent: errors name the flags
+        BenchmarkInput.model_validate(body)
+    except ValidationError as exc:
+        args.bench_parser.error(for_flags(exc.errors(), FLAGS))
+    args.flags = {f"body.{field}": flag for field, flag in FLAGS.items()}  # the API's errors, named the same way
+    ref = client.post("/benchmarks", body)
     console = Console(stderr=True)
     console.print(f"run {ref['run_id']}: {len(ref['scenarios'])} scenarios on {ref['profile']}"
                   + (" (starting it first)" if ref["start"] else "") + (", stopping it afterwards" if ref["stop"] else ""),
                   highlight=False)
     if args.no_wait:
-        print(json.dumps(ref) if args.json else f"follow: servingctl runs; report: servingctl report {ref['run_id']}")
+        print(json.dumps(ref) if args.json else f"re-attach: servingctl wait {ref['run_id']}; report: servingctl report {ref['run_id']}")
         return EXIT_OK
-    detail = follow_run(client, ref["run_id"], plain=args.json or not console.is_terminal)
+    return attach(args, client, ref["run_id"], ref["profile"])
+
+
+def attach(args: argparse.Namespace, client: Client, run_id: str, profile: str) -> int:
+    """Follow a run to its end, then print and write its results (Ctrl-C leaves it running, and says so)."""
+    from servingctl.bench.outputs import write_all
+    from servingctl.bench.outputs.terminal import print_run, run_json
+
+    console = Console(stderr=True)
+    try:
+        detail = follow_run(client, run_id, plain=args.json or not console.is_terminal)
+    except KeyboardInterrupt:
+        print(_interrupted_line(client, run_id, profile), file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
     if detail.get("result") is None or not detail["result"]["scenarios"]:
-        console.print(f"[bold red]run {ref['run_id']} {detail['status']}[/]: {detail.get('error') or 'no scenario written'}")
+        console.print(f"[bold red]run {run_id} {detail['status']}[/]: {detail.get('error') or 'no scenario written'}")
         return EXIT_FAILED
     run, comparisons = stored_run(client, detail)
-    written = write_all(run, Path(args.output) if args.output else RUNS_DIR / ref["run_id"], comparison=comparisons or None)
+    # --json without --output writes nothing: a script asked for data, not for files in its directory.
+    out = Path(args.output) if args.output else None if args.json else RUNS_DIR / run_id
+    written = write_all(run, out, comparison=comparisons or None) if out is not None else []
     if args.json:
         print(json.dumps(run_json(run, comparisons=comparisons or None) | {"status": detail["status"], "files": [str(p) for p in written]}))
     else:
         print_run(run, Console(), comparisons=comparisons or None)
         if detail["status"] != "SUCCEEDED":
             console.print(f"[bold red]run {detail['status']}[/]: {detail.get('error')} (the scenarios above were written before it)")
+    if written:
         console.print(f"wrote {len(written)} files to {written[0].parent}: report.md, results.json, vllm/, *.png", highlight=False)
     return EXIT_OK if detail["status"] == "SUCCEEDED" and run.exit_code == 0 else EXIT_FAILED
+
+
+def _interrupted_line(client: Client, run_id: str, profile: str) -> str:
+    """What keeps running after Ctrl-C (the run's execution, the profile's GPU) and how to come back or stop it."""
+    try:
+        arn = client.get(f"/benchmarks/{run_id}").get("execution_arn") or f"bench-{run_id}"
+        spec = next((p for p in client.get("/profiles") if p["name"] == profile), {})
+    except (ApiError, Unreachable, KeyboardInterrupt):
+        arn, spec = f"bench-{run_id}", {}
+    price = f"{spec['hourly_usd']:.2f} USD/h" if spec.get("hourly_usd") is not None else "not in the price catalog"
+    return (f"interrupted: run {run_id} not followed any more; it keeps running in Step Functions ({arn}) on {profile} "
+            f"({spec.get('instance_type', 'its GPU instance')}, {price}); re-attach: servingctl wait {run_id}; "
+            f"stop it: servingctl stop {profile}")
 
 
 remote_bench = api_command(_remote)

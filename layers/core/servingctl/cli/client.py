@@ -1,32 +1,41 @@
 """The one HTTP client every `servingctl` command uses to reach the REST API.
 
-Owns finding the API (--api-url, --local, $SERVINGCTL_API_URL, or the local twin found through its
-state file or on 127.0.0.1:8700), SigV4 signing with the user's usual AWS credentials for the
-deployed API (API Gateway with IAM auth), the twin's state file, and turning error answers into
-ApiError. Commands add its flags with add_api_arguments(parser) and call connect(args).
+Owns finding the API (--api-url, --local, $SERVINGCTL_API_URL, or the local twin found through the
+state file `servingctl local up` writes: never a guessed port), SigV4 signing with the user's usual
+AWS credentials for the deployed API (API Gateway with IAM auth; a loopback URL is the twin, which
+takes unsigned requests), the twin's state file, and turning error answers into ApiError and
+network failures into Unreachable ("cannot connect to URL"). httpx and botocore load only when a
+request is made, so `--help` stays fast. Commands add its flags with add_api_arguments(parser)
+and call connect(args).
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import re
 import sys
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
-DEFAULT_TWIN_PORT = 8700
 API_URL_ENV = "SERVINGCTL_API_URL"
 EXECUTE_API_HOST = re.compile(r"^[a-z0-9]+\.execute-api\.([a-z0-9-]+)\.amazonaws\.com$")
-PROBE_TIMEOUT_S = 0.5
-# Exit codes shared by every command.
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+# Exit codes shared by every command (130: interrupted by Ctrl-C, as shells report SIGINT).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+# API field -> the flag or argument a person typed (for fields a command does not map itself).
+FLAGS = {
+    "path.name": "NAME", "body.lease_minutes": "--lease", "body.minutes": "--minutes",
+    "body.allow_shared_pool": "--allow-shared-pool", "body.poll": "--poll-interval",
+    "query.profile": "--profile", "query.limit": "--limit", "path.execution_id": "EXECUTION",
+}
 
 
 class ApiError(Exception):
@@ -77,35 +86,13 @@ def read_twin_state() -> dict[str, Any] | None:
     return state if isinstance(state, dict) else None
 
 
-class SigV4(httpx.Auth):
-    """Signs each request like the AWS CLI does (service execute-api), with the botocore credentials."""
-
-    requires_request_body = True
-
-    def __init__(self, credentials: Any, region: str) -> None:
-        self.credentials, self.region = credentials, region
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        """Add Authorization, X-Amz-Date (and X-Amz-Security-Token) to the request."""
-        from botocore.auth import SigV4Auth
-        from botocore.awsrequest import AWSRequest
-
-        signed = {"host", "content-type", "idempotency-key"}
-        aws = AWSRequest(
-            method=request.method, url=str(request.url), data=request.content,
-            headers={k: v for k, v in request.headers.items() if k.lower() in signed},
-        )
-        SigV4Auth(self.credentials.get_frozen_credentials(), "execute-api", self.region).add_auth(aws)
-        for key, value in aws.headers.items():
-            request.headers[key] = value
-        yield request
-
-
 class Client:
     """GET/POST JSON against the API; errors become ApiError, connection problems Unreachable."""
 
     def __init__(self, base_url: str, *, auth: httpx.Auth | None = None, local: bool = False,
                  poll: dict[str, Any] | None = None, transport: httpx.BaseTransport | None = None) -> None:
+        import httpx
+
         self.base_url = base_url.rstrip("/")
         self.local = local
         self.poll = poll  # the twin's suggested wait-loop pacing, None for a deployed API
@@ -124,10 +111,14 @@ class Client:
         return body
 
     def _send(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
         try:
             return self._answer(self._http.request(method, path, **kwargs))
+        except httpx.TimeoutException as exc:
+            raise Unreachable(f"{self.base_url} did not answer in time ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
-            raise Unreachable(f"{self.base_url}: {exc}") from exc
+            raise Unreachable(f"cannot connect to {self.base_url} ({_reason(exc)})") from exc
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
         """GET path and return the parsed JSON."""
@@ -155,23 +146,38 @@ def add_api_arguments(parser: argparse.ArgumentParser, *, json_flag: bool = True
         parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def _probe(url: str) -> bool:
+def _reason(exc: Exception) -> str:
+    """The OS's words for a network failure (Connection refused, Name or service not known, ...)."""
+    text = str(exc) or type(exc).__name__
+    return re.sub(r"^\[Errno -?\d+\] ", "", text)
+
+
+def is_loopback(url: str) -> bool:
+    """True for http(s)://127.x / [::1] / localhost URLs: the local twin, never the deployed API."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
     try:
-        return httpx.get(f"{url}/openapi.json", timeout=PROBE_TIMEOUT_S, trust_env=False).status_code == 200
-    except httpx.HTTPError:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
         return False
 
 
-def _twin() -> Client | None:
-    state = read_twin_state()
-    if state is not None:
-        return Client(str(state["api_url"]), local=True, poll=state.get("poll"))
-    url = f"http://127.0.0.1:{DEFAULT_TWIN_PORT}"
-    return Client(url, local=True) if _probe(url) else None
+def _twin(url: str | None = None) -> Client | None:
+    """The running twin from its state file (None when none runs), or the twin at url (unsigned),
+    with the pacing the state file suggests when it names that URL."""
+    state = read_twin_state() or {}
+    url = url or state.get("api_url")
+    if url is None:
+        return None
+    same = str(state.get("api_url", "")).rstrip("/") == url.rstrip("/")
+    return Client(url, local=True, poll=state.get("poll") if same else None)
 
 
 def _signed(url: str, aws_profile: str | None, region: str | None) -> Client:
     import boto3
+
+    from servingctl.cli.sigv4 import SigV4
 
     session = boto3.Session(profile_name=aws_profile)
     host = urlsplit(url).hostname or ""
@@ -185,22 +191,42 @@ def _signed(url: str, aws_profile: str | None, region: str | None) -> Client:
     return Client(url, auth=SigV4(credentials, region))
 
 
+def _api(url: str, args: argparse.Namespace) -> Client:
+    return _twin(url) if is_loopback(url) else _signed(url, args.aws_profile, args.region)  # type: ignore[return-value]
+
+
 def connect(args: argparse.Namespace) -> Client:
     """The API the user means: --api-url, --local, $SERVINGCTL_API_URL, else the running local twin."""
     if args.api_url:
-        return _signed(args.api_url, args.aws_profile, args.region)
+        return _api(args.api_url, args)
     if args.local:
         twin = _twin()
         if twin is None:
-            raise Unreachable(f"--local: no twin is running (no {twin_state_path()} and nothing on 127.0.0.1:{DEFAULT_TWIN_PORT}); "
-                              "start one with `servingctl local up`")
+            raise Unreachable(f"--local: no twin is running (no live {twin_state_path()}); start one with `servingctl local up`")
         return twin
     if os.environ.get(API_URL_ENV):
-        return _signed(os.environ[API_URL_ENV], args.aws_profile, args.region)
+        return _api(os.environ[API_URL_ENV], args)
     twin = _twin()
     if twin is None:
         raise Unreachable(f"no API: pass --api-url, set {API_URL_ENV}, or run `servingctl local up`")
     return twin
+
+
+def for_people(exc: ApiError, flags: dict[str, str] | None = None) -> str:
+    """An API error as a person reads it: the input named as the flag they typed, no status codes.
+
+    The API's messages are "field: what is allowed" parts joined by "; " (a body field, or a dotted
+    path inside one); each part's field becomes the command's flag when it has one.
+    """
+    by_field = {key.split(".", 1)[-1]: flag for key, flag in {**FLAGS, **(flags or {})}.items()}
+    parts = []
+    for part in exc.message.removeprefix("invalid request: ").split("; "):
+        field, sep, text = part.partition(": ")
+        flag = by_field.get(field) or by_field.get(field.split(".")[0])
+        if sep and field in ("body", ""):  # a rule about the whole request: its words are enough
+            part = text
+        parts.append(f"{flag} {text}" if sep and flag and flag.startswith("-") else part)
+    return "; ".join(parts)
 
 
 def api_command(command: Callable[[argparse.Namespace, Client], int]) -> Callable[[argparse.Namespace], int]:
@@ -214,8 +240,7 @@ def api_command(command: Callable[[argparse.Namespace, Client], int]) -> Callabl
         try:
             return command(args, client)
         except ApiError as exc:
-            field = f" ({exc.field})" if exc.field else ""
-            return _fail(args, f"{exc.status}{field}: {exc.message}", EXIT_FAILED, status=exc.status, field=exc.field)
+            return _fail(args, for_people(exc, getattr(args, "flags", None)), EXIT_FAILED, status=exc.status, field=exc.field)
         except Unreachable as exc:
             return _fail(args, str(exc), EXIT_UNREACHABLE)
         finally:

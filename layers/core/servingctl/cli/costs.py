@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from servingctl.cli.main import summary
 from servingctl.cli.client import Client, add_api_arguments, api_command
 from servingctl.costs import CatalogError, CompareInput, compare, load_catalog
 
@@ -28,7 +29,8 @@ _FLAGS = {
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `costs` command group."""
-    costs = subparsers.add_parser("costs", help="cost per token: self-hosted vs managed API, price catalog")
+    costs = subparsers.add_parser(
+        "costs", help=summary("costs"))
     sub = costs.add_subparsers(dest="costs_command", metavar="SUBCOMMAND", required=True)
 
     cmp = sub.add_parser("compare", help="monthly cost of measured throughput, self-hosted vs managed API")

@@ -1,27 +1,38 @@
-"""``servingctl local ...``: the local twin's commands (the simulator model server, the twin itself)."""
+"""``servingctl local ...``: the local twin's commands (the simulator model server, the twin itself).
+
+`local up` is quiet by default: the banner, then one line per change in the simulated world
+(instance launched, task running, target healthy, ...); --verbose adds the Lambda handlers' logs.
+Its ports are checked before anything starts, so a busy one fails at once, naming the port.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
+import socket
 import sys
 import threading
+import warnings
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from servingctl.cli.client import DEFAULT_TWIN_PORT, clear_twin_state, write_twin_state
+from servingctl.cli.client import EXIT_FAILED, clear_twin_state, read_twin_state, twin_state_path, write_twin_state
+from servingctl.cli.main import summary
 from servingctl.local.faults import FAULTS
+from servingctl.local.simserver import command as simserver_command
 
 if TYPE_CHECKING:
     from servingctl.local.twin import Twin
 
-from servingctl.local.simserver import command as simserver_command
+DEFAULT_TWIN_PORT = 8700  # the REST API's port when --api-port is not given
+DEFAULT_AWS_PORT = 5000
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``local`` command group and its subcommands."""
-    local = subparsers.add_parser("local", help="run parts of the system on this machine")
+    local = subparsers.add_parser("local", help=summary("local"))
     local_sub = local.add_subparsers(dest="local_command", metavar="SUBCOMMAND", required=True)
     _register_simserver(local_sub)
     _register_up(local_sub)
@@ -52,10 +63,13 @@ def _register_up(local_sub: argparse._SubParsersAction) -> None:
                         help="inject a fault (repeatable): " + ", ".join(sorted(FAULTS)))
     parser.add_argument("--time-scale", type=_positive_float, default=10.0,
                         help="divide AWS's delays by this factor (default 10)")
-    parser.add_argument("--port", type=int, default=5000, help="port of the emulated AWS endpoint (default 5000)")
+    parser.add_argument("--port", type=int, default=DEFAULT_AWS_PORT,
+                        help=f"port of the emulated AWS endpoint (default {DEFAULT_AWS_PORT}; 0 picks a free one)")
     parser.add_argument("--registry", default=None, help="profiles file (default: the reference's two profiles)")
     parser.add_argument("--api-port", type=int, default=DEFAULT_TWIN_PORT,
-                        help=f"port of the REST API on 127.0.0.1, OpenAPI at /openapi.json (default {DEFAULT_TWIN_PORT})")
+                        help=f"port of the REST API on 127.0.0.1, OpenAPI at /openapi.json (default {DEFAULT_TWIN_PORT}; "
+                        "0 picks a free one)")
+    parser.add_argument("--verbose", action="store_true", help="also print the Lambda handlers' logs and warnings")
     parser.set_defaults(func=_run_up)
 
 
@@ -69,14 +83,47 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _busy(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something already listens on host:port (0: a free port is picked, never busy)."""
+    if port == 0:
+        return False
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _refusal(args: argparse.Namespace) -> str | None:
+    """Why the twin cannot start (a busy port, named with its flag), None when it can."""
+    for flag, port in (("--api-port", args.api_port), ("--port", args.port)):
+        if _busy(port):
+            return f"port {port} on 127.0.0.1 ({flag}) is already in use; pass {flag} 0 for a free port, or another port"
+    return None
+
+
+def _quiet() -> None:
+    """Keep the Lambda handlers' INFO logs and Powertools' empty-metrics warning off the terminal."""
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    warnings.filterwarnings("ignore", message="No application metrics to publish")
+
+
 def _run_up(args: argparse.Namespace) -> int:
     """Start the twin, print its endpoints, echo the world's events until interrupted, then stop it."""
     from servingctl.local.modelserver import vllm_available
-    from servingctl.local.twin import Twin  # noqa: F811 (moto loads only for this command)
 
+    refusal = _refusal(args)
+    if refusal:
+        print(f"servingctl local up: error: {refusal}", file=sys.stderr)
+        return EXIT_FAILED
     if args.model_server == "vllm" and not vllm_available():
         print("--model-server vllm: vLLM or the tiny model is not built; run `make vllm` first", file=sys.stderr)
         return 2
+    if not args.verbose:
+        _quiet()
+    from servingctl.local.twin import Twin  # noqa: F811 (moto loads only for this command)
+
     stop = threading.Event()
 
     def _on_signal(signum: int, frame: FrameType | None) -> None:
@@ -88,9 +135,15 @@ def _run_up(args: argparse.Namespace) -> int:
     try:
         twin.start()
         assert twin.api_url is not None
-        # `servingctl start/stop/status` find the twin through this file, with poll settings scaled to its clock.
-        write_twin_state(twin.api_url, _poll(twin))
-        print(_banner(twin), flush=True)
+        # `servingctl start/stop/status` find the twin through this file, with poll settings scaled to its clock;
+        # a twin already recorded there keeps its place (this one is reached with --api-url).
+        other = read_twin_state()
+        if other is None:
+            write_twin_state(twin.api_url, _poll(twin))
+        print(_banner(twin, verbose=args.verbose), flush=True)
+        if other is not None:
+            print(f"note: another twin (pid {other['pid']}, {other['api_url']}) is the one servingctl finds by default "
+                  f"({twin_state_path()}); reach this one with --api-url {twin.api_url}", flush=True)
         seen = 0
         while not stop.wait(0.2):
             assert twin.world is not None
@@ -112,35 +165,30 @@ def _poll(twin: Twin) -> dict[str, float]:
     return {"interval_s": max(1, round(15 / twin.time_scale)), "max_interval_s": max(1, round(60 / twin.time_scale)), "backoff": 1.5}
 
 
-def _banner(twin: Twin) -> str:
+def _banner(twin: Twin, *, verbose: bool = False) -> str:
+    """What runs where, how to use it, and that its state lives only as long as the process."""
     from servingctl.local.twin import SSM_PARAMETER
 
     assert twin.registry is not None
     first = next(iter(twin.registry.profiles))
-    # Wait states take whole seconds: production's 15 s / 60 s divided by the time scale, at least 1 s.
-    poll = _poll(twin)
-    start = twin.state_machines.get("start_profile", "<no statemachine/start_profile.asl.json>")
-    stop = twin.state_machines.get("stop_profile", "<no statemachine/stop_profile.asl.json>")
     lines = [
         f"servingctl local twin is up (model server: {twin.model_server}, time scale x{twin.time_scale:g}, "
         f"faults: {', '.join(twin.faults) or 'none'})",
-        f"  AWS endpoint     {twin.endpoint_url}  (region {twin.region}, any credentials)",
-        f"  registry         {twin.registry_path}  (also SSM parameter {SSM_PARAMETER})",
-        f"  table, bucket    {twin.table_name}, {twin.bucket_name}",
-        f"  REST API         {twin.api_url}  (OpenAPI: {twin.api_url}/openapi.json; servingctl start/stop/status find it)",
-        f"  start_profile    {start}",
-        f"  stop_profile     {stop}",
+        f"  REST API       {twin.api_url}  (servingctl finds it; or --api-url {twin.api_url})",
+        f"  AWS endpoint   {twin.endpoint_url}  (region {twin.region}, any credentials)",
+        f"  registry       {twin.registry_path}  (also SSM parameter {SSM_PARAMETER})",
+        f"  table, bucket  {twin.table_name}, {twin.bucket_name}",
+        "  state          in memory only: stopping the twin forgets every profile state, run and ledger entry",
     ]
     for name, profile in twin.registry.profiles.items():
-        lines.append(f"  model server     {name}: {profile.endpoint_url} (runs while its ECS task runs)")
-    lines += [
-        "Start and stop a profile (Wait states are real seconds: pass poll settings divided by the time scale):",
-        f"  export AWS_ENDPOINT_URL={twin.endpoint_url} AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=x AWS_DEFAULT_REGION={twin.region}",
-        f"  aws stepfunctions start-execution --state-machine-arn {start} --name start-{first}-1 "
-        f"--input '{{\"profile\": \"{first}\", \"poll\": {json.dumps(poll)}}}'",
-        f"  aws stepfunctions start-execution --state-machine-arn {stop} --name stop-{first}-1 "
-        f"--input '{{\"profile\": \"{first}\", \"poll\": {json.dumps(poll)}}}'",
-        "Ctrl-C stops every model server, the world and the endpoint.",
-    ]
+        lines.append(f"  model server   {name}: {profile.endpoint_url} (runs while its ECS task runs)")
+    lines.append(f"Try: servingctl start {first} --wait    then: servingctl status {first}")
+    if verbose:
+        poll = json.dumps(_poll(twin))
+        for stem in ("start_profile", "stop_profile"):
+            arn = twin.state_machines.get(stem, f"<no statemachine/{stem}.asl.json>")
+            lines.append(f"  aws stepfunctions start-execution --endpoint-url {twin.endpoint_url} --state-machine-arn {arn} "
+                         f"--input '{{\"profile\": \"{first}\", \"poll\": {poll}}}'")
+    lines.append("Below: one line per change in the simulated world" + ("" if verbose else " (--verbose adds the Lambda logs)")
+                 + ". Ctrl-C stops everything.")
     return "\n".join(lines)
-

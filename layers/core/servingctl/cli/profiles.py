@@ -1,71 +1,111 @@
-"""`servingctl start | stop | status | keepalive`: profiles through the REST API (cli.client).
+"""`servingctl start | stop | status | keepalive | wait`: profiles through the REST API (cli.client).
 
 --wait follows the execution (GET /executions/{id}) and shows each phase as it passes with the
-elapsed time: a rich live table on a terminal, one plain line per phase otherwise. Exit codes:
-0 done, 1 the flow failed or the API refused (the reason is printed), 2 bad usage, 3 no API.
+elapsed time: a rich live view on a terminal, one plain line per phase otherwise. Ctrl-C leaves
+the execution running and says so in one line: where it runs, what it costs, how to re-attach
+(`servingctl wait ID`) and how to stop it. Exit codes: 0 done, 1 the flow failed or the API
+refused (the reason is printed), 2 bad usage, 3 no API, 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
+from servingctl.cli import render
+from servingctl.cli.client import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    ApiError,
+    Client,
+    Unreachable,
+    add_api_arguments,
+    api_command,
+)
+from servingctl.cli.main import summary
 
-from servingctl.cli.client import EXIT_FAILED, EXIT_OK, Client, add_api_arguments, api_command
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 FOLLOW_INTERVAL_S = 1.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add start, stop, status and keepalive."""
-    start = subparsers.add_parser("start", help="start a serving profile (202: the start runs in Step Functions)")
+    """Add start, stop, status, keepalive and wait."""
+    start = subparsers.add_parser("start", help=summary("start"))
     start.add_argument("name", help="profile name from the registry")
     start.add_argument("--wait", action="store_true", help="follow the phases until READY or failure")
     start.add_argument("--allow-shared-pool", action="store_true", help="start even when another profile holds the pool")
-    start.add_argument("--lease", type=_positive_int, metavar="MINUTES", help="minutes before auto-shutdown may stop it")
+    start.add_argument("--lease", type=_whole, metavar="MINUTES",
+                       help="minutes before auto-shutdown may stop it (bounded by the profile's max_lease_minutes)")
     _poll_argument(start)
     add_api_arguments(start)
     start.set_defaults(func=api_command(_start))
 
-    stop = subparsers.add_parser("stop", help="stop a serving profile (preempts a running start)")
+    stop = subparsers.add_parser("stop", help=summary("stop"))
     stop.add_argument("name", help="profile name from the registry")
     stop.add_argument("--wait", action="store_true", help="follow the phases until STOPPED or failure")
     _poll_argument(stop)
     add_api_arguments(stop)
     stop.set_defaults(func=api_command(_stop))
 
-    status = subparsers.add_parser("status", help="every profile's phase, or one profile in detail")
+    status = subparsers.add_parser("status", help=summary("status"))
     status.add_argument("name", nargs="?", help="profile name (all profiles when absent)")
     add_api_arguments(status)
     status.set_defaults(func=api_command(_status))
 
-    keepalive = subparsers.add_parser("keepalive", help="extend a READY profile's lease")
+    keepalive = subparsers.add_parser("keepalive", help=summary("keepalive"))
     keepalive.add_argument("name", help="profile name from the registry")
-    keepalive.add_argument("--minutes", type=_positive_int, help="lease from now (default: the profile's default lease)")
+    keepalive.add_argument("--minutes", type=_whole, help="lease from now (default: the profile's default lease)")
     add_api_arguments(keepalive)
     keepalive.set_defaults(func=api_command(_keepalive))
 
+    wait = subparsers.add_parser("wait", help=summary("wait"))
+    wait.add_argument("execution", metavar="EXECUTION",
+                      help="what start, stop or bench --profile printed: an execution name (start-... / stop-...), its ARN, or a run id")
+    wait.add_argument("--output", metavar="DIR", help="a benchmark run's files go here (default servingctl-runs/RUN_ID)")
+    add_api_arguments(wait)
+    wait.set_defaults(func=api_command(_wait))
 
-def _positive_int(text: str) -> int:
+
+def _whole(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
 
 
 def _poll_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--poll-interval", type=_positive_int, metavar="SECONDS",
+    parser.add_argument("--poll-interval", type=_whole, metavar="SECONDS",
                         help="seconds between the flow's checks (default 15; the local twin suggests its own)")
+
+
+def _usage(args: argparse.Namespace, message: str) -> int:
+    """A bad flag, named as typed (exit 2, like argparse's own errors)."""
+    print(f"servingctl {args.command}: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _checked(body: dict[str, Any], model: Any, flags: dict[str, str], unit: dict[str, str]) -> str | None:
+    """The request checked with the API's own model before it is sent: the flags' error, or None."""
+    from pydantic import ValidationError
+
+    from servingctl.wording import problems
+
+    try:
+        model.model_validate(body)
+    except ValidationError as exc:
+        return "; ".join(f"{flags.get(field.split('.')[0], field)} {text}{unit.get(field, '')}; got {err.get('input')}"
+                         for (field, text), err in zip(problems(exc.errors()), exc.errors()))
+    return None
 
 
 def _poll(args: argparse.Namespace, client: Client) -> dict[str, Any] | None:
@@ -75,36 +115,93 @@ def _poll(args: argparse.Namespace, client: Client) -> dict[str, Any] | None:
     return client.poll
 
 
+START_FLAGS = {"lease_minutes": "--lease", "poll": "--poll-interval", "allow_shared_pool": "--allow-shared-pool"}
+
+
 def _start(args: argparse.Namespace, client: Client) -> int:
+    from servingctl.api.models import StartRequest
+
     body: dict[str, Any] = {"allow_shared_pool": args.allow_shared_pool}
     if args.lease is not None:
         body["lease_minutes"] = args.lease
     poll = _poll(args, client)
     if poll:
         body["poll"] = poll
+    problem = _checked(body, StartRequest, START_FLAGS, {"lease_minutes": " minutes"})
+    if problem:
+        return _usage(args, problem)
     ref = client.post(f"/profiles/{args.name}/start", body, idempotent=True)
     return _after_submit(args, client, ref)
 
 
 def _stop(args: argparse.Namespace, client: Client) -> int:
+    from servingctl.api.models import StopRequest
+
     poll = _poll(args, client)
-    ref = client.post(f"/profiles/{args.name}/stop", {"poll": poll} if poll else {}, idempotent=True)
+    body = {"poll": poll} if poll else {}
+    problem = _checked(body, StopRequest, START_FLAGS, {})
+    if problem:
+        return _usage(args, problem)
+    ref = client.post(f"/profiles/{args.name}/stop", body, idempotent=True)
     return _after_submit(args, client, ref)
 
 
 def _after_submit(args: argparse.Namespace, client: Client, ref: dict[str, Any]) -> int:
+    if ref.get("already"):
+        print(json.dumps(ref) if args.json else ref["message"])
+        return EXIT_OK
     if not args.wait:
         if args.json:
             print(json.dumps(ref))
         else:
-            how = "joined the running" if ref["joined"] else "started"
-            print(f"{ref['profile']}: {how} {ref['action']} {ref['execution_id']} "
-                  f"(follow: servingctl {ref['action']} {ref['profile']} --wait, or status {ref['profile']})")
+            how = "was already running: joined" if ref["joined"] else "submitted"
+            print(f"{ref['profile']}: {ref['action']} {how} ({ref['execution_id']})\n"
+                  f"  follow it: servingctl wait {ref['execution_id']}   (or: servingctl status {ref['profile']})")
         return EXIT_OK
-    final = follow(client, ref["execution_id"], plain=args.json or not Console().is_terminal, quiet=args.json)
+    return _follow_command(args, client, ref["execution_id"], ref["profile"], ref["action"])
+
+
+def _wait(args: argparse.Namespace, client: Client) -> int:
+    if not args.execution.startswith(("start-", "stop-", "arn:")):  # a benchmark run
+        from servingctl.cli.benchmarks import attach
+
+        return attach(args, client, args.execution, client.get(f"/benchmarks/{args.execution}")["profile"])
+    progress = client.get(f"/executions/{args.execution}")
+    return _follow_command(args, client, progress["execution_id"], progress["profile"], progress["action"])
+
+
+def _follow_command(args: argparse.Namespace, client: Client, execution_id: str, profile: str, action: str) -> int:
+    """Follow until the execution ends; Ctrl-C leaves it running and says how to come back."""
+    plain = args.json or not sys.stdout.isatty()
+    try:
+        final = follow(client, execution_id, plain=plain, quiet=args.json)
+    except KeyboardInterrupt:
+        print(interrupted_line(client, execution_id, profile, action), file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
     if args.json:
         print(json.dumps(final))
     return EXIT_OK if final["status"] == "SUCCEEDED" else EXIT_FAILED
+
+
+def interrupted_line(client: Client, execution_id: str, profile: str, action: str) -> str:
+    """What keeps running after Ctrl-C, where, at what price, and the commands to re-attach and stop."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this line short
+    try:
+        try:
+            arn = client.get(f"/executions/{execution_id}")["execution_arn"]
+            spec = next((p for p in client.get("/profiles") if p["name"] == profile), {})
+        except (ApiError, Unreachable):
+            arn, spec = execution_id, {}
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    gpu = f"a {spec['instance_type']} ({_per_hour(spec.get('hourly_usd'))})" if spec.get("instance_type") else "its GPU instance"
+    if action == "start":
+        what = f"it keeps running in Step Functions ({arn}) and brings up {gpu}"
+        stop = f"stop it: servingctl stop {profile}"
+    else:
+        what = f"the stop keeps running in Step Functions ({arn}) and releases {gpu}"
+        stop = f"check: servingctl status {profile}"
+    return f"interrupted: {action} of {profile} not followed any more; {what}; re-attach: servingctl wait {execution_id}; {stop}"
 
 
 def _line(phase: dict[str, Any]) -> str:
@@ -114,7 +211,6 @@ def _line(phase: dict[str, Any]) -> str:
 def follow(client: Client, execution_id: str, *, plain: bool, quiet: bool = False,
            sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """Poll the execution until it ends, showing phases as they pass; returns the last progress."""
-    console = Console(stderr=quiet)
     if plain:
         shown = 0
         while True:
@@ -130,14 +226,18 @@ def follow(client: Client, execution_id: str, *, plain: bool, quiet: bool = Fals
         if not quiet:
             print(_summary(progress), flush=True)
         return progress
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
     with Live(console=console, refresh_per_second=4, transient=False) as live:
         while True:
             progress = client.get(f"/executions/{execution_id}")
-            live.update(_table(progress))
+            live.update(_view(progress))
             if progress["status"] != "RUNNING":
                 break
             sleep(FOLLOW_INTERVAL_S)
-    console.print(_summary(progress))
+    console.print(_summary(progress), highlight=False)
     return progress
 
 
@@ -147,16 +247,25 @@ def _with_offsets(progress: dict[str, Any]) -> list[dict[str, Any]]:
     return [p | {"offset_s": (datetime.fromisoformat(p["started_at"]) - started).total_seconds()} for p in progress["phases"]]
 
 
-def _table(progress: dict[str, Any]) -> Table:
-    table = Table(title=f"{progress['action']} {progress['profile']}  {progress['status']}  {progress['elapsed_s']:.1f} s",
-                  caption=progress.get("detail") or "")
+def _view(progress: dict[str, Any]) -> RenderableType:
+    """The live view: a title line, the phases, and the last check's detail at the terminal's width."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_edge=False, box=None, padding=(0, 2))
     table.add_column("phase")
     table.add_column("elapsed", justify="right")
     phases = progress["phases"]
     for i, phase in enumerate(phases):
         running = progress["status"] == "RUNNING" and i == len(phases) - 1
         table.add_row(("> " if running else "  ") + phase["name"], f"{phase['elapsed_s']:.1f} s")
-    return table
+    title = Text(f"{progress['action']} {progress['profile']}  {progress['status']}  {progress['elapsed_s']:.1f} s  "
+                 f"({progress['execution_id']})", style="bold")
+    parts: list[RenderableType] = [title, table]
+    if progress.get("detail"):
+        parts.append(Text(progress["detail"], style="dim", overflow="fold"))
+    return Group(*parts)
 
 
 def _summary(progress: dict[str, Any]) -> str:
@@ -168,50 +277,73 @@ def _summary(progress: dict[str, Any]) -> str:
     return f"{progress['profile']} {progress['action']} {progress['status']} after {progress['elapsed_s']:.1f} s: {reason}"
 
 
+def _price(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _per_hour(value: float | None) -> str:
+    return "not in the price catalog" if value is None else f"{value:.2f} USD/h"
+
+
 def _status(args: argparse.Namespace, client: Client) -> int:
     if args.name is None:
         profiles = client.get("/profiles")
         if args.json:
             print(json.dumps(profiles))
-            return EXIT_OK
-        table = Table(title="servingctl profiles")
-        for column in ("profile", "phase", "instance", "lease until", "last error"):
-            table.add_column(column)
-        for p in profiles:
-            table.add_row(p["name"], p["phase"], p["instance_type"], p["lease_deadline"] or "-", p["last_error"] or "")
-        Console().print(table)
+        elif not profiles:
+            print("no profiles in the registry")
+        else:
+            rows = [(p["name"], p["phase"], p["instance_type"], _price(p.get("hourly_usd")), render.when(p["lease_deadline"]),
+                     p["last_error"] or "") for p in profiles]
+            print(render.columns(("profile", "phase", "type", "USD/h", "lease until", "last error"), rows, right=(3,)))
         return EXIT_OK
     detail = client.get(f"/profiles/{args.name}")
     if args.json:
         print(json.dumps(detail))
         return EXIT_OK
-    cost = "-" if detail["accrued_cost_usd"] is None else f"{detail['accrued_cost_usd']:.2f} USD at {detail['hourly_usd']}/h"
-    rows = [
-        ("phase", detail["phase"] + (" (stop requested)" if detail["stop_requested"] else "")),
-        ("service", f"desired {detail['desired_count']}, running {detail['running_count']}, pending {detail['pending_count']}"),
-        ("instances", ", ".join(f"{i['instance_id']} {i['lifecycle']}" for i in detail["instances"]) or "none"),
-        ("targets", ", ".join(f"{k} {v}" for k, v in detail["target_health"].items()) or "none"),
-        ("uptime", "-" if detail["uptime_s"] is None else f"{detail['uptime_s'] / 60:.1f} min"),
-        ("accrued cost", cost),
-        ("lease until", detail["lease_deadline"] or "-"),
-        ("last error", detail["last_error"] or "-"),
-        ("execution", detail["execution"] or "-"),
-    ]
-    rows += [("event", f"{e['at']}: {e['message']}") for e in detail["service_events"]]
-    table = Table(title=f"{detail['name']} ({detail['instance_type']}, pool {detail['pool']})", show_header=False)
-    table.add_column("what")
-    table.add_column("value")
-    for name, value in rows:
-        table.add_row(name, value)
-    Console().print(table)
+    print(status_text(detail))
     return EXIT_OK
 
 
+def status_text(detail: dict[str, Any]) -> str:
+    """One profile's status: endpoint and how to reach it, instances by id, phase, lease, cost so far."""
+    phase = detail["phase"] + (" (stop requested)" if detail["stop_requested"] else "")
+    if detail["phase"] == "READY" and detail.get("ready_at"):
+        phase += f" since {render.when(detail['ready_at'])}"
+    cost = "-"
+    if detail["accrued_cost_usd"] is not None:
+        cost = f"{detail['accrued_cost_usd']:.2f} USD ({detail['uptime_s'] / 60:.1f} min at {_per_hour(detail['hourly_usd'])})"
+    elif detail.get("uptime_s") is not None:
+        cost = f"unpriced ({detail['uptime_s'] / 60:.1f} min up; the instance is {_per_hour(None)})"
+    rows = [
+        ("phase", phase),
+        ("endpoint", f"{detail['endpoint_url']} (from inside the VPC only)"),
+        ("header", f"{detail['routing_header']} (the ALB routes requests to this profile by it)"),
+        ("model", detail["model"]),
+        ("instances", "\n".join(f"{i['instance_id']} {i['lifecycle']}" + (" (protected)" if i["protected"] else "")
+                                for i in detail["instances"]) or "none"),
+        ("service", f"desired {detail['desired_count']}, running {detail['running_count']}, pending {detail['pending_count']}"),
+        ("targets", "\n".join(f"{k} {v}" for k, v in detail["target_health"].items()) or "none"),
+        ("lease until", render.when(detail["lease_deadline"])),
+        ("cost so far", cost),
+        ("last error", detail["last_error"] or "-"),
+        ("execution", (detail["execution"] or "-").rsplit(":", 1)[-1]),
+    ]
+    rows += [("event", f"{render.when(e['at'])}: {e['message']}") for e in detail["service_events"]]
+    title = f"{detail['name']}  ({detail['instance_type']}, pool {detail['pool']}, {_per_hour(detail.get('hourly_usd'))})"
+    return title + "\n" + render.details(rows)
+
+
 def _keepalive(args: argparse.Namespace, client: Client) -> int:
-    body = {"minutes": args.minutes} if args.minutes else {}
+    body = {"minutes": args.minutes} if args.minutes is not None else {}
+    from servingctl.api.models import KeepaliveRequest
+
+    problem = _checked(body, KeepaliveRequest, {"minutes": "--minutes"}, {"minutes": " minutes"})
+    if problem:
+        return _usage(args, problem)
     summary = client.post(f"/profiles/{args.name}/keepalive", body)
     if args.json:
         print(json.dumps(summary))
     else:
-        print(f"{summary['name']}: lease until {summary['lease_deadline']}")
+        print(summary.get("message") or f"{summary['name']}: lease until {render.when(summary['lease_deadline'])}")
     return EXIT_OK

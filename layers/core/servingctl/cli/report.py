@@ -15,6 +15,7 @@ from rich.console import Console
 from servingctl.bench.outputs import ResultsFileError, cost_comparisons, write_all
 from servingctl.bench.outputs.terminal import print_run, run_json
 from servingctl.cli.benchmarks import RunNotAvailable, load_run
+from servingctl.cli.main import summary
 from servingctl.cli.client import add_api_arguments
 from servingctl.costs import CatalogError, load_catalog
 from servingctl.costs.compare import HOURS_PER_MONTH
@@ -23,8 +24,7 @@ from servingctl.costs.compare import HOURS_PER_MONTH
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `report` command."""
     p = subparsers.add_parser(
-        "report",
-        help="report a stored benchmark run (table, report.md, vLLM files, charts), optionally against a baseline",
+        "report", help=summary("report"),
         description="Render a benchmark run from its results.json (or the directory holding it).",
     )
     p.add_argument("results", metavar="RESULTS_OR_RUN_ID", help="results.json, the directory holding it, or a stored run's id")

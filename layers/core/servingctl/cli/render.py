@@ -1,0 +1,62 @@
+"""Plain text that fits the terminal: aligned columns and "name  value" details wrapped to the
+width (at spaces only, so ARNs and ids are never cut), times shown short. No rich: `status` stays
+quick to start, and pipes get the same text as terminals."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from collections.abc import Sequence
+from datetime import datetime
+
+MIN_WIDTH = 40
+
+
+def width() -> int:
+    """The terminal's columns ($COLUMNS wins; 80 when there is no terminal)."""
+    return max(MIN_WIDTH, shutil.get_terminal_size((80, 24)).columns)
+
+
+def when(text: str | None) -> str:
+    """An ISO time as 2026-12-03 08:01 UTC ('-' when absent)."""
+    if not text:
+        return "-"
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def wrap(text: str, columns: int, indent: int = 0) -> list[str]:
+    """Lines of at most `columns` characters, broken at spaces only (a long id stays whole)."""
+    lines = textwrap.wrap(text, max(10, columns - indent), break_long_words=False, break_on_hyphens=False)
+    return lines or [""]
+
+
+def details(rows: Sequence[tuple[str, str]], columns: int | None = None) -> str:
+    """'name  value' lines, values wrapped under themselves; a value may hold several lines."""
+    columns = columns or width()
+    label = max((len(name) for name, _ in rows), default=0) + 2
+    out = []
+    for name, value in rows:
+        lines = [line for part in value.split("\n") for line in wrap(part, columns, label + 2)]
+        out.append(f"  {name:<{label}}{lines[0]}")
+        out += [" " * (label + 2) + line for line in lines[1:]]
+    return "\n".join(out)
+
+
+def columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
+    """An aligned table: header in capitals, two spaces between columns; the last column holds
+    free text and wraps under itself when the row is wider than the terminal."""
+    cells = [list(header)] + [list(r) for r in rows]
+    sizes = [max(len(row[i]) for row in cells) for i in range(len(header) - 1)]
+    start = sum(sizes) + 2 * len(sizes)
+    out = []
+    for n, row in enumerate(cells):
+        fixed = "  ".join(cell.rjust(size) if i in right else cell.ljust(size) for i, (cell, size) in enumerate(zip(row, sizes)))
+        last = wrap(row[-1], width() - start) if row[-1] else [""]
+        line = (fixed + "  " + last[0]).rstrip()
+        out.append(line.upper() if n == 0 else line)
+        out += [" " * start + extra for extra in last[1:]]
+    return "\n".join(out)
