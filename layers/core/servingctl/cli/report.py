@@ -78,7 +78,7 @@ def _report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(run_json(run, baseline=baseline, comparisons=comparisons) | {"files": [str(p) for p in written]}, indent=1))
         return 0
-    print_run(run, Console(), baseline=baseline, comparisons=comparisons)
+    print_run(run, baseline=baseline, comparisons=comparisons)
     if written:
         Console(stderr=True).print(f"wrote {len(written)} files to {written[0].parent}: report.md, results.json, vllm/, *.png")
     return 0
