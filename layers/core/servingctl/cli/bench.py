@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from servingctl.bench.calibration import CalibrationError
+from servingctl.bench.calibration import CalibrationError, EndpointUnreachable
 from servingctl.bench.models import MODES, SALT_MODES, RunConfig, RunResult
 from servingctl.bench.runner import Progress as ProgressEvent
 from servingctl.bench.runner import ProgressFn, run_benchmark
@@ -157,8 +157,11 @@ def _bench(args: argparse.Namespace) -> int:
     try:
         with _progress(console) as progress:
             run = asyncio.run(run_benchmark(config, api_key=args.api_key, headers=dict(args.header), progress=progress))
+    except EndpointUnreachable as exc:
+        print(f"servingctl bench: error: {exc}", file=sys.stderr)
+        return 1
     except CalibrationError as exc:
-        console.print(f"[bold red]servingctl bench: calibration failed:[/] {exc}")
+        console.print(f"[bold red]servingctl bench: calibration failed:[/] {exc}", highlight=False)
         return 1
     except KeyboardInterrupt:
         console.print("[bold red]servingctl bench: interrupted[/]: nothing written")
