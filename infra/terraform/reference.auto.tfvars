@@ -23,7 +23,8 @@ profiles = {
     task_cpu          = 7168
     task_memory_mib   = 57344
     listener_priority = 10
-    model_load_s      = 900
+    # 9B parameters in bf16.
+    weights_gb = 18
     vllm = {
       tensor_parallel_size = 1
       max_num_seqs         = 4
@@ -39,7 +40,8 @@ profiles = {
     task_cpu          = 45056
     task_memory_mib   = 458752
     listener_priority = 20
-    model_load_s      = 1800
+    # The NVFP4 checkpoint at the pinned revision.
+    weights_gb = 168
     vllm = {
       tensor_parallel_size    = 2
       max_num_seqs            = 4

@@ -8,7 +8,7 @@ locals {
 
   registry = {
     schema_version = 1
-    region         = data.aws_region.current.region
+    region         = var.region
     pools = {
       for name, pool in var.pools : name => {
         asg_name          = module.pool[name].asg_name
@@ -35,13 +35,17 @@ locals {
         serving               = module.profile[name].serving
         schedule              = profile.schedule
         idle                  = profile.idle
+        autostop              = profile.autostop
         default_lease_minutes = profile.default_lease_minutes
         max_lease_minutes     = profile.max_lease_minutes
+        load                  = local.load[name]
         start = {
           capacity_timeout_s = profile.start.capacity_timeout_s
-          task_timeout_s     = profile.start.task_timeout_s
-          # The controller must wait at least as long as ECS lets the model load.
-          health_timeout_s  = coalesce(profile.start.health_timeout_s, profile.model_load_s + 300)
+          # Image pull, plus one weights pass in case ECS reports RUNNING only after the prefetch.
+          task_timeout_s = coalesce(profile.start.task_timeout_s, local.image_pull_allowance_s + coalesce(local.load[name].weights_pass_s, 0))
+          # The controller must wait at least as long as ECS lets the model load, plus the
+          # target group's healthy threshold (2 x 15 s) and margin.
+          health_timeout_s  = coalesce(profile.start.health_timeout_s, local.load[name].health_check_grace_s + 300)
           max_task_failures = profile.start.max_task_failures
         }
       }

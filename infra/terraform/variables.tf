@@ -107,6 +107,9 @@ variable "pools" {
     instance_warmup_s              = optional(number, 300)
     managed_termination_protection = optional(bool, false)
     model_cache_on_instance_store  = optional(bool, false)
+    # gp3 of the model cache: sized for the 168 GB reference checkpoint (about 160 s per pass).
+    cache_throughput_mibps = optional(number, 1000)
+    cache_iops             = optional(number, 16000)
   }))
 
   validation {
@@ -120,6 +123,20 @@ variable "pools" {
   validation {
     condition     = alltrue([for p in values(var.pools) : p.root_volume_gib >= 100 && p.root_volume_gib <= 16384 && p.instance_warmup_s >= 0 && p.instance_warmup_s <= 10000])
     error_message = "pools.*.root_volume_gib must be 100..16384 (the image and weights live there) and pools.*.instance_warmup_s 0..10000."
+  }
+  # gp3 limits: 125..1000 MiB/s, 3000..16000 IOPS, at most 0.25 MiB/s per IOPS (the 500 IOPS per GiB
+  # rule cannot bind: root_volume_gib >= 100 allows 50000).
+  validation {
+    condition     = alltrue([for p in values(var.pools) : p.cache_throughput_mibps >= 125 && p.cache_throughput_mibps <= 1000 && floor(p.cache_throughput_mibps) == p.cache_throughput_mibps])
+    error_message = "pools.*.cache_throughput_mibps must be an integer from 125 to 1000 (gp3 throughput in MiB/s)."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.pools) : p.cache_iops >= 3000 && p.cache_iops <= 16000 && floor(p.cache_iops) == p.cache_iops])
+    error_message = "pools.*.cache_iops must be an integer from 3000 to 16000 (gp3 IOPS)."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.pools) : p.cache_throughput_mibps * 4 <= p.cache_iops])
+    error_message = "pools.*.cache_throughput_mibps may be at most pools.*.cache_iops / 4 (gp3: 0.25 MiB/s per provisioned IOPS), e.g. 1000 MiB/s needs 4000 IOPS."
   }
 }
 
@@ -136,8 +153,11 @@ variable "profiles" {
     task_cpu          = number
     task_memory_mib   = number
     listener_priority = number
-    model_load_s      = optional(number, 1800)
-    weights_source    = optional(string, "s3")
+    # Load time: checkpoint size (GB) and vLLM's load/compile/CUDA-graph allowance, or model_load_s to override the derived grace period.
+    weights_gb       = optional(number)
+    load_allowance_s = optional(number, 600)
+    model_load_s     = optional(number)
+    weights_source   = optional(string, "s3")
     vllm = object({
       tensor_parallel_size    = optional(number, 1)
       max_num_seqs            = optional(number, 4)
@@ -169,11 +189,18 @@ variable "profiles" {
       enabled        = optional(bool, true)
       window_minutes = optional(number, 30)
     }), {})
+    # How the sweep stops the profile (registry autostop block): warning, drain after a hard limit, hard limits.
+    autostop = optional(object({
+      warning_minutes     = optional(number, 15)
+      drain_minutes       = optional(number, 10)
+      max_runtime_minutes = optional(number)
+      max_session_usd     = optional(number)
+    }), {})
     default_lease_minutes = optional(number, 120)
     max_lease_minutes     = optional(number, 720)
     start = optional(object({
       capacity_timeout_s = optional(number, 900)
-      task_timeout_s     = optional(number, 2400)
+      task_timeout_s     = optional(number)
       health_timeout_s   = optional(number)
       max_task_failures  = optional(number, 3)
     }), {})
@@ -220,7 +247,19 @@ variable "profiles" {
     error_message = "a profile has weights_source = \"s3\" but model_weights_bucket is null: set model_weights_bucket or weights_source = \"hub\"."
   }
   validation {
-    condition     = alltrue([for p in values(var.profiles) : p.model_load_s >= 60 && p.model_load_s <= 7200])
+    condition     = alltrue([for p in values(var.profiles) : p.weights_gb != null || p.model_load_s != null])
+    error_message = "profiles.*.weights_gb (checkpoint size in GB, to derive the load time) or profiles.*.model_load_s must be set."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.weights_gb == null || try(p.weights_gb > 0 && p.weights_gb <= 8192, false)])
+    error_message = "profiles.*.weights_gb must be a checkpoint size in GB, above 0 and at most 8192."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.load_allowance_s >= 0 && p.load_allowance_s <= 7200])
+    error_message = "profiles.*.load_allowance_s (vLLM load, compile and CUDA-graph capture after the weights are read) must be 0..7200 seconds."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.model_load_s == null || try(p.model_load_s >= 60 && p.model_load_s <= 7200, false)])
     error_message = "profiles.*.model_load_s (ECS health-check grace period) must be 60..7200 seconds."
   }
   validation {
@@ -230,6 +269,14 @@ variable "profiles" {
   validation {
     condition     = alltrue([for p in values(var.profiles) : p.default_lease_minutes >= 5 && p.default_lease_minutes <= p.max_lease_minutes && p.max_lease_minutes <= 44640])
     error_message = "profiles.*.default_lease_minutes must be 5..max_lease_minutes, and max_lease_minutes at most 44640."
+  }
+  validation {
+    condition = alltrue([for p in values(var.profiles) :
+      p.autostop.warning_minutes >= 1 && p.autostop.warning_minutes <= 1440 && p.autostop.drain_minutes >= 0 && p.autostop.drain_minutes <= 120
+      && (p.autostop.max_runtime_minutes == null || try(p.autostop.max_runtime_minutes >= p.default_lease_minutes && p.autostop.max_runtime_minutes <= 44640, false))
+      && (p.autostop.max_session_usd == null || try(p.autostop.max_session_usd > 0 && p.autostop.max_session_usd <= 1000000, false))
+    ])
+    error_message = "profiles.*.autostop: warning_minutes must be 1..1440, drain_minutes 0..120, max_runtime_minutes null or default_lease_minutes..44640, max_session_usd null or above 0 up to 1000000."
   }
   validation {
     condition     = alltrue([for p in values(var.profiles) : p.revision == null || can(regex("^[0-9a-f]{40}$", coalesce(p.revision, "x")))])

@@ -4,11 +4,13 @@ import copy
 import json
 from importlib import resources
 
+import boto3
 import jsonschema
 import pytest
+from moto import mock_aws
 
 from servingctl.registry import RegistryError, load_registry, parse_registry
-from servingctl.registry.loader import SSM_ADVANCED_BYTES, SSM_STANDARD_BYTES, parameter_bytes
+from servingctl.registry.loader import SSM_ADVANCED_BYTES, SSM_STANDARD_BYTES, check_parameter_size, parameter_bytes
 from servingctl.registry.schema import SCHEMA_PATH, render
 
 REFERENCE = json.loads(resources.files("servingctl.local").joinpath("reference_registry.json").read_text())
@@ -74,10 +76,10 @@ def test_reference_registry_fits_the_ssm_parameter_with_room_to_grow():
     assert size <= SSM_STANDARD_BYTES, f"{size} bytes: the reference registry should still fit the Standard tier"
 
 
-def test_registry_at_the_ssm_advanced_limit_loads_and_one_byte_past_is_rejected():
-    assert parse_registry(_padded_to(REFERENCE, SSM_ADVANCED_BYTES)).profiles
+def test_registry_at_the_ssm_advanced_limit_passes_and_one_byte_past_is_rejected():
+    assert check_parameter_size(_padded_to(REFERENCE, SSM_ADVANCED_BYTES)) == SSM_ADVANCED_BYTES
     with pytest.raises(RegistryError, match=rf"{SSM_ADVANCED_BYTES + 1} bytes .*Advanced tier limit of {SSM_ADVANCED_BYTES}"):
-        parse_registry(json.dumps(_padded_to(REFERENCE, SSM_ADVANCED_BYTES + 1)))
+        check_parameter_size(_padded_to(REFERENCE, SSM_ADVANCED_BYTES + 1))
 
 
 def test_unknown_time_zone_is_rejected():
@@ -98,3 +100,17 @@ def test_load_from_file_and_missing_file(tmp_path):
 def test_committed_schema_is_current_and_accepts_the_reference():
     assert SCHEMA_PATH.read_text() == render(), "run: python -m servingctl.registry.schema > .../schema.json"
     jsonschema.validate(REFERENCE, json.loads(SCHEMA_PATH.read_text()))
+
+
+def test_registry_read_from_ssm_past_the_advanced_limit_is_rejected_naming_the_sizes(monkeypatch):
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        ssm = boto3.client("ssm", region_name="us-east-1")
+        # moto stores any size; real SSM would have refused it on the way in.
+        ssm.put_parameter(Name="/test/too-big", Type="String", Tier="Advanced",
+                          Value=json.dumps(_padded_to(REFERENCE, SSM_ADVANCED_BYTES + 1), separators=(",", ":")))
+        ssm.put_parameter(Name="/test/at-limit", Type="String", Tier="Advanced",
+                          Value=json.dumps(_padded_to(REFERENCE, SSM_ADVANCED_BYTES), separators=(",", ":")))
+        assert set(load_registry("ssm:/test/at-limit").profiles) == {"nemotron-nano", "deepseek-v4-flash"}
+        with pytest.raises(RegistryError, match=rf"{SSM_ADVANCED_BYTES + 1} bytes"):
+            load_registry("ssm:/test/too-big")

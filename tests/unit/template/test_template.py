@@ -227,3 +227,24 @@ def test_every_template_parameter_is_used(template):
     # A declared but unused parameter is one more Terraform output to pass for nothing.
     used = _referenced_names({k: v for k, v in template.items() if k != "Parameters"})
     assert sorted(set(template["Parameters"]) - used) == []
+
+
+def test_a_failed_sweep_lands_in_an_alarmed_dead_letter_queue(template):
+    resources = template["Resources"]
+    queue = {"Fn::GetAtt": ["SweepDeadLetterQueue", "Arn"]}
+    assert resources["SweepFunction"]["Properties"]["DeadLetterQueue"] == {"Type": "SQS", "TargetArn": queue}
+    assert resources["SweepSchedule"]["Properties"]["Target"]["DeadLetterConfig"] == {"Arn": queue}
+    alarms = [r["Properties"] for r in _of_type(template, "AWS::CloudWatch::Alarm").values()
+              if r["Properties"]["Namespace"] == "AWS/SQS"]
+    assert [a["Dimensions"] for a in alarms] == [[{"Name": "QueueName", "Value": {"Fn::GetAtt": ["SweepDeadLetterQueue", "QueueName"]}}]]
+    assert alarms[0]["Threshold"] == 1 and alarms[0]["AlarmActions"] == [{"Ref": "AlarmTopic"}]
+    # One sweep at a time.
+    assert resources["SweepFunction"]["Properties"]["ReservedConcurrentExecutions"] == 1
+
+
+def test_bench_worker_concurrency_is_capped_above_a_split_scenario(template):
+    from servingctl.bench.matrix import MAX_WORKERS
+
+    reserved = template["Resources"]["BenchWorkerFunction"]["Properties"]["ReservedConcurrentExecutions"]
+    # A split scenario starts MAX_WORKERS shards at the same instant: a cap below it would throttle one.
+    assert MAX_WORKERS <= reserved <= 4 * MAX_WORKERS

@@ -1,14 +1,15 @@
-"""Fixtures of the Terraform data-plane tests: the HCL evaluator, a fake apply-time resolver and
-one cached checkov run per session."""
+"""Fixtures of the Terraform data-plane tests: the terraform CLI on infra/terraform (initialised by
+`make tf-init`, which picks the local provider mirror or the registry), the reference plan from
+`terraform test` with the mock provider, and one cached checkov run per session."""
 
 from __future__ import annotations
 
-import importlib.util
+import fcntl
+import hashlib
 import json
 import os
+import shutil
 import subprocess
-import sys
-import zlib
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,93 +18,89 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 TF_ROOT = REPO / "infra" / "terraform"
-ACCOUNT = "123456789012"
+# As a user runs it: reference.auto.tfvars loads itself, terraform.tfvars.example as if copied.
+VAR_FILE = "-var-file=terraform.tfvars.example"
+DATA_DIR = Path(os.environ.get("TF_DATA_DIR") or REPO / ".cache" / "terraform")
 
 
-def _load_hcleval():
-    spec = importlib.util.spec_from_file_location("servingctl_tests_hcleval", Path(__file__).with_name("hcleval.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-hcleval = _load_hcleval()
-
-
-def fake_apply_values(ref: Any, attr: str) -> Any:
-    """What AWS would return after apply, shaped like the real ARNs, ids and DNS names."""
-    region = ref.module.config.region
-    if ref.mode == "data" and ref.type == "aws_region":
-        return {"region": region, "name": region}[attr]
-    if ref.mode == "data" and ref.type == "aws_partition":
-        return {"partition": "aws"}[attr]
-
-    def name() -> str:
-        return ref.argument("name")
-
-    suffix = f"{zlib.crc32(repr((ref.module.address, ref.type, ref.name, ref.index)).encode()):016d}"
-    known = {
-        ("aws_autoscaling_group", "name"): name,
-        ("aws_autoscaling_group", "arn"): lambda: (
-            f"arn:aws:autoscaling:{region}:{ACCOUNT}:autoScalingGroup:{suffix[:8]}-0000-0000-0000-{suffix[:12]}"
-            f":autoScalingGroupName/{name()}"
-        ),
-        ("aws_ecs_capacity_provider", "name"): name,
-        ("aws_cloudwatch_log_group", "name"): name,
-        ("aws_ecs_cluster", "name"): name,
-        ("aws_ecs_cluster", "arn"): lambda: f"arn:aws:ecs:{region}:{ACCOUNT}:cluster/{name()}",
-        ("aws_ecs_service", "name"): name,
-        ("aws_ecs_service", "id"): lambda: (
-            f"arn:aws:ecs:{region}:{ACCOUNT}:service/{ref.argument('cluster').rsplit('/', 1)[-1]}/{name()}"
-        ),
-        ("aws_lb_target_group", "arn"): lambda: f"arn:aws:elasticloadbalancing:{region}:{ACCOUNT}:targetgroup/{name()}/{suffix}",
-        ("aws_lb", "arn"): lambda: f"arn:aws:elasticloadbalancing:{region}:{ACCOUNT}:loadbalancer/app/{name()}/{suffix}",
-        ("aws_lb", "dns_name"): lambda: f"internal-{name()}-{suffix[:10]}.{region}.elb.amazonaws.com",
-        ("aws_lb_listener", "arn"): lambda: f"arn:aws:elasticloadbalancing:{region}:{ACCOUNT}:listener/app/x/{suffix}",
-        ("aws_ssm_parameter", "name"): name,
-        ("aws_ssm_parameter", "arn"): lambda: f"arn:aws:ssm:{region}:{ACCOUNT}:parameter{name()}",
-        ("aws_subnet", "id"): lambda: f"subnet-{suffix[:17]}",
-        ("aws_vpc", "id"): lambda: f"vpc-{suffix[:17]}",
-        ("aws_vpc", "cidr_block"): lambda: ref.argument("cidr_block"),
-        ("aws_security_group", "id"): lambda: f"sg-{suffix[:17]}",
-        ("aws_iam_instance_profile", "arn"): lambda: f"arn:aws:iam::{ACCOUNT}:instance-profile/{name()}",
-    }
-    if (ref.type, attr) not in known:
-        raise hcleval.HclEvalError(f"the test resolver has no apply-time value for {ref.type}.{ref.name}.{attr}")
-    return known[(ref.type, attr)]()
-
-
-def example_values() -> dict:
-    """The shipped inputs (reference.auto.tfvars, then terraform.tfvars.example) as Python values."""
-    exprs = hcleval.read_tfvars(TF_ROOT / "reference.auto.tfvars", TF_ROOT / "terraform.tfvars.example")
-    return {name: hcleval.Scope(None).eval(expr) for name, expr in exprs.items()}
-
-
-def make_root(values: dict) -> Any:
-    """Root module with the given input variable values."""
-    root = hcleval.Module(TF_ROOT, {k: (lambda v=v: v) for k, v in values.items()}, hcleval.Config(fake_apply_values))
-    root.config.region = root.var("region")
-    return root
-
-
-@pytest.fixture(scope="session")
-def tf() -> SimpleNamespace:
-    """The evaluator and helpers, for tests (pytest's importlib mode cannot import conftest)."""
-    return SimpleNamespace(
-        hcleval=hcleval,
-        root_dir=TF_ROOT,
-        repo=REPO,
-        example_values=example_values,
-        make_root=make_root,
-        fake_apply_values=fake_apply_values,
+def terraform(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run terraform in infra/terraform on the initialised data directory (no colour, no prompts)."""
+    binary = shutil.which("terraform")
+    if binary is None:
+        pytest.fail("terraform not found on PATH: install Terraform 1.11 or later")
+    _init_once()
+    env = {**os.environ, "TF_DATA_DIR": str(DATA_DIR), "TF_IN_AUTOMATION": "1"}
+    return subprocess.run(
+        [binary, *args], cwd=TF_ROOT, capture_output=True, text=True, timeout=timeout, env=env, check=False
     )
 
 
-@pytest.fixture
-def root():
-    """The root module with the shipped example inputs."""
-    return make_root(example_values())
+def _init_once() -> None:
+    """`make tf-init` (it picks the local provider mirror or the registry) unless done, once for
+    all pytest workers."""
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    with (DATA_DIR / "servingctl-init.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (DATA_DIR / "providers").is_dir() and (DATA_DIR / "modules").is_dir():
+            return
+        env = {**os.environ, "TF_DATA_DIR": str(DATA_DIR)}
+        proc = subprocess.run(["make", "-s", "tf-init"], cwd=REPO, capture_output=True, text=True, timeout=900, env=env, check=False)
+        if proc.returncode != 0:
+            pytest.fail(f"make tf-init failed (exit {proc.returncode}): {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+
+
+def json_lines(stdout: str) -> list[dict[str, Any]]:
+    """Messages of a `-json` terraform command."""
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def _config_digest() -> str:
+    """Hash of every file the reference plan depends on."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in TF_ROOT.rglob("*") if p.is_file() and ".terraform" not in p.parts):
+        digest.update(str(path.relative_to(TF_ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _plan_reference() -> dict[str, Any]:
+    """The planned outputs and resources of tests/reference.tftest.hcl's "reference" run (every run
+    of that file must pass)."""
+    proc = terraform("test", "-json", "-verbose", "-no-color", VAR_FILE, "-filter=tests/reference.tftest.hcl")
+    messages = json_lines(proc.stdout)
+    plans = [m["test_plan"] for m in messages if m.get("type") == "test_plan" and m.get("@testrun") == "reference"]
+    summary = [m["test_summary"] for m in messages if m.get("type") == "test_summary"]
+    if proc.returncode != 0 or len(plans) != 1 or summary != [{**summary[0], "status": "pass", "failed": 0, "errored": 0}]:
+        errors = [m.get("@message", "") + " " + str(m.get("diagnostic", {}).get("detail", "")) for m in messages if m.get("@level") == "error"]
+        pytest.fail(f"terraform test of the reference failed (exit {proc.returncode}): {errors or proc.stderr[-2000:]}")
+    (plan,) = plans
+    return {
+        "outputs": {name: change["after"] for name, change in plan["output_changes"].items()},
+        "resources": {r["address"]: r["change"]["after"] for r in plan["resource_changes"]},
+    }
+
+
+@pytest.fixture(scope="session")
+def reference_plan() -> dict[str, Any]:
+    """The reference plan, computed once for all pytest workers (cached under the data directory,
+    keyed by the configuration's content, behind a file lock)."""
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    cache = DATA_DIR / "servingctl-reference-plan.json"
+    digest = _config_digest()
+    with (DATA_DIR / "servingctl-reference-plan.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cache.is_file():
+            cached = json.loads(cache.read_text())
+            if cached.get("digest") == digest:
+                return cached["plan"]
+        plan = _plan_reference()
+        cache.write_text(json.dumps({"digest": digest, "plan": plan}))
+        return plan
+
+
+@pytest.fixture(scope="session")
+def published(reference_plan: dict[str, Any]) -> dict[str, Any]:
+    """The registry document exactly as aws_ssm_parameter.registry stores it."""
+    return json.loads(reference_plan["resources"]["aws_ssm_parameter.registry"]["value"])
 
 
 @pytest.fixture(scope="session")
@@ -126,3 +123,9 @@ def checkov_report() -> dict:
     if isinstance(report, list):  # one entry per framework when several ran
         (report,) = [r for r in report if r.get("check_type") == "terraform"]
     return report
+
+
+@pytest.fixture(scope="session")
+def tf() -> SimpleNamespace:
+    """The terraform helpers, for tests (pytest's importlib mode cannot import conftest)."""
+    return SimpleNamespace(run=terraform, json_lines=json_lines, var_file=VAR_FILE, root=TF_ROOT, repo=REPO)

@@ -1,6 +1,6 @@
 """The SAM template takes the Terraform outputs as parameters: the mapping in
 infra/terraform/sam-parameters.json names real outputs and real template parameters, with
-matching shapes (lists for list parameters)."""
+matching shapes (lists for list parameters), as planned for the reference inputs."""
 
 from __future__ import annotations
 
@@ -29,9 +29,8 @@ def sam_parameters() -> dict:
     return template["Parameters"]
 
 
-def test_mapping_names_terraform_outputs(root) -> None:
-    outputs = root.blocks("output")
-    assert sorted(set(MAPPING) - set(outputs)) == []
+def test_mapping_names_terraform_outputs(reference_plan: dict) -> None:
+    assert sorted(set(MAPPING) - set(reference_plan["outputs"])) == []
 
 
 def test_mapping_names_template_parameters(sam_parameters: dict) -> None:
@@ -43,9 +42,9 @@ def test_every_template_parameter_without_default_comes_from_terraform(sam_param
     assert sorted(required - set(MAPPING.values())) == []
 
 
-def test_list_outputs_feed_list_parameters(root, sam_parameters: dict) -> None:
+def test_list_outputs_feed_list_parameters(reference_plan: dict, sam_parameters: dict) -> None:
     for output, parameter in MAPPING.items():
-        value = root.output(output)
+        value = reference_plan["outputs"][output]
         sam_type = sam_parameters[parameter]["Type"]
         is_list_param = sam_type == "CommaDelimitedList" or sam_type.startswith("List<")
         assert isinstance(value, list) == is_list_param, f"{output} ({type(value).__name__}) -> {parameter} ({sam_type})"

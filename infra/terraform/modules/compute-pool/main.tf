@@ -23,7 +23,6 @@ resource "aws_vpc_security_group_egress_rule" "instance_https" {
 }
 
 resource "aws_launch_template" "this" {
-  #checkov:skip=CKV_AWS_341:Hop limit 2 lets containers on the host reach IMDSv2 tokens (ECS agent and bridge-mode helpers); IMDSv2 stays required.
   name_prefix            = "${var.name}-"
   image_id               = data.aws_ssm_parameter.gpu_ami.value
   instance_type          = var.instance_type
@@ -37,6 +36,10 @@ resource "aws_launch_template" "this" {
     cache_on_instance_store = var.model_cache_on_instance_store
   }))
 
+  # The model server must not reach the instance role: IMDSv2 only, and a hop limit of 1 so that
+  # no response crosses a container's extra network hop (the ECS agent uses the host network and
+  # still reaches it); awsvpc tasks are cut off by ECS_AWSVPC_BLOCK_IMDS in the user data.
+
   iam_instance_profile {
     arn = var.instance_profile_arn
   }
@@ -44,15 +47,18 @@ resource "aws_launch_template" "this" {
   metadata_options {
     http_endpoint               = "enabled"
     http_tokens                 = "required"
-    http_put_response_hop_limit = 2
+    http_put_response_hop_limit = 1
   }
 
   block_device_mappings {
     device_name = "/dev/xvda"
 
     ebs {
-      volume_size           = var.root_volume_gib
-      volume_type           = "gp3"
+      volume_size = var.root_volume_gib
+      volume_type = "gp3"
+      # The model cache lives here: the default 125 MiB/s would take about 20 minutes per 150 GB.
+      throughput            = var.cache_throughput_mibps
+      iops                  = var.cache_iops
       encrypted             = true
       delete_on_termination = true
     }

@@ -97,3 +97,15 @@ variable "model_cache_on_instance_store" {
   type        = bool
   default     = false
 }
+
+variable "cache_throughput_mibps" {
+  description = "Provisioned gp3 throughput (MiB/s) of the root volume holding the model cache; the root module checks the gp3 limits."
+  type        = number
+  default     = 1000
+}
+
+variable "cache_iops" {
+  description = "Provisioned gp3 IOPS of the root volume holding the model cache."
+  type        = number
+  default     = 16000
+}

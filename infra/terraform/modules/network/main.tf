@@ -114,11 +114,9 @@ resource "aws_route_table_association" "private" {
 # S3 traffic from the private subnets bypasses NAT: no 0.045 USD/GB processing charge on weights.
 resource "aws_vpc_endpoint" "s3" {
   vpc_id            = aws_vpc.this.id
-  service_name      = "com.amazonaws.${data.aws_region.current.region}.s3"
+  service_name      = "com.amazonaws.${var.region}.s3"
   vpc_endpoint_type = "Gateway"
   route_table_ids   = [aws_route_table.private.id]
 
   tags = { Name = "${var.name}-s3" }
 }
-
-data "aws_region" "current" {}

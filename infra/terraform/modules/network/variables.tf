@@ -27,3 +27,8 @@ variable "cidr" {
     error_message = "cidr must be an IPv4 CIDR of size /18 or larger (two /20 private subnets and a /28 NAT subnet at its end), e.g. 10.40.0.0/16."
   }
 }
+
+variable "region" {
+  description = "Region of the VPC (the provider's, validated by the root module): names the S3 gateway endpoint service."
+  type        = string
+}

@@ -37,7 +37,7 @@ locals {
       # Weights were prefetched from S3: never reach the hub (and its NAT charges) at start.
       local.prefetch ? [{ name = "HF_HUB_OFFLINE", value = "1" }] : [],
     )
-    secrets = var.hub_token_secret_arn == null ? [] : [{ name = "HF_TOKEN", valueFrom = var.hub_token_secret_arn }]
+    secrets   = var.hub_token_secret_arn == null ? [] : [{ name = "HF_TOKEN", valueFrom = var.hub_token_secret_arn }]
     dependsOn = local.prefetch ? [{ containerName = "prefetch-weights", condition = "SUCCESS" }] : []
     linuxParameters = {
       initProcessEnabled = true
@@ -152,7 +152,8 @@ resource "aws_ecs_task_definition" "this" {
   execution_role_arn = aws_iam_role.execution.arn
   task_role_arn      = aws_iam_role.task.arn
 
-  container_definitions = jsonencode(local.prefetch ? [local.prefetch_container, local.vllm_container] : [local.vllm_container])
+  # The prefetch container exists only with S3 weights (a filtered for keeps one tuple type).
+  container_definitions = jsonencode(concat([for c in [local.prefetch_container] : c if local.prefetch], [local.vllm_container]))
 
   volume {
     name      = "model-cache"

@@ -27,3 +27,26 @@ output "serving" {
   description = "The registry's serving block: options, derived CUDA-graph capture sizes and the deployed command line."
   value       = local.serving
 }
+
+output "task_definition" {
+  description = "The task definition as planned: network mode, cpu, memory and its container definitions (prefetch-weights first when weights come from S3, then vllm)."
+  value = {
+    network_mode = aws_ecs_task_definition.this.network_mode
+    cpu          = aws_ecs_task_definition.this.cpu
+    memory       = aws_ecs_task_definition.this.memory
+    containers   = jsondecode(aws_ecs_task_definition.this.container_definitions)
+  }
+}
+
+output "routing" {
+  description = "The listener rule: priority and the header name and values it matches."
+  value = {
+    priority = aws_lb_listener_rule.this.priority
+    header   = one(one(aws_lb_listener_rule.this.condition).http_header)
+  }
+}
+
+output "health_check_grace_s" {
+  description = "Health-check grace period of the ECS service (seconds)."
+  value       = aws_ecs_service.this.health_check_grace_period_seconds
+}

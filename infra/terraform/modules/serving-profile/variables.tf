@@ -169,7 +169,7 @@ variable "model_load_s" {
 
   validation {
     condition     = var.model_load_s >= 60 && var.model_load_s <= 7200
-    error_message = "model_load_s must be 60..7200."
+    error_message = "model_load_s (the health-check grace period; the root module derives it as 2 weights passes + load_allowance_s) must be 60..7200: raise the pool's cache_throughput_mibps or set the profile's model_load_s."
   }
 }
 

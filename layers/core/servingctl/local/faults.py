@@ -5,5 +5,6 @@ FAULTS: dict[str, str] = {
     "task-crash": "every task stops soon after RUNNING: Essential container in task exited",
     "never-healthy": "the target never passes its health check",
     "protected-instance": "instances launch protected from scale-in",
+    "smoke-fails-once": "the first GET /v1/models of each task answers 503 (simulator model server only)",
     "throttle-once": "the first call of each of a few APIs answers a throttling error",
 }

@@ -507,7 +507,7 @@ class Twin:
                 capacityProviderStrategy=[{"capacityProvider": document["pools"][profile["pool"]]["capacity_provider"], "weight": 1}],
                 networkConfiguration={"awsvpcConfiguration": {"subnets": subnets, "securityGroups": [sg]}},
                 loadBalancers=[{"targetGroupArn": tg["TargetGroupArn"], "containerName": "vllm", "containerPort": 8000}],
-                healthCheckGracePeriodSeconds=1800,
+                healthCheckGracePeriodSeconds=int(self.delays.health_grace_s),
             )
 
         self.registry = parse_registry(document)

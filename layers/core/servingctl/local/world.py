@@ -3,7 +3,8 @@
 Owns what AWS does on its own after an API call: the capacity provider and the ASG launching or
 terminating an instance (honouring max size and scale-in protection), container instance
 registration, the ECS service scheduler placing and stopping tasks (PROVISIONING -> PENDING ->
-RUNNING -> ... -> STOPPED), ALB target registration, health checks and draining, and a real model
+RUNNING -> ... -> STOPPED, and replacing a task whose target stays unhealthy past the service's
+health check grace period), ALB target registration, health checks and draining, and a real model
 server process per RUNNING task. It also publishes the ALB RequestCount metric from the model
 server's request counter, and injects faults. Reads and writes go through the public APIs where
 they can express it, and through servingctl.local.moto_patches where they cannot.
@@ -49,6 +50,8 @@ INSUFFICIENT_CAPACITY = (
     "request or choosing {others}. Launching EC2 instance failed."
 )
 CRASH_REASON = "Essential container in task exited"
+# ECS's stopped reason for a task its service replaced after failed ELB health checks.
+ELB_UNHEALTHY_REASON = "Task failed ELB health checks in (target-group {target_group})"
 # RunTask's failure reason when Fargate has no capacity for the task (ECS's words).
 FARGATE_CAPACITY_UNAVAILABLE = "Capacity is unavailable at this time. Please try again later or in a different availability zone"
 _PENDING_TASK = ("PROVISIONING", "PENDING", "ACTIVATING")
@@ -73,6 +76,9 @@ class Delays:
     crash_after_s: float = 30.0  # task-crash: RUNNING -> STOPPED
     capacity_retry_s: float = 120.0  # capacity-unavailable: interval of failed launch attempts
     metric_period_s: float = 60.0  # RequestCount datapoint period
+    # The service's health check grace period (the reference's 1800 s): ECS ignores ELB health
+    # checks that long after a task starts, then replaces a task whose target is unhealthy.
+    health_grace_s: float = 1800.0
     tick_s: float = 0.01  # real seconds between world steps (never scaled)
 
     def scaled(self, factor: float) -> Delays:
@@ -102,6 +108,7 @@ class _Task:
     target_id: str | None = None
     server: ModelServerProcess | None = None
     loaded_at: float = 0.0
+    running_at: float = 0.0
     next_check: float = 0.0
     passes: int = 0
     failures: int = 0
@@ -142,6 +149,7 @@ class World:
         self.registry = registry
         self.model_ports = dict(model_ports)
         self.model_server = model_server
+        _check_faults(faults, model_server)
         self.faults: frozenset[str] = frozenset(faults)
         self.time_scale = time_scale
         self.delays = delays or Delays()
@@ -184,9 +192,7 @@ class World:
 
     def set_faults(self, faults: Sequence[str]) -> None:
         """Replace the active faults (throttle-once throttles each API once more)."""
-        unknown = sorted(set(faults) - set(FAULTS))
-        if unknown:
-            raise ValueError(f"fault: unknown {unknown}; allowed values: {list(FAULTS)}")
+        _check_faults(faults, self.model_server)
         with self._lock:
             self.faults = frozenset(faults)
             self._throttled.clear()
@@ -391,6 +397,7 @@ class World:
             self.elbv2.register_targets(TargetGroupArn=self._tg(task), Targets=[{"Id": task.target_id, "Port": 8000}])
             mp.set_target_health(self._tg(task), task.target_id, "initial", "Elb.InitialHealthChecking",
                                  "Initial health checks in progress")
+        task.running_at = time.monotonic()  # the grace period runs from here (after the server process spawned)
         task.loaded_at = self._after(self.delays.load_s)
         task.next_check = self._after(self.delays.health_interval_s)
         task.next_metric = self._after(self.delays.metric_period_s)
@@ -438,7 +445,8 @@ class World:
         if self.model_server == "vllm":
             server = vllm_server(tiny_model_dir(), port, served_model_name=model, log_path=log)
         else:
-            server = simulator_server(port, served_model_name=model, speed=max(1.0, self.time_scale), log_path=log)
+            faults = ["models-fail=1"] if "smoke-fails-once" in self.faults else []
+            server = simulator_server(port, served_model_name=model, speed=max(1.0, self.time_scale), faults=faults, log_path=log)
         task.server = server.start()
         self._log("model-server-started", f"{task.profile}: {server.url} pid {server.pid}")
 
@@ -466,6 +474,10 @@ class World:
             if task.failures >= self.delays.unhealthy_threshold or task.healthy:
                 task.healthy = False
                 mp.set_target_health(tg, task.target_id, "unhealthy", "Target.FailedHealthChecks", "Health checks failed")
+                if now - task.running_at >= self.delays.health_grace_s / self.time_scale:
+                    # Past the grace period the service scheduler replaces the task (a new one follows).
+                    self._begin_stop(task, ELB_UNHEALTHY_REASON.format(target_group=tg), "ServiceSchedulerInitiated", now)
+                    self._log("task-unhealthy", f"{task.profile}: {task.arn} replaced after failed ELB health checks")
 
     def _answers_health(self, task: _Task) -> bool:
         if task.server is None or not task.server.running:
@@ -552,6 +564,15 @@ class World:
         failure = {"arn": request.get("cluster", ""), "reason": FARGATE_CAPACITY_UNAVAILABLE}
         body = json.dumps({"tasks": [], "failures": [failure]}).encode()
         return 200, {"Content-Type": "application/x-amz-json-1.1", "x-amzn-RequestId": str(uuid.uuid4())}, body
+
+
+def _check_faults(faults: Sequence[str], model_server: str) -> None:
+    """ValueError naming an unknown fault, or one the model server cannot play."""
+    unknown = sorted(set(faults) - set(FAULTS))
+    if unknown:
+        raise ValueError(f"fault: unknown {unknown}; allowed values: {list(FAULTS)}")
+    if "smoke-fails-once" in faults and model_server != "sim":
+        raise ValueError("fault: smoke-fails-once needs the simulator model server (model_server 'sim')")
 
 
 def _body(environ: dict[str, Any]) -> bytes:

@@ -139,6 +139,22 @@ class StartSettings(_Strict):
     max_task_failures: int = Field(default=3, ge=1)
 
 
+class LoadEstimate(_Strict):
+    """How long the model takes to load, as Terraform derived it from the checkpoint size and the
+    pool's model-cache throughput (ECS replaces a task still unhealthy after the grace period)."""
+
+    weights_gb: float | None = Field(default=None, gt=0, description="checkpoint size in GB (10^9 bytes)")
+    cache_throughput_mibps: int = Field(ge=125, le=1000, description="gp3 throughput of the model cache volume")
+    cache_iops: int = Field(ge=3000, le=16000, description="gp3 IOPS of the model cache volume")
+    weights_pass_s: int | None = Field(
+        default=None, ge=0, description="seconds to move the checkpoint through the cache volume once"
+    )
+    allowance_s: int = Field(ge=0, description="vLLM load, compile and CUDA-graph capture after the weights are read")
+    health_check_grace_s: int = Field(
+        ge=0, description="the ECS service's health-check grace period: 2 weights passes + allowance_s, or as set"
+    )
+
+
 class ServingProfile(_Strict):
     """One model served by one ECS service on one compute pool behind the internal ALB."""
 
@@ -157,6 +173,7 @@ class ServingProfile(_Strict):
     max_lease_minutes: int = Field(default=12 * 60, ge=5, le=31 * 24 * 60)
     start: StartSettings = Field(default_factory=StartSettings)
     autostop: AutoStopSettings = Field(default_factory=AutoStopSettings)
+    load: LoadEstimate | None = Field(default=None, description="derived model load time; absent in older registries")
 
     @model_validator(mode="after")
     def _lease_bounds(self) -> ServingProfile:

@@ -112,6 +112,7 @@ class SimServer:
         self.created = int(time.time())
         self._fault_rng = random.Random(config.faults.seed)
         self._request_counter = itertools.count()
+        self._models_failures_left = config.faults.models_fail
         self._routes: dict[tuple[str, str], Callable[[Scope, Receive, Send], Awaitable[None]]] = {
             ("POST", "/v1/chat/completions"): self._chat,
             ("POST", "/tokenize"): self._tokenize,
@@ -165,6 +166,9 @@ class SimServer:
         await _json(send, 200, {"version": SIMULATOR_VERSION, "simulator": True})
 
     async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._models_failures_left > 0:
+            self._models_failures_left -= 1
+            raise ApiError(503, "injected fault: models-fail")
         model = self.config.model
         card = {
             "id": model, "object": "model", "created": self.created, "owned_by": "servingctl-simulator",

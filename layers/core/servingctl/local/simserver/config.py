@@ -12,6 +12,7 @@ FAULTS: dict[str, str] = {
     "stream-cut": "probability 0..1 that a stream is cut mid-way (connection closed, no [DONE])",
     "stall": "seconds (real time, not scaled by speed) one pause mid-stream in every stream",
     "malformed": "probability 0..1 that a stream carries one malformed SSE line mid-way",
+    "models-fail": "number of first GET /v1/models requests that answer HTTP 503 (a smoke test failing, then passing)",
 }
 _PROBABILITY_FAULTS = ("error-rate", "stream-cut", "malformed")
 
@@ -29,6 +30,7 @@ class Faults(BaseModel):
     stream_cut: float = Field(default=0.0, ge=0, le=1)
     stall_s: float = Field(default=0.0, ge=0)
     malformed: float = Field(default=0.0, ge=0, le=1)
+    models_fail: int = Field(default=0, ge=0)
     seed: int = 0
 
 
@@ -56,6 +58,7 @@ def parse_faults(specs: list[str], seed: int = 0) -> Faults:
         stream_cut=values.get("stream-cut", 0.0),
         stall_s=values.get("stall", 0.0),
         malformed=values.get("malformed", 0.0),
+        models_fail=int(values.get("models-fail", 0)),
         seed=seed,
     )
 

@@ -1,0 +1,162 @@
+# Bad input is refused at plan time by the variable that owns it. Every run changes one field of
+# the valid minimal base below (first run), so a refusal can only come from that field's rule;
+# limits are tested at the limit (base) and one past it.
+
+mock_provider "aws" {
+  source          = "./tests/mocks"
+  override_during = plan
+}
+
+variables {
+  pools = {
+    p = {
+      instance_type = "g7e.2xlarge"
+      gpu_count     = 1
+      # At the gp3 limits: the most throughput, and the fewest IOPS that allow it (0.25 MiB/s per IOPS).
+      cache_throughput_mibps = 1000
+      cache_iops             = 4000
+    }
+  }
+  profiles = {
+    m = {
+      pool              = "p"
+      image             = "vllm/vllm-openai:v0.26.0"
+      model_id          = "org/model"
+      task_cpu          = 1024
+      task_memory_mib   = 4096
+      listener_priority = 1
+      weights_gb        = 10
+      vllm              = {}
+    }
+  }
+}
+
+run "minimal_base_is_valid" {
+  command = plan
+
+  assert {
+    # 10 GB at 1000 MiB/s: ceil(9.54) = 10 s per pass; grace = 2 x 10 + 600.
+    condition     = module.profile["m"].health_check_grace_s == 620
+    error_message = "grace ${module.profile["m"].health_check_grace_s}, expected 620"
+  }
+}
+
+run "gp3_throughput_over_1000" {
+  command = plan
+  variables {
+    pools = { p = { instance_type = "g7e.2xlarge", gpu_count = 1, cache_throughput_mibps = 1001, cache_iops = 16000 } }
+  }
+  expect_failures = [var.pools]
+}
+
+run "gp3_throughput_under_125" {
+  command = plan
+  variables {
+    pools = { p = { instance_type = "g7e.2xlarge", gpu_count = 1, cache_throughput_mibps = 124, cache_iops = 3000 } }
+  }
+  expect_failures = [var.pools]
+}
+
+run "gp3_iops_over_16000" {
+  command = plan
+  variables {
+    pools = { p = { instance_type = "g7e.2xlarge", gpu_count = 1, cache_throughput_mibps = 1000, cache_iops = 16001 } }
+  }
+  expect_failures = [var.pools]
+}
+
+run "gp3_throughput_over_a_quarter_of_iops" {
+  command = plan
+  variables {
+    pools = { p = { instance_type = "g7e.2xlarge", gpu_count = 1, cache_throughput_mibps = 1000, cache_iops = 3999 } }
+  }
+  expect_failures = [var.pools]
+}
+
+run "tensor_parallel_over_the_pools_gpus" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = { tensor_parallel_size = 2 } } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "profile_on_an_unknown_pool" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "q", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = {} } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "neither_weights_gb_nor_model_load_s" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, vllm = {} } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "weights_gb_zero" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 0, vllm = {} } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "model_load_s_under_60" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, model_load_s = 59, vllm = {} } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "speculative_tokens_over_8" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = { speculative_tokens = 9 } } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "unknown_weights_source" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, weights_source = "nfs", vllm = {} } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "reserved_name_prefix" {
+  command = plan
+  variables {
+    name = "ecs-llm"
+  }
+  expect_failures = [var.name]
+}
+
+run "client_cidr_open_to_the_world" {
+  command = plan
+  variables {
+    client_cidrs = ["0.0.0.0/0"]
+  }
+  expect_failures = [var.client_cidrs]
+}
+
+run "zones_of_another_region" {
+  command = plan
+  variables {
+    availability_zones = ["us-west-2a", "us-west-2b"]
+  }
+  expect_failures = [var.availability_zones]
+}
+
+run "max_runtime_below_the_default_lease" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = {}, default_lease_minutes = 120, autostop = { max_runtime_minutes = 119 } } }
+  }
+  expect_failures = [var.profiles]
+}

@@ -1,0 +1,92 @@
+"""The error names that cross files: every custom name in an ErrorEquals of statemachine/*.asl.json is
+an exception class a handler raises (so renaming one side breaks this test, not a start in AWS), and
+every exception a handler raises is caught by every Catch list of the Tasks that call a handler.
+
+Lambda reports an unhandled exception's class name as the error (errorType), which is what Step
+Functions matches ErrorEquals against; names of the form Service.Error come from AWS itself."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from .test_iam import _modules_reachable_from
+
+ROOT = Path(__file__).resolve().parents[3]
+MACHINES = sorted((ROOT / "statemachine").glob("*.asl.json"))
+# Error name prefixes AWS owns: the States.* runtime errors and the service integrations' errors.
+AWS_PREFIXES = ("States.", "Lambda.", "ECS.", "AmazonECS.", "StepFunctions.")
+CATCH_ALL = {"States.ALL", "States.TaskFailed"}
+
+
+def _tasks(states: dict):
+    for name, state in states.items():
+        if state["Type"] == "Task":
+            yield name, state
+        for branch in state.get("Branches", []):
+            yield from _tasks(branch["States"])
+        processor = state.get("ItemProcessor") or state.get("Iterator")
+        if processor:
+            yield from _tasks(processor["States"])
+
+
+def error_names(definition: dict) -> set[str]:
+    """Every name in any Retry or Catch ErrorEquals of the definition."""
+    return {e for _, t in _tasks(definition["States"]) for rule in t.get("Retry", []) + t.get("Catch", []) for e in rule["ErrorEquals"]}
+
+
+def raised_exceptions(paths: set[Path]) -> set[str]:
+    """Names of the exception classes the modules define and raise (`raise Name(...)`)."""
+    defined, raised = set(), set()
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.bases:
+                defined.add(node.name)
+            elif isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and isinstance(node.exc.func, ast.Name):
+                raised.add(node.exc.func.id)
+    return defined & raised
+
+
+def _handlers_raise() -> set[str]:
+    """Exceptions any Lambda handler of the state machines can raise."""
+    paths: set[Path] = set()
+    for handler in (ROOT / "functions").glob("*/app.py"):
+        paths |= {handler, *_modules_reachable_from(handler)}
+    return raised_exceptions(paths)
+
+
+RAISED = _handlers_raise()
+
+
+def test_the_handlers_raise_the_control_errors():
+    # The scan must find what the steps raise on purpose, or the checks below prove nothing.
+    assert {"SmokeTestFailed", "Throttled", "LockHeld", "InvalidInput", "CapacityUnavailable"} <= RAISED
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda p: p.name)
+def test_every_custom_error_name_is_an_exception_a_handler_raises(machine):
+    custom = {e for e in error_names(json.loads(machine.read_text())) if not e.startswith(AWS_PREFIXES)}
+    assert sorted(custom - RAISED) == []
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda p: p.name)
+def test_every_raised_exception_is_caught_by_every_lambda_task(machine):
+    problems = []
+    for name, task in _tasks(json.loads(machine.read_text())["States"]):
+        if not task["Resource"].startswith("arn:aws:states:::lambda:"):
+            continue
+        caught = {e for rule in task.get("Catch", []) for e in rule["ErrorEquals"]}
+        if not caught & CATCH_ALL:
+            problems += [f"{name}: {error} not caught" for error in sorted(RAISED - caught)]
+    assert problems == []
+
+
+def test_the_contract_catches_a_renamed_error():
+    definition = {"States": {"RunSmokeTest": {"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke", "End": True,
+                                              "Retry": [{"ErrorEquals": ["SmokeTestFailure"]}]}}}
+    custom = {e for e in error_names(definition) if not e.startswith(AWS_PREFIXES)}
+    assert custom - RAISED == {"SmokeTestFailure"}
