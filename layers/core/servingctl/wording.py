@@ -32,7 +32,8 @@ def plain(error: Mapping[str, Any]) -> str:
     kind, ctx = str(error.get("type", "")), error.get("ctx") or {}
     if kind in _BOUNDS:
         key, text = _BOUNDS[kind]
-        return f"must be {text} {ctx.get(key)}"
+        bound = ctx.get(key)
+        return f"must be {text} {bound:g}" if isinstance(bound, float) else f"must be {text} {bound}"
     if kind == "literal_error" and "expected" in ctx:
         return "must be one of " + str(ctx["expected"]).replace("'", "")
     if kind == "too_short":

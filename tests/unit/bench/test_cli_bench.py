@@ -52,3 +52,10 @@ def test_config_from_flags_redacts_secrets_and_keeps_the_rest():
 
 def test_every_flag_maps_to_a_config_field():
     assert set(bench_cli._FLAGS) <= set(RunConfig.model_fields)
+
+
+def test_a_dead_endpoint_says_cannot_connect_to_it(capsys):
+    code = main(BASE + ["--input-tokens", "8", "--concurrency", "1", "--rounds", "1", "--warmup", "0"])
+    err = capsys.readouterr().err
+    assert code == 1 and "servingctl bench: error: cannot connect to http://127.0.0.1:1 (" in err
+    assert "usage.prompt_tokens" not in err and "None" not in err

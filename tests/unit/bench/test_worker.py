@@ -207,7 +207,7 @@ def test_compare_is_skipped_with_a_reason_when_the_catalog_has_no_price(deps: Wo
 
 def test_an_unknown_managed_api_is_named(deps: WorkerDeps) -> None:
     done = _measured_run(deps, managed_api="acme/llm")
-    with pytest.raises(InvalidInput, match="managed_api: unknown managed API 'acme/llm'; known: \\['fireworks/deepseek-v4-flash'\\]"):
+    with pytest.raises(InvalidInput, match="managed_api: unknown managed API 'acme/llm'; allowed values: fireworks/deepseek-v4-flash"):
         run_action({"action": "compare", "state": done["state"], "execution": EXECUTION}, deps)
 
 

@@ -71,7 +71,16 @@ def test_cli_uses_the_catalogs_default_api_and_names_bad_flags(capsys):
     assert main(args.split()) == 0
     assert round(json.loads(capsys.readouterr().out)["ratio_self_hosted_to_api"], 2) == 2.17
     assert main(args.replace("--output-tokens 256", "--output-tokens 0").split()) == 2
-    assert "--output-tokens" in capsys.readouterr().err
+    assert "error: --output-tokens must be greater than 0\n" in capsys.readouterr().err  # said in words, at the limit
+    assert main(args.replace("--aggregate-tok-s 202.11", "--aggregate-tok-s -1").split()) == 2
+    assert "error: --aggregate-tok-s must be greater than 0\n" in capsys.readouterr().err
+    assert main([*args.split(), "--hours", "745"]) == 2  # one past the limit (31 days of 24 h)
+    assert "error: --hours must be at most 744\n" in capsys.readouterr().err
+    assert main([*args.split(), "--hours", "744"]) == 0
+    capsys.readouterr()
+    assert main([*args.split(), "--api", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --api: unknown managed API 'nope'; allowed values: fireworks/deepseek-v4-flash" in err and "[" not in err
 
 
 def test_catalog_override_replaces_entries_and_keeps_the_rest(tmp_path):

@@ -9,6 +9,7 @@ The result is the largest repetition count whose prompt is at most `target` toke
 from __future__ import annotations
 
 import random
+from typing import Any
 from collections.abc import Awaitable, Callable, Iterator
 
 from servingctl.bench.backend import Backend
@@ -27,6 +28,16 @@ Counter = Callable[[int], Awaitable[int]]
 
 class CalibrationError(RuntimeError):
     """The server could not count prompt tokens by any method."""
+
+
+class EndpointUnreachable(CalibrationError):
+    """No answer at all (connection refused, unknown host, timeout): no other method can help."""
+
+
+def _reached(backend: Backend, status: int | None, answer: Any) -> None:
+    """Raise EndpointUnreachable when a request got no HTTP answer (post_json's status None)."""
+    if status is None:
+        raise EndpointUnreachable(f"cannot connect to {backend.connection.endpoint} ({answer})")
 
 
 def make_nonce(rng: random.Random) -> str:
@@ -91,6 +102,7 @@ def _tokenize_counter(backend: Backend, nonce: str) -> Counter:
     async def count(reps: int) -> int:
         body = {"model": backend.model, "messages": _messages(build_prompt(reps, nonce)), "add_generation_prompt": True}
         status, answer = await backend.post_json("/tokenize", body)
+        _reached(backend, status, answer)
         if status != 200 or not isinstance(answer, dict) or not isinstance(answer.get("count"), int):
             raise CalibrationError(f"/tokenize answered {status}: {str(answer)[:200]}")
         return answer["count"]
@@ -103,6 +115,7 @@ def _usage_counter(backend: Backend, nonce: str, seed: int) -> Counter:
         body = backend.chat_body(build_prompt(reps, nonce), max_tokens=1, seed=seed, cache_salt=None, stream=False)
         body.pop("ignore_eos")
         status, answer = await backend.post_json("/v1/chat/completions", body)
+        _reached(backend, status, answer)
         try:
             return int(answer["usage"]["prompt_tokens"])
         except (TypeError, KeyError, ValueError) as exc:
@@ -119,6 +132,8 @@ async def calibrate(backend: Backend, target: int, salt_mode: SaltMode, seed: in
     method: CalibrationMethod = "tokenize"
     try:
         reps, tokens, calls = await search_repetitions(_counter(backend, method, nonce, seed), target)
+    except EndpointUnreachable:
+        raise
     except CalibrationError as exc:
         warnings.append(f"/tokenize unusable ({exc}); calibrated from usage.prompt_tokens of probe requests")
         method = "usage"

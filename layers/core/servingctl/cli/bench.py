@@ -14,9 +14,8 @@ from contextlib import contextmanager
 from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from servingctl.bench.calibration import CalibrationError
+from servingctl.bench.calibration import CalibrationError, EndpointUnreachable
 from servingctl.bench.models import MODES, SALT_MODES, RunConfig, RunResult
 from servingctl.bench.runner import Progress as ProgressEvent
 from servingctl.bench.runner import ProgressFn, run_benchmark
@@ -158,8 +157,11 @@ def _bench(args: argparse.Namespace) -> int:
     try:
         with _progress(console) as progress:
             run = asyncio.run(run_benchmark(config, api_key=args.api_key, headers=dict(args.header), progress=progress))
+    except EndpointUnreachable as exc:
+        print(f"servingctl bench: error: {exc}", file=sys.stderr)
+        return 1
     except CalibrationError as exc:
-        console.print(f"[bold red]servingctl bench: calibration failed:[/] {exc}")
+        console.print(f"[bold red]servingctl bench: calibration failed:[/] {exc}", highlight=False)
         return 1
     except KeyboardInterrupt:
         console.print("[bold red]servingctl bench: interrupted[/]: nothing written")
@@ -198,32 +200,10 @@ def _progress(console: Console) -> Iterator[ProgressFn]:
 
 
 def _print_results(run: RunResult, *, as_json: bool) -> None:
-    """The reference's table (stdout) and every warning a reader must see before trusting it."""
-    from servingctl.bench.outputs import scenario_rows
-    from servingctl.bench.outputs.markdown import fmt, results_table
-    from servingctl.bench.outputs.markdown import warnings as run_warnings
+    """The same table, closing lines and JSON as `bench --profile` and `report` (bench.outputs.terminal)."""
+    from servingctl.bench.outputs.terminal import print_run, run_json
 
-    rows = scenario_rows(run)
     if as_json:
-        print(json.dumps({"run_id": run.metadata.run_id, "failed_scenarios": run.failed_scenarios,
-                          "warnings": [w.replace("**", "") for w in run_warnings(run)],
-                          "scenarios": [r.as_dict() for r in rows]}, indent=1))
-        return
-    console = Console()
-    if not console.is_terminal:  # logs and pipes get the markdown table: no wrapping, greppable
-        print("\n".join(results_table(run)))
+        print(json.dumps(run_json(run), indent=1))
     else:
-        table = Table(title=f"servingctl bench {run.metadata.run_id} ({run.config.mode}, max_tokens {run.config.max_tokens})")
-        for header in ("input tokens", "concurrency", "aggregate tok/s", "E2E tok/s per request", "median TTFT ms",
-                       "decode tok/s", "ok / failed"):
-            table.add_column(header, justify="right")
-        for r in rows:
-            bound = " [bold red]CLIENT-BOUND[/]" if r.client_bound else ""
-            table.add_row(str(r.input_tokens), str(r.concurrency), fmt(r.aggregate_tok_s) + bound, fmt(r.e2e_tok_s),
-                          fmt(r.ttft_median_ms, 1), fmt(r.decode_tok_s), f"{r.ok} / {r.failed}")
-        console.print(table)
-    for warning in run_warnings(run):
-        if console.is_terminal:
-            console.print(f"[bold red]![/] {warning.replace('**', '')}", highlight=False)
-        else:
-            print(f"! {warning.replace('**', '')}")
+        print_run(run)

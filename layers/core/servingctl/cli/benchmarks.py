@@ -24,7 +24,7 @@ from rich.table import Table
 
 from servingctl.bench.matrix import RUN_ID_PATTERN
 from servingctl.bench.models import RunResult
-from servingctl.cli import render
+from servingctl import render
 from servingctl.cli.client import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -223,7 +223,7 @@ def attach(args: argparse.Namespace, client: Client, run_id: str, profile: str) 
     if args.json:
         print(json.dumps(run_json(run, comparisons=comparisons or None) | {"status": detail["status"], "files": [str(p) for p in written]}))
     else:
-        print_run(run, Console(), comparisons=comparisons or None)
+        print_run(run, comparisons=comparisons or None)
         if detail["status"] != "SUCCEEDED":
             console.print(f"[bold red]run {detail['status']}[/]: {detail.get('error')} (the scenarios above were written before it)")
     if written:

@@ -13,6 +13,7 @@ from rich.table import Table
 from servingctl.cli.main import summary
 from servingctl.cli.client import Client, add_api_arguments, api_command
 from servingctl.costs import CatalogError, CompareInput, compare, load_catalog
+from servingctl.wording import for_flags
 
 # pydantic field -> the flag a user typed, so errors name what they can fix.
 _FLAGS = {
@@ -68,8 +69,10 @@ def _compare(args: argparse.Namespace) -> int:
     try:
         catalog = load_catalog(args.prices)
         api = catalog.managed_api(args.api) if args.api or catalog.default_managed_api else None
-    except (CatalogError, KeyError) as exc:
-        return _error(f"--api/--prices: {exc}")
+    except CatalogError as exc:
+        return _error(f"--prices: {exc}")
+    except KeyError as exc:
+        return _error(f"--api: {exc.args[0]}")
     api_in = args.api_input_usd_per_m if args.api_input_usd_per_m is not None else (api and api.input_usd_per_m)
     api_out = args.api_output_usd_per_m if args.api_output_usd_per_m is not None else (api and api.output_usd_per_m)
     try:
@@ -84,9 +87,7 @@ def _compare(args: argparse.Namespace) -> int:
             hourly_usd=args.hourly_usd,
         )
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = str(err["loc"][0]) if err["loc"] else ""
-        return _error(f"{_FLAGS.get(field, field)}: {err['msg']}")
+        return _error(for_flags(exc.errors(), _FLAGS))
     result = compare(inputs)
     if args.json:
         print(json.dumps(result.model_dump(mode="json") | {"breaks_even": result.breaks_even}, indent=2))

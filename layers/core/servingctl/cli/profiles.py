@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from servingctl.cli import render
+from servingctl import render
 from servingctl.cli.client import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,

@@ -19,6 +19,7 @@ from servingctl.cli.main import summary
 from servingctl.cli.client import add_api_arguments
 from servingctl.costs import CatalogError, load_catalog
 from servingctl.costs.compare import HOURS_PER_MONTH
+from servingctl.wording import for_flags
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -64,13 +65,13 @@ def _report(args: argparse.Namespace) -> int:
                 run, api_input_usd_per_m=api.input_usd_per_m, api_output_usd_per_m=api.output_usd_per_m,
                 self_hosted_monthly_usd=args.self_hosted_monthly_usd, hourly_usd=args.hourly_usd, hours=args.hours,
             )
-        except (CatalogError, KeyError) as exc:
-            return _error(f"--api/--prices: {exc}")
+        except CatalogError as exc:
+            return _error(f"--prices: {exc}")
+        except KeyError as exc:
+            return _error(f"--api: {exc.args[0]}")
         except ValidationError as exc:
-            err = exc.errors()[0]
-            field = str(err["loc"][0]) if err["loc"] else ""
-            flag = {"hours": "--hours", "hourly_usd": "--hourly-usd", "self_hosted_monthly_usd": "--self-hosted-monthly-usd"}.get(field, field)
-            return _error(f"{flag}: {err['msg']}")
+            return _error(for_flags(exc.errors(), {"hours": "--hours", "hourly_usd": "--hourly-usd",
+                                                   "self_hosted_monthly_usd": "--self-hosted-monthly-usd"}))
     written: list[Path] = []
     if not args.no_files:
         out = Path(args.output) if args.output else loaded.directory
@@ -78,7 +79,7 @@ def _report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(run_json(run, baseline=baseline, comparisons=comparisons) | {"files": [str(p) for p in written]}, indent=1))
         return 0
-    print_run(run, Console(), baseline=baseline, comparisons=comparisons)
+    print_run(run, baseline=baseline, comparisons=comparisons)
     if written:
         Console(stderr=True).print(f"wrote {len(written)} files to {written[0].parent}: report.md, results.json, vllm/, *.png")
     return 0

@@ -64,7 +64,7 @@ class PriceCatalog(BaseModel):
         """Return a managed API's prices (the default one when name is None); KeyError names the known ones."""
         key = name or self.default_managed_api
         if key not in self.managed_apis:
-            raise KeyError(f"unknown managed API {key!r}; known: {sorted(self.managed_apis)}")
+            raise KeyError(f"unknown managed API {key!r}; allowed values: {', '.join(sorted(self.managed_apis))}")
         return self.managed_apis[key]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from typing import Any
+
 import pytest
 
 from servingctl.bench.metrics import chunk_gaps_ms, itl_samples_ms, round_result, tokens_per_chunk, with_request_metrics
@@ -142,3 +144,9 @@ def baseline() -> RunResult:
         (256, 2): {"ttft_ms": 140.0, "gap_ms": 24.0},
         (2048, 1): {"ttft_ms": 170.0, "gap_ms": 20.0},
     })
+
+
+@pytest.fixture
+def runs_of() -> Any:
+    """make_run for tests that choose their own cells (conftest is not importable under importlib mode)."""
+    return make_run

@@ -55,4 +55,4 @@ def test_newer_results_file_fails_with_exit_code_2(run, tmp_path, capsys):
 def test_unknown_api_is_named(run, tmp_path, capsys):
     write_results(run, tmp_path)
     assert main(["report", str(tmp_path), "--no-files", "--hourly-usd", "12", "--api", "nope"]) == 2
-    assert "--api/--prices" in capsys.readouterr().err
+    assert "error: --api: unknown managed API 'nope'; allowed values: fireworks/deepseek-v4-flash" in capsys.readouterr().err

@@ -266,7 +266,9 @@ def metadata_section(run: RunResult) -> list[str]:
 
 def costs_section(comparison: Comparison | Mapping[str, Comparison], client_bound: frozenset[str] = frozenset()) -> list[str]:
     """Self-hosted vs managed API per scenario (or for one given comparison); client-bound ones marked."""
-    items = comparison.items() if isinstance(comparison, Mapping) else [(DASH, comparison)]
+    # Input order (in64 before in128), as the results table: not the names' alphabetical order.
+    items = (sorted(comparison.items(), key=lambda kv: (kv[1].inputs.input_tokens, len(kv[0]), kv[0]))
+             if isinstance(comparison, Mapping) else [(DASH, comparison)])
     header = (
         "scenario",
         "input tokens",

@@ -19,6 +19,8 @@ class ScenarioRow:
     input_tokens: int
     concurrency: int
     mode: str
+    input_tokens_target: int  # asked for; input_tokens is what calibration measured after the chat template
+    ttft_samples: int  # how many requests the TTFT percentiles come from
     aggregate_tok_s: float | None
     e2e_tok_s: float | None
     ttft_median_ms: float | None
@@ -42,6 +44,8 @@ def scenario_row(summary: ScenarioSummary) -> ScenarioRow:
         input_tokens=summary.input_tokens,
         concurrency=summary.concurrency,
         mode=summary.mode,
+        input_tokens_target=summary.input_tokens_target,
+        ttft_samples=summary.ttft_ms.count,
         aggregate_tok_s=summary.aggregate_tok_s,
         e2e_tok_s=summary.e2e_tok_s.median,
         ttft_median_ms=summary.ttft_ms.median,

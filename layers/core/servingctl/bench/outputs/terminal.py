@@ -1,85 +1,135 @@
-"""The terminal rendering of a run (rich tables) and its JSON twin for scripts: the reference's
-table, warnings, and optionally the side-by-side of a baseline run and the cost comparison."""
+"""The terminal rendering of a run and its JSON twin for scripts: the reference's table, the
+side-by-side of a baseline run, the cost comparison, then every warning. Plain text that fits the
+terminal (80 columns included) and reads the same piped; every mode of `servingctl bench` and
+`servingctl report` prints through print_run, so their tables are the same.
+
+Scenarios come in the reference's order (input length, then concurrency: in64 before in128). A
+percentile is shown only where the sample count resolves it (bench.stats.min_samples), otherwise
+the count ("n=2"); the input column shows the asked length and, when calibration landed elsewhere,
+the measured one ("64 (63)"). A client-bound scenario is flagged on the line under its row.
+"""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
+from typing import TextIO
 
-from rich.console import Console
-from rich.table import Table
-
+from servingctl import render
 from servingctl.bench.models import RunResult
 from servingctl.bench.outputs.markdown import fmt, fmt_pct, warnings
-from servingctl.bench.outputs.rows import COMPARED, compare_runs, scenario_rows
+from servingctl.bench.outputs.rows import COMPARED, ScenarioRow, compare_runs, scenario_rows
+from servingctl.bench.stats import min_samples
 from servingctl.costs import Comparison
 
-
-TERMINAL_HEADER = (
-    "input tokens", "conc.", "aggregate tok/s", "E2E tok/s per req", "median TTFT ms", "decode tok/s",
-    "p90 TTFT ms", "p99 TTFT ms", "ok/failed",
-)
+PERCENTILE_OF = {"ttft_p90_ms": 0.90, "ttft_p99_ms": 0.99}  # compared figures that are percentiles
+CLIENT_BOUND = "   ^ CLIENT-BOUND: the client was the bottleneck, not the server (see below)"
 
 
-def results_table(run: RunResult) -> Table:
-    """The reference's columns (plus TTFT tail and outcome counts), client-bound rows flagged in red."""
-    table = Table(title=f"{run.metadata.run_id}: {run.config.model} ({run.config.mode}, max_tokens {run.config.max_tokens})")
-    # Short headers: the table must stay readable in an 80-column terminal.
-    for header in TERMINAL_HEADER:
-        table.add_column(header, justify="right")
-    for r in scenario_rows(run):
-        table.add_row(
-            str(r.input_tokens), str(r.concurrency), fmt(r.aggregate_tok_s), fmt(r.e2e_tok_s),
-            fmt(r.ttft_median_ms, 1), fmt(r.decode_tok_s), fmt(r.ttft_p90_ms, 1), fmt(r.ttft_p99_ms, 1),
-            f"{r.ok}/{r.failed}" + (" [bold]CLIENT-BOUND[/]" if r.client_bound else ""),
-            style="red" if r.client_bound else None,
-        )
-    return table
+def _input(r: ScenarioRow) -> str:
+    return str(r.input_tokens_target) + ("" if r.input_tokens == r.input_tokens_target else f" ({r.input_tokens})")
 
 
-def comparison_table(baseline: RunResult, run: RunResult) -> Table:
-    """Per scenario: baseline -> this run (change in %) for each compared figure."""
-    table = Table(title=f"{baseline.metadata.run_id} (baseline) → {run.metadata.run_id}")
-    table.add_column("scenario")
-    for _, label, _ in COMPARED:
-        table.add_column(label, justify="right")
+def _tail(r: ScenarioRow) -> str:
+    """p90 / p99 TTFT where the sample count resolves them, else the count."""
+    cells = [fmt(value, 1) if r.ttft_samples >= min_samples(q) else f"n={r.ttft_samples}"
+             for value, q in ((r.ttft_p90_ms, PERCENTILE_OF["ttft_p90_ms"]), (r.ttft_p99_ms, PERCENTILE_OF["ttft_p99_ms"]))]
+    return cells[0] if cells[0] == cells[1] else " / ".join(cells)
+
+
+def results_table(run: RunResult) -> str:
+    """The reference's columns (plus TTFT tail and outcome counts), one row per scenario."""
+    header = ("input\ntokens", "conc.", "aggregate\ntok/s", "E2E tok/s\nper req", "TTFT ms\nmedian",
+              "TTFT ms\np90 / p99", "decode\ntok/s", "ok /\nfailed")
+    lines = [render.note(f"run {run.metadata.run_id}: {run.config.model} ({run.config.mode}, max_tokens {run.config.max_tokens})")]
+    rows = scenario_rows(run)
+    table = render.columns(header, [
+        (_input(r), str(r.concurrency), fmt(r.aggregate_tok_s), fmt(r.e2e_tok_s), fmt(r.ttft_median_ms, 1), _tail(r),
+         fmt(r.decode_tok_s), f"{r.ok} / {r.failed}") for r in rows
+    ], right=range(1, 7), upper=False).split("\n")
+    lines += table[:2]
+    for r, line in zip(rows, table[2:]):
+        lines.append(line)
+        if r.client_bound:
+            lines.append(CLIENT_BOUND)
+    if any(_input(r) != str(r.input_tokens_target) for r in rows):
+        lines.append(render.note("input tokens: asked (measured after the chat template, when calibration landed elsewhere)"))
+    return "\n".join(lines)
+
+
+def _figure(value: float | None, digits: int, samples: int, q: float | None) -> str:
+    """A compared figure, or its sample count when it is a percentile the count does not resolve."""
+    return fmt(value, digits) if q is None or samples >= min_samples(q) else f"n={samples}"
+
+
+def comparison_table(baseline: RunResult, run: RunResult) -> str:
+    """Per scenario and figure: the baseline, this run, and the change (or which side lacks it)."""
+    samples = {side: {r.name: r.ttft_samples for r in scenario_rows(which)} for side, which in (("base", baseline), ("run", run))}
+    lines = [render.note(f"{baseline.metadata.run_id} (baseline) -> {run.metadata.run_id} (this run)")]
+    rows = []
     for sc in compare_runs(baseline, run):
-        cells = [
-            f"{fmt(f.baseline, 1)}→{fmt(f.run, 1)} {fmt_pct(f.change_pct).replace(' ', '')}" for f in sc.figures
-        ]
-        table.add_row(sc.name + (" [bold red]CLIENT-BOUND[/]" if sc.client_bound else ""), *cells)
-    return table
+        name = sc.name + (" (client-bound)" if sc.client_bound else "")
+        if not (sc.in_baseline and sc.in_run):
+            rows.append((name, "only in " + ("the baseline" if sc.in_baseline else "this run"), "", "", ""))
+            continue
+        for i, f in enumerate(sc.figures):
+            digits, q = (1 if f.metric.endswith("_ms") else 2), PERCENTILE_OF.get(f.metric)
+            cells = (_figure(f.baseline, digits, samples["base"][sc.name], q), _figure(f.run, digits, samples["run"][sc.name], q))
+            change = fmt_pct(f.change_pct) if not any(c.startswith("n=") for c in cells) else "-"
+            rows.append((name if i == 0 else "", f.label, *cells, change))
+    lines.append(render.columns(("scenario", "figure", "baseline", "this run", "change"), rows, right=(2, 3)))
+    lines.append(render.note("higher is better for tok/s, lower for TTFT; n=N: too few samples for that percentile"))
+    return "\n".join(lines)
 
 
-def costs_table(comparisons: Mapping[str, Comparison]) -> Table:
-    """Self-hosted vs managed API per scenario."""
-    table = Table(title="Self-hosted vs managed API (per month)")
-    for i, header in enumerate(("scenario", "aggregate tok/s", "self-hosted USD", "API USD", "self-hosted / API", "USD per 1M output", "break-even")):
-        table.add_column(header, justify="left" if i == 0 else "right")
-    for name, c in comparisons.items():
-        table.add_row(
-            name, fmt(c.inputs.aggregate_tok_s), fmt(c.self_hosted_monthly_usd, 0), fmt(c.api_monthly_usd, 0),
-            fmt(c.ratio_self_hosted_to_api), fmt(c.self_hosted_usd_per_m_output),
-            f"{c.break_even_utilization:.0%}" + ("" if c.breaks_even else " (never)"),
-        )
-    return table
+def _api_name(c: Comparison) -> str:
+    """The managed API the comparison priced, named from the price catalog when its prices match."""
+    from servingctl.costs import CatalogError, load_catalog
+
+    prices = (c.inputs.api_input_usd_per_m, c.inputs.api_output_usd_per_m)
+    try:
+        named = [key for key, p in load_catalog().managed_apis.items() if (p.input_usd_per_m, p.output_usd_per_m) == prices]
+    except CatalogError:
+        named = []
+    said = f"{prices[0]:g} / {prices[1]:g} USD per 1M input / output tokens"
+    return f"{named[0]} ({said})" if named else f"a managed API at {said}"
+
+
+def costs_table(comparisons: Mapping[str, Comparison], run: RunResult | None = None) -> str:
+    """Self-hosted vs managed API per scenario, in the results' order, naming the API priced."""
+    order = [r.name for r in scenario_rows(run)] if run is not None else []
+    names = sorted(comparisons, key=lambda n: (order.index(n) if n in order else len(order), n))
+    first = comparisons[names[0]]
+    lines = [render.note(f"Self-hosted vs managed API (per month, {first.inputs.hours:g} h at the measured throughput)"),
+             render.note(f"priced against {_api_name(first)}")]
+    rows = [
+        (n, fmt(c.inputs.aggregate_tok_s), fmt(c.self_hosted_monthly_usd, 0), fmt(c.api_monthly_usd, 0),
+         fmt(c.ratio_self_hosted_to_api), fmt(c.self_hosted_usd_per_m_output),
+         f"{c.break_even_utilization:.0%}" + ("" if c.breaks_even else " (never)"))
+        for n, c in ((n, comparisons[n]) for n in names)
+    ]
+    header = ("scenario", "aggregate\ntok/s", "self-hosted\nUSD", "API\nUSD", "self-hosted\n/ API", "USD per 1M\noutput",
+              "break-\neven")
+    lines.append(render.columns(header, rows, right=range(1, 6), upper=False))
+    return "\n".join(lines)
 
 
 def print_run(
     run: RunResult,
-    console: Console | None = None,
     *,
     baseline: RunResult | None = None,
     comparisons: Mapping[str, Comparison] | None = None,
+    file: TextIO | None = None,
 ) -> None:
     """Print the results table, the comparison and costs when given, then every warning."""
-    console = console or Console()
-    console.print(results_table(run))
+    out = file or sys.stdout
+    print(results_table(run), file=out)
     if baseline is not None:
-        console.print(comparison_table(baseline, run))
+        print("\n" + comparison_table(baseline, run), file=out)
     if comparisons:
-        console.print(costs_table(comparisons))
+        print("\n" + costs_table(comparisons, run), file=out)
     for warning in warnings(run):
-        console.print(f"[bold red]![/] {warning.replace('**', '')}", highlight=False)
+        print(render.note(warning.replace("**", ""), "! "), file=out)
 
 
 def run_json(
@@ -101,3 +151,4 @@ def run_json(
     if comparisons:
         out["costs"] = {name: c.model_dump(mode="json") | {"breaks_even": c.breaks_even} for name, c in comparisons.items()}
     return out
+

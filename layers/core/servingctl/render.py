@@ -1,6 +1,7 @@
-"""Plain text that fits the terminal: aligned columns and "name  value" details wrapped to the
-width (at spaces only, so ARNs and ids are never cut), times shown short. No rich: `status` stays
-quick to start, and pipes get the same text as terminals."""
+"""Plain text that fits the terminal, for the CLI's tables and the benchmark's terminal report:
+aligned columns (headers on one or more lines), "name  value" details and notes wrapped to the
+width at spaces only (ARNs and ids are never cut), times shown short. No rich: `status` stays quick
+to start, and pipes get the same text as terminals."""
 
 from __future__ import annotations
 
@@ -46,10 +47,14 @@ def details(rows: Sequence[tuple[str, str]], columns: int | None = None) -> str:
     return "\n".join(out)
 
 
-def columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
-    """An aligned table: header in capitals, two spaces between columns; the last column holds
-    free text and wraps under itself when the row is wider than the terminal."""
-    cells = [list(header)] + [list(r) for r in rows]
+def columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = (), *,
+            upper: bool = True) -> str:
+    """An aligned table, two spaces between columns. A header cell may hold several lines
+    ("E2E tok/s\nper req"); the last column holds free text and wraps under itself."""
+    heads = [cell.split("\n") for cell in header]
+    depth = max(len(h) for h in heads)
+    head_rows = [[h[i] if i < len(h) else "" for h in heads] for i in range(depth)]
+    cells = head_rows + [list(r) for r in rows]
     sizes = [max(len(row[i]) for row in cells) for i in range(len(header) - 1)]
     start = sum(sizes) + 2 * len(sizes)
     out = []
@@ -57,6 +62,12 @@ def columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequenc
         fixed = "  ".join(cell.rjust(size) if i in right else cell.ljust(size) for i, (cell, size) in enumerate(zip(row, sizes)))
         last = wrap(row[-1], width() - start) if row[-1] else [""]
         line = (fixed + "  " + last[0]).rstrip()
-        out.append(line.upper() if n == 0 else line)
+        out.append(line.upper() if n < depth and upper else line)
         out += [" " * start + extra for extra in last[1:]]
     return "\n".join(out)
+
+
+def note(text: str, prefix: str = "", columns: int | None = None) -> str:
+    """A paragraph wrapped to the terminal, continuation lines indented under the prefix."""
+    lines = wrap(text, columns or width(), len(prefix))
+    return "\n".join([prefix + lines[0], *(" " * len(prefix) + line for line in lines[1:])])
