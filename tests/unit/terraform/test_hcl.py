@@ -74,7 +74,10 @@ def test_lock_file_pins_the_provider_with_hashes() -> None:
     assert block, lock
     assert re.search(r'version\s+= "5\.100\.0"', block.group(1))
     assert re.search(r'constraints = ">= 5\.100\.0, < 7\.0\.0"', block.group(1))
-    assert re.search(r'"h1:[A-Za-z0-9+/]{43}="', block.group(1)), "the lock must carry the provider's h1 hash"
+    # h1: the unpacked package (what a local mirror holds, checked on these machines); zh: the
+    # registry's zip of each platform (what init on a user's macOS, Windows or ARM machine checks).
+    assert re.findall(r'"(h1:[A-Za-z0-9+/]{43}=)"', block.group(1)) == ["h1:edXOJWE4ORX8Fm+dpVpICzMZJat4AX0VRCAy/xkcOc0="]
+    assert len(re.findall(r'"zh:[0-9a-f]{64}"', block.group(1))) == 15, "the lock must carry the zh: checksum of every platform package"
 
 
 def test_checkov_skips_carry_a_reason() -> None:
