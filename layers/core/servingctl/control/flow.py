@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
@@ -31,18 +30,6 @@ def lock_names(config: StartConfig | StopConfig) -> list[str]:
 def parse_time(value: str) -> datetime:
     """An ISO time from the state (the Z suffix included)."""
     return datetime.fromisoformat(value)
-
-
-def error_reason(error: dict[str, Any] | None) -> str:
-    """'<Error>: <message>' from a Catch's {Error, Cause} (Lambda causes are JSON with errorMessage)."""
-    if not error:
-        return "unknown error"
-    cause = error.get("Cause") or ""
-    try:
-        message = json.loads(cause).get("errorMessage", cause)
-    except (ValueError, AttributeError):
-        message = cause
-    return f"{error.get('Error', 'Error')}: {message}".rstrip(": ")
 
 
 def raise_if_stop_requested(deps: Deps, profile: str) -> None:

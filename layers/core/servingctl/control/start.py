@@ -8,10 +8,9 @@ from typing import Any
 
 from servingctl.control import aws
 from servingctl.control.deps import Deps
-from servingctl.shared.errors import CapacityUnavailable, LockHeld, TaskFailed
+from servingctl.shared.errors import CapacityUnavailable, LockHeld, TaskFailed, error_reason
 from servingctl.control.flow import (
     config_of,
-    error_reason,
     lock_names,
     parse_time,
     pool_users,

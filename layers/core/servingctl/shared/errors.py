@@ -1,9 +1,12 @@
-"""Errors of the start/stop steps; the class name is the Step Functions error name (Lambda errorType)."""
+"""Errors the steps of every flow raise on purpose (the class name is the Step Functions error name,
+Lambda's errorType), and how a Catch's error document reads back as a reason."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from botocore.exceptions import ClientError
 
@@ -77,3 +80,15 @@ def throttling_as_error() -> Iterator[None]:
         if error.get("Code") in THROTTLING_CODES:
             raise Throttled(f"{exc.operation_name}: {error.get('Code')}: {error.get('Message', '')}") from exc
         raise
+
+
+def error_reason(error: dict[str, Any] | None) -> str:
+    """'<Error>: <message>' from a Catch's {Error, Cause} (Lambda causes are JSON with errorMessage)."""
+    if not error:
+        return "unknown error"
+    cause = error.get("Cause") or ""
+    try:
+        message = json.loads(cause).get("errorMessage", cause)
+    except (ValueError, AttributeError):
+        message = cause
+    return f"{error.get('Error', 'Error')}: {message}".rstrip(": ")
