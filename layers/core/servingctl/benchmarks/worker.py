@@ -37,7 +37,7 @@ from servingctl.bench.server_metrics import ServerMetrics, Snapshot
 from servingctl.benchmarks.split import ShardPlan, earliest_snapshot, merge_shards, plan_shards, shard_config
 from servingctl.shared.clock import Clock, SystemClock
 from servingctl.shared.errors import ControlError, InvalidInput, error_reason, throttling_as_error
-from servingctl.shared.settings import resolve_profile, start_config, stop_config
+from servingctl.control.config import resolve_profile, start_config, stop_config
 from servingctl.costs import CompareInput, PriceCatalog, compare, load_catalog
 from servingctl.registry.models import Registry, ServingProfile
 from servingctl.store.base import Store

@@ -18,7 +18,8 @@ from servingctl.control.flow import (
     release_pool,
 )
 from servingctl.control.polling import Progress, run_check
-from servingctl.shared.settings import StartConfig, start_config
+from servingctl.control.config import start_config
+from servingctl.shared.settings import StartConfig
 from servingctl.store.base import LockConflict
 from servingctl.store.models import Phase, Session, iso, session_id_for
 

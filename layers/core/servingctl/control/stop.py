@@ -11,7 +11,8 @@ from servingctl.control.deps import Deps
 from servingctl.control.flow import config_of, lock_names, pool_users, release_pool
 from servingctl.control.polling import Progress, run_check
 from servingctl.shared.errors import error_reason
-from servingctl.shared.settings import STOP_FLAG_MARGIN_S, StopConfig, stop_config
+from servingctl.control.config import stop_config
+from servingctl.shared.settings import STOP_FLAG_MARGIN_S, StopConfig
 from servingctl.store.base import LockConflict
 from servingctl.store.models import Phase, iso, profile_lock
 
