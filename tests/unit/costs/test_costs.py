@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from servingctl.cli.main import main
-from servingctl.costs import CatalogError, CompareInput, compare, load_catalog, monthly_totals, session_cost
+from servingctl.costs import CatalogError, CompareInput, compare, load_catalog, monthly_totals, priced_api, session_cost
 
 # FACTS.md: MTP=1 concurrency-4 aggregate tok/s per input length, and the article's published ratios.
 REFERENCE = [(254, 358.41, 10.74, 827), (2046, 330.29, 4.23, 2099), (8185, 202.11, 2.17, 4087)]
@@ -81,6 +81,19 @@ def test_cli_uses_the_catalogs_default_api_and_names_bad_flags(capsys):
     assert main([*args.split(), "--api", "nope"]) == 2
     err = capsys.readouterr().err
     assert "error: --api: unknown managed API 'nope'; allowed values: fireworks/deepseek-v4-flash" in err and "[" not in err
+
+
+def _priced_at(input_usd: float, output_usd: float):
+    inputs = CompareInput(hourly_usd=12.0, api_input_usd_per_m=input_usd, api_output_usd_per_m=output_usd,
+                          aggregate_tok_s=300.0, input_tokens=256, output_tokens=256)
+    return {"in256-c4": compare(inputs)}
+
+
+def test_a_comparison_is_named_after_the_catalog_api_with_its_prices_and_nothing_else():
+    api = load_catalog().managed_apis["fireworks/deepseek-v4-flash"]
+    assert priced_api(_priced_at(api.input_usd_per_m, api.output_usd_per_m)) == "fireworks/deepseek-v4-flash"
+    assert priced_api(_priced_at(api.input_usd_per_m, api.output_usd_per_m + 0.01)) is None
+    assert priced_api({}) is None and priced_api(None) is None
 
 
 def test_catalog_override_replaces_entries_and_keeps_the_rest(tmp_path):

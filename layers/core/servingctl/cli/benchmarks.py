@@ -37,7 +37,7 @@ from servingctl.cli.client import (
     connect,
 )
 from servingctl.cli.main import summary
-from servingctl.costs import Comparison
+from servingctl.costs import Comparison, priced_api
 from servingctl.store.records import decode_records
 
 FOLLOW_INTERVAL_S = 1.0
@@ -223,7 +223,7 @@ def attach(args: argparse.Namespace, client: Client, run_id: str, profile: str) 
     if args.json:
         print(json.dumps(run_json(run, comparisons=comparisons or None) | {"status": detail["status"], "files": [str(p) for p in written]}))
     else:
-        print_run(run, comparisons=comparisons or None)
+        print_run(run, comparisons=comparisons or None, api=priced_api(comparisons))
         if detail["status"] != "SUCCEEDED":
             console.print(f"[bold red]run {detail['status']}[/]: {detail.get('error')} (the scenarios above were written before it)")
     if written:

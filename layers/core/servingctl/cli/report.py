@@ -12,12 +12,12 @@ from pathlib import Path
 from pydantic import ValidationError
 from rich.console import Console
 
-from servingctl.bench.outputs import ResultsFileError, cost_comparisons, write_all
+from servingctl.bench.outputs import ResultsFileError, write_all
 from servingctl.bench.outputs.terminal import print_run, run_json
 from servingctl.cli.benchmarks import RunNotAvailable, load_run
 from servingctl.cli.main import summary
 from servingctl.cli.client import add_api_arguments
-from servingctl.costs import CatalogError, load_catalog
+from servingctl.costs import CatalogError, cost_comparisons, load_catalog, priced_api
 from servingctl.costs.compare import HOURS_PER_MONTH
 from servingctl.wording import for_flags
 
@@ -79,7 +79,7 @@ def _report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(run_json(run, baseline=baseline, comparisons=comparisons) | {"files": [str(p) for p in written]}, indent=1))
         return 0
-    print_run(run, baseline=baseline, comparisons=comparisons)
+    print_run(run, baseline=baseline, comparisons=comparisons, api=priced_api(comparisons))
     if written:
         Console(stderr=True).print(f"wrote {len(written)} files to {written[0].parent}: report.md, results.json, vllm/, *.png")
     return 0

@@ -1,7 +1,7 @@
 """Costs: the price catalog, the session ledger and the self-hosted vs managed API comparison."""
 
-from servingctl.costs.catalog import CatalogError, PriceCatalog, load_catalog
-from servingctl.costs.compare import CompareInput, Comparison, compare
+from servingctl.costs.catalog import CatalogError, PriceCatalog, load_catalog, priced_api
+from servingctl.costs.compare import CompareInput, Comparison, compare, cost_comparisons
 from servingctl.costs.ledger import SessionCost, monthly_totals, session_cost
 
 __all__ = [
@@ -11,7 +11,9 @@ __all__ = [
     "PriceCatalog",
     "SessionCost",
     "compare",
+    "cost_comparisons",
     "load_catalog",
     "monthly_totals",
+    "priced_api",
     "session_cost",
 ]

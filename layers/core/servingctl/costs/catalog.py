@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from servingctl.schema.comparison import Comparison
 
 PRICES_ENV = "SERVINGCTL_PRICES"
 
@@ -97,3 +100,18 @@ def load_catalog(override_path: str | os.PathLike | None = None) -> PriceCatalog
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise CatalogError(f"invalid price catalog: {problems}") from exc
+
+
+def priced_api(comparisons: Mapping[str, Comparison] | None) -> str | None:
+    """The packaged catalog's managed API the comparisons priced (a run's share one API), by its per-1M
+    input/output prices: None when none has them or the catalog does not load (a comparison carries
+    prices, not the API's name)."""
+    if not comparisons:
+        return None
+    inputs = next(iter(comparisons.values())).inputs
+    prices = (inputs.api_input_usd_per_m, inputs.api_output_usd_per_m)
+    try:
+        apis = load_catalog().managed_apis
+    except CatalogError:
+        return None
+    return next((key for key, p in apis.items() if (p.input_usd_per_m, p.output_usd_per_m) == prices), None)

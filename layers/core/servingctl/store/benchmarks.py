@@ -23,7 +23,7 @@ from servingctl.schema.results import (
     ScenarioResult,
     ScenarioSummary,
 )
-from servingctl.costs import Comparison
+from servingctl.schema.comparison import Comparison
 from servingctl.store.models import _Record
 from servingctl.store.records import RecordStore
 

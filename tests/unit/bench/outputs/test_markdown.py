@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from servingctl.bench.outputs import cost_comparisons, read_results, write_all
+from servingctl.bench.outputs import read_results, write_all
+from servingctl.costs import cost_comparisons
 from servingctl.bench.outputs.markdown import render_report
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from servingctl.bench.outputs import cost_comparisons
 from servingctl.bench.outputs.terminal import print_run
 from servingctl.cli import bench as bench_cli
+from servingctl.costs import cost_comparisons, priced_api
 
 
 @pytest.fixture(autouse=True)
@@ -25,7 +25,7 @@ def test_scenarios_in_input_order_percentiles_only_when_resolved_and_everything_
     run = runs_of("r", {(128, 1): {"ttft_ms": 100.0, "gap_ms": 10.0}, (64, 1): {"ttft_ms": 90.0, "gap_ms": 10.0},
                          (64, 2): {"ttft_ms": 95.0, "gap_ms": 10.0, "rounds": 5, "client_bound": True}})
     costs = cost_comparisons(run, api_input_usd_per_m=0.22, api_output_usd_per_m=0.66, hourly_usd=12.17)
-    out = _printed(capsys, run=run, comparisons=costs)
+    out = _printed(capsys, run=run, comparisons=costs, api=priced_api(costs))
     assert max(len(line) for line in out.splitlines()) <= 80, out
     rows = [line.split() for line in out.splitlines() if line[:1].isdigit()]
     assert [(r[0], r[1], r[2]) for r in rows] == [("64", "(62)", "1"), ("64", "(62)", "2"), ("128", "(126)", "1")]
@@ -47,3 +47,11 @@ def test_a_comparison_says_which_side_lacks_a_scenario(run, baseline, capsys) ->
 def test_bench_prints_the_same_text_as_report(run, capsys) -> None:
     bench_cli._print_results(run, as_json=False)
     assert capsys.readouterr().out == _printed(capsys, run=run)
+
+
+def test_costs_priced_at_prices_no_api_has_say_the_prices_alone(runs_of, capsys) -> None:
+    run = runs_of("r", {(64, 1): {"ttft_ms": 90.0, "gap_ms": 10.0}})
+    costs = cost_comparisons(run, api_input_usd_per_m=0.3, api_output_usd_per_m=0.9, hourly_usd=12.17)
+    assert priced_api(costs) is None
+    out = _printed(capsys, run=run, comparisons=costs, api=priced_api(costs))
+    assert "priced against a managed API at 0.3 / 0.9 USD per 1M input / output tokens" in out

@@ -9,14 +9,13 @@ from servingctl.schema.results import RunResult
 from servingctl.bench.outputs.charts import write_charts
 from servingctl.bench.outputs.markdown import render_report, write_report
 from servingctl.bench.outputs.results_json import ResultsFileError, read_results, write_results
-from servingctl.bench.outputs.rows import compare_runs, cost_comparisons, scenario_rows
+from servingctl.bench.outputs.rows import compare_runs, scenario_rows
 from servingctl.bench.outputs.vllm_compat import to_vllm, write_vllm
-from servingctl.costs import Comparison
+from servingctl.schema.comparison import Comparison
 
 __all__ = [
     "ResultsFileError",
     "compare_runs",
-    "cost_comparisons",
     "read_results",
     "render_report",
     "scenario_rows",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from servingctl.schema.results import RunResult, ScenarioSummary, ServerChecks
 from servingctl.bench.outputs.rows import COMPARED, ComparedScenario, compare_runs, scenario_rows
-from servingctl.costs import Comparison
+from servingctl.schema.comparison import Comparison
 
 DASH = "–"
 RESULTS_HEADER = (

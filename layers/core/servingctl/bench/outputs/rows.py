@@ -1,14 +1,11 @@
 """The figures every output shares (markdown, terminal, charts, JSON): one headline row per scenario
-in the reference's columns, the side-by-side of two runs with the change in percent, and the cost
-comparison of each scenario's measured throughput."""
+in the reference's columns and the side-by-side of two runs with the change in percent."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
 from servingctl.schema.results import RunResult, ScenarioSummary
-from servingctl.costs import CompareInput, Comparison, compare
-from servingctl.costs.compare import HOURS_PER_MONTH
 
 
 @dataclass(frozen=True)
@@ -141,34 +138,3 @@ def compare_runs(baseline: RunResult, run: RunResult) -> list[ComparedScenario]:
             )
         )
     return compared
-
-
-def cost_comparisons(
-    run: RunResult,
-    *,
-    api_input_usd_per_m: float,
-    api_output_usd_per_m: float,
-    self_hosted_monthly_usd: float | None = None,
-    hourly_usd: float | None = None,
-    hours: float = HOURS_PER_MONTH,
-) -> dict[str, Comparison]:
-    """Self-hosted vs managed API for every scenario with a measured aggregate (keyed by scenario name):
-    that aggregate sustained for `hours`, each request the scenario's input tokens and max_tokens out."""
-    comparisons = {}
-    for scenario in run.scenarios:
-        summary = scenario.summary
-        if not summary.aggregate_tok_s:
-            continue
-        comparisons[summary.name] = compare(
-            CompareInput(
-                aggregate_tok_s=summary.aggregate_tok_s,
-                input_tokens=summary.input_tokens,
-                output_tokens=summary.max_tokens,
-                api_input_usd_per_m=api_input_usd_per_m,
-                api_output_usd_per_m=api_output_usd_per_m,
-                hours=hours,
-                self_hosted_monthly_usd=self_hosted_monthly_usd,
-                hourly_usd=hourly_usd,
-            )
-        )
-    return comparisons

@@ -20,7 +20,7 @@ from servingctl.schema.results import RunResult
 from servingctl.bench.outputs.markdown import fmt, fmt_pct, warnings
 from servingctl.bench.outputs.rows import COMPARED, ScenarioRow, compare_runs, scenario_rows
 from servingctl.bench.stats import min_samples
-from servingctl.costs import Comparison
+from servingctl.schema.comparison import Comparison
 
 PERCENTILE_OF = {"ttft_p90_ms": 0.90, "ttft_p99_ms": 0.99}  # compared figures that are percentiles
 CLIENT_BOUND = "   ^ CLIENT-BOUND: the client was the bottleneck, not the server (see below)"
@@ -82,26 +82,20 @@ def comparison_table(baseline: RunResult, run: RunResult) -> str:
     return "\n".join(lines)
 
 
-def _api_name(c: Comparison) -> str:
-    """The managed API the comparison priced, named from the price catalog when its prices match."""
-    from servingctl.costs import CatalogError, load_catalog
-
+def _api_name(c: Comparison, api: str | None) -> str:
+    """The managed API the comparison priced: its name when the caller knows it, and its prices."""
     prices = (c.inputs.api_input_usd_per_m, c.inputs.api_output_usd_per_m)
-    try:
-        named = [key for key, p in load_catalog().managed_apis.items() if (p.input_usd_per_m, p.output_usd_per_m) == prices]
-    except CatalogError:
-        named = []
     said = f"{prices[0]:g} / {prices[1]:g} USD per 1M input / output tokens"
-    return f"{named[0]} ({said})" if named else f"a managed API at {said}"
+    return f"{api} ({said})" if api else f"a managed API at {said}"
 
 
-def costs_table(comparisons: Mapping[str, Comparison], run: RunResult | None = None) -> str:
-    """Self-hosted vs managed API per scenario, in the results' order, naming the API priced."""
+def costs_table(comparisons: Mapping[str, Comparison], run: RunResult | None = None, api: str | None = None) -> str:
+    """Self-hosted vs managed API per scenario, in the results' order, naming the API priced (`api`)."""
     order = [r.name for r in scenario_rows(run)] if run is not None else []
     names = sorted(comparisons, key=lambda n: (order.index(n) if n in order else len(order), n))
     first = comparisons[names[0]]
     lines = [render.note(f"Self-hosted vs managed API (per month, {first.inputs.hours:g} h at the measured throughput)"),
-             render.note(f"priced against {_api_name(first)}")]
+             render.note(f"priced against {_api_name(first, api)}")]
     rows = [
         (n, fmt(c.inputs.aggregate_tok_s), fmt(c.self_hosted_monthly_usd, 0), fmt(c.api_monthly_usd, 0),
          fmt(c.ratio_self_hosted_to_api), fmt(c.self_hosted_usd_per_m_output),
@@ -119,15 +113,16 @@ def print_run(
     *,
     baseline: RunResult | None = None,
     comparisons: Mapping[str, Comparison] | None = None,
+    api: str | None = None,
     file: TextIO | None = None,
 ) -> None:
-    """Print the results table, the comparison and costs when given, then every warning."""
+    """Print the results table, the comparison and costs when given (priced against `api`), then every warning."""
     out = file or sys.stdout
     print(results_table(run), file=out)
     if baseline is not None:
         print("\n" + comparison_table(baseline, run), file=out)
     if comparisons:
-        print("\n" + costs_table(comparisons, run), file=out)
+        print("\n" + costs_table(comparisons, run, api), file=out)
     for warning in warnings(run):
         print(render.note(warning.replace("**", ""), "! "), file=out)
 
