@@ -24,7 +24,7 @@ export SERVINGCTL_TINY_MODEL := $(abspath $(TINY_MODEL))
 TEST_DEPS :=
 DEMO_DEPS :=
 
-.PHONY: help setup test demo unit clean
+.PHONY: help setup test demo unit lint clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -47,12 +47,17 @@ clean: ## remove every venv, build and cache
 include $(sort $(wildcard mk/*.mk))
 
 # ---- test suites ------------------------------------------------------------------------------
+# The import contracts of pyproject.toml ([tool.importlinter]): which package may import which.
+lint: setup ## import contracts: layers, the engine without AWS or the control plane, nothing imports local/
+	$(VENV)/bin/lint-imports
+
 unit: setup ## fast unit tests
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
 # The twin patches moto and turns on its state machine execution for the whole process, so the
 # suites that use plain moto (unit) run in processes of their own, apart from the twin's.
-test: setup $(TEST_DEPS) ## everything: unit, integration (state machines on the twin), e2e (real vLLM), lint
+test: setup $(TEST_DEPS) ## everything: import contracts, unit, integration (state machines on the twin), e2e (real vLLM)
+	$(VENV)/bin/lint-imports
 	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q -n 2 tests/unit $(PYTEST_ARGS)
 	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q tests/integration $(PYTEST_ARGS)
 	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q tests/e2e $(PYTEST_ARGS)
