@@ -15,7 +15,8 @@ import pytest
 
 from servingctl.local.twin import Twin
 
-from .conftest import DELAYS, TIME_SCALE, Probe, test_registry
+from .conftest import DELAYS, TIME_SCALE, Probe
+from .conftest import test_registry as registry_with
 
 ABORT, HEALTH, BENCH, PREP, ROLL, TIMEOUT = "r-abort", "r-health", "r-bench", "r-prep", "r-roll", "r-time"
 SWEPT = ("r-s1", "r-s2", "r-s3")
@@ -31,7 +32,7 @@ STOP_START_S = 15
 @pytest.fixture(scope="module")
 def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
     """A twin running the sweep on its schedule and delivering status-change events to it."""
-    registry = test_registry(tmp_path_factory.mktemp("registry"), PROFILES)
+    registry = registry_with(tmp_path_factory.mktemp("registry"), PROFILES)
     with Twin(registry, model_server="sim", time_scale=TIME_SCALE, delays=DELAYS, sweep=True,
               execution_timeouts_s={"start_profile": START_TIMEOUT_S}) as running:
         yield running
@@ -124,8 +125,10 @@ def test_a_roll_back_that_fails_is_stopped(twin: Twin, probe: Probe) -> None:
     body = probe.start_input(ROLL, deadlines={"capacity_s": 60, "task_s": 60, "health_s": 4})
     result = twin.run("start_profile", body, name=f"start-{ROLL}-rollfail")
     fault_at = time.monotonic()
-    assert (result.status, "RollBack") == ("FAILED", result.states_entered()[-2]), result.states_entered()
-    assert result.error == "ClientError", result.cause
+    assert result.status == "FAILED" and result.states_entered()[-2:] == ["RollBack", "FailStart"], result.states_entered()
+    failures = [e["taskFailedEventDetails"]["error"] for e in result.history if "taskFailedEventDetails" in e]
+    # The health deadline sent it to RollBack, which failed every one of its attempts.
+    assert failures[0] == "DeadlineExceeded" and len(failures) > 2 and set(failures[1:]) == {"ClientError"}, failures
     twin.set_faults()
     _assert_reconciled(probe, ROLL, fault_at, "lock-owner-ended")
 
