@@ -290,16 +290,26 @@ class Twin:
         )
         self._server.request_hook = self.world.request_hook
         self.world.start()
+        self._start_eventbridge()
+        if self.api_port is not None:
+            self._start_api()
+
+    def _start_eventbridge(self) -> None:
+        """The template's schedule and rule (a repo without template.yaml, as some tests build, gets
+        neither: it cannot run the sweep)."""
+        template = self.repo_root / "template.yaml"
+        if not template.is_file():
+            if self.sweep:
+                raise FileNotFoundError(f"sweep: {template} is missing; the twin reads the sweep's schedule and rule from it")
+            return
         router = self.router
         assert router is not None
         self.eventbridge = EventBridge(
-            self.client("stepfunctions"), read_wiring(self.repo_root / "template.yaml", self.state_machines),
+            self.client("stepfunctions"), read_wiring(template, self.state_machines),
             lambda payload: router(function_name("sweep"), payload), region=self.region, account=ACCOUNT_ID,
             time_scale=self.time_scale, deliver=self.sweep,
         )
         self.eventbridge.start()
-        if self.api_port is not None:
-            self._start_api()
 
     def stop(self) -> None:
         """Stop running executions, the world (and every model server) and moto; remove the workdir."""
