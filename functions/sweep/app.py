@@ -22,10 +22,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from servingctl.control.autostop import GAUGE_TIMEOUT_S, SweepDeps, SweepInput, sweep
-from servingctl.control.clock import Clock, SystemClock
+from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.deps import Deps
 from servingctl.control.reconcile import STATUS_CHANGE, ReconcileDeps, Repair, on_status_change, reconcile
-from servingctl.control.settings import Poll, parse_input
+from servingctl.shared.settings import Poll, parse_input
 from servingctl.registry import load_registry
 from servingctl.store import DynamoStore
 from servingctl.tracing import PATCH_MODULES

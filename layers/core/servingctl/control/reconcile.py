@@ -38,7 +38,7 @@ from servingctl.control import aws, events
 from servingctl.control.deps import Deps
 from servingctl.control.executions import execution_status, is_execution_of, running_execution, start_fresh
 from servingctl.control.flow import pool_users
-from servingctl.control.settings import Poll
+from servingctl.shared.settings import Poll
 from servingctl.store.models import Phase, ProfileState, pool_lock, profile_lock
 
 Reason = Literal["lock-owner-ended", "phase-stuck", "stop-failed", "capacity-unexplained", "session-open", "consistent",
