@@ -10,7 +10,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from servingctl.control.deps import Deps
-from servingctl.control.errors import DeadlineExceeded, StopRequested
+from servingctl.shared.errors import DeadlineExceeded, StopRequested
 from servingctl.store import Phase
 
 from .conftest import EXEC_OTHER, EXEC_START, EXEC_STOP, EXEC_STOP_2, OTHER, PROFILE, FakeClock, World

@@ -11,8 +11,8 @@ from botocore.exceptions import ClientError
 
 from servingctl.control import aws
 from servingctl.control.deps import Deps
-from servingctl.control.errors import InvalidInput, PoolBusy, StopRequested
-from servingctl.control.settings import StartConfig, StopConfig
+from servingctl.shared.errors import InvalidInput, PoolBusy, StopRequested
+from servingctl.shared.settings import StartConfig, StopConfig
 from servingctl.store.base import LockConflict
 from servingctl.store.models import Lock, Phase, Session, pool_lock, profile_lock
 
