@@ -45,7 +45,7 @@ from servingctl.control import aws
 from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.autostop import request_counts
 from servingctl.control.executions import Action, canonical, execution_name, running_execution
-from servingctl.control.settings import limit_problems
+from servingctl.shared.settings import limit_problems
 from servingctl.control.sweep import decide
 from servingctl.costs import PriceCatalog, monthly_totals, session_cost
 from servingctl.registry.models import Registry, ServingProfile
