@@ -87,7 +87,7 @@ class StartSettings(_Input):
     poll: Poll
     deadlines: ResolvedDeadlines
     max_task_failures: int
-    lock_ttl_s: int
+    lock_lease_s: int
 
 
 class SmokeTarget(_Input):
@@ -116,7 +116,7 @@ class StopSettings(_Input):
 
     poll: Poll
     deadlines: StopDeadlines
-    lock_ttl_s: int
+    lock_lease_s: int
 
 
 class StopConfig(_Input):
