@@ -10,8 +10,6 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from servingctl.store.base import StoreBusy
-
 # Error codes AWS services use for "slow down" (after botocore's own retries gave up).
 THROTTLING_CODES = frozenset(
     {
@@ -30,6 +28,13 @@ THROTTLING_CODES = frozenset(
 
 class ControlError(Exception):
     """Base of every error a step raises on purpose."""
+
+
+class Busy(Exception):
+    """A backend of the project kept refusing for contention or load: worth a retry with back-off.
+
+    Defined here, raised below (the store's StoreBusy), so that throttling_as_error needs no backend.
+    """
 
 
 class InvalidInput(ControlError):
@@ -78,7 +83,7 @@ def throttling_as_error() -> Iterator[None]:
     conflicts or throttling) as Throttled so the state machines' Retry catches them."""
     try:
         yield
-    except StoreBusy as exc:
+    except Busy as exc:
         raise Throttled(f"DynamoDB: {exc}") from exc
     except ClientError as exc:
         error = exc.response.get("Error", {})

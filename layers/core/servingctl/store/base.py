@@ -6,6 +6,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from servingctl.shared.errors import Busy
 from servingctl.store.models import Lock, Phase, ProfileState, Session
 
 
@@ -26,7 +27,7 @@ class LockLost(Exception):
         self.name, self.owner, self.holder = name, owner, holder
 
 
-class StoreBusy(Exception):
+class StoreBusy(Busy):
     """The table kept cancelling a transaction for conflicts or throttling (not for a held lock)."""
 
 
