@@ -16,7 +16,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from servingctl.control import events
 from servingctl.control.deps import Deps
-from servingctl.control.steps import run_step
+from servingctl.control.steps import lifecycle_event, run_step, step_metrics, step_profile
 from servingctl.registry import load_registry
 from servingctl.store import DynamoStore
 from servingctl.tracing import PATCH_MODULES
@@ -43,45 +43,13 @@ def _deps(context: LambdaContext) -> Deps:
     )
 
 
-# Steps that change what runs -> the EventBridge event they publish (servingctl.control.events).
-LIFECYCLE = {
-    "scale_out": events.STARTING, "record_ready": events.READY, "roll_back": events.START_FAILED,
-    "close_session": events.STOPPED, "force_release": events.STOP_FAILED,
-}
-
-
-def _publish(action: str, result: dict[str, Any], profile: str | None, execution: Any, requested_by: Any) -> None:
-    """Lifecycle event of a step that changed something (a roll_back or force_release that acted)."""
-    if action not in LIFECYCLE or (action in ("roll_back", "force_release") and not result.get("acted")):
-        return
-    if "events" not in _publishers:
-        _publishers["events"] = boto3.client("events")
-    detail = {"profile": profile, "execution": execution, "requested_by": requested_by, **result}
-    events.publish(_publishers["events"], LIFECYCLE[action], detail)
-
-
-def _emit(action: str, result: dict[str, Any]) -> None:
-    if action == "record_ready":
-        metrics.add_metric(name="StartSucceeded", unit=MetricUnit.Count, value=1)
-        for phase, seconds in result["phase_seconds"].items():
-            metrics.add_metric(name=f"PhaseSeconds{phase.capitalize()}", unit=MetricUnit.Seconds, value=seconds)
-    elif action == "roll_back" and result.get("acted"):
-        metrics.add_metric(name="StartFailed", unit=MetricUnit.Count, value=1)
-    elif action == "force_release" and result.get("acted"):
-        metrics.add_metric(name="StopFailed", unit=MetricUnit.Count, value=1)
-    elif action == "close_session":
-        metrics.add_metric(name="StopSucceeded", unit=MetricUnit.Count, value=1)
-
-
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 @logger.inject_lambda_context(correlation_id_path="execution")
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Run one step and return its JSON-safe result; a raised error's class name is the ASL error."""
     action = event.get("action") if isinstance(event, dict) else None
-    state = event.get("state") if isinstance(event, dict) else None
-    profile = (state or {}).get("config", {}).get("profile") or (state or {}).get("profile")
-    logger.append_keys(action=action, profile=profile)
+    logger.append_keys(action=action, profile=step_profile(event))
     tracer.put_annotation(key="action", value=str(action))
     try:
         result = run_step(event, _deps(context))
@@ -89,6 +57,11 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         logger.warning("step failed", extra={"error": type(exc).__name__, "reason": str(exc)})
         raise
     logger.info("step done", extra={"result": result})
-    _emit(str(action), result)
-    _publish(str(action), result, profile, event.get("execution"), ((state or {}).get("config") or {}).get("requested_by"))
+    for name, unit, value in step_metrics(str(action), result):
+        metrics.add_metric(name=name, unit=MetricUnit(unit), value=value)
+    announced = lifecycle_event(event, result)
+    if announced:
+        if "events" not in _publishers:
+            _publishers["events"] = boto3.client("events")
+        events.publish(_publishers["events"], *announced)
     return result

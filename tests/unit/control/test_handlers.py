@@ -78,6 +78,28 @@ def test_profile_steps_runs_prepare_lock_and_current(lambda_env: None) -> None:
     assert DynamoStore("servingctl").get_profile("deepseek-v4-flash").phase == Phase.STOPPED
 
 
+def test_profile_steps_publishes_the_lifecycle_event_and_the_metric_its_step_announces(
+    lambda_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sqs = boto3.client("sqs")
+    url = sqs.create_queue(QueueName="lifecycle")["QueueUrl"]
+    queue = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    bus = boto3.client("events")
+    bus.put_rule(Name="lifecycle", EventPattern=json.dumps({"source": ["servingctl"]}))
+    bus.put_targets(Rule="lifecycle", Targets=[{"Id": "queue", "Arn": queue}])
+    app = load_handler("profile_steps")
+    app.lambda_handler(event("profile_steps", "release_lock_stop"), context())  # announces nothing
+    capsys.readouterr()
+    sample = event("profile_steps", "close_session")
+    assert app.lambda_handler(sample, context())["phase"] == "STOPPED"
+    emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert [m["StopSucceeded"] for m in emitted if "StopSucceeded" in m] == [[1.0]]  # EMF: one value, listed
+    received = [json.loads(m["Body"]) for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])]
+    assert [(m["detail-type"], m["detail"]["profile"], m["detail"]["execution"]) for m in received] == [
+        ("Profile stopped", "deepseek-v4-flash", sample["execution"])
+    ]
+
+
 def test_profile_steps_raises_named_errors(lambda_env: None) -> None:
     app = load_handler("profile_steps")
     bad = event("profile_steps", "prepare_start") | {"action": "prepare_start"}

@@ -1,11 +1,12 @@
-"""The action table the profile_steps Lambda dispatches on, with the error mapping every step gets."""
+"""The action table the profile_steps Lambda dispatches on, with the error mapping every step gets, and
+what a step's result announces: its lifecycle event (EventBridge) and its metrics (CloudWatch)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from servingctl.control import flow, start, stop
+from servingctl.control import events, flow, start, stop
 from servingctl.control.deps import Deps
 from servingctl.shared.errors import InvalidInput, throttling_as_error
 
@@ -37,6 +38,15 @@ ACTIONS: dict[str, Step] = {
 }
 
 
+# Steps that change what runs -> the lifecycle event they publish (servingctl.control.events).
+LIFECYCLE = {
+    "scale_out": events.STARTING, "record_ready": events.READY, "roll_back": events.START_FAILED,
+    "close_session": events.STOPPED, "force_release": events.STOP_FAILED,
+}
+# Steps that may find nothing to do: they announce only what they did (result "acted").
+ACT_IF_NEEDED = frozenset({"roll_back", "force_release"})
+
+
 def run_step(event: Any, deps: Deps) -> dict[str, Any]:
     """Run event["action"] on event["state"] for event["execution"]; AWS throttling becomes Throttled."""
     if not isinstance(event, dict):
@@ -51,3 +61,38 @@ def run_step(event: Any, deps: Deps) -> dict[str, Any]:
         raise InvalidInput("execution: expected the execution ARN ($$.Execution.Id)")
     with throttling_as_error():
         return ACTIONS[action](deps, state, execution)
+
+
+
+def step_profile(event: Any) -> str | None:
+    """The profile an event's step is about: $.config's, or the input's before prepare ran."""
+    state = event.get("state") if isinstance(event, dict) else None
+    if not isinstance(state, dict):
+        return None
+    config = state.get("config")
+    return (config.get("profile") if isinstance(config, dict) else None) or state.get("profile")
+
+
+def lifecycle_event(event: dict[str, Any], result: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The event (detail type, detail) a step's result announces; None when the step changed nothing."""
+    action = event.get("action")
+    if action not in LIFECYCLE or (action in ACT_IF_NEEDED and not result.get("acted")):
+        return None
+    config = event["state"].get("config") or {}
+    detail = {
+        "profile": step_profile(event), "execution": event.get("execution"), "requested_by": config.get("requested_by"),
+        **result,
+    }
+    return LIFECYCLE[action], detail
+
+
+def step_metrics(action: str, result: dict[str, Any]) -> list[tuple[str, str, float]]:
+    """The metrics (name, unit, value) a step's result counts: starts and stops that ended, phase times."""
+    if action == "record_ready":
+        phases = [(f"PhaseSeconds{phase.capitalize()}", "Seconds", seconds) for phase, seconds in result["phase_seconds"].items()]
+        return [("StartSucceeded", "Count", 1), *phases]
+    if action == "close_session":
+        return [("StopSucceeded", "Count", 1)]
+    if action in ACT_IF_NEEDED and result.get("acted"):
+        return [("StartFailed" if action == "roll_back" else "StopFailed", "Count", 1)]
+    return []
