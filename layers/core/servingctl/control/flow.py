@@ -13,7 +13,7 @@ from servingctl.control.deps import Deps
 from servingctl.shared.errors import InvalidInput, PoolBusy, StopRequested
 from servingctl.shared.settings import StartConfig, StopConfig
 from servingctl.store.base import LockConflict
-from servingctl.store.models import Lock, Phase, Session, pool_lock, profile_lock
+from servingctl.store.models import Lock, Phase, Session, iso, pool_lock, profile_lock
 
 ACTIVE_PHASES = frozenset({Phase.STARTING, Phase.READY, Phase.STOPPING})
 
@@ -145,6 +145,19 @@ def settle_session(deps: Deps, profile: str, execution: str, reason: str, fallba
     if end is None:
         return session, False
     return deps.store.close_session(profile, session.session_id, end, execution, reason), True
+
+
+def session_note(session: Session | None, closed: bool) -> list[str]:
+    """What settle_session did to the ledger session, in words (nothing when there was none)."""
+    if session is None:
+        return []
+    return [f"session closed at {iso(session.stopped_at)}" if closed else "session open until the instance is gone"]
+
+
+def release_locks(deps: Deps, config: StartConfig | StopConfig, execution: str) -> str:
+    """Give back the profile and pool locks this execution holds; which were released, in words."""
+    released = deps.store.release_locks(lock_names(config), execution)
+    return f"released {', '.join(released) or 'no lock'}"
 
 
 def guard_pool(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:

@@ -7,20 +7,22 @@ from datetime import timedelta
 from typing import Any
 
 from servingctl.control import aws
+from servingctl.control.config import start_config
 from servingctl.control.deps import Deps
-from servingctl.shared.errors import CapacityUnavailable, LockHeld, TaskFailed, error_reason
 from servingctl.control.flow import (
     config_of,
     hold_locks,
     lock_names,
     parse_time,
     raise_if_stop_requested,
+    release_locks,
     scale_to_zero,
+    session_note,
     settle_session,
     take_locks,
 )
 from servingctl.control.polling import Progress, run_check
-from servingctl.control.config import start_config
+from servingctl.shared.errors import CapacityUnavailable, LockHeld, TaskFailed, error_reason
 from servingctl.shared.settings import StartConfig
 from servingctl.store.base import LockConflict
 from servingctl.store.models import Phase, Session, iso, profile_lock, session_id_for
@@ -257,12 +259,10 @@ def roll_back(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
             config.profile, Phase.FAILED, now, execution, last_error=reason, session_id=None if closed else recorded.session_id
         )
         details.append(f"recorded FAILED: {reason}")
-        if session is not None:
-            details.append(f"session closed at {iso(session.stopped_at)}" if closed else "session open until the instance is gone")
+        details += session_note(session, closed)
     elif taken:
         details.append(f"nothing to undo: {holder.owner if holder else ''} holds the lock now")
     else:
         details.append(f"nothing of this execution to undo ({config.profile} is {recorded.phase.value})")
-    released = deps.store.release_locks(lock_names(config), execution)
-    details.append(f"released {', '.join(released) or 'no lock'}")
+    details.append(release_locks(deps, config, execution))
     return {"acted": acted, "detail": "; ".join(details)}

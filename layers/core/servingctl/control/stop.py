@@ -7,21 +7,22 @@ from datetime import timedelta
 from typing import Any
 
 from servingctl.control import aws
+from servingctl.control.config import stop_config
 from servingctl.control.deps import Deps
 from servingctl.control.flow import (
     config_of,
     hold_locks,
-    lock_names,
     parse_time,
     pool_users,
+    release_locks,
     release_pool,
     scale_to_zero,
+    session_note,
     settle_session,
     take_locks,
 )
 from servingctl.control.polling import Progress, run_check
 from servingctl.shared.errors import error_reason
-from servingctl.control.config import stop_config
 from servingctl.shared.settings import STOP_FLAG_MARGIN_S, StopConfig
 from servingctl.store.base import LockConflict
 from servingctl.store.models import Phase, iso, profile_lock
@@ -193,10 +194,8 @@ def force_release(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
         session_id=None if closed else recorded.session_id, **flag,
     )
     details.append(f"recorded FAILED: {reason}")
-    if session is not None:
-        details.append(f"session closed at {iso(session.stopped_at)}" if closed else "session open until the instance is gone")
-    released = deps.store.release_locks(lock_names(config), execution)
-    details.append(f"released {', '.join(released) or 'no lock'}")
+    details += session_note(session, closed)
+    details.append(release_locks(deps, config, execution))
     return {"acted": True, "detail": "; ".join(details)}
 
 
