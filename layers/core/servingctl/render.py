@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 import textwrap
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 MIN_WIDTH = 40
 
@@ -18,15 +18,21 @@ def width() -> int:
     return max(MIN_WIDTH, shutil.get_terminal_size((80, 24)).columns)
 
 
-def when(text: str | None) -> str:
-    """An ISO time as 2026-12-03 08:01 UTC ('-' when absent)."""
-    if not text:
+def when(moment: str | datetime | None) -> str:
+    """A time (ISO text or datetime) as 2026-12-03 08:01 UTC ('-' when absent)."""
+    if not moment:
         return "-"
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return text
-    return moment.strftime("%Y-%m-%d %H:%M UTC")
+    if isinstance(moment, str):
+        try:
+            moment = datetime.fromisoformat(moment)
+        except ValueError:
+            return moment
+    return (moment.astimezone(UTC) if moment.tzinfo else moment).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def per_hour(usd: float | None) -> str:
+    """An hourly price as 12.17 USD/h (or that the price catalog has none)."""
+    return "not in the price catalog" if usd is None else f"{usd:.2f} USD/h"
 
 
 def wrap(text: str, columns: int, indent: int = 0) -> list[str]:

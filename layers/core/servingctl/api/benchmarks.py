@@ -8,6 +8,7 @@ execution (Step Functions' idempotent start), the same run id with another input
 
 from __future__ import annotations
 
+import json
 import secrets
 from datetime import datetime
 from typing import Any
@@ -57,7 +58,7 @@ class BenchmarkDetail(BenchmarkSummary):
     execution_arn: str | None = None
     execution_status: str | None = Field(default=None, description="RUNNING, SUCCEEDED, FAILED, ABORTED, TIMED_OUT")
     scenarios_written: list[str] = Field(default_factory=list)
-    request: dict[str, Any] = Field(default_factory=dict, description="the input as the state machine validated it")
+    request: dict[str, Any] = Field(default_factory=dict, description="the input as the state machine validated it (PENDING: as given to the execution)")
     reproducibility: Reproducibility | None = None
     result: RunResult | None = Field(default=None, description="results schema (results.json) without per-request records")
     comparisons: list[StoredComparison] = Field(default_factory=list)
@@ -130,8 +131,10 @@ def get_benchmark(deps: ApiDeps, run_id: str) -> BenchmarkDetail:
             raise NotFound(f"no benchmark run {run_id!r}", "path.run_id")
         failed = execution["status"] != "RUNNING"
         reason = f"{execution.get('error')}: {execution.get('cause')}" if failed else None
-        return BenchmarkDetail(run_id=run_id, profile="", status="FAILED" if failed else "PENDING", error=reason,
-                               execution_arn=execution["executionArn"], execution_status=execution["status"])
+        given = json.loads(execution.get("input") or "{}")  # what was asked, until the run records what it validated
+        return BenchmarkDetail(run_id=run_id, profile=str(given.get("profile", "")), status="FAILED" if failed else "PENDING",
+                               error=reason, execution_arn=execution["executionArn"], execution_status=execution["status"],
+                               request=given)
     stored = deps.runs.list_scenarios(run_id)
     urls = {
         s.name: deps.s3.generate_presigned_url("get_object", Params={"Bucket": deps.records_bucket, "Key": s.records_key},

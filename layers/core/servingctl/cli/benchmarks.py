@@ -27,7 +27,6 @@ from servingctl.bench.models import RunResult
 from servingctl import render
 from servingctl.cli.client import (
     EXIT_FAILED,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     ApiError,
     Client,
@@ -36,6 +35,7 @@ from servingctl.cli.client import (
     api_command,
     connect,
 )
+from servingctl.cli.interrupt import interrupted, unanswered
 from servingctl.cli.main import summary
 from servingctl.costs import Comparison
 from servingctl.store.records import decode_records
@@ -191,28 +191,34 @@ def _remote(args: argparse.Namespace, client: Client) -> int:
     except ValidationError as exc:
         args.bench_parser.error(for_flags(exc.errors(), FLAGS))
     args.flags = {f"body.{field}": flag for field, flag in FLAGS.items()}  # the API's errors, named the same way
-    ref = client.post("/benchmarks", body)
-    console = Console(stderr=True)
-    console.print(f"run {ref['run_id']}: {len(ref['scenarios'])} scenarios on {ref['profile']}"
-                  + (" (starting it first)" if ref["start"] else "") + (", stopping it afterwards" if ref["stop"] else ""),
-                  highlight=False)
-    if args.no_wait:
-        print(json.dumps(ref) if args.json else f"re-attach: servingctl wait {ref['run_id']}; report: servingctl report {ref['run_id']}")
-        return EXIT_OK
+    try:
+        ref = client.post("/benchmarks", body)
+    except KeyboardInterrupt:
+        return unanswered(f"run {body['run_id']} of {args.profile}", f"servingctl wait {body['run_id']}")
+    try:
+        Console(stderr=True).print(
+            f"run {ref['run_id']}: {len(ref['scenarios'])} scenario{'s' if len(ref['scenarios']) != 1 else ''} on {ref['profile']}"
+            + (" (starting it first)" if ref["start"] else "") + (", stopping it afterwards" if ref["stop"] else ""),
+            highlight=False)
+        if args.no_wait:
+            print(json.dumps(ref) if args.json else f"re-attach: servingctl wait {ref['run_id']}; report: servingctl report {ref['run_id']}")
+            return EXIT_OK
+    except KeyboardInterrupt:
+        return interrupted(client, "bench", ref["run_id"], ref["profile"])
     return attach(args, client, ref["run_id"], ref["profile"])
 
 
 def attach(args: argparse.Namespace, client: Client, run_id: str, profile: str) -> int:
     """Follow a run to its end, then print and write its results (Ctrl-C leaves it running, and says so)."""
-    from servingctl.bench.outputs import write_all
-    from servingctl.bench.outputs.terminal import print_run, run_json
-
     console = Console(stderr=True)
     try:
         detail = follow_run(client, run_id, plain=args.json or not console.is_terminal)
     except KeyboardInterrupt:
-        print(_interrupted_line(client, run_id, profile), file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED
+        return interrupted(client, "bench", run_id, profile)
+    # The outputs import matplotlib (a second or two): after the follow, which Ctrl-C may leave at any time.
+    from servingctl.bench.outputs import write_all
+    from servingctl.bench.outputs.terminal import print_run, run_json
+
     if detail.get("result") is None or not detail["result"]["scenarios"]:
         console.print(f"[bold red]run {run_id} {detail['status']}[/]: {detail.get('error') or 'no scenario written'}")
         return EXIT_FAILED
@@ -229,19 +235,6 @@ def attach(args: argparse.Namespace, client: Client, run_id: str, profile: str) 
     if written:
         console.print(f"wrote {len(written)} files to {written[0].parent}: report.md, results.json, vllm/, *.png", highlight=False)
     return EXIT_OK if detail["status"] == "SUCCEEDED" and run.exit_code == 0 else EXIT_FAILED
-
-
-def _interrupted_line(client: Client, run_id: str, profile: str) -> str:
-    """What keeps running after Ctrl-C (the run's execution, the profile's GPU) and how to come back or stop it."""
-    try:
-        arn = client.get(f"/benchmarks/{run_id}").get("execution_arn") or f"bench-{run_id}"
-        spec = next((p for p in client.get("/profiles") if p["name"] == profile), {})
-    except (ApiError, Unreachable, KeyboardInterrupt):
-        arn, spec = f"bench-{run_id}", {}
-    price = f"{spec['hourly_usd']:.2f} USD/h" if spec.get("hourly_usd") is not None else "not in the price catalog"
-    return (f"interrupted: run {run_id} not followed any more; it keeps running in Step Functions ({arn}) on {profile} "
-            f"({spec.get('instance_type', 'its GPU instance')}, {price}); re-attach: servingctl wait {run_id}; "
-            f"stop it: servingctl stop {profile}")
 
 
 remote_bench = api_command(_remote)

@@ -55,7 +55,8 @@ def _register_up(local_sub: argparse._SubParsersAction) -> None:
         help="run the local twin of AWS until interrupted",
         description="Emulated AWS (moto) running the real state machines and Lambda handlers, a world simulator "
         "playing AWS's part with delays divided by --time-scale, and a real model server per running task. "
-        "Runs in the foreground; Ctrl-C stops everything.",
+        "Runs in the foreground; Ctrl-C stops everything. Its state (profile phases, executions, benchmark runs, "
+        "the ledger) is in memory only and not kept across restarts: every `local up` starts a fresh world.",
     )
     parser.add_argument("--model-server", choices=["sim", "vllm"], default="sim",
                         help="model server started when a task runs: the simulator or vLLM on CPU (default sim)")
@@ -104,8 +105,10 @@ def _refusal(args: argparse.Namespace) -> str | None:
 
 
 def _quiet() -> None:
-    """Keep the Lambda handlers' INFO logs and Powertools' empty-metrics warning off the terminal."""
+    """Keep the Lambda handlers' INFO logs, their metrics (EMF JSON, which Lambda would ship to
+    CloudWatch) and Powertools' empty-metrics warning off the terminal."""
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     warnings.filterwarnings("ignore", message="No application metrics to publish")
 
 
