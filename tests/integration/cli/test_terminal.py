@@ -38,7 +38,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     state = cache / "servingctl" / "twin.json"
     deadline = time.monotonic() + 180
-    while not state.exists():
+    while not (state.exists() and "api_url" in state.read_text()):  # recorded as starting first, then with its URL
         assert twin.poll() is None and time.monotonic() < deadline, (cache / "twin.log").read_text()[-3000:]
         time.sleep(0.2)
     yield env

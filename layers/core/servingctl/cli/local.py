@@ -123,6 +123,11 @@ def _run_up(args: argparse.Namespace) -> int:
     if args.model_server == "vllm" and not vllm_available():
         print("--model-server vllm: vLLM or the tiny model is not built; run `make vllm` first", file=sys.stderr)
         return 2
+    # `servingctl start/stop/status` find the twin through the state file, with poll settings scaled to its
+    # clock; a twin already recorded there keeps its place (this one is reached with --api-url).
+    other = read_twin_state()
+    if other is None:
+        write_twin_state(None)  # starting: commands typed meanwhile wait for it
     if not args.verbose:
         _quiet()
     from servingctl.local.twin import Twin  # noqa: F811 (moto loads only for this command)
@@ -138,14 +143,11 @@ def _run_up(args: argparse.Namespace) -> int:
     try:
         twin.start()
         assert twin.api_url is not None
-        # `servingctl start/stop/status` find the twin through this file, with poll settings scaled to its clock;
-        # a twin already recorded there keeps its place (this one is reached with --api-url).
-        other = read_twin_state()
         if other is None:
             write_twin_state(twin.api_url, _poll(twin))
         print(_banner(twin, verbose=args.verbose), flush=True)
         if other is not None:
-            print(f"note: another twin (pid {other['pid']}, {other['api_url']}) is the one servingctl finds by default "
+            print(f"note: another twin (pid {other['pid']}, {other.get('api_url') or 'starting'}) is the one servingctl finds by default "
                   f"({twin_state_path()}); reach this one with --api-url {twin.api_url}", flush=True)
         seen = 0
         while not stop.wait(0.2):
