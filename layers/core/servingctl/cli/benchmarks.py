@@ -74,9 +74,9 @@ def _runs(args: argparse.Namespace, client: Client) -> int:
         print("no benchmark runs yet" + (f" of {args.profile}" if args.profile else "")
               + " (start one with: servingctl bench --profile NAME)")
         return EXIT_OK
-    rows = [(r["run_id"], r["profile"], r["status"], str(len(r["scenarios"])), render.when(r["finished_at"]),
-             " ".join(x for x in (r["label"] or "", r["error"] or "") if x)) for r in runs]
-    print(render.columns(("run id", "profile", "status", "scenarios", "finished", "label / error"), rows, right=(3,)))
+    rows = [(r["run_id"], r["profile"], r["status"], render.when(r["finished_at"], short=True), str(len(r["scenarios"]))) for r in runs]
+    notes = ["; ".join(x for x in (r["label"] and f"label: {r['label']}", r["error"] and f"error: {r['error']}") if x) for r in runs]
+    print(render.columns_with_notes(("run id", "profile", "status", "finished UTC", "scenarios"), rows, notes))
     return EXIT_OK
 
 

@@ -153,10 +153,10 @@ def _ledger(args: argparse.Namespace, client: Client) -> int:
               + " (a session opens when a start brings a profile up)")
         return 0
     # The instance type is in `status`; hours and USD/h say what the cost is made of.
-    sessions = [(s["profile"], render.when(s["started_at"]), f"{s['uptime_hours']:.2f}", _usd(s["hourly_usd"]), _usd(s["cost_usd"]),
-                 "running" if s["open"] else f"stopped {render.when(s['stopped_at'])}" + (f" ({s['close_reason']})" if s["close_reason"] else ""))
+    sessions = [(s["profile"], render.when(s["started_at"], short=True), f"{s['uptime_hours']:.2f}", _usd(s["hourly_usd"]),
+                 _usd(s["cost_usd"]), "running" if s["open"] else f"{s['close_reason'] or 'ended'} {render.when(s['stopped_at'], short=True)}")
                 for s in ledger["sessions"]]
-    print(render.columns(("profile", "started", "hours", "USD/h", "cost USD", "session"), sessions, right=(2, 3, 4)))
+    print(render.columns(("profile", "started\n(UTC)", "hours", "USD/h", "cost\nUSD", "session\n(UTC)"), sessions, right=(2, 3, 4)))
     print()
     monthly = [(m["profile"], m["month"], f"{m['uptime_hours']:.2f}", _usd(m["cost_usd"])) for m in ledger["monthly"]]
     print(render.columns(("profile", "month", "hours", "cost USD"), monthly, right=(2,)))

@@ -272,9 +272,10 @@ def _status(args: argparse.Namespace, client: Client) -> int:
         elif not profiles:
             print("no profiles in the registry")
         else:
-            rows = [(p["name"], p["phase"], p["instance_type"], _price(p.get("hourly_usd")), render.when(p["lease_deadline"]),
-                     p["last_error"] or "") for p in profiles]
-            print(render.columns(("profile", "phase", "type", "USD/h", "lease until", "last error"), rows, right=(3,)))
+            rows = [(p["name"], p["phase"], p["instance_type"], _price(p.get("hourly_usd")), render.when(p["lease_deadline"], short=True))
+                    for p in profiles]
+            notes = [p["last_error"] and f"last error: {p['last_error']}" for p in profiles]
+            print(render.columns_with_notes(("profile", "phase", "type", "USD/h", "lease until UTC"), rows, notes, right=(3,)))
         return EXIT_OK
     detail = client.get(f"/profiles/{args.name}")
     if args.json:
