@@ -214,8 +214,9 @@ variable "profiles" {
     condition     = alltrue([for k, p in var.profiles : contains(keys(var.pools), p.pool)])
     error_message = "profiles.*.pool must name a key of pools."
   }
+  # A profile on an unknown pool gets the rule above's message only.
   validation {
-    condition     = alltrue([for p in values(var.profiles) : p.vllm.tensor_parallel_size >= 1 && p.vllm.tensor_parallel_size <= try(var.pools[p.pool].gpu_count, 0)])
+    condition     = alltrue([for p in values(var.profiles) : !contains(keys(var.pools), p.pool) || (p.vllm.tensor_parallel_size >= 1 && p.vllm.tensor_parallel_size <= try(var.pools[p.pool].gpu_count, 0))])
     error_message = "profiles.*.vllm.tensor_parallel_size must be 1..gpu_count of the profile's pool (the task reserves that many GPUs)."
   }
   validation {

@@ -129,6 +129,14 @@ run "unknown_weights_source" {
   expect_failures = [var.profiles]
 }
 
+run "s3_weights_without_a_bucket" {
+  command = plan
+  variables {
+    model_weights_bucket = null
+  }
+  expect_failures = [var.profiles]
+}
+
 run "reserved_name_prefix" {
   command = plan
   variables {

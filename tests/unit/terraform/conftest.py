@@ -1,6 +1,7 @@
 """Fixtures of the Terraform data-plane tests: the terraform CLI on infra/terraform (initialised by
-`make tf-init`, which picks the local provider mirror or the registry), the reference plan from
-`terraform test` with the mock provider, and one cached checkov run per session."""
+`make tf-init`, which picks the local provider mirror or the registry), a copy of the configuration
+set up as the README tells a user (terraform.tfvars copied from the example), the reference plan
+from `terraform test` with the mock provider in that copy, and one cached checkov run per session."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,20 +21,19 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 TF_ROOT = REPO / "infra" / "terraform"
-# As a user runs it: reference.auto.tfvars loads itself, terraform.tfvars.example as if copied.
-VAR_FILE = "-var-file=terraform.tfvars.example"
 DATA_DIR = Path(os.environ.get("TF_DATA_DIR") or REPO / ".cache" / "terraform")
 
 
-def terraform(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run terraform in infra/terraform on the initialised data directory (no colour, no prompts)."""
+def terraform(*args: str, cwd: Path = TF_ROOT, stdin: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run terraform in infra/terraform (or a copy of it) on the initialised data directory (no
+    colour, no prompts)."""
     binary = shutil.which("terraform")
     if binary is None:
         pytest.fail("terraform not found on PATH: install Terraform 1.11 or later")
     _init_once()
     env = {**os.environ, "TF_DATA_DIR": str(DATA_DIR), "TF_IN_AUTOMATION": "1"}
     return subprocess.run(
-        [binary, *args], cwd=TF_ROOT, capture_output=True, text=True, timeout=timeout, env=env, check=False
+        [binary, *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=timeout, env=env, check=False
     )
 
 
@@ -54,6 +56,15 @@ def json_lines(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
+def user_copy() -> Path:
+    """A fresh copy of infra/terraform as a user prepares it: `cp terraform.tfvars.example
+    terraform.tfvars` (reference.auto.tfvars then loads after it, as on the user's machine)."""
+    copy = Path(tempfile.mkdtemp(prefix="servingctl-tf-")) / "terraform"
+    shutil.copytree(TF_ROOT, copy, ignore=shutil.ignore_patterns(".terraform", "terraform.tfvars"))
+    shutil.copyfile(TF_ROOT / "terraform.tfvars.example", copy / "terraform.tfvars")
+    return copy
+
+
 def _config_digest() -> str:
     """Hash of every file the reference plan depends on."""
     digest = hashlib.sha256()
@@ -63,9 +74,13 @@ def _config_digest() -> str:
 
 
 def _plan_reference() -> dict[str, Any]:
-    """The planned outputs and resources of tests/reference.tftest.hcl's "reference" run (every run
-    of that file must pass)."""
-    proc = terraform("test", "-json", "-verbose", "-no-color", VAR_FILE, "-filter=tests/reference.tftest.hcl")
+    """The planned outputs and resources of tests/reference.tftest.hcl's "reference" run in a user's
+    copy (every run of that file must pass)."""
+    copy = user_copy()
+    try:
+        proc = terraform("test", "-json", "-verbose", "-no-color", "-filter=tests/reference.tftest.hcl", cwd=copy)
+    finally:
+        shutil.rmtree(copy.parent)
     messages = json_lines(proc.stdout)
     plans = [m["test_plan"] for m in messages if m.get("type") == "test_plan" and m.get("@testrun") == "reference"]
     summary = [m["test_summary"] for m in messages if m.get("type") == "test_summary"]
@@ -126,6 +141,14 @@ def checkov_report() -> dict:
 
 
 @pytest.fixture(scope="session")
+def user_dir() -> Iterator[Path]:
+    """One user's copy of infra/terraform (terraform.tfvars from the example) for the session."""
+    copy = user_copy()
+    yield copy
+    shutil.rmtree(copy.parent)
+
+
+@pytest.fixture(scope="session")
 def tf() -> SimpleNamespace:
     """The terraform helpers, for tests (pytest's importlib mode cannot import conftest)."""
-    return SimpleNamespace(run=terraform, json_lines=json_lines, var_file=VAR_FILE, root=TF_ROOT, repo=REPO)
+    return SimpleNamespace(run=terraform, json_lines=json_lines, root=TF_ROOT, repo=REPO)

@@ -22,7 +22,8 @@ def _config(state: dict[str, Any]) -> StopConfig:
 
 
 def prepare_stop(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
-    """Validate the input; already_stopped when STOPPED, unlocked and ECS runs nothing."""
+    """Validate the input; already_stopped when STOPPED, unlocked, ECS runs nothing and its pool is
+    empty or used by another profile (the reconciler stops a profile to release an orphan pool)."""
     config = stop_config(deps.registry, state)
     recorded = deps.store.get_profile(config.profile)
     lock = deps.store.get_lock(profile_lock(config.profile))
@@ -33,6 +34,8 @@ def prepare_stop(deps: Deps, state: dict[str, Any], execution: str) -> dict[str,
         and not (lock and lock.live(deps.clock.now()))
         and counts.desired == 0
         and counts.running + counts.pending == 0
+        and (aws.describe_asg(deps.autoscaling, deps.pool(config.pool).asg_name).desired == 0
+             or bool(pool_users(deps, config.profile)))
     )
     return config.model_copy(update={"already_stopped": already}).model_dump(mode="json")
 
