@@ -218,5 +218,17 @@ def test_status_fits_80_columns_and_start_and_stop_say_already(env: dict[str, st
     assert f"endpoint     {detail['endpoint_url']}" in status.stdout and "cost so far  0." in status.stdout
     assert detail["execution"].rsplit(":", 1)[-1] in status.stdout
 
+    # keepalive with about 2 h left (the default lease): 30 min would shorten it, so it is kept and said so;
+    # the profile's maximum (12 h) moves it to now + 720 min; one past the maximum is refused naming the flag.
+    kept = _piped(["keepalive", PROFILE, "--minutes", "30"], env)
+    left = re.fullmatch(rf"{PROFILE}: lease already ends at \S+ \S+ UTC \((\d+) min from now\), later than now \+ 30 min: "
+                        r"kept, not shortened\n", kept.stdout)
+    assert kept.returncode == 0 and left and 90 <= int(left[1]) <= 120, kept.stdout
+    longest = _piped(["keepalive", PROFILE, "--minutes", "720"], env)
+    assert longest.returncode == 0 and longest.stdout.startswith(f"{PROFILE}: lease now ends at "), longest.stdout
+    assert "(720 min from now)" in longest.stdout
+    refused = _piped(["keepalive", PROFILE, "--minutes", "721"], env)
+    assert refused.returncode == 1 and "--minutes must be between 1 and 720 minutes" in refused.stderr, refused.stderr
+
     _phase(env, "STOPPED")
     assert "is already STOPPED since" in _piped(["stop", PROFILE], env).stdout
