@@ -115,8 +115,11 @@ def _phase(env: dict[str, str], phase: str) -> None:
     assert done.returncode == 0 and phase in done.stdout, done.stdout + done.stderr
 
 
-# A benchmark long enough to be interrupted while it runs (the simulator streams ~1000 tok/s).
-BENCH = ["--input-tokens", "64", "--concurrency", "1", "--rounds", "3", "--warmup", "0", "--max-tokens", "2000"]
+# A small run: the runs below start their profile first (--start), which is the time Ctrl-C comes in.
+BENCH = ["--input-tokens", "64", "--concurrency", "1", "--rounds", "2", "--warmup", "0", "--max-tokens", "256"]
+# From this machine, long enough to be interrupted after calibrating: the twin's simulator at x100 streams
+# about 14,000 tok/s to one client, so 2 x 5 x 8000 tokens take several seconds.
+LONG_BENCH = ["--input-tokens", "64,128", "--concurrency", "1", "--rounds", "5", "--warmup", "0", "--max-tokens", "8000"]
 
 
 @dataclass(frozen=True)
@@ -141,10 +144,12 @@ FOLLOWS = {
                           f"check: servingctl status {PROFILE}"),
     "wait STOP": Follow(["wait", "{id}"], "READY", "servingctl-stop-profile", f"{PROFILE} STOPPED in",
                         f"check: servingctl status {PROFILE}", setup=["stop", PROFILE]),
-    "bench --profile --stop": Follow(["bench", "--profile", PROFILE, "--stop", *BENCH], "READY", "servingctl-run-benchmark",
-                                     "aggregate", "which the run stops when it ends; re-attach", when=f"on {PROFILE}"),
-    "wait RUN": Follow(["wait", "{id}"], "READY", "servingctl-run-benchmark", "aggregate",
-                       "which stays up after the run; re-attach", when=" s] ", setup=["bench", "--profile", PROFILE, "--no-wait", *BENCH]),
+    "bench --profile --start --stop": Follow(["bench", "--profile", PROFILE, "--start", "--stop", *BENCH], "STOPPED",
+                                             "servingctl-run-benchmark", "aggregate", "which the run stops when it ends; re-attach",
+                                             when=f"on {PROFILE}"),
+    "wait RUN": Follow(["wait", "{id}"], "STOPPED", "servingctl-run-benchmark", "aggregate",
+                       "which stays up after the run; re-attach", when=" s] ",
+                       setup=["bench", "--profile", PROFILE, "--start", "--no-wait", *BENCH]),
 }
 
 
@@ -200,7 +205,7 @@ def test_ctrl_c_in_a_follow_says_what_keeps_running_and_wait_re_attaches(name: s
 def test_ctrl_c_in_a_bench_from_this_machine_says_nothing_keeps_running(env: dict[str, str]) -> None:
     _phase(env, "READY")
     endpoint = json.loads(_piped(["status", PROFILE, "--json"], env).stdout)["endpoint_url"]
-    code, rows, shown = _interrupt(["bench", "--endpoint", endpoint, "--model", PROFILE, *BENCH], env, when="calibrated")
+    code, rows, shown = _interrupt(["bench", "--endpoint", endpoint, "--model", PROFILE, *LONG_BENCH], env, when="calibrated")
     assert code == 130 and "Traceback" not in shown and "KeyboardInterrupt" not in shown, shown
     assert [row for row in rows if row.startswith("interrupted:")] == [
         f"interrupted: nothing written, nothing left running (the benchmark ran from this machine against {endpoint})"]

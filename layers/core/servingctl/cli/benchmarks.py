@@ -20,13 +20,13 @@ from typing import Any
 
 import httpx
 from rich.console import Console
-from rich.table import Table
 
 from servingctl.bench.matrix import RUN_ID_PATTERN
 from servingctl.bench.models import RunResult
 from servingctl import render
 from servingctl.cli.client import (
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     ApiError,
     Client,
@@ -215,10 +215,21 @@ def attach(args: argparse.Namespace, client: Client, run_id: str, profile: str) 
         detail = follow_run(client, run_id, plain=args.json or not console.is_terminal)
     except KeyboardInterrupt:
         return interrupted(client, "bench", run_id, profile)
-    # The outputs import matplotlib (a second or two): after the follow, which Ctrl-C may leave at any time.
+    try:
+        return _finished(args, client, console, detail)
+    except KeyboardInterrupt:  # the run is over: only this copy of its results was cut short
+        print(f"interrupted: run {run_id} had ended ({detail['status']}); its results are stored, "
+              f"write them again with: servingctl report {run_id}", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+
+
+def _finished(args: argparse.Namespace, client: Client, console: Console, detail: dict[str, Any]) -> int:
+    """Print and write an ended run's results (exit 1 when it failed or a scenario failed too often)."""
+    # The outputs import matplotlib (a second or two): only once a run has ended.
     from servingctl.bench.outputs import write_all
     from servingctl.bench.outputs.terminal import print_run, run_json
 
+    run_id = detail["run_id"]
     if detail.get("result") is None or not detail["result"]["scenarios"]:
         console.print(f"[bold red]run {run_id} {detail['status']}[/]: {detail.get('error') or 'no scenario written'}")
         return EXIT_FAILED

@@ -298,9 +298,9 @@ def status_text(detail: dict[str, Any], *, local: bool = False) -> str:
         cost = f"unpriced ({detail['uptime_s'] / 60:.1f} min up; the instance is {render.per_hour(None)})"
     rows = [
         ("phase", phase),
-        ("endpoint", f"{detail['endpoint_url']} " + ("(the twin's model server, reachable from this machine)" if local
-                                                    else "(from inside the VPC only)")),
-        ("header", f"{detail['routing_header']} (the ALB's rule for this profile)"),
+        ("endpoint", f"{detail['endpoint_url']} " + ("(the twin's model server, reachable here)" if local else
+                     f"(internal: from a host in the VPC; `servingctl bench --profile {detail['name']}` measures it from there)")),
+        ("header", f"{detail['routing_header']} (the ALB routes by it)"),
         ("model", detail["model"]),
         ("instances", "\n".join(f"{i['instance_id']} {i['lifecycle']}" + (" (protected)" if i["protected"] else "")
                                 for i in detail["instances"]) or "none"),
