@@ -43,8 +43,9 @@ def stop_input(profile: str) -> dict[str, Any]:
     return {"profile": profile, "poll": POLL, "deadlines": {"lock_s": 120, "drain_s": 60, "terminate_s": 60}}
 
 
-def test_registry(directory: Path) -> Path:
-    """The reference registry plus SHARED on pool g7e-2gpu, written to directory."""
+def test_registry(directory: Path, isolated: tuple[str, ...] = ISOLATED) -> Path:
+    """The reference registry plus SHARED on pool g7e-2gpu and one profile on its own pool per
+    isolated name, written to directory."""
     document = json.loads(REFERENCE_REGISTRY.read_text())
     shared = json.loads(json.dumps(document["profiles"]["deepseek-v4-flash"]))
     shared.update(
@@ -54,7 +55,7 @@ def test_registry(directory: Path) -> Path:
         model=SHARED,
     )
     document["profiles"][SHARED] = shared
-    for number, name in enumerate(ISOLATED, start=10):
+    for number, name in enumerate(isolated, start=10):
         pool = json.loads(json.dumps(document["pools"]["g7e-1gpu"]))
         pool.update(asg_name=f"servingctl-test-{name}", capacity_provider=f"servingctl-test-{name}")
         pool["asg_arn"] = pool["asg_arn"].replace("self-hosted-llm-poc-g7e-1gpu", pool["asg_name"])

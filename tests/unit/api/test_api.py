@@ -47,6 +47,16 @@ def test_get_profile_reports_counts_capacity_and_accrued_cost(api: Api) -> None:
     assert body["hourly_usd"] == price.hourly_usd
 
 
+def test_get_profile_says_why_the_reconciler_last_stopped_it(api: Api) -> None:
+    now = datetime.now(UTC)
+    api.store.update_profile(PROFILE, now, reconciled_at=now,
+                             reconcile_reason="lock-owner-ended: lock held by start-x, which is ABORTED")
+    status, body = api.call(api.event("get_profile"))
+    assert status == 200
+    assert body["reconcile_reason"] == "lock-owner-ended: lock held by start-x, which is ABORTED"
+    assert body["reconciled_at"] is not None
+
+
 def test_unknown_profile_is_404_naming_the_known_ones(api: Api) -> None:
     status, body = api.call(api.event("get_profile_unknown"))
     assert status == 404

@@ -243,7 +243,7 @@ def test_a_failed_sweep_lands_in_an_alarmed_dead_letter_queue(template):
 
 
 def test_bench_worker_concurrency_is_capped_above_a_split_scenario(template):
-    from servingctl.bench.matrix import MAX_WORKERS
+    from servingctl.benchmarks.matrix import MAX_WORKERS
 
     reserved = template["Resources"]["BenchWorkerFunction"]["Properties"]["ReservedConcurrentExecutions"]
     # A split scenario starts MAX_WORKERS shards at the same instant: a cap below it would throttle one.

@@ -73,20 +73,20 @@ def _config_digest() -> str:
     return digest.hexdigest()
 
 
-def _plan_reference() -> dict[str, Any]:
-    """The planned outputs and resources of tests/reference.tftest.hcl's "reference" run in a user's
-    copy (every run of that file must pass)."""
+def _plan_run(test_file: str, run: str) -> dict[str, Any]:
+    """The planned outputs and resources of one run of tests/<test_file> in a user's copy (every
+    run of that file must pass)."""
     copy = user_copy()
     try:
-        proc = terraform("test", "-json", "-verbose", "-no-color", "-filter=tests/reference.tftest.hcl", cwd=copy)
+        proc = terraform("test", "-json", "-verbose", "-no-color", f"-filter=tests/{test_file}", cwd=copy)
     finally:
         shutil.rmtree(copy.parent)
     messages = json_lines(proc.stdout)
-    plans = [m["test_plan"] for m in messages if m.get("type") == "test_plan" and m.get("@testrun") == "reference"]
+    plans = [m["test_plan"] for m in messages if m.get("type") == "test_plan" and m.get("@testrun") == run]
     summary = [m["test_summary"] for m in messages if m.get("type") == "test_summary"]
     if proc.returncode != 0 or len(plans) != 1 or summary != [{**summary[0], "status": "pass", "failed": 0, "errored": 0}]:
         errors = [m.get("@message", "") + " " + str(m.get("diagnostic", {}).get("detail", "")) for m in messages if m.get("@level") == "error"]
-        pytest.fail(f"terraform test of the reference failed (exit {proc.returncode}): {errors or proc.stderr[-2000:]}")
+        pytest.fail(f"terraform test of tests/{test_file} failed (exit {proc.returncode}): {errors or proc.stderr[-2000:]}")
     (plan,) = plans
     return {
         "outputs": {name: change["after"] for name, change in plan["output_changes"].items()},
@@ -94,22 +94,39 @@ def _plan_reference() -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="session")
-def reference_plan() -> dict[str, Any]:
-    """The reference plan, computed once for all pytest workers (cached under the data directory,
-    keyed by the configuration's content, behind a file lock)."""
+def _cached_plan(test_file: str, run: str) -> dict[str, Any]:
+    """_plan_run, computed once for all pytest workers (cached under the data directory, keyed by
+    the configuration's content, behind a file lock)."""
     DATA_DIR.mkdir(parents=True, exist_ok=True)
-    cache = DATA_DIR / "servingctl-reference-plan.json"
+    stem = f"servingctl-plan-{test_file.removesuffix('.tftest.hcl')}-{run}"
+    cache = DATA_DIR / f"{stem}.json"
     digest = _config_digest()
-    with (DATA_DIR / "servingctl-reference-plan.lock").open("w") as lock:
+    with (DATA_DIR / f"{stem}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if cache.is_file():
             cached = json.loads(cache.read_text())
             if cached.get("digest") == digest:
                 return cached["plan"]
-        plan = _plan_reference()
+        plan = _plan_run(test_file, run)
         cache.write_text(json.dumps({"digest": digest, "plan": plan}))
         return plan
+
+
+# Test files whose plans the fixtures below read (test_terraform.py runs the other files).
+PLANNED_FILES = ("reference.tftest.hcl", "limits.tftest.hcl")
+
+
+@pytest.fixture(scope="session")
+def reference_plan() -> dict[str, Any]:
+    """The reference deployment's plan (tests/reference.tftest.hcl, run "reference")."""
+    return _cached_plan("reference.tftest.hcl", "reference")
+
+
+@pytest.fixture(scope="session")
+def limits_registry() -> dict[str, Any]:
+    """The registry planned with every profile field at a validation limit (tests/limits.tftest.hcl)."""
+    plan = _cached_plan("limits.tftest.hcl", "registry_limits")
+    return json.loads(plan["resources"]["aws_ssm_parameter.registry"]["value"])
 
 
 @pytest.fixture(scope="session")
@@ -151,4 +168,4 @@ def user_dir() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def tf() -> SimpleNamespace:
     """The terraform helpers, for tests (pytest's importlib mode cannot import conftest)."""
-    return SimpleNamespace(run=terraform, json_lines=json_lines, root=TF_ROOT, repo=REPO)
+    return SimpleNamespace(run=terraform, json_lines=json_lines, root=TF_ROOT, repo=REPO, planned_files=PLANNED_FILES)

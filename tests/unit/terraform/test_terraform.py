@@ -26,9 +26,9 @@ def test_configuration_is_valid(tf) -> None:
 
 
 def test_terraform_test_passes_every_run(tf, user_dir) -> None:
-    # The reference file runs verbose in the reference_plan fixture; the others run here.
-    others = [f"-filter=tests/{name}" for name in TEST_FILES if name != "reference.tftest.hcl"]
-    assert others, "no terraform test files besides the reference"
+    # The files whose plans fixtures read run verbose there (reference_plan, limits_registry).
+    others = [f"-filter=tests/{name}" for name in TEST_FILES if name not in tf.planned_files]
+    assert others, "no terraform test files besides the planned ones"
     proc = tf.run("test", "-json", "-no-color", *others, cwd=user_dir)
     messages = tf.json_lines(proc.stdout)
     runs = {(m["test_run"]["path"], m["test_run"]["run"]): m["test_run"]["status"]
@@ -39,8 +39,13 @@ def test_terraform_test_passes_every_run(tf, user_dir) -> None:
     assert failed == {} and errors == [], f"{failed}\n" + "\n".join(errors)
     (summary,) = [m["test_summary"] for m in messages if m.get("type") == "test_summary"]
     assert summary["status"] == "pass" and summary["failed"] == summary["errored"] == summary["skipped"] == 0
-    assert {path for path, _ in runs} == {f"tests/{name}" for name in TEST_FILES if name != "reference.tftest.hcl"}
+    assert {path for path, _ in runs} == {f"tests/{name}" for name in TEST_FILES if name not in tf.planned_files}
     assert summary["passed"] == len(runs) >= 15
+
+
+def test_limits_run_passes(limits_registry) -> None:
+    # The fixture fails unless tests/limits.tftest.hcl passes; its two profiles reach the registry.
+    assert sorted(limits_registry["profiles"]) == ["high", "low"]
 
 
 def test_reference_runs_pass(reference_plan) -> None:

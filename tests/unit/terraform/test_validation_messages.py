@@ -38,6 +38,18 @@ EXPECTED = {
     "client_cidr_open_to_the_world": ("client_cidrs", "client_cidrs must be IPv4 CIDRs inside the VPC; 0.0.0.0/0 is refused"),
     "zones_of_another_region": ("availability_zones", 'availability_zones must name exactly two different zones of var.region, e.g. ["us-east-1a", "us-east-1b"].'),
     "max_runtime_below_the_default_lease": ("profiles", "max_runtime_minutes null or default_lease_minutes..44640"),
+    "task_cpu_under_256": ("profiles", "profiles.*.task_cpu must be an integer from 256 to 196608"),
+    "task_cpu_over_196608": ("profiles", "profiles.*.task_cpu must be an integer from 256 to 196608"),
+    "max_model_len_zero": ("profiles", "profiles.*.vllm.max_num_batched_tokens and profiles.*.vllm.max_model_len must be null (vLLM's default) or at least 1."),
+    "default_lease_over_7_days": ("profiles", "profiles.*.default_lease_minutes must be 5..max_lease_minutes and at most 10080 (7 days)"),
+    "idle_window_under_5": ("profiles", "profiles.*.idle.window_minutes must be 5..1440"),
+    "idle_window_over_1440": ("profiles", "profiles.*.idle.window_minutes must be 5..1440"),
+    "start_task_timeout_zero": ("profiles", "profiles.*.start: capacity_timeout_s, task_timeout_s and health_timeout_s must be positive seconds"),
+    "schedule_time_past_23_59": ("profiles", "begin_time and end_time as HH:MM (00:00..23:59) or null"),
+    "schedule_unknown_weekday": ("profiles", "weekdays from mon, tue, wed, thu, fri, sat, sun"),
+    "schedule_month_day_32": ("profiles", "month_days from 1 to 31"),
+    "schedule_unknown_override": ("profiles", "override must be null, running or stopped."),
+    "schedule_without_periods": ("profiles", "profiles.*.schedule: periods must hold at least one period"),
 }
 
 

@@ -17,9 +17,9 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
 
 from servingctl.api.service import ApiDeps, BadRequest, Conflict, NotFound
-from servingctl.bench.matrix import BenchmarkInput, plan_scenarios
-from servingctl.bench.models import RunResult
-from servingctl.control.errors import InvalidInput
+from servingctl.benchmarks.matrix import BenchmarkInput, plan_scenarios
+from servingctl.schema.results import RunResult
+from servingctl.shared.errors import InvalidInput
 from servingctl.control.executions import canonical
 from servingctl.store.benchmarks import BenchmarkRun, Reproducibility, RunStatus, StoredComparison, run_result
 from servingctl.store.models import Phase

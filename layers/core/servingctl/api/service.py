@@ -43,7 +43,7 @@ from servingctl.api.models import (
     lower_bound,
 )
 from servingctl.control import aws
-from servingctl.control.clock import Clock, SystemClock
+from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.autostop import request_counts
 from servingctl.control.executions import Action, canonical, execution_name, running_execution
 from servingctl.control.sweep import decide
@@ -179,6 +179,7 @@ def _summary(deps: ApiDeps, name: str, state: ProfileState, with_requests: bool 
         routing_header=f"{spec.routing_header.name}: {spec.routing_header.value}",
         hourly_usd=price.hourly_usd if price else None, started_by=state.started_by, stopped_by=state.stopped_by,
         kept_alive_by=state.kept_alive_by, held_by=state.held_by, held_until=state.held_until,
+        reconcile_reason=state.reconcile_reason, reconciled_at=state.reconciled_at,
         **_forecast(deps, name, state, with_requests),
     )
 

@@ -32,9 +32,9 @@ from pydantic import BaseModel, ConfigDict
 from servingctl.bench.server_metrics import RUNNING, WAITING, parse_prometheus
 
 from servingctl.control import events
-from servingctl.control.clock import Clock, SystemClock
+from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.executions import attempt_names, execution_name, running_execution, start_fresh
-from servingctl.control.settings import Poll
+from servingctl.shared.settings import Poll
 from servingctl.control.sweep import Decision, PlannedStop, ServerLoad, decide
 from servingctl.costs import PriceCatalog, load_catalog
 from servingctl.registry.models import Registry, ServingProfile

@@ -10,7 +10,7 @@ from servingctl.control import aws
 from servingctl.control.deps import Deps
 from servingctl.control.flow import config_of, error_reason, lock_names, pool_users, release_pool
 from servingctl.control.polling import Progress, run_check
-from servingctl.control.settings import STOP_FLAG_MARGIN_S, StopConfig, stop_config
+from servingctl.shared.settings import STOP_FLAG_MARGIN_S, StopConfig, stop_config
 from servingctl.store.base import LockConflict
 from servingctl.store.models import Phase, iso, profile_lock
 

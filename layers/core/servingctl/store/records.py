@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import boto3
 
-from servingctl.bench.models import RequestRecord
+from servingctl.schema.results import RequestRecord
 
 CONTENT_TYPE = "application/x-ndjson"
 
