@@ -16,7 +16,7 @@ import sys
 import threading
 import warnings
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from servingctl.cli.client import EXIT_FAILED, clear_twin_state, read_twin_state, twin_state_path, write_twin_state
 from servingctl.cli.main import summary
@@ -108,11 +108,34 @@ def _refusal(args: argparse.Namespace) -> str | None:
 
 
 def _quiet() -> None:
-    """Keep the Lambda handlers' INFO logs, their metrics (EMF JSON, which Lambda would ship to
-    CloudWatch) and Powertools' empty-metrics warning off the terminal."""
+    """Keep the Lambda handlers' INFO logs, their metrics and Powertools' empty-metrics warning off the terminal."""
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
-    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     warnings.filterwarnings("ignore", message="No application metrics to publish")
+    sys.stdout = _WithoutMetrics(sys.stdout)
+
+
+class _WithoutMetrics:
+    """A stream without the metric lines (EMF JSON, which Lambda would ship to CloudWatch) that the
+    handlers print; Powertools' single_metric prints them even with metrics disabled."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream, self._partial, self._lock = stream, "", threading.Lock()
+
+    def write(self, text: str) -> int:
+        """Pass on every whole line but the metrics (the handlers print from several threads)."""
+        with self._lock:
+            *lines, self._partial = (self._partial + text).split("\n")
+            for line in lines:
+                if not line.startswith('{"_aws":'):
+                    self._stream.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        """Flush the terminal."""
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
 
 
 def _run_up(args: argparse.Namespace) -> int:
@@ -131,6 +154,7 @@ def _run_up(args: argparse.Namespace) -> int:
     other = read_twin_state()
     if other is None:
         write_twin_state(None)  # starting: commands typed meanwhile wait for it
+    terminal = sys.stdout
     if not args.verbose:
         _quiet()
     from servingctl.local.twin import Twin  # noqa: F811 (moto loads only for this command)
@@ -165,6 +189,7 @@ def _run_up(args: argparse.Namespace) -> int:
         clear_twin_state()
         twin.stop()
         signal.signal(signal.SIGTERM, previous)
+        sys.stdout = terminal
     return 0
 
 
