@@ -58,8 +58,8 @@ def _sweep_deps() -> SweepDeps:
 
 def _reconcile_deps() -> ReconcileDeps:
     """The reconciler's collaborators (it reads ECS and Auto Scaling, never scales them itself)."""
-    steps = Deps(ecs=_client("ecs"), autoscaling=_client("autoscaling"), elbv2=None, ec2=None, store=_client("store"),
-                 registry=load_registry(), clock=CLOCK)
+    steps = Deps(ecs=_client("ecs"), autoscaling=_client("autoscaling"), elbv2=None, ec2=None,
+                 stepfunctions=_client("stepfunctions"), store=_client("store"), registry=load_registry(), clock=CLOCK)
     machines = {"start": os.environ["START_STATE_MACHINE_ARN"], "stop": os.environ["STOP_STATE_MACHINE_ARN"]}
     return ReconcileDeps(steps=steps, sfn=_client("stepfunctions"), events=_client("events"), machines=machines,
                          identity=_client("identity"))

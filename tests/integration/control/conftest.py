@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,14 @@ class Probe:
     def sessions(self, profile: str) -> list[Session]:
         """The profile's ledger sessions."""
         return self.store.list_sessions(profile)
+
+    def terminated_at(self, profile: str) -> datetime | None:
+        """When the group last finished terminating an instance (its "Terminating EC2 instance"
+        activity), None when it never terminated one."""
+        name = self.registry.pools[self.registry.profiles[profile].pool].asg_name
+        activities = self.asg.describe_scaling_activities(AutoScalingGroupName=name)["Activities"]
+        ended = [a["EndTime"] for a in activities if a["Description"].startswith("Terminating EC2 instance: ")]
+        return max(ended, default=None)
 
     def wait_for(self, what: str, condition: Callable[[], bool], timeout_s: float = 90.0) -> None:
         """Poll condition until true; fail naming what never happened (a liveness bound, not a timing check)."""
