@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -91,6 +92,10 @@ def test_profile_steps_publishes_the_lifecycle_event_and_the_metric_its_step_ann
     app.lambda_handler(event("profile_steps", "release_lock_stop"), context())  # announces nothing
     capsys.readouterr()
     sample = event("profile_steps", "close_session")
+    # The stop holds its locks when it closes the session (await_lock took them).
+    DynamoStore("servingctl").acquire_locks(
+        ["profile:deepseek-v4-flash", "pool:g7e-2gpu"], sample["execution"], datetime.now(UTC), 600
+    )
     assert app.lambda_handler(sample, context())["phase"] == "STOPPED"
     emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
     assert [m["StopSucceeded"] for m in emitted if "StopSucceeded" in m] == [[1.0]]  # EMF: one value, listed
