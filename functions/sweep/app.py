@@ -57,4 +57,4 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             metric.add_dimension(name="reason", value=outcome.reason)
             metric.add_dimension(name="dry_run", value=str(request.dry_run).lower())
     metrics.add_metric(name="SweptProfiles", unit=MetricUnit.Count, value=len(outcomes))
-    return {"dry_run": request.dry_run, "decisions": [o.model_dump() for o in outcomes]}
+    return {"dry_run": request.dry_run, "decisions": [o.model_dump(mode="json") for o in outcomes]}

@@ -18,6 +18,8 @@ import botocore.session
 import pytest
 from botocore import xform_name
 
+from servingctl.local import iam
+
 ROOT = Path(__file__).resolve().parents[3]
 
 # action -> (why it needs Resource "*", condition key that must narrow it or None)
@@ -242,3 +244,53 @@ def test_profile_steps_role_grants_exactly_the_calls_its_code_makes(cfn):
 def test_smoke_test_calls_no_aws_api_and_gets_no_policy(cfn):
     assert boto3_actions(_modules_reachable_from(ROOT / "functions/smoke_test/app.py")) == set()
     assert "Policies" not in cfn["Resources"]["SmokeTestFunctionRole"]["Properties"]
+
+
+# ---- every action a policy names exists ---------------------------------------------------------
+def _all_actions(cfn: dict) -> set[str]:
+    return {a for _, s in identity_statements(cfn) for a in _as_list(s.get("Action", []))}
+
+
+def test_every_action_named_in_a_policy_exists(cfn):
+    actions = _all_actions(cfn)
+    assert len(actions) > 40, "the policies were not found"
+    assert sorted(a for a in actions if not iam.action_exists(a)) == [], "no botocore operation and not a permission-only action"
+    for action in actions:
+        service, name = action.split(":")
+        assert name.lower() in IAM_DATA[service]["Actions"], f"{action}: AWS's IAM action list (cfn-lint's copy) disagrees"
+
+
+@pytest.mark.parametrize("action", ["ecs:UpdateServices", "s3:ListObjectsV2", "states:Invoke"])
+def test_a_misspelt_action_does_not_exist(action):
+    assert not iam.action_exists(action)
+
+
+def test_permission_only_actions_have_no_operation_and_aws_knows_them():
+    for action in iam.PERMISSION_ONLY:
+        prefix, name = action.split(":")
+        assert name.lower() in IAM_DATA[prefix]["Actions"], action
+        assert not any(name in ops for ops in iam.operations_by_prefix()[prefix]), f"{action} is an operation: drop it from PERMISSION_ONLY"
+
+
+# ---- S3: "no such record" can be told from "denied" ---------------------------------------------
+def _role_policy(cfn: dict, role: str) -> iam.Policy:
+    refs = {"AWS::Partition": "aws", "RecordsBucket.Arn": "arn:aws:s3:::records"}
+
+    class Refs(dict):
+        def __missing__(self, key):
+            return f"<{key}>"
+
+    statements = []
+    for policy in cfn["Resources"][role]["Properties"]["Policies"]:
+        for s in _as_list(policy["PolicyDocument"]["Statement"]):
+            statements.append((s.get("Sid", ""), iam.resolve(s, Refs(refs), {})))
+    return iam.Policy(tuple(statements))
+
+
+@pytest.mark.parametrize("role", ["BenchWorkerFunctionRole", "BenchTaskRole"])
+@pytest.mark.parametrize(("prefix", "allowed"), [("runs/r1/shards/in64-c2/0.jsonl.gz", True), ("runs/", True), ("run", False), ("other/x", False)])
+def test_benchmark_roles_may_list_the_records_under_runs_only(cfn, role, prefix, allowed):
+    policy = _role_policy(cfn, role)
+    listing = iam.Request("s3:ListBucket", "arn:aws:s3:::records", {"s3:prefix": (prefix,)})
+    assert bool(policy.allowing(listing)) is allowed
+    assert not policy.allowing(iam.Request("s3:ListBucket", "arn:aws:s3:::records")), "a listing of the whole bucket"
