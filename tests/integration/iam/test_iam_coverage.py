@@ -10,6 +10,7 @@ The figures (calls recorded, distinct actions, statements never used) are printe
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -44,6 +45,10 @@ def twin(cfn: dict) -> Iterator[Twin]:
         yield running
 
 
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
 def _wait(api: httpx.Client, execution_id: str) -> dict[str, Any]:
     """GET /executions/{id} until it leaves RUNNING (a liveness bound, not a timing check)."""
     deadline = time.monotonic() + 180
@@ -70,7 +75,9 @@ def _full_runs(twin: Twin) -> str:
     assert twin.api_url is not None
     api = httpx.Client(base_url=twin.api_url, timeout=60)
     assert api.get("/profiles").status_code == 200
-    started = api.post(f"/profiles/{PROFILE}/start", json={"lease_minutes": 30, **START}).json()
+    # With an Idempotency-Key, as the CLI sends one: Powertools keeps its record in the table.
+    started = api.post(f"/profiles/{PROFILE}/start", json={"lease_minutes": 30, **START},
+                       headers={"Idempotency-Key": "iam-coverage-1"}).json()
     assert _wait(api, started["execution_id"])["status"] == "SUCCEEDED"
     assert api.get(f"/profiles/{PROFILE}").json()["phase"] == "READY"
     assert api.post(f"/profiles/{PROFILE}/keepalive", json={"minutes": 60}).status_code == 200
@@ -132,9 +139,13 @@ def test_every_call_of_the_full_runs_is_allowed_by_its_functions_role(twin: Twin
     print(f"\nIAM coverage: {len(calls)} calls recorded, {len(actions)} distinct actions, "
           f"{len(statements) - len(never_used)} of {len(statements)} statements used")
     for function in sorted({c.function for c in calls}):
-        mine = Counter(r.action for c in calls if c.function == function for r in c.requests)
-        print(f"  {function}: {sum(mine.values())} requests, actions {sorted(mine)}")
-    print(f"  never used: {never_used}")
+        mine = [r for c in calls if c.function == function for r in c.requests]
+        called = {r.action for r in mine}
+        granted = {a for _, st in twin.iam.policies[function].statements for a in _as_list(st.get("Action", []))}
+        partitions = sorted({re.sub(r"#.+", "#*", k) for r in mine for k in r.context.get("dynamodb:LeadingKeys", ())})
+        print(f"  {function}: {len(mine)} requests, {len(called)} actions, DynamoDB partitions {partitions}; "
+              f"granted, never called: {sorted(granted - called)}")
+    print(f"  statements never used: {never_used}")
     assert set(never_used) == set(NEVER_USED), "a grant no run uses: drop it, or say in NEVER_USED why it stays"
 
 

@@ -416,9 +416,9 @@ def function_policies(template: Mapping[str, Any], refs: Mapping[str, Any]) -> d
         role = resources[resource["Properties"]["Role"]["Fn::GetAtt"][0]]["Properties"]
         statements = []
         for policy in role.get("Policies", []):
-            for position, statement in enumerate(_as_list(policy["PolicyDocument"]["Statement"])):
-                label = f"{policy['PolicyName']}/{statement.get('Sid', position)}"
-                statements.append((label, resolve(statement, refs, conditions)))
+            # Resolved as a list: a statement under Fn::If may be AWS::NoValue and drop out.
+            for position, statement in enumerate(_as_list(resolve(policy["PolicyDocument"]["Statement"], refs, conditions))):
+                statements.append((f"{policy['PolicyName']}/{statement.get('Sid', position)}", statement))
         found[name] = Policy(tuple(statements))
     return found
 
