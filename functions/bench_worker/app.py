@@ -1,5 +1,5 @@
 """bench_worker Lambda (in the VPC): every run_benchmark step that talks to the model server or to
-benchmark storage, dispatched on event["action"] (servingctl.bench.worker lists them).
+benchmark storage, dispatched on event["action"] (servingctl.benchmarks.worker lists them).
 
 Event (the lambda:invoke Payload): {"action": "<step>", "state": <state>, "execution": <ARN>}.
 Env: SERVINGCTL_REGISTRY, SERVINGCTL_TABLE, SERVINGCTL_BUCKET, SERVINGCTL_BENCH_ECS_* (optional),
@@ -15,7 +15,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from servingctl.bench.worker import WorkerDeps, deps_from_env, run_action
+from servingctl.benchmarks.worker import WorkerDeps, deps_from_env, run_action
 from servingctl.registry import load_registry
 from servingctl.tracing import PATCH_MODULES
 

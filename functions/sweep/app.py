@@ -1,8 +1,10 @@
-"""sweep Lambda: the auto-shutdown sweep, run by an EventBridge Scheduler schedule every 5 minutes.
+"""sweep Lambda: the reconciler and the auto-shutdown sweep, run by an EventBridge Scheduler schedule
+every 5 minutes, and the reconciler alone on a start/stop/run_benchmark execution that ended
+ABORTED, TIMED_OUT or FAILED (EventBridge's "Step Functions Execution Status Change").
 
-Event (the schedule's input): {"dry_run": false} (dry_run true reports without stopping; "poll"
-optionally paces the stop executions it starts). Env: SERVINGCTL_REGISTRY, SERVINGCTL_TABLE,
-STOP_STATE_MACHINE_ARN, POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE.
+Scheduled event: {"dry_run": false} (dry_run true reports without stopping; "poll" optionally
+paces the stop executions the auto-stop starts). Env: SERVINGCTL_REGISTRY, SERVINGCTL_TABLE,
+START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from servingctl.control.autostop import GAUGE_TIMEOUT_S, SweepDeps, SweepInput, sweep
-from servingctl.control.clock import Clock, SystemClock
-from servingctl.control.settings import parse_input
+from servingctl.shared.clock import Clock, SystemClock
+from servingctl.control.deps import Deps
+from servingctl.control.reconcile import STATUS_CHANGE, ReconcileDeps, Repair, on_status_change, reconcile
+from servingctl.shared.settings import parse_input
 from servingctl.registry import load_registry
 from servingctl.store import DynamoStore
 from servingctl.tracing import PATCH_MODULES
@@ -31,30 +35,68 @@ _clients: dict[str, Any] = {}
 CLOCK: Clock = SystemClock()
 
 
-def _deps() -> SweepDeps:
-    """Clients and the store are built once per container; the registry is cached by its loader."""
+def _client(name: str) -> Any:
+    """Clients and the store are built once per container."""
     if not _clients:
-        _clients.update(sfn=boto3.client("stepfunctions"), cloudwatch=boto3.client("cloudwatch"), events=boto3.client("events"))
+        _clients.update({s: boto3.client(s) for s in ("stepfunctions", "cloudwatch", "events", "ecs", "autoscaling")})
         _clients["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
         # Who did it: the stops the sweep starts carry its own role's ARN (GetCallerIdentity needs no permission).
         _clients["identity"] = boto3.client("sts").get_caller_identity()["Arn"]
         _clients["http"] = httpx.Client(timeout=GAUGE_TIMEOUT_S)
-    return SweepDeps(**_clients, registry=load_registry(), stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"], clock=CLOCK)
+    return _clients[name]
+
+
+def _sweep_deps() -> SweepDeps:
+    """The auto-stop's collaborators; the registry is cached by its loader."""
+    return SweepDeps(sfn=_client("stepfunctions"), cloudwatch=_client("cloudwatch"), events=_client("events"),
+                     store=_client("store"), registry=load_registry(), stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"],
+                     clock=CLOCK, identity=_client("identity"), http=_client("http"))
+
+
+def _reconcile_deps() -> ReconcileDeps:
+    """The reconciler's collaborators (it reads ECS and Auto Scaling, never scales them itself)."""
+    steps = Deps(ecs=_client("ecs"), autoscaling=_client("autoscaling"), elbv2=None, ec2=None, store=_client("store"),
+                 registry=load_registry(), clock=CLOCK)
+    machines = {"start": os.environ["START_STATE_MACHINE_ARN"], "stop": os.environ["STOP_STATE_MACHINE_ARN"]}
+    return ReconcileDeps(steps=steps, sfn=_client("stepfunctions"), events=_client("events"), machines=machines,
+                         identity=_client("identity"))
+
+
+def _count(name: str, reason: str, dry_run: bool) -> None:
+    """One metric per decision with its reason as the dimension (idle, lease-expired, phase-stuck, ...)."""
+    with single_metric(name=name, unit=MetricUnit.Count, value=1,
+                       namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "servingctl")) as metric:
+        metric.add_dimension(name="reason", value=reason)
+        metric.add_dimension(name="dry_run", value=str(dry_run).lower())
+
+
+def _report(repairs: list[Repair], dry_run: bool) -> None:
+    for repair in repairs:
+        logger.info("reconcile decision", extra=repair.model_dump() | {"dry_run": dry_run})
+        _count("Reconciled", repair.reason, dry_run)
 
 
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Decide for every READY profile, log and count each decision, and answer with them all."""
+    """Reconcile (every profile, or the one a status change is about), then decide for every READY
+    profile; log and count each decision, count the profiles that raised (SweepErrors), answer with all."""
+    if isinstance(event, dict) and event.get("detail-type") == STATUS_CHANGE:
+        repairs = on_status_change(_reconcile_deps(), event)
+        _report(repairs, False)
+        metrics.add_metric(name="SweepErrors", unit=MetricUnit.Count, value=sum(r.action == "error" for r in repairs))
+        return {"trigger": "status-change", "repairs": [r.model_dump(mode="json") for r in repairs]}
     request = parse_input(SweepInput, event if event is not None else {})
-    outcomes = sweep(_deps(), dry_run=request.dry_run, poll=request.poll)
+    repairs = reconcile(_reconcile_deps(), dry_run=request.dry_run)
+    _report(repairs, request.dry_run)
+    outcomes = sweep(_sweep_deps(), dry_run=request.dry_run, poll=request.poll)
     for outcome in outcomes:
         logger.info("sweep decision", extra=outcome.model_dump() | {"dry_run": request.dry_run})
-        # One metric per decision with its reason as the dimension (idle, lease-expired, in-use, ...).
-        with single_metric(name="SweepDecisions", unit=MetricUnit.Count, value=1,
-                           namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "servingctl")) as metric:
-            metric.add_dimension(name="reason", value=outcome.reason)
-            metric.add_dimension(name="dry_run", value=str(request.dry_run).lower())
+        _count("SweepDecisions", outcome.reason, request.dry_run)
     metrics.add_metric(name="SweptProfiles", unit=MetricUnit.Count, value=len(outcomes))
-    return {"dry_run": request.dry_run, "decisions": [o.model_dump(mode="json") for o in outcomes]}
+    errors = sum(r.action == "error" for r in repairs) + sum(o.action == "error" for o in outcomes)
+    # Always published (0 included), so the SweepErrors alarm sees a datapoint per sweep.
+    metrics.add_metric(name="SweepErrors", unit=MetricUnit.Count, value=errors)
+    return {"dry_run": request.dry_run, "repairs": [r.model_dump(mode="json") for r in repairs],
+            "decisions": [o.model_dump(mode="json") for o in outcomes]}

@@ -178,6 +178,8 @@ variable "profiles" {
     schedule = optional(object({
       timezone = optional(string, "UTC")
       override = optional(string)
+      # true: a period's end stops the profile even while requests run (after the drain).
+      enforced = optional(bool, false)
       periods = list(object({
         begin_time = optional(string)
         end_time   = optional(string)
@@ -211,11 +213,16 @@ variable "profiles" {
     error_message = "profiles must not be empty and every profile name must match ^[a-z0-9][a-z0-9-]{0,27}$ (it names the target group llm-<profile>, 32 characters at most)."
   }
   validation {
+    condition     = alltrue([for p in values(var.profiles) : p.task_cpu >= 256 && p.task_cpu <= 196608 && floor(p.task_cpu) == p.task_cpu && p.task_memory_mib >= 512 && floor(p.task_memory_mib) == p.task_memory_mib])
+    error_message = "profiles.*.task_cpu must be an integer from 256 to 196608 (ECS CPU units, 1024 per vCPU; 192 vCPUs is ECS's task maximum on EC2) and profiles.*.task_memory_mib an integer of at least 512 (MiB)."
+  }
+  validation {
     condition     = alltrue([for k, p in var.profiles : contains(keys(var.pools), p.pool)])
     error_message = "profiles.*.pool must name a key of pools."
   }
+  # A profile on an unknown pool gets the rule above's message only.
   validation {
-    condition     = alltrue([for p in values(var.profiles) : p.vllm.tensor_parallel_size >= 1 && p.vllm.tensor_parallel_size <= try(var.pools[p.pool].gpu_count, 0)])
+    condition     = alltrue([for p in values(var.profiles) : !contains(keys(var.pools), p.pool) || (p.vllm.tensor_parallel_size >= 1 && p.vllm.tensor_parallel_size <= try(var.pools[p.pool].gpu_count, 0))])
     error_message = "profiles.*.vllm.tensor_parallel_size must be 1..gpu_count of the profile's pool (the task reserves that many GPUs)."
   }
   validation {
@@ -225,6 +232,10 @@ variable "profiles" {
   validation {
     condition     = alltrue([for p in values(var.profiles) : p.vllm.max_num_seqs >= 1 && p.vllm.max_num_seqs <= 1024 && p.vllm.max_num_seqs * (1 + p.vllm.speculative_tokens) <= 16384])
     error_message = "profiles.*.vllm.max_num_seqs must be 1..1024 and max_num_seqs x (1 + speculative_tokens) at most 16384 (CUDA-graph capture sizes)."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : (p.vllm.max_num_batched_tokens == null || try(p.vllm.max_num_batched_tokens >= 1, false)) && (p.vllm.max_model_len == null || try(p.vllm.max_model_len >= 1, false))])
+    error_message = "profiles.*.vllm.max_num_batched_tokens and profiles.*.vllm.max_model_len must be null (vLLM's default) or at least 1."
   }
   validation {
     condition     = alltrue([for p in values(var.profiles) : p.vllm.kv_cache_dtype == null || contains(["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], coalesce(p.vllm.kv_cache_dtype, "auto"))])
@@ -267,8 +278,8 @@ variable "profiles" {
     error_message = "profiles.*.listener_priority must be unique and 1..50000."
   }
   validation {
-    condition     = alltrue([for p in values(var.profiles) : p.default_lease_minutes >= 5 && p.default_lease_minutes <= p.max_lease_minutes && p.max_lease_minutes <= 44640])
-    error_message = "profiles.*.default_lease_minutes must be 5..max_lease_minutes, and max_lease_minutes at most 44640."
+    condition     = alltrue([for p in values(var.profiles) : p.default_lease_minutes >= 5 && p.default_lease_minutes <= p.max_lease_minutes && p.default_lease_minutes <= 10080 && p.max_lease_minutes <= 44640])
+    error_message = "profiles.*.default_lease_minutes must be 5..max_lease_minutes and at most 10080 (7 days), and max_lease_minutes at most 44640 (31 days)."
   }
   validation {
     condition = alltrue([for p in values(var.profiles) :
@@ -277,6 +288,27 @@ variable "profiles" {
       && (p.autostop.max_session_usd == null || try(p.autostop.max_session_usd > 0 && p.autostop.max_session_usd <= 1000000, false))
     ])
     error_message = "profiles.*.autostop: warning_minutes must be 1..1440, drain_minutes 0..120, max_runtime_minutes null or default_lease_minutes..44640, max_session_usd null or above 0 up to 1000000."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.idle.window_minutes >= 5 && p.idle.window_minutes <= 1440])
+    error_message = "profiles.*.idle.window_minutes must be 5..1440 (minutes without a request before the sweep stops the profile)."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : alltrue([for t in [p.start.capacity_timeout_s, p.start.task_timeout_s, p.start.health_timeout_s] : t == null || try(t >= 1, false)]) && p.start.max_task_failures >= 1])
+    error_message = "profiles.*.start: capacity_timeout_s, task_timeout_s and health_timeout_s must be positive seconds (task and health: null derives them from the load time) and max_task_failures at least 1."
+  }
+  # The schedule's time zone is checked by the controller (IANA names); Terraform has no zone list.
+  validation {
+    condition = alltrue([for p in values(var.profiles) : p.schedule == null || try(
+      length(p.schedule.periods) >= 1 && contains(["running", "stopped"], coalesce(p.schedule.override, "running"))
+      && alltrue([for period in p.schedule.periods :
+        alltrue([for t in compact([period.begin_time, period.end_time]) : can(regex("^([01][0-9]|2[0-3]):[0-5][0-9]$", t))])
+        && alltrue([for d in period.weekdays : contains(["mon", "tue", "wed", "thu", "fri", "sat", "sun"], d)])
+        # month_days may be null (every day of the month).
+        && alltrue([for d in coalesce(period.month_days, []) : d >= 1 && d <= 31 && floor(d) == d])
+      ]), false)
+    ])
+    error_message = "profiles.*.schedule: periods must hold at least one period, each with begin_time and end_time as HH:MM (00:00..23:59) or null, weekdays from mon, tue, wed, thu, fri, sat, sun, month_days from 1 to 31; override must be null, running or stopped."
   }
   validation {
     condition     = alltrue([for p in values(var.profiles) : p.revision == null || can(regex("^[0-9a-f]{40}$", coalesce(p.revision, "x")))])

@@ -1,7 +1,7 @@
-# Pinned versions. No .terraform.lock.hcl is committed: it can only be produced by `terraform init`
-# (no terraform binary runs where this was written); run `terraform init` once and commit the lock.
+# Version constraints: what the tests run (Terraform 1.11, provider 5.100) and the current releases
+# (Terraform 1.x, provider 6.x). .terraform.lock.hcl pins the provider version init installs.
 terraform {
-  # 1.9+ is needed for variable validations that refer to other variables.
+  # Validations that refer to other variables need 1.9; terraform test's override_during, 1.11.
   required_version = ">= 1.11.0, < 2.0.0"
 
   required_providers {

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from servingctl.bench.models import RunConfig, RunResult
+from servingctl.schema.results import RunConfig, RunResult
 from servingctl.bench.outputs import read_results
 from servingctl.bench.runner import run_benchmark
 from servingctl.cli.main import main

@@ -1,6 +1,8 @@
 # The reference deployment as a user plans it: reference.auto.tfvars (loaded automatically) plus
-# terraform.tfvars.example (passed with -var-file, as `cp terraform.tfvars.example terraform.tfvars`
-# would). The mock provider answers at plan time, so every value below is the planned one.
+# the example's values (the pytest suite runs this in a copy with `cp terraform.tfvars.example
+# terraform.tfvars`; by hand, -var-file=terraform.tfvars.example plans the same, the two files
+# setting different variables). The mock provider answers at plan time, so every value below is
+# the planned one.
 
 mock_provider "aws" {
   source          = "./tests/mocks"

@@ -129,6 +129,14 @@ run "unknown_weights_source" {
   expect_failures = [var.profiles]
 }
 
+run "s3_weights_without_a_bucket" {
+  command = plan
+  variables {
+    model_weights_bucket = null
+  }
+  expect_failures = [var.profiles]
+}
+
 run "reserved_name_prefix" {
   command = plan
   variables {
@@ -157,6 +165,102 @@ run "max_runtime_below_the_default_lease" {
   command = plan
   variables {
     profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = {}, default_lease_minutes = 120, autostop = { max_runtime_minutes = 119 } } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "task_cpu_under_256" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 255, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = {} } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "task_cpu_over_196608" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 196609, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = {} } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "max_model_len_zero" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = { max_model_len = 0 } } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "default_lease_over_7_days" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = {}, default_lease_minutes = 10081, max_lease_minutes = 44640 } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "idle_window_under_5" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = {}, idle = { window_minutes = 4 } } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "idle_window_over_1440" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = {}, idle = { window_minutes = 1441 } } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "start_task_timeout_zero" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = {}, start = { task_timeout_s = 0 } } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "schedule_time_past_23_59" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = {}, schedule = { periods = [{ begin_time = "24:00" }] } } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "schedule_unknown_weekday" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = {}, schedule = { periods = [{ weekdays = ["mon", "monday"] }] } } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "schedule_month_day_32" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = {}, schedule = { periods = [{ month_days = [1, 32] }] } } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "schedule_unknown_override" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = {}, schedule = { override = "paused", periods = [{}] } } }
+  }
+  expect_failures = [var.profiles]
+}
+
+run "schedule_without_periods" {
+  command = plan
+  variables {
+    profiles = { m = { pool = "p", image = "vllm/vllm-openai:v0.26.0", model_id = "org/model", task_cpu = 1024, task_memory_mib = 4096, listener_priority = 1, weights_gb = 10, vllm = {}, schedule = { periods = [] } } }
   }
   expect_failures = [var.profiles]
 }

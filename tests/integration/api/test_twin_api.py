@@ -15,7 +15,7 @@ import pytest
 
 from servingctl.cli.client import write_twin_state
 from servingctl.cli.main import main
-from servingctl.control.clock import OffsetClock
+from servingctl.shared.clock import OffsetClock
 from servingctl.local.twin import Twin
 from servingctl.local.world import Delays
 

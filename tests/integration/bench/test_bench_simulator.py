@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from servingctl.bench.calibration import build_prompt
-from servingctl.bench.models import RunConfig, RunResult
+from servingctl.schema.results import RunConfig, RunResult
 from servingctl.bench.outputs import read_results
 from servingctl.bench.runner import run_benchmark
 from servingctl.cli.main import main
@@ -118,10 +118,19 @@ def test_cli_writes_results_and_prints_the_reference_table(sim, tmp_path, capsys
                  "--warmup", "0", "--rounds", "2", "--max-tokens", str(MAX_TOKENS), "--output", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0
-    for column in ("input tokens", "concurrency", "aggregate tok/s", "median TTFT ms", "decode tok/s"):
-        assert column in out
+    lines = out.splitlines()
+    # the reference's columns, in two-line headers, then one row per scenario in input order
+    top = next(i for i, line in enumerate(lines) if line.startswith("input"))
+    header = [cell for line in lines[top:top + 2] for cell in line.split()]
+    for word in ("input", "conc.", "aggregate", "TTFT", "median", "decode", "failed"):
+        assert word in header
     run = read_results(tmp_path)
     assert [s.summary.name for s in run.scenarios] == ["in256-c1", "in256-c2"]
+    rows = [line.split() for line in lines[top + 2:top + 4]]
+    for row, scenario in zip(rows, run.scenarios, strict=True):
+        # input tokens, concurrency and aggregate tok/s as written to results.json
+        assert row[:2] == ["256", str(scenario.summary.concurrency)]
+        assert float(row[2].replace(",", "")) == round(scenario.summary.aggregate_tok_s, 2)
     assert (tmp_path / "vllm" / "in256-c2.json").exists() and (tmp_path / "report.md").exists()
 
 

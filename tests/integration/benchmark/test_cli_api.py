@@ -143,3 +143,23 @@ def test_bench_profile_refuses_endpoint_flags(cli: Any) -> None:
     with pytest.raises(SystemExit) as exit_info:
         cli("bench", "--profile", PROFILE, "--endpoint", "http://x")
     assert exit_info.value.code == 2
+
+
+def test_a_run_whose_execution_is_aborted_reads_failed_with_the_abort_not_running_for_ever(twin: Twin, cli: Any) -> None:
+    api = twin.api_url
+    body = {"profile": "nemotron-nano", "start": True, "input_tokens": [64], "concurrencies": [1, 2, 4], "warmup": 0,
+            "rounds": 50, "max_tokens": 64, "run_id": "20261202T000000Z-abort", "start_options": {"poll": POLL}}
+    ref = httpx.post(f"{api}/benchmarks", json=body, timeout=30)
+    assert ref.status_code == 202, ref.text
+    deadline = time.monotonic() + 180
+    while httpx.get(f"{api}/benchmarks/{body['run_id']}", timeout=30).json()["status"] != "RUNNING":
+        assert time.monotonic() < deadline, "the run never got to its scenarios"
+        time.sleep(0.2)
+    twin.client("stepfunctions").stop_execution(executionArn=ref.json()["execution_arn"], cause="aborted from the console")
+    detail = httpx.get(f"{api}/benchmarks/{body['run_id']}", timeout=30).json()
+    assert detail["execution_status"] == "ABORTED" and detail["status"] == "FAILED"
+    assert "ABORTED" in detail["error"]
+    code, _, err = cli("wait", body["run_id"])
+    assert code == 1 and "FAILED" in err
+    code, out, err = cli("stop", "nemotron-nano", "--wait")
+    assert code == 0, out[-2000:] + err

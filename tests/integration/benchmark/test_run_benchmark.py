@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from servingctl.bench import worker as bench_worker
+from servingctl.benchmarks import worker as bench_worker
 from servingctl.costs import CompareInput, compare, load_catalog
 from servingctl.store.records import records_key
 
@@ -199,7 +199,7 @@ def test_the_ecs_task_entry_point_runs_a_scenario_as_the_state_machine_hands_it(
     item = _evaluate(scenarios["ItemSelector"], result.output, {"Map": {"Item": {"Value": planned}}, "Execution": {"Id": result.arn}})
     event = _evaluate(scenarios["ItemProcessor"]["States"]["BuildEcsEvent"]["Parameters"], item, {})
     environment = {**os.environ, **bench.twin.environment(), "SERVINGCTL_BENCH_EVENT": json.dumps(event)}
-    done = subprocess.run([sys.executable, "-m", "servingctl.bench.worker"], env=environment, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "servingctl.benchmarks.worker"], env=environment, capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout.splitlines()[-1])

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError
 
-from servingctl.control.clock import OffsetClock
+from servingctl.shared.clock import OffsetClock
 from servingctl.local import iam
 from servingctl.local.twin import Twin, function_name
 from servingctl.local.world import Delays

@@ -2,7 +2,7 @@
 
 import pytest
 
-from servingctl.bench.models import RunConfig
+from servingctl.schema.results import RunConfig
 from servingctl.cli import bench as bench_cli
 from servingctl.cli.main import build_parser, main
 

@@ -12,7 +12,7 @@ from servingctl.bench.metrics import (
     tokens_per_chunk,
     with_request_metrics,
 )
-from servingctl.bench.models import RequestRecord
+from servingctl.schema.results import RequestRecord
 
 MS = 1_000_000
 

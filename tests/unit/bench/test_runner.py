@@ -8,7 +8,7 @@ import httpx
 
 from servingctl.bench.backend import Connection
 from servingctl.bench.calibration import UNIT
-from servingctl.bench.models import Calibration, RunConfig
+from servingctl.schema.results import Calibration, RunConfig
 from servingctl.bench.runner import run_benchmark, run_scenario
 
 

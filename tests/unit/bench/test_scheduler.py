@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from servingctl.bench.models import RequestRecord
+from servingctl.schema.results import RequestRecord
 from servingctl.bench.scheduler import poisson_offsets, run_bursts, run_rate, run_sustained
 
 

@@ -57,7 +57,7 @@ def test_cpu_share_at_the_default_limit_is_not_bound_and_a_point_past_it_is():
 
 
 def test_a_benchmark_input_judges_with_the_same_defaults():
-    from servingctl.bench.matrix import BenchmarkInput
+    from servingctl.benchmarks.matrix import BenchmarkInput
 
     given = BenchmarkInput(profile="p")
     assert (given.client_lag_limit_ms, given.client_cpu_limit) == (5.0, 0.8)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from servingctl.control.polling import run_check
-from servingctl.control.settings import Poll
+from servingctl.shared.settings import Poll
 from servingctl.control.steps import ACTIONS
 
 from .conftest import FakeClock

@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 import pytest
 
-from servingctl.control.errors import InvalidInput, ProfileNotFound, SmokeTestFailed
+from servingctl.shared.errors import InvalidInput, ProfileNotFound, SmokeTestFailed
 from servingctl.control.steps import ACTIONS
 from servingctl.store import DynamoStore, Phase
 from servingctl.store.dynamodb import create_table

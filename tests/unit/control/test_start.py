@@ -9,7 +9,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from servingctl.control.deps import Deps
-from servingctl.control.errors import (
+from servingctl.shared.errors import (
     CapacityUnavailable,
     DeadlineExceeded,
     InvalidInput,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from servingctl.control.deps import Deps
-from servingctl.control.errors import DeadlineExceeded, StopRequested
+from servingctl.shared.errors import DeadlineExceeded, StopRequested
 from servingctl.store import Phase
 
 from .conftest import EXEC_OTHER, EXEC_START, EXEC_STOP, OTHER, PROFILE, FakeClock, World

@@ -11,7 +11,7 @@ import pytest
 from moto import mock_aws
 
 from servingctl.bench.metrics import round_result, scenario_summary, with_request_metrics
-from servingctl.bench.models import Calibration, RequestRecord, RunConfig, ServerChecks
+from servingctl.schema.results import Calibration, RequestRecord, RunConfig, ServerChecks
 from servingctl.bench.selfcheck import judge
 from servingctl.costs import CompareInput, compare
 from servingctl.store.benchmarks import (

@@ -243,8 +243,38 @@ def test_a_failed_sweep_lands_in_an_alarmed_dead_letter_queue(template):
 
 
 def test_bench_worker_concurrency_is_capped_above_a_split_scenario(template):
-    from servingctl.bench.matrix import MAX_WORKERS
+    from servingctl.benchmarks.matrix import MAX_WORKERS
 
     reserved = template["Resources"]["BenchWorkerFunction"]["Properties"]["ReservedConcurrentExecutions"]
     # A split scenario starts MAX_WORKERS shards at the same instant: a cap below it would throttle one.
     assert MAX_WORKERS <= reserved <= 4 * MAX_WORKERS
+
+
+def test_flows_that_end_aborted_timed_out_or_failed_reach_the_reconciler(template):
+    resources = template["Resources"]
+    rule = resources["FlowEndedRule"]["Properties"]
+    pattern = rule["EventPattern"]
+    assert pattern["source"] == ["aws.states"] and pattern["detail-type"] == ["Step Functions Execution Status Change"]
+    assert sorted(pattern["detail"]["status"]) == ["ABORTED", "FAILED", "TIMED_OUT"]
+    machines = {m["Ref"] for m in pattern["detail"]["stateMachineArn"]}
+    assert machines == {"StartProfileStateMachine", "StopProfileStateMachine", "RunBenchmarkStateMachine"}
+    [target] = rule["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": ["SweepFunction", "Arn"]}
+    assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": ["SweepDeadLetterQueue", "Arn"]}}
+    permission = resources["FlowEndedPermission"]["Properties"]
+    assert permission["SourceArn"] == {"Fn::GetAtt": ["FlowEndedRule", "Arn"]}
+    assert permission["Principal"] == "events.amazonaws.com"
+
+
+def test_start_and_stop_alarm_when_aborted_failed_or_timed_out_and_the_sweep_on_errors(template):
+    alarms = [a["Properties"] for a in _of_type(template, "AWS::CloudWatch::Alarm").values()]
+    by_machine: dict[str, set[str]] = {}
+    for alarm in alarms:
+        for dimension in alarm["Dimensions"]:
+            if dimension["Name"] == "StateMachineArn":
+                by_machine.setdefault(dimension["Value"]["Ref"], set()).add(alarm["MetricName"])
+    wanted = {"ExecutionsAborted", "ExecutionsFailed", "ExecutionsTimedOut"}
+    assert wanted <= by_machine["StartProfileStateMachine"] and wanted <= by_machine["StopProfileStateMachine"]
+    sweep = [(a["Namespace"], a["MetricName"]) for a in alarms if a["Namespace"] in ("servingctl", "AWS/Lambda")]
+    assert sorted(sweep) == [("AWS/Lambda", "Errors"), ("servingctl", "SweepErrors")]
+    assert all(a["AlarmActions"] == [{"Ref": "AlarmTopic"}] and a["Threshold"] == 1 for a in alarms)

@@ -1,6 +1,7 @@
 """Fixtures of the Terraform data-plane tests: the terraform CLI on infra/terraform (initialised by
-`make tf-init`, which picks the local provider mirror or the registry), the reference plan from
-`terraform test` with the mock provider, and one cached checkov run per session."""
+`make tf-init`, which picks the local provider mirror or the registry), a copy of the configuration
+set up as the README tells a user (terraform.tfvars copied from the example), the reference plan
+from `terraform test` with the mock provider in that copy, and one cached checkov run per session."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,20 +21,19 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 TF_ROOT = REPO / "infra" / "terraform"
-# As a user runs it: reference.auto.tfvars loads itself, terraform.tfvars.example as if copied.
-VAR_FILE = "-var-file=terraform.tfvars.example"
 DATA_DIR = Path(os.environ.get("TF_DATA_DIR") or REPO / ".cache" / "terraform")
 
 
-def terraform(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run terraform in infra/terraform on the initialised data directory (no colour, no prompts)."""
+def terraform(*args: str, cwd: Path = TF_ROOT, stdin: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run terraform in infra/terraform (or a copy of it) on the initialised data directory (no
+    colour, no prompts)."""
     binary = shutil.which("terraform")
     if binary is None:
         pytest.fail("terraform not found on PATH: install Terraform 1.11 or later")
     _init_once()
     env = {**os.environ, "TF_DATA_DIR": str(DATA_DIR), "TF_IN_AUTOMATION": "1"}
     return subprocess.run(
-        [binary, *args], cwd=TF_ROOT, capture_output=True, text=True, timeout=timeout, env=env, check=False
+        [binary, *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=timeout, env=env, check=False
     )
 
 
@@ -54,6 +56,15 @@ def json_lines(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
+def user_copy() -> Path:
+    """A fresh copy of infra/terraform as a user prepares it: `cp terraform.tfvars.example
+    terraform.tfvars` (reference.auto.tfvars then loads after it, as on the user's machine)."""
+    copy = Path(tempfile.mkdtemp(prefix="servingctl-tf-")) / "terraform"
+    shutil.copytree(TF_ROOT, copy, ignore=shutil.ignore_patterns(".terraform", "terraform.tfvars"))
+    shutil.copyfile(TF_ROOT / "terraform.tfvars.example", copy / "terraform.tfvars")
+    return copy
+
+
 def _config_digest() -> str:
     """Hash of every file the reference plan depends on."""
     digest = hashlib.sha256()
@@ -62,16 +73,20 @@ def _config_digest() -> str:
     return digest.hexdigest()
 
 
-def _plan_reference() -> dict[str, Any]:
-    """The planned outputs and resources of tests/reference.tftest.hcl's "reference" run (every run
-    of that file must pass)."""
-    proc = terraform("test", "-json", "-verbose", "-no-color", VAR_FILE, "-filter=tests/reference.tftest.hcl")
+def _plan_run(test_file: str, run: str) -> dict[str, Any]:
+    """The planned outputs and resources of one run of tests/<test_file> in a user's copy (every
+    run of that file must pass)."""
+    copy = user_copy()
+    try:
+        proc = terraform("test", "-json", "-verbose", "-no-color", f"-filter=tests/{test_file}", cwd=copy)
+    finally:
+        shutil.rmtree(copy.parent)
     messages = json_lines(proc.stdout)
-    plans = [m["test_plan"] for m in messages if m.get("type") == "test_plan" and m.get("@testrun") == "reference"]
+    plans = [m["test_plan"] for m in messages if m.get("type") == "test_plan" and m.get("@testrun") == run]
     summary = [m["test_summary"] for m in messages if m.get("type") == "test_summary"]
     if proc.returncode != 0 or len(plans) != 1 or summary != [{**summary[0], "status": "pass", "failed": 0, "errored": 0}]:
         errors = [m.get("@message", "") + " " + str(m.get("diagnostic", {}).get("detail", "")) for m in messages if m.get("@level") == "error"]
-        pytest.fail(f"terraform test of the reference failed (exit {proc.returncode}): {errors or proc.stderr[-2000:]}")
+        pytest.fail(f"terraform test of tests/{test_file} failed (exit {proc.returncode}): {errors or proc.stderr[-2000:]}")
     (plan,) = plans
     return {
         "outputs": {name: change["after"] for name, change in plan["output_changes"].items()},
@@ -79,22 +94,39 @@ def _plan_reference() -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="session")
-def reference_plan() -> dict[str, Any]:
-    """The reference plan, computed once for all pytest workers (cached under the data directory,
-    keyed by the configuration's content, behind a file lock)."""
+def _cached_plan(test_file: str, run: str) -> dict[str, Any]:
+    """_plan_run, computed once for all pytest workers (cached under the data directory, keyed by
+    the configuration's content, behind a file lock)."""
     DATA_DIR.mkdir(parents=True, exist_ok=True)
-    cache = DATA_DIR / "servingctl-reference-plan.json"
+    stem = f"servingctl-plan-{test_file.removesuffix('.tftest.hcl')}-{run}"
+    cache = DATA_DIR / f"{stem}.json"
     digest = _config_digest()
-    with (DATA_DIR / "servingctl-reference-plan.lock").open("w") as lock:
+    with (DATA_DIR / f"{stem}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if cache.is_file():
             cached = json.loads(cache.read_text())
             if cached.get("digest") == digest:
                 return cached["plan"]
-        plan = _plan_reference()
+        plan = _plan_run(test_file, run)
         cache.write_text(json.dumps({"digest": digest, "plan": plan}))
         return plan
+
+
+# Test files whose plans the fixtures below read (test_terraform.py runs the other files).
+PLANNED_FILES = ("reference.tftest.hcl", "limits.tftest.hcl")
+
+
+@pytest.fixture(scope="session")
+def reference_plan() -> dict[str, Any]:
+    """The reference deployment's plan (tests/reference.tftest.hcl, run "reference")."""
+    return _cached_plan("reference.tftest.hcl", "reference")
+
+
+@pytest.fixture(scope="session")
+def limits_registry() -> dict[str, Any]:
+    """The registry planned with every profile field at a validation limit (tests/limits.tftest.hcl)."""
+    plan = _cached_plan("limits.tftest.hcl", "registry_limits")
+    return json.loads(plan["resources"]["aws_ssm_parameter.registry"]["value"])
 
 
 @pytest.fixture(scope="session")
@@ -126,6 +158,14 @@ def checkov_report() -> dict:
 
 
 @pytest.fixture(scope="session")
+def user_dir() -> Iterator[Path]:
+    """One user's copy of infra/terraform (terraform.tfvars from the example) for the session."""
+    copy = user_copy()
+    yield copy
+    shutil.rmtree(copy.parent)
+
+
+@pytest.fixture(scope="session")
 def tf() -> SimpleNamespace:
     """The terraform helpers, for tests (pytest's importlib mode cannot import conftest)."""
-    return SimpleNamespace(run=terraform, json_lines=json_lines, var_file=VAR_FILE, root=TF_ROOT, repo=REPO)
+    return SimpleNamespace(run=terraform, json_lines=json_lines, root=TF_ROOT, repo=REPO, planned_files=PLANNED_FILES)

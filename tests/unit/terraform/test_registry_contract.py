@@ -27,6 +27,19 @@ def test_controller_loader_accepts_the_registry(published: dict) -> None:
     assert load is not None and load.health_check_grace_s == 922 and load.weights_pass_s == 161
 
 
+def test_controller_loader_accepts_every_value_terraform_accepts_at_its_limits(limits_registry: dict) -> None:
+    # tests/limits.tftest.hcl plans the profile fields at the bounds their validations allow: the
+    # controller must load that registry, or a plan that passes would deploy a registry it refuses.
+    schema = json.loads((PACKAGE / "registry" / "schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(limits_registry)
+    registry = parse_registry(json.dumps(limits_registry))
+    low, high = registry.profile("low"), registry.profile("high")
+    assert (low.idle.window_minutes, high.idle.window_minutes) == (5, 1440)
+    assert (low.default_lease_minutes, high.default_lease_minutes, high.max_lease_minutes) == (5, 10080, 44640)
+    assert low.schedule is not None and low.schedule.enforced and low.schedule.override == "stopped"
+    assert low.start.task_timeout_s == low.start.health_timeout_s == low.start.max_task_failures == 1
+
+
 def test_registry_names_the_resources_terraform_creates(published: dict, reference_plan: dict) -> None:
     # Names come from the module outputs, so they are the ones the controller must call.
     resources = reference_plan["resources"]

@@ -1,9 +1,11 @@
 """The data plane through Terraform's own tools: formatted, valid on the pinned provider, and every
-`terraform test` file (mock AWS provider: plans without credentials) passing."""
+`terraform test` file (mock AWS provider: plans without credentials) passing in a user's copy
+(terraform.tfvars copied from the example)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 TEST_FILES = sorted(p.name for p in (Path(__file__).resolve().parents[3] / "infra" / "terraform" / "tests").glob("*.tftest.hcl"))
@@ -23,11 +25,11 @@ def test_configuration_is_valid(tf) -> None:
     assert problems == []
 
 
-def test_terraform_test_passes_every_run(tf) -> None:
-    # The reference file runs verbose in the reference_plan fixture; the others run here.
-    others = [f"-filter=tests/{name}" for name in TEST_FILES if name != "reference.tftest.hcl"]
-    assert others, "no terraform test files besides the reference"
-    proc = tf.run("test", "-json", "-no-color", tf.var_file, *others)
+def test_terraform_test_passes_every_run(tf, user_dir) -> None:
+    # The files whose plans fixtures read run verbose there (reference_plan, limits_registry).
+    others = [f"-filter=tests/{name}" for name in TEST_FILES if name not in tf.planned_files]
+    assert others, "no terraform test files besides the planned ones"
+    proc = tf.run("test", "-json", "-no-color", *others, cwd=user_dir)
     messages = tf.json_lines(proc.stdout)
     runs = {(m["test_run"]["path"], m["test_run"]["run"]): m["test_run"]["status"]
             for m in messages if m.get("type") == "test_run" and m["test_run"].get("progress") == "complete"}  # fmt: skip
@@ -37,8 +39,13 @@ def test_terraform_test_passes_every_run(tf) -> None:
     assert failed == {} and errors == [], f"{failed}\n" + "\n".join(errors)
     (summary,) = [m["test_summary"] for m in messages if m.get("type") == "test_summary"]
     assert summary["status"] == "pass" and summary["failed"] == summary["errored"] == summary["skipped"] == 0
-    assert {path for path, _ in runs} == {f"tests/{name}" for name in TEST_FILES if name != "reference.tftest.hcl"}
+    assert {path for path, _ in runs} == {f"tests/{name}" for name in TEST_FILES if name not in tf.planned_files}
     assert summary["passed"] == len(runs) >= 15
+
+
+def test_limits_run_passes(limits_registry) -> None:
+    # The fixture fails unless tests/limits.tftest.hcl passes; its two profiles reach the registry.
+    assert sorted(limits_registry["profiles"]) == ["high", "low"]
 
 
 def test_reference_runs_pass(reference_plan) -> None:
@@ -49,3 +56,18 @@ def test_reference_runs_pass(reference_plan) -> None:
         for kind in ("aws_ecs_task_definition", "aws_ecs_service", "aws_lb_target_group", "aws_lb_listener_rule"):
             assert f'module.profile["{profile}"].{kind}.this' in resources
     assert len([a for a in resources if a.endswith("aws_ecs_task_definition.this")]) == 2
+
+
+def _assigned(path: Path) -> set[str]:
+    """Variables a .tfvars file assigns (top-level `name =` lines)."""
+    return {m.group(1) for m in re.finditer(r"^([a-z_]+)\s*=", path.read_text(), re.M)}
+
+
+def test_example_and_reference_tfvars_set_different_variables(tf) -> None:
+    # A user's terraform.tfvars loads before reference.auto.tfvars, -var-file after it: with no
+    # variable in both, `terraform test -var-file=terraform.tfvars.example` (the README's by-hand
+    # command) plans what the user's copy plans.
+    example, reference = _assigned(tf.root / "terraform.tfvars.example"), _assigned(tf.root / "reference.auto.tfvars")
+    assert example >= {"model_weights_bucket", "hub_token_secret_arn", "availability_zones"}
+    assert reference == {"pools", "profiles"}
+    assert example & reference == set()

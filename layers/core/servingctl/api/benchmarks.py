@@ -16,11 +16,11 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
 
 from servingctl.api.service import ApiDeps, BadRequest, Conflict, NotFound
-from servingctl.bench.matrix import BenchmarkInput, plan_scenarios
-from servingctl.bench.models import RunResult
-from servingctl.control.errors import InvalidInput
+from servingctl.benchmarks.matrix import BenchmarkInput, plan_scenarios
+from servingctl.schema.results import RunResult
+from servingctl.shared.errors import InvalidInput
 from servingctl.control.executions import canonical
-from servingctl.store.benchmarks import BenchmarkRun, Reproducibility, StoredComparison, run_result
+from servingctl.store.benchmarks import BenchmarkRun, Reproducibility, RunStatus, StoredComparison, run_result
 from servingctl.store.models import Phase
 
 RECORDS_URL_EXPIRY_S = 3600
@@ -122,16 +122,24 @@ def _execution(deps: ApiDeps, run_id: str) -> dict[str, Any] | None:
 
 
 def get_benchmark(deps: ApiDeps, run_id: str) -> BenchmarkDetail:
-    """One run; a run whose execution has not recorded it yet (or failed before) is PENDING or FAILED."""
-    run = deps.runs.get_run(run_id)
+    """One run; a run whose execution has not recorded it yet (or failed before) is PENDING or FAILED,
+    and one whose execution died (aborted, timed out) before recording its end is FAILED."""
+    # The execution first: a record read after an ended execution is final (the record is written
+    # before the execution ends), while one read before it may be overtaken by the end.
     execution = _execution(deps, run_id)
+    run = deps.runs.get_run(run_id)
+    ended = execution is not None and execution["status"] != "RUNNING"
+    reason = None
+    if ended:
+        reason = ": ".join([f"execution {execution['status']}", *(str(execution[k]) for k in ("error", "cause") if execution.get(k))])
     if run is None:
         if execution is None:
             raise NotFound(f"no benchmark run {run_id!r}", "path.run_id")
-        failed = execution["status"] != "RUNNING"
-        reason = f"{execution.get('error')}: {execution.get('cause')}" if failed else None
-        return BenchmarkDetail(run_id=run_id, profile="", status="FAILED" if failed else "PENDING", error=reason,
+        return BenchmarkDetail(run_id=run_id, profile="", status="FAILED" if ended else "PENDING", error=reason,
                                execution_arn=execution["executionArn"], execution_status=execution["status"])
+    summary = _summary(run)
+    if ended and run.status in (RunStatus.PLANNED, RunStatus.RUNNING):
+        summary = summary.model_copy(update={"status": RunStatus.FAILED.value, "error": run.error or reason})
     stored = deps.runs.list_scenarios(run_id)
     urls = {
         s.name: deps.s3.generate_presigned_url("get_object", Params={"Bucket": deps.records_bucket, "Key": s.records_key},
@@ -139,7 +147,7 @@ def get_benchmark(deps: ApiDeps, run_id: str) -> BenchmarkDetail:
         for s in stored
     }
     return BenchmarkDetail(
-        **_summary(run).model_dump(),
+        **summary.model_dump(),
         execution_arn=execution["executionArn"] if execution else run.execution,
         execution_status=execution["status"] if execution else None,
         scenarios_written=[s.name for s in stored],

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servingctl.control.settings import Poll, StartDeadlines, StopDeadlines
+from servingctl.shared.settings import Poll, StartDeadlines, StopDeadlines
 from servingctl.control.sweep import PlannedStop
 from servingctl.store.models import Phase
 

@@ -39,7 +39,7 @@ from servingctl.api.models import (
     StopRequest,
 )
 from servingctl.api.service import ApiDeps, ApiError, BadRequest, Conflict
-from servingctl.bench.matrix import BenchmarkInput
+from servingctl.benchmarks.matrix import BenchmarkInput
 from servingctl.wording import problems
 
 OPENAPI_PATH = FilePath(__file__).with_name("openapi.json")

@@ -42,7 +42,7 @@ from servingctl.api.models import (
     lower_bound,
 )
 from servingctl.control import aws
-from servingctl.control.clock import Clock, SystemClock
+from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.autostop import request_counts
 from servingctl.control.executions import Action, canonical, execution_name, running_execution
 from servingctl.control.sweep import decide

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import orjson
 
-from servingctl.bench.models import ErrorKind, RequestRecord
+from servingctl.schema.results import ErrorKind, RequestRecord
 from servingctl.bench.sse import SSEParser
 from servingctl.bench.transport import StreamTransport, timed_stream
 

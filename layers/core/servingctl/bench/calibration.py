@@ -13,7 +13,7 @@ from typing import Any
 from collections.abc import Awaitable, Callable, Iterator
 
 from servingctl.bench.backend import Backend
-from servingctl.bench.models import Calibration, CalibrationMethod, SaltMode
+from servingctl.schema.results import Calibration, CalibrationMethod, SaltMode
 
 UNIT = "This is deterministic benchmark input text. "
 # Nonces are shuffles of a fixed multiset of the unit's words: tokenizers split on whitespace

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from servingctl.bench.models import (
+from servingctl.schema.results import (
     Calibration,
     ClientSelfCheck,
     Mismatches,

@@ -25,7 +25,7 @@ import servingctl
 from servingctl.bench.backend import Backend, ChatRequest, Connection
 from servingctl.bench.calibration import build_prompt, calibrate, unique_nonces
 from servingctl.bench.metrics import check_mismatches, scenario_summary, with_request_metrics
-from servingctl.bench.models import (
+from servingctl.schema.results import (
     Calibration,
     ClientSelfCheck,
     RequestRecord,

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from servingctl.bench.metrics import round_result
-from servingctl.bench.models import RequestRecord, RoundResult
+from servingctl.schema.results import RequestRecord, RoundResult
 
 # send(index, round, warmup) performs one request and returns its record (it never raises).
 Send = Callable[[int, int, bool], Awaitable[RequestRecord]]

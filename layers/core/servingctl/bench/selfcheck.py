@@ -17,7 +17,7 @@ import asyncio
 import gc
 import time
 
-from servingctl.bench.models import ClientSelfCheck
+from servingctl.schema.results import ClientSelfCheck
 from servingctl.bench.stats import summarize
 
 TICK_S = 0.01

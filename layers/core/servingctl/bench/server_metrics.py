@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from servingctl.bench.backend import Backend
-from servingctl.bench.models import ServerChecks
+from servingctl.schema.results import ServerChecks
 
 GENERATION = "vllm:generation_tokens_total"
 PROMPT = "vllm:prompt_tokens_total"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from servingctl.bench.models import MetricSummary
+from servingctl.schema.results import MetricSummary
 
 PERCENTILES: tuple[tuple[str, float], ...] = (("p90", 0.90), ("p95", 0.95), ("p99", 0.99))
 

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from servingctl.bench.calibration import CalibrationError, EndpointUnreachable
-from servingctl.bench.models import MODES, SALT_MODES, RunConfig, RunResult
+from servingctl.schema.results import MODES, SALT_MODES, RunConfig, RunResult
 from servingctl.bench.runner import Progress as ProgressEvent
 from servingctl.bench.runner import ProgressFn, run_benchmark
 from servingctl.cli.benchmarks import remote_bench

@@ -22,8 +22,8 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from servingctl.bench.matrix import RUN_ID_PATTERN
-from servingctl.bench.models import RunResult
+from servingctl.benchmarks.matrix import RUN_ID_PATTERN
+from servingctl.schema.results import RunResult
 from servingctl import render
 from servingctl.cli.client import (
     EXIT_FAILED,
@@ -182,7 +182,7 @@ FLAGS = {field: "--" + flag.replace("_", "-") for flag, field in FIELDS.items()}
 def _remote(args: argparse.Namespace, client: Client) -> int:
     from pydantic import ValidationError
 
-    from servingctl.bench.matrix import BenchmarkInput
+    from servingctl.benchmarks.matrix import BenchmarkInput
     from servingctl.wording import for_flags
 
     body = request_body(args, client)

@@ -12,10 +12,14 @@ and a planned stop within the profile's warning time also as "Profile stopping s
 RequestCount: an ALB publishes it only for periods with requests, so a successful read without
 datapoints means zero requests; only a failed read is "unknown" (the sweep then keeps the profile).
 Gauges: an unreadable /metrics is "unknown" and decides nothing (RequestCount alone decides idle).
+
+Each profile is decided and acted on alone: an exception is logged and reported as that profile's
+outcome (action "error"), and the sweep goes on with the others.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -28,9 +32,9 @@ from pydantic import BaseModel, ConfigDict
 from servingctl.bench.server_metrics import RUNNING, WAITING, parse_prometheus
 
 from servingctl.control import events
-from servingctl.control.clock import Clock, SystemClock
-from servingctl.control.executions import canonical, execution_name, running_execution
-from servingctl.control.settings import Poll
+from servingctl.shared.clock import Clock, SystemClock
+from servingctl.control.executions import attempt_names, execution_name, running_execution, start_fresh
+from servingctl.shared.settings import Poll
 from servingctl.control.sweep import Decision, PlannedStop, ServerLoad, decide
 from servingctl.costs import PriceCatalog, load_catalog
 from servingctl.registry.models import Registry, ServingProfile
@@ -40,6 +44,8 @@ from servingctl.store.models import Phase, ProfileState
 METRIC_PERIOD_S = 60
 # A model server that does not answer /metrics within this is "unknown" (the sweep has 60 s in all).
 GAUGE_TIMEOUT_S = 5.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -75,7 +81,7 @@ class Outcome(BaseModel):
     stop: bool
     reason: str
     detail: str
-    action: str  # "stop-started", "stop-joined", "stop-running", "would-stop", "kept"
+    action: str  # "stop-started", "stop-joined", "stop-running", "would-stop", "kept", "error"
     execution_arn: str | None = None
     requests_in_idle_window: int | None = None
     active_requests: int | None = None
@@ -137,9 +143,14 @@ def stopping_soon_detail(decision: Decision, now: datetime) -> dict[str, Any]:
             "minutes_left": max(0.0, round((stop.at - now).total_seconds() / 60, 1)), "answer": answer}
 
 
+def auto_stop_parts(state: ProfileState) -> tuple[str, ...]:
+    """What names one auto-stop per READY session: a repeated sweep joins the stop it started."""
+    return ("auto", state.execution or "", str(state.ready_at))
+
+
 def auto_stop_name(profile: str, state: ProfileState) -> str:
-    """One stop name per READY session: a repeated sweep joins the stop it started."""
-    return execution_name("stop", profile, "auto", state.execution or "", str(state.ready_at))
+    """The first name of the READY session's auto-stop (start_fresh moves past closed ones)."""
+    return execution_name("stop", profile, *auto_stop_parts(state))
 
 
 def _session_cost(deps: SweepDeps, name: str, state: ProfileState) -> dict[str, Any]:
@@ -167,38 +178,50 @@ def _decide(deps: SweepDeps, name: str, state: ProfileState, now: datetime) -> t
 def _act(deps: SweepDeps, name: str, state: ProfileState, poll: Poll | None) -> tuple[str, str]:
     """Start (or join) the stop; a stop someone else already runs is left alone."""
     running = running_execution(deps.sfn, deps.stop_machine_arn, "stop", name)
-    own = auto_stop_name(name, state)
     if running is not None:
-        return ("stop-joined" if running["name"] == own else "stop-running"), running["executionArn"]
+        own = running["name"] in attempt_names("stop", name, auto_stop_parts(state))
+        return ("stop-joined" if own else "stop-running"), running["executionArn"]
     document: dict[str, Any] = {"profile": name, "requested_by": deps.identity}
     if poll is not None:
         document["poll"] = poll.model_dump()
-    answer = deps.sfn.start_execution(stateMachineArn=deps.stop_machine_arn, name=own, input=canonical(document))
-    return "stop-started", answer["executionArn"]
+    return "stop-started", start_fresh(deps.sfn, deps.stop_machine_arn, "stop", name, auto_stop_parts(state), document)
+
+
+def _one(deps: SweepDeps, name: str, now: datetime, dry_run: bool, poll: Poll | None) -> Outcome | None:
+    """Decide and act on one profile; None when it is not READY."""
+    state = deps.store.get_profile(name)
+    if state.phase != Phase.READY:
+        return None
+    decision, requests = _decide(deps, name, state, now)
+    arn: str | None = None
+    if not decision.stop:
+        action = "kept"
+    elif dry_run:
+        action = "would-stop"
+    else:
+        action, arn = _act(deps, name, state, poll)
+    outcome = Outcome(**decision.model_dump(), action=action, execution_arn=arn, requests_in_idle_window=requests,
+                      requested_by=deps.identity)
+    if not dry_run:
+        detail = outcome.model_dump(mode="json", exclude={"published"}) | {"at": now.isoformat(), "ready_execution": state.execution}
+        if decision.stopping_soon and decision.next_stop is not None:
+            events.publish(deps.events, events.STOPPING_SOON, stopping_soon_detail(decision, now) | detail)
+        outcome.published = events.publish(deps.events, events.AUTO_STOPPED if decision.stop else events.KEPT, detail)
+    return outcome
 
 
 def sweep(deps: SweepDeps, *, dry_run: bool = False, poll: Poll | None = None) -> list[Outcome]:
-    """Decide for every READY profile; stop those the decision says to stop (unless dry_run)."""
+    """Decide for every READY profile; stop those the decision says to stop (unless dry_run). A
+    profile whose decision or stop raised is reported with action "error"; the others go on."""
     now = deps.clock.now()
     outcomes = []
     for name in sorted(deps.registry.profiles):
-        state = deps.store.get_profile(name)
-        if state.phase != Phase.READY:
-            continue
-        decision, requests = _decide(deps, name, state, now)
-        arn: str | None = None
-        if not decision.stop:
-            action = "kept"
-        elif dry_run:
-            action = "would-stop"
-        else:
-            action, arn = _act(deps, name, state, poll)
-        outcome = Outcome(**decision.model_dump(), action=action, execution_arn=arn, requests_in_idle_window=requests,
-                          requested_by=deps.identity)
-        if not dry_run:
-            detail = outcome.model_dump(mode="json", exclude={"published"}) | {"at": now.isoformat(), "ready_execution": state.execution}
-            if decision.stopping_soon and decision.next_stop is not None:
-                events.publish(deps.events, events.STOPPING_SOON, stopping_soon_detail(decision, now) | detail)
-            outcome.published = events.publish(deps.events, events.AUTO_STOPPED if decision.stop else events.KEPT, detail)
-        outcomes.append(outcome)
+        try:
+            outcome = _one(deps, name, now, dry_run, poll)
+        except Exception as exc:  # one profile's failure must not leave the others running
+            log.exception("sweep of %s failed", name)
+            outcome = Outcome(profile=name, stop=False, reason="error", detail=f"{type(exc).__name__}: {exc}",
+                              action="error", requested_by=deps.identity)
+        if outcome is not None:
+            outcomes.append(outcome)
     return outcomes

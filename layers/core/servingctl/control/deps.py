@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from servingctl.control.clock import Clock, SystemClock
+from servingctl.shared.clock import Clock, SystemClock
 from servingctl.registry.models import ComputePool, Registry, ServingProfile
 from servingctl.store.base import Store
 

@@ -17,6 +17,7 @@ STARTING, READY, START_FAILED = "Profile starting", "Profile ready", "Profile st
 STOPPED, STOP_FAILED = "Profile stopped", "Profile stop failed"
 AUTO_STOPPED, KEPT = "Profile auto-stopped", "Profile kept running"
 STOPPING_SOON = "Profile stopping soon"
+RECONCILED = "Profile reconciled"
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from servingctl.control import aws
 from servingctl.control.deps import Deps
-from servingctl.control.errors import InvalidInput, PoolBusy, StopRequested
-from servingctl.control.settings import StartConfig, StopConfig
+from servingctl.shared.errors import InvalidInput, PoolBusy, StopRequested
+from servingctl.shared.settings import StartConfig, StopConfig
 from servingctl.store.models import Phase, pool_lock, profile_lock
 
 ACTIVE_PHASES = frozenset({Phase.STARTING, Phase.READY, Phase.STOPPING})

@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from servingctl.control.clock import Clock
-from servingctl.control.errors import DeadlineExceeded
-from servingctl.control.settings import Poll
+from servingctl.shared.clock import Clock
+from servingctl.shared.errors import DeadlineExceeded
+from servingctl.shared.settings import Poll
 from servingctl.store.models import iso
 
 Probe = Callable[["Progress"], tuple[bool, str]]

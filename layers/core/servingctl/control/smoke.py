@@ -6,8 +6,8 @@ from typing import Any
 
 import httpx
 
-from servingctl.control.errors import SmokeTestFailed
-from servingctl.control.settings import SmokeTarget
+from servingctl.shared.errors import SmokeTestFailed
+from servingctl.shared.settings import SmokeTarget
 
 
 def smoke_test(target: SmokeTarget, client: httpx.Client) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from servingctl.control import aws
 from servingctl.control.deps import Deps
-from servingctl.control.errors import CapacityUnavailable, LockHeld, TaskFailed
+from servingctl.shared.errors import CapacityUnavailable, LockHeld, TaskFailed
 from servingctl.control.flow import (
     config_of,
     error_reason,
@@ -19,7 +19,7 @@ from servingctl.control.flow import (
     release_pool,
 )
 from servingctl.control.polling import Progress, run_check
-from servingctl.control.settings import StartConfig, start_config
+from servingctl.shared.settings import StartConfig, start_config
 from servingctl.store.base import LockConflict
 from servingctl.store.models import Phase, Session, iso, session_id_for
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from servingctl.control import flow, start, stop
 from servingctl.control.deps import Deps
-from servingctl.control.errors import InvalidInput, throttling_as_error
+from servingctl.shared.errors import InvalidInput, throttling_as_error
 
 Step = Callable[[Deps, dict[str, Any], str], dict[str, Any]]
 

@@ -10,7 +10,7 @@ from servingctl.control import aws
 from servingctl.control.deps import Deps
 from servingctl.control.flow import config_of, error_reason, lock_names, pool_users, release_pool
 from servingctl.control.polling import Progress, run_check
-from servingctl.control.settings import STOP_FLAG_MARGIN_S, StopConfig, stop_config
+from servingctl.shared.settings import STOP_FLAG_MARGIN_S, StopConfig, stop_config
 from servingctl.store.base import LockConflict
 from servingctl.store.models import Phase, iso, profile_lock
 
@@ -22,7 +22,8 @@ def _config(state: dict[str, Any]) -> StopConfig:
 
 
 def prepare_stop(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
-    """Validate the input; already_stopped when STOPPED, unlocked and ECS runs nothing."""
+    """Validate the input; already_stopped when STOPPED, unlocked, ECS runs nothing and its pool is
+    empty or used by another profile (the reconciler stops a profile to release an orphan pool)."""
     config = stop_config(deps.registry, state)
     recorded = deps.store.get_profile(config.profile)
     lock = deps.store.get_lock(profile_lock(config.profile))
@@ -33,6 +34,8 @@ def prepare_stop(deps: Deps, state: dict[str, Any], execution: str) -> dict[str,
         and not (lock and lock.live(deps.clock.now()))
         and counts.desired == 0
         and counts.running + counts.pending == 0
+        and (aws.describe_asg(deps.autoscaling, deps.pool(config.pool).asg_name).desired == 0
+             or bool(pool_users(deps, config.profile)))
     )
     return config.model_copy(update={"already_stopped": already}).model_dump(mode="json")
 

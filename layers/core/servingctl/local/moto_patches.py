@@ -6,7 +6,8 @@ ListTasks call ignores serviceName, an ASG launches InService instances synchron
 DescribeScalingActivities is always empty; its Step Functions interpreter does not map the
 PascalCase Parameters of `states:` Tasks (startExecution.sync:2) to boto3's names, and its
 `ecs:runTask.sync` does not map them either, nor fail with AmazonECS.Unknown when RunTask answers
-with Failures. The twin's world
+with Failures; and its StopExecution leaves the execution RUNNING until the state in flight ends,
+where AWS answers ABORTED at once (the Task's result is then dropped). The twin's world
 simulator plays those parts instead, through the accessors below. Nothing else in servingctl imports moto internals: when moto changes,
 `check_moto()` (and tests/unit/local/test_moto_patches.py) fail loudly here, in one place.
 """
@@ -44,6 +45,8 @@ from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
+from moto.stepfunctions.parser.api import ExecutionStatus
+from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication, Execution as SfnExecution
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
 
@@ -74,6 +77,10 @@ PATCHED: dict[str, tuple[object, str, tuple[str, ...]]] = {
     ),
     "StateTaskServiceEcs._eval_service_task": (
         StateTaskServiceEcs, "_eval_service_task", ("self", "env", "resource_runtime_part", "normalised_parameters", "state_credentials")
+    ),
+    "SfnExecution.stop": (SfnExecution, "stop", ("self", "stop_date", "error", "cause")),
+    "BaseExecutionWorkerCommunication._reflect_execution_status": (
+        BaseExecutionWorkerCommunication, "_reflect_execution_status", ("self",)
     ),
 }
 # Internals read or called (not replaced) by the accessors below.
@@ -155,6 +162,8 @@ def apply() -> None:
             "StateTaskServiceSfn._normalise_parameters": _sfn_normalise_parameters,
             "StateTaskServiceSfn._normalise_response": _sfn_normalise_response,
             "StateTaskServiceEcs._eval_service_task": _ecs_eval_service_task,
+            "SfnExecution.stop": _stop_execution,
+            "BaseExecutionWorkerCommunication._reflect_execution_status": _reflect_execution_status,
         }
         for label, new in replacements.items():
             owner, attr, _ = PATCHED[label]
@@ -514,3 +523,18 @@ def target_ids(b: Backends, target_group_arn: str) -> set[str]:
 def clear_target_health(target_group_arn: str, target_id: str) -> None:
     """Forget the world's decision for a target (after it is deregistered)."""
     _target_health.pop((target_group_arn, target_id), None)
+
+
+def _stop_execution(self: SfnExecution, stop_date: datetime, error: str | None, cause: str | None) -> None:
+    """StopExecution as AWS does it: ABORTED at once (moto's interpreter still halts at its next state)."""
+    _ORIGINALS["SfnExecution.stop"](self, stop_date, error, cause)
+    if self.exec_status == ExecutionStatus.RUNNING:
+        self.exec_status = ExecutionStatus.ABORTED
+        self.stop_date = stop_date
+
+
+def _reflect_execution_status(self: BaseExecutionWorkerCommunication) -> None:
+    """An execution already ABORTED keeps that status and stop date when its interpreter ends later."""
+    if self.execution.exec_status == ExecutionStatus.ABORTED:
+        return
+    _ORIGINALS["BaseExecutionWorkerCommunication._reflect_execution_status"](self)

@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import Field
 
-from servingctl.bench.models import (
+from servingctl.schema.results import (
     Calibration,
     RoundResult,
     RunConfig,

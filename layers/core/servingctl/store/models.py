@@ -74,6 +74,9 @@ class ProfileState(_Record):
     # A benchmark run holding the profile: the sweep's soft stops wait until held_until (renewed per scenario).
     held_by: str | None = None
     held_until: datetime | None = None
+    # The last time the reconciler found the record and the cloud disagreeing, and why it stopped the profile.
+    reconciled_at: datetime | None = None
+    reconcile_reason: str | None = None
 
     def stop_requested(self, now: datetime) -> bool:
         """True while a stop flag set by a stop execution is still in force."""

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import boto3
 from botocore.exceptions import ClientError
 
-from servingctl.bench.models import RequestRecord
+from servingctl.schema.results import RequestRecord
 
 CONTENT_TYPE = "application/x-ndjson"
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from servingctl.bench.metrics import chunk_gaps_ms, itl_samples_ms, round_result, tokens_per_chunk, with_request_metrics
-from servingctl.bench.models import (
+from servingctl.schema.results import (
     Calibration,
     ClientSelfCheck,
     MetricSummary,

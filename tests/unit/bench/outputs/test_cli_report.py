@@ -2,7 +2,7 @@
 
 import json
 
-from servingctl.bench.models import SCHEMA_VERSION
+from servingctl.schema.results import SCHEMA_VERSION
 from servingctl.bench.outputs import write_results
 from servingctl.cli.main import main
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from servingctl.bench.models import SCHEMA_VERSION
+from servingctl.schema.results import SCHEMA_VERSION
 from servingctl.bench.outputs import ResultsFileError, read_results, write_results
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from servingctl.bench.models import RunResult
+from servingctl.schema.results import RunResult
 from servingctl.bench.outputs.charts import write_charts
 from servingctl.bench.outputs.markdown import render_report, write_report
 from servingctl.bench.outputs.results_json import ResultsFileError, read_results, write_results

@@ -11,7 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from servingctl.bench.models import RunResult
+from servingctl.schema.results import RunResult
 from servingctl.bench.outputs.rows import ScenarioRow, compare_runs, scenario_rows
 
 AGGREGATE_PNG = "aggregate_tok_s.png"

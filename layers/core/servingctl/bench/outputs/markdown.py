@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from servingctl.bench.models import RunResult, ScenarioSummary, ServerChecks
+from servingctl.schema.results import RunResult, ScenarioSummary, ServerChecks
 from servingctl.bench.outputs.rows import COMPARED, ComparedScenario, compare_runs, scenario_rows
 from servingctl.costs import Comparison
 

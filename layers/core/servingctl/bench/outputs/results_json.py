@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from servingctl.bench.models import SCHEMA_VERSION, RunResult
+from servingctl.schema.results import SCHEMA_VERSION, RunResult
 
 RESULTS_FILE = "results.json"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from servingctl.bench.models import RunResult, ScenarioSummary
+from servingctl.schema.results import RunResult, ScenarioSummary
 from servingctl.costs import CompareInput, Comparison, compare
 from servingctl.costs.compare import HOURS_PER_MONTH
 

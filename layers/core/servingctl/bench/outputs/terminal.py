@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TextIO
 
 from servingctl import render
-from servingctl.bench.models import RunResult
+from servingctl.schema.results import RunResult
 from servingctl.bench.outputs.markdown import fmt, fmt_pct, warnings
 from servingctl.bench.outputs.rows import COMPARED, ScenarioRow, compare_runs, scenario_rows
 from servingctl.bench.stats import min_samples

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from servingctl.bench.metrics import NS_PER_S, chunk_gaps_ms, itl_samples_ms
-from servingctl.bench.models import RequestRecord, RunResult, ScenarioResult
+from servingctl.schema.results import RequestRecord, RunResult, ScenarioResult
 from servingctl.bench.stats import percentile
 
 BACKEND = "openai-chat"

@@ -6,7 +6,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from servingctl.control.errors import InvalidInput, ProfileNotFound
+from servingctl.shared.errors import InvalidInput, ProfileNotFound
 from servingctl.registry.models import Registry, ServingProfile
 
 # Lock leases cover every deadline of the flow plus this margin for the short steps around the loops.

@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from servingctl.bench.metrics import round_result, scenario_summary, with_request_metrics
-from servingctl.bench.models import Calibration, RequestRecord, RunConfig, ServerChecks
+from servingctl.schema.results import Calibration, RequestRecord, RunConfig, ServerChecks
 from servingctl.bench.runner import INDEX_STRIDE, Measurement
 from servingctl.bench.selfcheck import judge
 from servingctl.bench.server_metrics import GENERATION, PROMPT, Snapshot
-from servingctl.bench.split import earliest_snapshot, merge_shards, plan_shards, shard_config, shard_count
+from servingctl.benchmarks.split import earliest_snapshot, merge_shards, plan_shards, shard_config, shard_count
 
 MS = 1_000_000
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)

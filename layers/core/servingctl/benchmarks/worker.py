@@ -1,6 +1,6 @@
 """The benchmark worker: every step of run_benchmark that talks to the model server or storage,
 dispatched on event["action"] (the bench_worker Lambda in the VPC, or the ECS task for scenarios
-too long for Lambda: `python -m servingctl.bench.worker` with the event in $SERVINGCTL_BENCH_EVENT).
+too long for Lambda: `python -m servingctl.benchmarks.worker` with the event in $SERVINGCTL_BENCH_EVENT).
 
 Actions (event = {"action", "state", "execution"}; plan also gets "started_at"):
   plan          validate the input, resolve the profile, check READY, plan the matrix, record the run
@@ -30,15 +30,15 @@ import httpx
 
 import servingctl
 from servingctl.bench.backend import Backend, Connection
-from servingctl.bench.matrix import BenchmarkInput, PlannedScenario, parse_benchmark_input, plan_scenarios, run_config
-from servingctl.bench.models import SCHEMA_VERSION, Calibration, ClientSelfCheck, ScenarioSummary
+from servingctl.benchmarks.matrix import BenchmarkInput, PlannedScenario, parse_benchmark_input, plan_scenarios, run_config
+from servingctl.schema.results import SCHEMA_VERSION, Calibration, ClientSelfCheck, ScenarioSummary
 from servingctl.bench.runner import Measurement, Shard, connection_for, measure_scenario, prepare, settled_snapshot, summarize_measurement
 from servingctl.bench.server_metrics import ServerMetrics, Snapshot
-from servingctl.bench.split import ShardPlan, earliest_snapshot, merge_shards, plan_shards, shard_config
-from servingctl.control.clock import Clock, SystemClock
-from servingctl.control.errors import ControlError, InvalidInput, throttling_as_error
+from servingctl.benchmarks.split import ShardPlan, earliest_snapshot, merge_shards, plan_shards, shard_config
+from servingctl.shared.clock import Clock, SystemClock
+from servingctl.shared.errors import ControlError, InvalidInput, throttling_as_error
 from servingctl.control.flow import error_reason
-from servingctl.control.settings import resolve_profile, start_config, stop_config
+from servingctl.shared.settings import resolve_profile, start_config, stop_config
 from servingctl.costs import CompareInput, PriceCatalog, compare, load_catalog
 from servingctl.registry.models import Registry, ServingProfile
 from servingctl.store.base import Store

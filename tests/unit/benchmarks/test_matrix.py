@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from servingctl.bench.matrix import (
+from servingctl.benchmarks.matrix import (
     LAMBDA_BUDGET_S,
     LAMBDA_TIMEOUT_S,
     BenchmarkInput,
@@ -17,7 +17,7 @@ from servingctl.bench.matrix import (
     plan_scenarios,
     run_config,
 )
-from servingctl.control.errors import InvalidInput
+from servingctl.shared.errors import InvalidInput
 from servingctl.registry.loader import parse_registry
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cfnlint.decode import decode
 
-from servingctl.bench import worker
+from servingctl.benchmarks import worker
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCKERFILE = (ROOT / "infra/bench/Dockerfile").read_text()

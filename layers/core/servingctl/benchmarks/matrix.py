@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from servingctl.bench.models import Mode, RunConfig, SaltMode, scenario_name
+from servingctl.schema.results import Mode, RunConfig, SaltMode, scenario_name
 from servingctl.bench.selfcheck import CPU_SHARE_LIMIT, LAG_P99_LIMIT_MS
-from servingctl.control.errors import InvalidInput
+from servingctl.shared.errors import InvalidInput
 from servingctl.registry.models import ServingProfile
 
 # Lambda's hard limit is 900 s; the load gets this much of it, the rest covers connection setup,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from servingctl.bench.metrics import round_result, scenario_summary
-from servingctl.bench.models import Calibration, ClientSelfCheck, RequestRecord, RoundResult, RunConfig, ScenarioResult, ScenarioSummary
+from servingctl.schema.results import Calibration, ClientSelfCheck, RequestRecord, RoundResult, RunConfig, ScenarioResult, ScenarioSummary
 from servingctl.bench.runner import Measurement
 from servingctl.bench.server_metrics import Snapshot, build_checks
 

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from servingctl.bench.models import SCHEMA_VERSION, RunConfig, RunMetadata, RunResult, scenario_name
+from servingctl.schema.results import SCHEMA_VERSION, RunConfig, RunMetadata, RunResult, scenario_name
 
 
 def test_secret_headers_are_redacted_and_routing_header_kept():

@@ -15,8 +15,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from servingctl.bench.worker import ACTIONS
-from servingctl.control.errors import InvalidInput
+from servingctl.benchmarks.worker import ACTIONS
+from servingctl.shared.errors import InvalidInput
 from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 from servingctl.store.dynamodb import create_table
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from servingctl.bench.calibration import UNIT
-from servingctl.bench.worker import EcsTarget, ProfileNotReady, WorkerDeps, compare_run, execution_name, new_run_id, run_action
-from servingctl.control.errors import InvalidInput, ProfileNotFound
+from servingctl.benchmarks.worker import EcsTarget, ProfileNotReady, WorkerDeps, compare_run, execution_name, new_run_id, run_action
+from servingctl.shared.errors import InvalidInput, ProfileNotFound
 from servingctl.costs import CompareInput, compare, load_catalog
 from servingctl.registry.loader import parse_registry
 from servingctl.store import MemoryStore, Phase
@@ -239,7 +239,7 @@ def test_a_shard_waits_for_the_common_start_and_numbers_its_requests_apart() -> 
     from datetime import timedelta
 
     from servingctl.bench.backend import Connection
-    from servingctl.bench.models import Calibration, RunConfig
+    from servingctl.schema.results import Calibration, RunConfig
     from servingctl.bench.runner import INDEX_STRIDE, Shard, measure_scenario
 
     transport, seen = fake_server()

@@ -1,0 +1,240 @@
+"""The reconciler: makes each profile's recorded state and the cloud agree, by stopping it.
+
+A GPU left running by a flow that died (aborted from the console, timed out, a RollBack that failed
+itself, a run_benchmark aborted with its child start) is found from what is recorded and what
+Step Functions, ECS and Auto Scaling say. A profile is stopped through stop_profile when
+
+- lock-owner-ended: its lock is held by an execution that is no longer RUNNING (DescribeExecution);
+  that owner's locks are released first (conditionally on that owner), so the stop does not wait
+  for their lease;
+- phase-stuck: it is STARTING or STOPPING and no start or stop of it is running;
+- stop-failed: a stop of it failed, timed out or was aborted after its current phase began, and it
+  is not STOPPED with nothing running (a stop refused for bad input is not an intent to re-drive);
+- capacity-unexplained: its ECS service wants or runs tasks while it is STOPPED or FAILED, or its
+  pool's Auto Scaling group has capacity while no profile of the pool is active (reported on the
+  pool's first profile);
+- session-open: it is FAILED with nothing running and its ledger session still open.
+
+Nothing is done while a start or stop of the profile is running: that execution owns the outcome.
+The stop runs under an idempotent name derived from the reason and its evidence, so the sweep and
+the status-change event that find the same fault join one stop; the reason is published as a
+"Profile reconciled" event and written to the record (reconciled_at, reconcile_reason).
+
+The record is read first and again before acting: a flow that moved the profile meanwhile makes
+this round skip it (action "changed"), and the next sweep looks again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servingctl.control import aws, events
+from servingctl.control.deps import Deps
+from servingctl.control.executions import execution_status, is_execution_of, running_execution, start_fresh
+from servingctl.control.flow import ACTIVE_PHASES, pool_users
+from servingctl.store.models import Phase, ProfileState, pool_lock, profile_lock
+
+Reason = Literal["lock-owner-ended", "phase-stuck", "stop-failed", "capacity-unexplained", "session-open", "consistent",
+                 "execution-running"]
+CLOSED_UNSUCCESSFUL = ("FAILED", "TIMED_OUT", "ABORTED")
+# A stop that failed on its input asked for nothing the reconciler should do again.
+INPUT_ERRORS = frozenset({"InvalidInput", "ProfileNotFound"})
+# How far back the sweep looks for failed stops of a profile (its current phase bounds it further).
+FAILED_STOP_LOOKBACK = timedelta(days=1)
+STATUS_CHANGE = "Step Functions Execution Status Change"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReconcileDeps:
+    """What the reconciler reads and drives: the steps' clients and store, Step Functions, EventBridge."""
+
+    steps: Deps
+    sfn: Any
+    events: Any
+    machines: dict[str, str] = field(default_factory=dict)  # "start" / "stop" -> state machine ARN
+    identity: str = "servingctl-sweep"
+
+
+class Evidence(BaseModel):
+    """What was recorded and what the cloud said about one profile, read in that order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    profile: str
+    state: ProfileState
+    lock_owner: str | None = None
+    lock_owner_status: str | None = None
+    running: str | None = Field(default=None, description="ARN of a RUNNING start or stop of the profile")
+    failed_stop: str | None = Field(default=None, description="a stop of it that closed unsuccessfully after its phase began")
+    service_desired: int = 0
+    service_tasks: int = Field(default=0, description="running + pending")
+    pool_capacity: int = Field(default=0, description="max(ASG desired, live instances) of its pool")
+    pool_used_by: list[str] = Field(default_factory=list, description="other profiles active on the pool")
+    pool_claimant: bool = Field(default=False, description="first profile of its pool: answers for an orphan pool")
+
+
+class Repair(BaseModel):
+    """The reconciler's decision on one profile, and what it did."""
+
+    profile: str
+    stop: bool
+    reason: Reason | Literal["error"]
+    detail: str
+    evidence: list[str] = Field(default_factory=list, description="what names the stop: the same fault, the same stop")
+    action: str = "none"  # "stop-started", "would-stop", "none", "changed", "error"
+    execution_arn: str | None = None
+    trigger: str = "sweep"
+
+
+def decide(seen: Evidence) -> Repair:
+    """The rules of the module docstring, first match wins; pure, so every case is a unit test."""
+    state, name = seen.state, seen.profile
+
+    def repair(reason: Reason, detail: str, *evidence: str) -> Repair:
+        return Repair(profile=name, stop=reason not in ("consistent", "execution-running"), reason=reason, detail=detail,
+                      evidence=[reason, *evidence])
+
+    if seen.running:
+        return repair("execution-running", f"{seen.running.rsplit(':', 1)[-1]} is running: it decides what happens")
+    # A SUCCEEDED owner released its locks on its way out (ReleaseLock failing fails the execution).
+    if seen.lock_owner and seen.lock_owner_status not in ("RUNNING", "SUCCEEDED"):
+        return repair("lock-owner-ended", f"lock held by {seen.lock_owner.rsplit(':', 1)[-1]}, which is "
+                      f"{seen.lock_owner_status}", seen.lock_owner)
+    since = state.phase_since.isoformat() if state.phase_since else "unknown"
+    if state.phase in (Phase.STARTING, Phase.STOPPING):
+        return repair("phase-stuck", f"{state.phase.value} since {since}, set by "
+                      f"{(state.execution or 'nobody').rsplit(':', 1)[-1]}, and no start or stop of it is running",
+                      state.execution or "", since)
+    capacity = seen.service_desired > 0 or seen.service_tasks > 0
+    orphan_pool = seen.pool_capacity > 0 and not seen.pool_used_by and seen.pool_claimant
+    if seen.failed_stop and (state.phase != Phase.STOPPED or capacity or orphan_pool or state.session_id):
+        return repair("stop-failed", f"stop {seen.failed_stop.rsplit(':', 1)[-1]} did not finish and it is "
+                      f"{state.phase.value}", seen.failed_stop)
+    if state.phase != Phase.READY and capacity:
+        return repair("capacity-unexplained", f"{state.phase.value} but its service wants {seen.service_desired} "
+                      f"task(s) and runs {seen.service_tasks}", since, str(seen.service_desired))
+    if state.phase != Phase.READY and orphan_pool:
+        return repair("capacity-unexplained", f"its pool keeps {seen.pool_capacity} instance(s) and no profile of "
+                      "the pool is active", since, f"pool {seen.pool_capacity}")
+    if state.phase == Phase.FAILED and state.session_id:
+        return repair("session-open", f"FAILED with nothing running and ledger session {state.session_id} open",
+                      state.session_id)
+    return repair("consistent", f"{state.phase.value} and the cloud agrees")
+
+
+def _failed_stop(deps: ReconcileDeps, name: str, state: ProfileState, now: datetime) -> str | None:
+    """The newest stop of the profile that closed unsuccessfully after its phase began (input errors aside)."""
+    machine = deps.machines["stop"]
+    since = max(state.phase_since or now - FAILED_STOP_LOOKBACK, now - FAILED_STOP_LOOKBACK)
+    found: list[tuple[datetime, str]] = []
+    for status in CLOSED_UNSUCCESSFUL:
+        for page in deps.sfn.get_paginator("list_executions").paginate(stateMachineArn=machine, statusFilter=status):
+            # Newest first: everything after an older one is older too.
+            fresh = [e for e in page["executions"] if e["startDate"] >= since]
+            found += [(e["startDate"], e["executionArn"]) for e in fresh if is_execution_of(e["name"], "stop", name)]
+            if len(fresh) < len(page["executions"]):
+                break
+    for _, arn in sorted(found, reverse=True):
+        if deps.sfn.describe_execution(executionArn=arn).get("error") not in INPUT_ERRORS:
+            return arn
+    return None
+
+
+def observe(deps: ReconcileDeps, name: str, *, failed_stop: str | None = None) -> Evidence:
+    """Read the record, then the executions, then ECS and Auto Scaling (in that order: a flow that
+    raises capacity is RUNNING before it does, and records its phase first)."""
+    steps, now = deps.steps, deps.steps.clock.now()
+    state = steps.store.get_profile(name)
+    lock = steps.store.get_lock(profile_lock(name))
+    owner_status = execution_status(deps.sfn, lock.owner) if lock else None
+    running = next((r["executionArn"] for action in ("start", "stop")
+                    if (r := running_execution(deps.sfn, deps.machines[action], action, name)) is not None), None)
+    if failed_stop is None and state.phase in (Phase.READY, Phase.FAILED):
+        failed_stop = _failed_stop(deps, name, state, now)
+    spec = steps.profile(name)
+    counts = aws.service_counts(steps.ecs, spec.cluster, spec.service)
+    group = aws.describe_asg(steps.autoscaling, steps.pool(spec.pool).asg_name)
+    live = [i for i in group.instances if not i.lifecycle.startswith("Terminat")]
+    pool_profiles = sorted(steps.registry.profiles_on_pool(spec.pool))
+    return Evidence(
+        profile=name, state=state, lock_owner=lock.owner if lock else None, lock_owner_status=owner_status,
+        running=running, failed_stop=failed_stop, service_desired=counts.desired,
+        service_tasks=counts.running + counts.pending, pool_capacity=max(group.desired, len(live)),
+        pool_used_by=pool_users(steps, name), pool_claimant=pool_profiles[0] == name,
+    )
+
+
+def act(deps: ReconcileDeps, seen: Evidence, repair: Repair) -> Repair:
+    """Release a dead owner's locks, start the stop (unless the record moved since), record why."""
+    steps, now = deps.steps, deps.steps.clock.now()
+    if steps.store.get_profile(seen.profile).updated_at != seen.state.updated_at:
+        return repair.model_copy(update={"action": "changed", "detail": repair.detail + "; the record moved meanwhile: next sweep"})
+    if repair.reason == "lock-owner-ended" and seen.lock_owner:
+        # Safe: the owner is over, and the delete is conditional on it still being the owner.
+        spec = steps.profile(seen.profile)
+        steps.store.release_locks([profile_lock(seen.profile), pool_lock(spec.pool)], seen.lock_owner)
+    document = {"profile": seen.profile, "requested_by": deps.identity}
+    arn = start_fresh(deps.sfn, deps.machines["stop"], "stop", seen.profile, tuple(repair.evidence), document)
+    done = repair.model_copy(update={"action": "stop-started", "execution_arn": arn})
+    steps.store.update_profile(seen.profile, now, reconciled_at=now, reconcile_reason=f"{repair.reason}: {repair.detail}")
+    events.publish(deps.events, events.RECONCILED, done.model_dump(mode="json") | {"at": now.isoformat(), "requested_by": deps.identity})
+    return done
+
+
+def reconcile(deps: ReconcileDeps, profiles: list[str] | None = None, *, trigger: str = "sweep",
+              failed_stop: str | None = None, dry_run: bool = False) -> list[Repair]:
+    """Observe, decide and act for each profile (all of them by default; dry_run: decide only), each
+    on its own: an exception is logged and reported as that profile's repair (action "error")."""
+    repairs = []
+    for name in sorted(profiles if profiles is not None else deps.steps.registry.profiles):
+        try:
+            seen = observe(deps, name, failed_stop=failed_stop)
+            repair = decide(seen).model_copy(update={"trigger": trigger})
+            if repair.stop:
+                repair = repair.model_copy(update={"action": "would-stop"}) if dry_run else act(deps, seen, repair)
+        except Exception as exc:  # one profile's failure must not leave the others running
+            log.exception("reconcile of %s failed", name)
+            repair = Repair(profile=name, stop=False, reason="error", detail=f"{type(exc).__name__}: {exc}",
+                            action="error", trigger=trigger)
+        repairs.append(repair)
+    return repairs
+
+
+class StatusChange(BaseModel):
+    """The detail of EventBridge's "Step Functions Execution Status Change" event (the fields used)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    executionArn: str
+    stateMachineArn: str
+    name: str
+    status: str
+    input: str | None = None
+
+
+def on_status_change(deps: ReconcileDeps, event: dict[str, Any]) -> list[Repair]:
+    """Reconcile the profile of the execution the event is about (its input names it; read by
+    DescribeExecution when EventBridge left the input out)."""
+    change = StatusChange.model_validate(event.get("detail") or {})
+    raw = change.input if change.input is not None else deps.sfn.describe_execution(executionArn=change.executionArn).get("input")
+    try:
+        profile = json.loads(raw or "{}").get("profile")
+    except (ValueError, AttributeError):
+        profile = None
+    trigger = f"{change.status} {change.name}"
+    if not isinstance(profile, str) or profile not in deps.steps.registry.profiles:
+        log.warning("status change of %s names no known profile: ignored", change.executionArn)
+        return []
+    is_stop = change.stateMachineArn == deps.machines["stop"] and change.status in CLOSED_UNSUCCESSFUL
+    failed = None
+    if is_stop and deps.sfn.describe_execution(executionArn=change.executionArn).get("error") not in INPUT_ERRORS:
+        failed = change.executionArn
+    return reconcile(deps, [profile], trigger=trigger, failed_stop=failed)
