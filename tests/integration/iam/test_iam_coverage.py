@@ -60,18 +60,18 @@ def _wait(api: httpx.Client, execution_id: str) -> dict[str, Any]:
         time.sleep(0.5)
 
 
-def _sweep(twin: Twin, event: dict[str, Any]) -> list[dict[str, Any]]:
-    """Invoke the sweep function as the schedule does; its decisions."""
+def _sweep(twin: Twin, event: dict[str, Any], part: str = "decisions") -> list[dict[str, Any]]:
+    """Invoke the sweep function as the schedule does; its decisions (or its repairs)."""
     answer = twin.client("lambda").invoke(FunctionName=function_name("sweep"), Payload=json.dumps(event).encode())
     body = json.loads(answer["Payload"].read())
     assert "FunctionError" not in answer, body
-    return body["decisions"]
+    return body[part]
 
 
 def _full_runs(twin: Twin) -> str:
     """What a user does: start, look, extend, stop through the API; benchmark with start and stop;
-    let the sweep stop an expired lease; a start that fails and rolls back. Returns the key of the
-    missing shard the worker looked for."""
+    let the sweep stop an expired lease and reconcile a start aborted from the console; a start
+    that fails and rolls back. Returns the key of the missing shard the worker looked for."""
     assert twin.api_url is not None
     api = httpx.Client(base_url=twin.api_url, timeout=60)
     assert api.get("/profiles").status_code == 200
@@ -108,6 +108,19 @@ def _full_runs(twin: Twin) -> str:
     [decision] = _sweep(twin, {"poll": POLL})
     assert decision["action"] == "stop-started", decision
     assert twin.wait_execution(decision["execution_arn"], timeout_s=180).status == "SUCCEEDED"
+
+    # A start aborted from the console while it holds its locks: the next sweep finds the dead
+    # owner, releases its locks and stops the profile.
+    aborted = api.post(f"/profiles/{PROFILE}/start", json=START).json()
+    sfn = twin.client("stepfunctions")
+    deadline = time.monotonic() + 120
+    while api.get(f"/profiles/{PROFILE}").json()["phase"] != "STARTING":
+        assert time.monotonic() < deadline, "the start never reached STARTING"
+        time.sleep(0.2)
+    sfn.stop_execution(executionArn=aborted["execution_arn"], cause="aborted from the console")
+    [repair] = [r for r in _sweep(twin, {"poll": POLL}, "repairs") if r["stop"]]
+    assert (repair["reason"], repair["action"]) == ("lock-owner-ended", "stop-started"), repair
+    assert twin.wait_execution(repair["execution_arn"], timeout_s=180).status == "SUCCEEDED"
 
     # The merge's read of a shard whose records are missing (its worker died before writing them):
     # "no records", not a permission error.
