@@ -4,11 +4,14 @@ ABORTED, TIMED_OUT or FAILED (EventBridge's "Step Functions Execution Status Cha
 
 Scheduled event: {"dry_run": false} (dry_run true reports without stopping; "poll" optionally
 paces the stop executions the auto-stop starts). Env: SERVINGCTL_REGISTRY, SERVINGCTL_TABLE,
-START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE.
+START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE;
+SERVINGCTL_STOP_POLL (optional, JSON): the pacing of the stops it starts when the event gives none
+(the local twin sets it to its scaled clock; unset, stop_profile's defaults apply).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -22,7 +25,7 @@ from servingctl.control.autostop import GAUGE_TIMEOUT_S, SweepDeps, SweepInput, 
 from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.deps import Deps
 from servingctl.control.reconcile import STATUS_CHANGE, ReconcileDeps, Repair, on_status_change, reconcile
-from servingctl.shared.settings import parse_input
+from servingctl.shared.settings import Poll, parse_input
 from servingctl.registry import load_registry
 from servingctl.store import DynamoStore
 from servingctl.tracing import PATCH_MODULES
@@ -55,8 +58,8 @@ def _sweep_deps() -> SweepDeps:
 
 def _reconcile_deps() -> ReconcileDeps:
     """The reconciler's collaborators (it reads ECS and Auto Scaling, never scales them itself)."""
-    steps = Deps(ecs=_client("ecs"), autoscaling=_client("autoscaling"), elbv2=None, ec2=None, store=_client("store"),
-                 registry=load_registry(), clock=CLOCK)
+    steps = Deps(ecs=_client("ecs"), autoscaling=_client("autoscaling"), elbv2=None, ec2=None,
+                 stepfunctions=_client("stepfunctions"), store=_client("store"), registry=load_registry(), clock=CLOCK)
     machines = {"start": os.environ["START_STATE_MACHINE_ARN"], "stop": os.environ["STOP_STATE_MACHINE_ARN"]}
     return ReconcileDeps(steps=steps, sfn=_client("stepfunctions"), events=_client("events"), machines=machines,
                          identity=_client("identity"))
@@ -76,6 +79,12 @@ def _report(repairs: list[Repair], dry_run: bool) -> None:
         _count("Reconciled", repair.reason, dry_run)
 
 
+def _stop_poll() -> Poll | None:
+    """SERVINGCTL_STOP_POLL, validated like an execution input's poll (None when unset)."""
+    raw = os.environ.get("SERVINGCTL_STOP_POLL")
+    return parse_input(Poll, json.loads(raw)) if raw else None
+
+
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 @logger.inject_lambda_context
@@ -83,14 +92,15 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     """Reconcile (every profile, or the one a status change is about), then decide for every READY
     profile; log and count each decision, count the profiles that raised (SweepErrors), answer with all."""
     if isinstance(event, dict) and event.get("detail-type") == STATUS_CHANGE:
-        repairs = on_status_change(_reconcile_deps(), event)
+        repairs = on_status_change(_reconcile_deps(), event, poll=_stop_poll())
         _report(repairs, False)
         metrics.add_metric(name="SweepErrors", unit=MetricUnit.Count, value=sum(r.action == "error" for r in repairs))
         return {"trigger": "status-change", "repairs": [r.model_dump(mode="json") for r in repairs]}
     request = parse_input(SweepInput, event if event is not None else {})
-    repairs = reconcile(_reconcile_deps(), dry_run=request.dry_run)
+    poll = request.poll or _stop_poll()
+    repairs = reconcile(_reconcile_deps(), dry_run=request.dry_run, poll=poll)
     _report(repairs, request.dry_run)
-    outcomes = sweep(_sweep_deps(), dry_run=request.dry_run, poll=request.poll)
+    outcomes = sweep(_sweep_deps(), dry_run=request.dry_run, poll=poll)
     for outcome in outcomes:
         logger.info("sweep decision", extra=outcome.model_dump() | {"dry_run": request.dry_run})
         _count("SweepDecisions", outcome.reason, request.dry_run)

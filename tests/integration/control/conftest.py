@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,9 @@ def stop_input(profile: str) -> dict[str, Any]:
     return {"profile": profile, "poll": POLL, "deadlines": {"lock_s": 120, "drain_s": 60, "terminate_s": 60}}
 
 
-def test_registry(directory: Path) -> Path:
-    """The reference registry plus SHARED on pool g7e-2gpu, written to directory."""
+def test_registry(directory: Path, isolated: tuple[str, ...] = ISOLATED) -> Path:
+    """The reference registry plus SHARED on pool g7e-2gpu and one profile on its own pool per
+    isolated name, written to directory."""
     document = json.loads(REFERENCE_REGISTRY.read_text())
     shared = json.loads(json.dumps(document["profiles"]["deepseek-v4-flash"]))
     shared.update(
@@ -54,7 +56,7 @@ def test_registry(directory: Path) -> Path:
         model=SHARED,
     )
     document["profiles"][SHARED] = shared
-    for number, name in enumerate(ISOLATED, start=10):
+    for number, name in enumerate(isolated, start=10):
         pool = json.loads(json.dumps(document["pools"]["g7e-1gpu"]))
         pool.update(asg_name=f"servingctl-test-{name}", capacity_provider=f"servingctl-test-{name}")
         pool["asg_arn"] = pool["asg_arn"].replace("self-hosted-llm-poc-g7e-1gpu", pool["asg_name"])
@@ -137,6 +139,14 @@ class Probe:
     def sessions(self, profile: str) -> list[Session]:
         """The profile's ledger sessions."""
         return self.store.list_sessions(profile)
+
+    def terminated_at(self, profile: str) -> datetime | None:
+        """When the group last finished terminating an instance (its "Terminating EC2 instance"
+        activity), None when it never terminated one."""
+        name = self.registry.pools[self.registry.profiles[profile].pool].asg_name
+        activities = self.asg.describe_scaling_activities(AutoScalingGroupName=name)["Activities"]
+        ended = [a["EndTime"] for a in activities if a["Description"].startswith("Terminating EC2 instance: ")]
+        return max(ended, default=None)
 
     def wait_for(self, what: str, condition: Callable[[], bool], timeout_s: float = 90.0) -> None:
         """Poll condition until true; fail naming what never happened (a liveness bound, not a timing check)."""

@@ -52,6 +52,16 @@ def test_get_profile_reports_counts_capacity_and_accrued_cost(api: Api) -> None:
     assert body["hourly_usd"] == price.hourly_usd
 
 
+def test_get_profile_says_why_the_reconciler_last_stopped_it(api: Api) -> None:
+    now = datetime.now(UTC)
+    api.store.update_profile(PROFILE, now, reconciled_at=now,
+                             reconcile_reason="lock-owner-ended: lock held by start-x, which is ABORTED")
+    status, body = api.call(api.event("get_profile"))
+    assert status == 200
+    assert body["reconcile_reason"] == "lock-owner-ended: lock held by start-x, which is ABORTED"
+    assert body["reconciled_at"] is not None
+
+
 def test_unknown_profile_is_404_naming_the_known_ones(api: Api) -> None:
     status, body = api.call(api.event("get_profile_unknown"))
     assert status == 404
@@ -129,6 +139,47 @@ def test_bad_input_is_400_naming_the_field(api: Api) -> None:
     status, body = api.request("POST", f"/profiles/{PROFILE}/start", b"{not json")
     assert status == 400
     assert api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"] == []
+
+
+@pytest.mark.parametrize(
+    ("action", "body", "field", "largest", "limit"),
+    [
+        ("start", {"deadlines": {"capacity_s": "{}"}}, "deadlines.capacity_s", 7200, "limits.max_start_deadline_s"),
+        ("start", {"deadlines": {"health_s": "{}"}}, "deadlines.health_s", 7200, "limits.max_start_deadline_s"),
+        ("start", {"poll": {"interval_s": 15, "max_interval_s": "{}"}}, "poll.max_interval_s", 300, "limits.max_poll_interval_s"),
+        ("stop", {"deadlines": {"lock_s": "{}"}}, "deadlines.lock_s", 3600, "limits.max_stop_deadline_s"),
+        ("stop", {"deadlines": {"terminate_s": "{}"}}, "deadlines.terminate_s", 3600, "limits.max_stop_deadline_s"),
+        ("stop", {"poll": {"interval_s": 15, "max_interval_s": "{}"}}, "poll.max_interval_s", 300, "limits.max_poll_interval_s"),
+    ],
+)
+def test_deadlines_and_poll_intervals_are_bounded_by_the_registry(
+    api: Api, action: str, body: dict, field: str, largest: int, limit: str
+) -> None:
+    def at(value: int) -> dict:
+        return json.loads(json.dumps(body).replace('"{}"', str(value)))
+
+    arn = api.start_arn if action == "start" else api.stop_arn
+    # One past the limit: 400 naming the field and the allowed range; nothing started.
+    status, answer = api.request("POST", f"/profiles/{PROFILE}/{action}", at(largest + 1))
+    assert status == 400 and answer["field"] == f"body.{field}"
+    assert answer["message"] == (
+        f"invalid request: {field}: must be between 1 and {largest} seconds (the {limit} of {PROFILE}); got {largest + 1}"
+    )
+    assert api.sfn.list_executions(stateMachineArn=arn)["executions"] == []
+    # At the limit: accepted.
+    if action == "stop":
+        api.request("POST", f"/profiles/{PROFILE}/start")
+    status, answer = api.request("POST", f"/profiles/{PROFILE}/{action}", at(largest))
+    assert status == 202, answer
+
+
+def test_every_field_past_its_limit_is_named(api: Api) -> None:
+    body = {"poll": {"interval_s": 301, "max_interval_s": 301}, "deadlines": {"task_s": 9000}}
+    status, answer = api.request("POST", f"/profiles/{PROFILE}/start", body)
+    assert status == 400 and answer["field"] is None
+    assert "poll.interval_s: must be between 1 and 300 seconds" in answer["message"]
+    assert "poll.max_interval_s: must be between 1 and 300 seconds" in answer["message"]
+    assert "deadlines.task_s: must be between 1 and 7200 seconds" in answer["message"]
 
 
 def test_stop_preempts_a_running_start_but_start_while_stopping_is_409(api: Api) -> None:

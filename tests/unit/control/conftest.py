@@ -28,6 +28,7 @@ REGION = "us-east-1"
 EXEC_START = "arn:aws:states:us-east-1:123456789012:execution:start_profile:start-deepseek-v4-flash-1"
 EXEC_OTHER = "arn:aws:states:us-east-1:123456789012:execution:start_profile:start-deepseek-v4-flash-2"
 EXEC_STOP = "arn:aws:states:us-east-1:123456789012:execution:stop_profile:stop-deepseek-v4-flash-1"
+EXEC_STOP_2 = "arn:aws:states:us-east-1:123456789012:execution:stop_profile:stop-deepseek-v4-flash-2"
 PROFILE = "deepseek-v4-flash"
 OTHER = "nemotron-nano"
 FAST_POLL = {"interval_s": 15, "max_interval_s": 60, "backoff": 1.5}
@@ -157,6 +158,21 @@ class World:
 
         self.autoscaling.meta.events.register("before-call.auto-scaling.DescribeScalingActivities", answer)
 
+    def record_termination(self, instance_id: str, started: datetime, ended: datetime, pool: str = "g7e-2gpu") -> None:
+        """moto records no scaling activities: list the group's termination of the instance as AWS does."""
+        activity = {
+            "ActivityId": f"t-{instance_id}", "AutoScalingGroupName": self.registry.pools[pool].asg_name,
+            "Description": f"Terminating EC2 instance: {instance_id}",
+            "Cause": "At 2025-03-01T09:00:00Z an instance was taken out of service in response to a difference between "
+            "desired and actual capacity, shrinking the capacity from 1 to 0.",
+            "StartTime": started, "EndTime": ended, "StatusCode": "Successful", "Progress": 100,
+        }
+
+        def answer(**_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+            return AWSResponse("https://autoscaling", 200, {}, None), {"Activities": [activity]}
+
+        self.autoscaling.meta.events.register("before-call.auto-scaling.DescribeScalingActivities", answer)
+
     def service(self, profile: str = PROFILE) -> dict[str, Any]:
         spec = self.registry.profiles[profile]
         return self.ecs.describe_services(cluster=spec.cluster, services=[spec.service])["services"][0]
@@ -178,10 +194,26 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     state_manager.unset_transition(model_name="ecs::task")
 
 
+def running_executions() -> Any:
+    """Step Functions with EXEC_START, EXEC_OTHER, EXEC_STOP and EXEC_STOP_2 RUNNING (lock owners are asked about)."""
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    role = "arn:aws:iam::123456789012:role/sfn"
+    definition = json.dumps({"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 3600, "End": True}}})
+    for arn in (EXEC_START, EXEC_OTHER, EXEC_STOP, EXEC_STOP_2):
+        machine, name = arn.split(":")[-2:]
+        machine_arn = f"arn:aws:states:{REGION}:123456789012:stateMachine:{machine}"
+        try:
+            sfn.create_state_machine(name=machine, definition=definition, roleArn=role)
+        except sfn.exceptions.StateMachineAlreadyExists:
+            pass
+        assert sfn.start_execution(stateMachineArn=machine_arn, name=name)["executionArn"] == arn
+    return sfn
+
+
 def _deps(world: World, clock: FakeClock) -> Deps:
     return Deps(
         ecs=world.ecs, autoscaling=world.autoscaling, elbv2=world.elbv2, ec2=world.ec2,
-        store=MemoryStore(), registry=world.registry, clock=clock,
+        stepfunctions=running_executions(), store=MemoryStore(), registry=world.registry, clock=clock,
     )
 
 

@@ -66,7 +66,7 @@ def test_sample_events_are_invoke_payloads_of_known_actions(name: str) -> None:
 def test_profile_steps_runs_prepare_lock_and_current(lambda_env: None) -> None:
     app = load_handler("profile_steps")
     config = app.lambda_handler(event("profile_steps", "prepare_start"), context())
-    assert config["profile"] == "deepseek-v4-flash" and config["settings"]["lock_ttl_s"] == 6600
+    assert config["profile"] == "deepseek-v4-flash" and config["settings"]["lock_lease_s"] == 3 * 60 + 300
     locked = app.lambda_handler(event("profile_steps", "acquire_lock"), context())
     assert locked["locks"] == ["profile:deepseek-v4-flash", "pool:g7e-2gpu"]
     assert DynamoStore("servingctl").get_lock("pool:g7e-2gpu").owner == locked["owner"]

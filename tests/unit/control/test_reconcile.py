@@ -29,8 +29,8 @@ def rdeps(world: World, clock: FakeClock) -> ReconcileDeps:
     sfn = boto3.client("stepfunctions", region_name=REGION)
     machines = {a: sfn.create_state_machine(name=f"servingctl-{a}-profile", definition=WAIT, roleArn=ROLE)["stateMachineArn"]
                 for a in ("start", "stop")}
-    steps = Deps(ecs=world.ecs, autoscaling=world.autoscaling, elbv2=world.elbv2, ec2=world.ec2, store=MemoryStore(),
-                 registry=world.registry, clock=clock)
+    steps = Deps(ecs=world.ecs, autoscaling=world.autoscaling, elbv2=world.elbv2, ec2=world.ec2, stepfunctions=sfn,
+                 store=MemoryStore(), registry=world.registry, clock=clock)
     return ReconcileDeps(steps=steps, sfn=sfn, events=boto3.client("events", region_name=REGION), machines=machines,
                          identity=SWEEP)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from servingctl.shared.errors import (
 )
 from servingctl.control.steps import run_step
 from servingctl.registry import parse_registry
-from servingctl.store import Phase
+from servingctl.store import LockLost, Phase
 
 from .conftest import EXEC_OTHER, EXEC_START, EXEC_STOP, OTHER, PROFILE, FakeClock, World, start_input
 
@@ -52,11 +53,13 @@ def started(deps: Deps, **extra: Any) -> dict[str, Any]:
     return state
 
 
-def loop_until_ready(deps: Deps, clock: FakeClock, action: str, state: dict[str, Any], key: str, move: Any = None) -> list[int]:
+def loop_until_ready(
+    deps: Deps, clock: FakeClock, action: str, state: dict[str, Any], key: str, move: Any = None, execution: str = EXEC_START
+) -> list[int]:
     """Run a wait loop as the ASL does (Check -> Choice -> Wait), letting the world move between rounds."""
     waits = []
     for _ in range(100):
-        result = step(deps, action, state, key)
+        result = step(deps, action, state, key, execution=execution)
         if result["ready"]:
             return waits
         waits.append(result["wait_s"])
@@ -314,12 +317,88 @@ def test_roll_back_without_config_does_nothing(deps: Deps) -> None:
     assert step(deps, "roll_back", {"profile": PROFILE}, None)["acted"] is False
 
 
+def test_a_start_whose_owner_is_aborted_takes_the_lock_at_once(deps: Deps, clock: FakeClock) -> None:
+    state = started(deps)
+    # Aborted from the console right after ScaleOut: the lock's lease is still live.
+    deps.stepfunctions.stop_execution(executionArn=EXEC_START, cause="aborted from the console")
+    clock.advance(1)
+    assert deps.store.get_lock(f"profile:{PROFILE}").live(clock.now())
+    takeover = start_input()
+    step(deps, "prepare_start", takeover, "config", execution=EXEC_OTHER)
+    lock = step(deps, "acquire_lock", takeover, "lock", execution=EXEC_OTHER)
+    assert lock["taken_over_from"] == [EXEC_START]
+    assert deps.store.get_lock(f"pool:{world_pool(deps)}").owner == EXEC_OTHER
+    step(deps, "scale_out", takeover, "scale", execution=EXEC_OTHER)
+    recorded = deps.store.get_profile(PROFILE)
+    # The instance the dead start launched still runs: its session goes on, billed once.
+    assert recorded.execution == EXEC_OTHER and recorded.session_id == state["scale"]["session_id"]
+
+
+def test_a_running_owner_keeps_its_lock_and_renews_it_at_every_probe(deps: Deps, clock: FakeClock) -> None:
+    state = started(deps, deadlines={"capacity_s": 7200})
+    lease = state["config"]["settings"]["lock_lease_s"]
+    # A short lease: a few of the slowest polls plus one step, not the sum of the deadlines.
+    assert lease == 3 * 60 + 300
+    for _ in range(5):  # far longer than one lease, probing as the ASL does
+        clock.advance(lease - 1)
+        assert step(deps, "check_capacity", state, "capacity")["ready"] is False
+    assert deps.store.get_lock(f"profile:{PROFILE}").expires_at == clock.now() + timedelta(seconds=lease)
+    refused = start_input()
+    step(deps, "prepare_start", refused, "config", execution=EXEC_OTHER)
+    with pytest.raises(LockHeld, match=f"held by {EXEC_START}"):
+        step(deps, "acquire_lock", refused, "lock", execution=EXEC_OTHER)
+
+
+def test_an_owner_whose_lock_was_taken_over_stops_at_its_next_probe(deps: Deps, clock: FakeClock) -> None:
+    state = started(deps)
+    clock.advance(state["config"]["settings"]["lock_lease_s"])  # stuck past its lease: the lock lapsed
+    takeover = start_input()
+    step(deps, "prepare_start", takeover, "config", execution=EXEC_OTHER)
+    step(deps, "acquire_lock", takeover, "lock", execution=EXEC_OTHER)
+    with pytest.raises(LockLost, match=f"lost its lock, held by {EXEC_OTHER}"):
+        step(deps, "check_capacity", state, "capacity")
+    _fail(state, "LockLost", "lost")
+    # Its roll back undoes nothing of the new owner's.
+    assert step(deps, "roll_back", state, "rollback")["acted"] is False
+    assert deps.store.get_lock(f"profile:{PROFILE}").owner == EXEC_OTHER
+
+
+def world_pool(deps: Deps) -> str:
+    return deps.registry.profiles[PROFILE].pool
+
+
 def test_expired_lock_of_a_dead_start_is_taken_over(deps: Deps, clock: FakeClock) -> None:
     state = started(deps, deadlines={"capacity_s": 60, "task_s": 60, "health_s": 60})
-    clock.advance(state["config"]["settings"]["lock_ttl_s"])
+    clock.advance(state["config"]["settings"]["lock_lease_s"])
     takeover = start_input()
     step(deps, "prepare_start", takeover, "config", execution=EXEC_OTHER)
     step(deps, "acquire_lock", takeover, "lock", execution=EXEC_OTHER)
     step(deps, "scale_out", takeover, "scale", execution=EXEC_OTHER)
     recorded = deps.store.get_profile(PROFILE)
     assert recorded.execution == EXEC_OTHER and recorded.session_id == state["scale"]["session_id"]
+
+
+def test_roll_back_of_a_start_that_died_before_opening_its_session(deps: Deps, clock: FakeClock) -> None:
+    state = start_input()
+    step(deps, "prepare_start", state, "config")
+    step(deps, "acquire_lock", state, "lock")
+    # ScaleOut recorded STARTING with the session id, then died before open_session.
+    deps.store.set_phase(PROFILE, Phase.STARTING, clock.now(), EXEC_START, session_id=f"{clock.now().isoformat()}#start-1")
+    _fail(state, "Lambda.Unknown", "the Lambda died")
+    result = step(deps, "roll_back", state, "rollback")
+    assert result["acted"] is True and "released profile:deepseek-v4-flash, pool:g7e-2gpu" in result["detail"]
+    recorded = deps.store.get_profile(PROFILE)
+    assert recorded.phase == Phase.FAILED and recorded.session_id is None
+    assert deps.store.get_lock(f"profile:{PROFILE}") is None and deps.store.list_sessions(PROFILE) == []
+
+
+@pytest.mark.parametrize(("capacity_s", "accepted"), [(7200, True), (7201, False)])
+def test_the_flow_refuses_deadlines_past_the_registry_limit(deps: Deps, capacity_s: int, accepted: bool) -> None:
+    state = start_input(deadlines={"capacity_s": capacity_s})
+    if accepted:
+        assert step(deps, "prepare_start", state, "config")["settings"]["deadlines"]["capacity_s"] == 7200
+        return
+    with pytest.raises(InvalidInput, match=(
+        r"deadlines.capacity_s: must be between 1 and 7200 seconds \(the limits.max_start_deadline_s of deepseek-v4-flash\); got 7201"
+    )):
+        step(deps, "prepare_start", state, "config")

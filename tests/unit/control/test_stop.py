@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from servingctl.control.deps import Deps
 from servingctl.shared.errors import DeadlineExceeded, StopRequested
 from servingctl.store import Phase
 
-from .conftest import EXEC_OTHER, EXEC_START, EXEC_STOP, OTHER, PROFILE, FakeClock, World
+from .conftest import EXEC_OTHER, EXEC_START, EXEC_STOP, EXEC_STOP_2, OTHER, PROFILE, FakeClock, World
 from .test_start import loop_until_ready, started, step
 
 
@@ -66,10 +68,12 @@ def test_stop_releases_everything_and_closes_the_session(deps: Deps, world: Worl
     assert world.calls.index("SetInstanceProtection") < world.calls.index("UpdateAutoScalingGroup")
     asg = world.asg()
     assert asg["DesiredCapacity"] == 0 and asg["MinSize"] == 0
-    loop_until_ready(deps, clock, "check_terminated", state, "termination")
+    loop_until_ready(deps, clock, "check_terminated", state, "termination", execution=EXEC_STOP)
     assert world.asg()["Instances"] == []
     closed = step(deps, "close_session", state, "session", execution=EXEC_STOP)
-    assert closed["phase"] == "STOPPED" and closed["session"]["uptime_s"] >= 3600
+    # moto lists no termination activity: the session ends when the stop first saw the instance gone.
+    assert closed["session"]["stopped_at"] == state["termination"]["progress"]["marks"]["ready_at"]
+    assert closed["phase"] == "STOPPED" and closed["session"]["uptime_s"] == pytest.approx(3600, abs=0.01)
     assert closed["session"]["stop_execution"] == EXEC_STOP
     assert step(deps, "release_lock", state, "unlock", execution=EXEC_STOP)["released"] == [f"profile:{PROFILE}", "pool:g7e-2gpu"]
     # Stopping a stopped profile answers at once.
@@ -118,12 +122,75 @@ def test_lock_wait_has_a_deadline(deps: Deps, clock: FakeClock) -> None:
 
 def test_force_release_scales_to_zero_even_without_the_lock(deps: Deps, world: World, clock: FakeClock) -> None:
     ready_profile(deps, world, clock)
+    instance = world.instances("g7e-2gpu")[0]["InstanceId"]
+    clock.advance(1800)
     state = stopping(deps)
     state["error"] = {"Error": "DeadlineExceeded", "Cause": json.dumps({"errorMessage": "drain took too long"})}
+    # The group terminates the instance right away; AWS lists when it finished.
+    world.record_termination(instance, clock.now() - timedelta(seconds=5), clock.now() - timedelta(seconds=2))
+    opened = deps.store.get_profile(PROFILE).session_id
     result = step(deps, "force_release", state, "rollback", execution=EXEC_STOP)
     assert result["acted"] is True
     assert world.service()["desiredCount"] == 0 and world.asg()["DesiredCapacity"] == 0
     recorded = deps.store.get_profile(PROFILE)
     assert recorded.phase == Phase.FAILED and recorded.last_error == "stop failed: DeadlineExceeded: drain took too long"
-    # The instance may still run: the ledger session stays open for the next stop to close.
-    assert deps.store.get_session(PROFILE, recorded.session_id).open
+    # The ledger closes at the instance's real termination time, not at the force release.
+    session = deps.store.get_session(PROFILE, opened)
+    assert session.stopped_at == clock.now() - timedelta(seconds=2) and session.close_reason == "stop failed"
+    assert recorded.session_id is None
+
+
+def test_prepare_stop_failures_go_through_force_release(deps: Deps, world: World, clock: FakeClock) -> None:
+    ready_profile(deps, world, clock)
+    # PrepareStop failed (its Catch keeps the input and the error): the profile comes from the input.
+    state = {"profile": PROFILE, "error": {"Error": "Throttled", "Cause": json.dumps({"errorMessage": "ECS: Throttling"})}}
+    assert step(deps, "force_release", state, "rollback", execution=EXEC_STOP)["acted"] is True
+    assert world.service()["desiredCount"] == 0 and world.asg()["DesiredCapacity"] == 0
+    assert deps.store.get_profile(PROFILE).last_error == "stop failed: Throttled: ECS: Throttling"
+    unknown = {"profile": "llama", "error": {"Error": "ProfileNotFound", "Cause": "unknown profile 'llama'"}}
+    assert step(deps, "force_release", unknown, "rollback", execution=EXEC_STOP) == {
+        "acted": False, "detail": "nothing was stopped: ProfileNotFound: unknown profile 'llama'"
+    }
+
+
+def test_hours_between_a_failed_stop_and_the_next_stop_are_billed_once(deps: Deps, world: World, clock: FakeClock) -> None:
+    task = ready_profile(deps, world, clock)["task"]
+    instance = world.instances("g7e-2gpu")[0]["InstanceId"]
+    began = deps.store.get_session(PROFILE, deps.store.get_profile(PROFILE).session_id).started_at
+    clock.advance(3600)
+    state = stopping(deps)
+    step(deps, "request_stop", state, "request", execution=EXEC_STOP)
+    step(deps, "await_lock", state, "lock", execution=EXEC_STOP)
+    step(deps, "scale_in_service", state, "scale_in", execution=EXEC_STOP)
+
+    def denied(**_: Any) -> None:
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "not authorized"}}, "UpdateAutoScalingGroup")
+
+    # The pool cannot be released: the stop and its force release fail, the GPU keeps running.
+    world.autoscaling.meta.events.register("before-call.auto-scaling.UpdateAutoScalingGroup", denied)
+    with pytest.raises(ClientError):
+        step(deps, "release_capacity", state, "release", execution=EXEC_STOP)
+    with pytest.raises(ClientError):
+        step(deps, "force_release", state | {"error": {"Error": "ClientError"}}, "rollback", execution=EXEC_STOP)
+    deps.stepfunctions.stop_execution(executionArn=EXEC_STOP, cause="failed")
+    world.autoscaling.meta.events.unregister("before-call.auto-scaling.UpdateAutoScalingGroup", denied)
+    # The next stop (the reconciler's) takes the dead stop's lock at once, though its lease is live.
+    clock.advance(60)
+    again = stopping(deps)
+    step(deps, "request_stop", again, "request", execution=EXEC_STOP_2)
+    assert step(deps, "await_lock", again, "lock", execution=EXEC_STOP_2)["progress"]["marks"]["taken_over_from"] == [EXEC_STOP]
+    clock.advance(3 * 3600)  # and it took three hours to get there
+    step(deps, "scale_in_service", again, "scale_in", execution=EXEC_STOP_2)
+    world.crash_task(task, "Scaling activity initiated by deployment")
+    world.deregister_all()
+    loop_until_ready(deps, clock, "check_drained", again, "drain", execution=EXEC_STOP_2)
+    step(deps, "guard_pool", again, "pool", execution=EXEC_STOP_2)
+    step(deps, "release_capacity", again, "release", execution=EXEC_STOP_2)
+    ended = clock.now() + timedelta(seconds=75)
+    world.record_termination(instance, clock.now(), ended)
+    loop_until_ready(deps, clock, "check_terminated", again, "termination", execution=EXEC_STOP_2)
+    step(deps, "close_session", again, "session", execution=EXEC_STOP_2)
+    sessions = deps.store.list_sessions(PROFILE)
+    assert len(sessions) == 1 and sessions[0].stopped_at == ended
+    assert sessions[0].uptime_s == pytest.approx((ended - began).total_seconds())
+    assert sessions[0].uptime_s > 4 * 3600

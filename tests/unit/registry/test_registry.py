@@ -114,3 +114,34 @@ def test_registry_read_from_ssm_past_the_advanced_limit_is_rejected_naming_the_s
         assert set(load_registry("ssm:/test/at-limit").profiles) == {"nemotron-nano", "deepseek-v4-flash"}
         with pytest.raises(RegistryError, match=rf"{SSM_ADVANCED_BYTES + 1} bytes"):
             load_registry("ssm:/test/too-big")
+
+
+@pytest.mark.parametrize(
+    ("period", "accepted"),
+    [
+        ({"begin_time": "09:00", "end_time": "09:01"}, True),  # the shortest period: one minute
+        ({"begin_time": "09:00", "end_time": "08:59"}, True),  # overnight, all but one minute
+        ({"begin_time": "09:00", "end_time": "09:00"}, False),
+        ({"end_time": "00:00"}, False),  # begin absent means 00:00
+        ({}, True),  # the whole day
+    ],
+)
+def test_a_period_whose_begin_equals_its_end_is_rejected(period, accepted):
+    doc = copy.deepcopy(REFERENCE)
+    doc["profiles"]["nemotron-nano"]["schedule"] = {"timezone": "UTC", "periods": [period]}
+    if accepted:
+        parse_registry(doc)
+        return
+    with pytest.raises(RegistryError, match=r"schedule.periods.0.*begin_time and end_time are both .*: the period would never run"):
+        parse_registry(doc)
+
+
+@pytest.mark.parametrize(("deadline", "accepted"), [(7200, True), (7201, False)])
+def test_start_defaults_must_fit_the_profiles_limits(deadline, accepted):
+    doc = copy.deepcopy(REFERENCE)
+    doc["profiles"]["nemotron-nano"]["start"] = {"health_timeout_s": deadline}
+    if accepted:
+        assert parse_registry(doc).profile("nemotron-nano").limits.max_start_deadline_s == 7200
+        return
+    with pytest.raises(RegistryError, match=r"start.health_timeout_s \(7201\) must not exceed limits.max_start_deadline_s \(7200\)"):
+        parse_registry(doc)

@@ -7,15 +7,18 @@ from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
+from botocore.awsrequest import AWSResponse
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from servingctl.store import DynamoStore, LockConflict, MemoryStore, Phase, Session, Store, TransitionRefused
-from servingctl.store.dynamodb import create_table
+from servingctl.store import DynamoStore, LockConflict, LockLost, MemoryStore, Phase, Session, Store, StoreBusy, TransitionRefused
+from servingctl.store.dynamodb import TRANSACTION_ATTEMPTS, create_table
 from servingctl.store.models import session_id_for
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 EXEC_A = "arn:aws:states:us-east-1:123456789012:execution:start_profile:start-deepseek-a"
 EXEC_B = "arn:aws:states:us-east-1:123456789012:execution:start_profile:start-deepseek-b"
+EXEC_C = "arn:aws:states:us-east-1:123456789012:execution:stop_profile:stop-deepseek-c"
 
 
 @pytest.fixture(params=["memory", "dynamodb"])
@@ -134,6 +137,33 @@ def test_lock_set_is_all_or_nothing(store: Store) -> None:
     assert store.get_lock("profile:q") is None
 
 
+def test_a_dead_owners_live_lock_is_taken_over_only_from_that_owner(store: Store) -> None:
+    store.acquire_locks(["profile:p", "pool:g"], EXEC_A, T0, ttl_s=600)
+    early = T0 + timedelta(seconds=1)
+    taken = store.acquire_locks(["profile:p", "pool:g"], EXEC_B, early, ttl_s=60, replacing={EXEC_A})
+    assert [(lock.owner, lock.expires_at) for lock in taken] == [(EXEC_B, early + timedelta(seconds=60))] * 2
+    assert store.get_lock("pool:g").owner == EXEC_B
+    # Once B holds it, a third execution that also saw A dead does not take it from B.
+    with pytest.raises(LockConflict, match=f"held by {EXEC_B}"):
+        store.acquire_locks(["profile:p"], EXEC_C, early, ttl_s=60, replacing={EXEC_A})
+    assert store.get_lock("profile:p").owner == EXEC_B
+
+
+def test_renewing_extends_only_the_owners_locks(store: Store) -> None:
+    store.acquire_locks(["profile:p", "pool:g"], EXEC_A, T0, ttl_s=60)
+    renewed = store.renew_locks(["profile:p", "pool:g"], EXEC_A, T0 + timedelta(seconds=50), ttl_s=60)
+    assert [lock.expires_at for lock in renewed] == [T0 + timedelta(seconds=110)] * 2
+    assert store.get_lock("pool:g").expires_at == T0 + timedelta(seconds=110)
+    store.acquire_locks(["pool:g"], EXEC_B, T0 + timedelta(seconds=200), ttl_s=60)
+    with pytest.raises(LockLost, match=f"pool:g: {EXEC_A} lost its lock, held by {EXEC_B}"):
+        store.renew_locks(["profile:p", "pool:g"], EXEC_A, T0 + timedelta(seconds=201), ttl_s=60)
+    # None or all: the profile lock was not extended either.
+    assert store.get_lock("profile:p").expires_at == T0 + timedelta(seconds=110)
+    store.release_locks(["profile:p"], EXEC_A)
+    with pytest.raises(LockLost, match="no longer held"):
+        store.renew_locks(["profile:p"], EXEC_A, T0 + timedelta(seconds=202), ttl_s=60)
+
+
 def test_release_only_frees_the_owners_locks(store: Store) -> None:
     store.acquire_locks(["profile:p", "pool:g"], EXEC_A, T0, ttl_s=600)
     assert store.release_locks(["profile:p", "pool:g"], EXEC_B) == []
@@ -171,3 +201,75 @@ def test_sessions_list_oldest_first(store: Store) -> None:
 def test_closing_an_unknown_session_fails(store: Store) -> None:
     with pytest.raises(KeyError, match="no session"):
         store.close_session("p", "missing", T0, EXEC_A, "stopped")
+
+
+# ---- DynamoDB's reasons for cancelling a transaction ---------------------------------------------
+# moto cancels a transaction only for a failed condition (with CancellationReasons, as DynamoDB
+# does); it never reports a conflicting transaction or throttling. This double answers
+# TransactWriteItems the way DynamoDB does then: HTTP 400, TransactionCanceledException, one
+# reason per item in the order of TransactItems ("None" for the items that were fine).
+class CancelledTransactions:
+    """Answer the next TransactWriteItems calls with these reason lists, then let moto run."""
+
+    def __init__(self, store: DynamoStore, *answers: list[str]) -> None:
+        self.answers, self.calls = list(answers), 0
+        store._client.meta.events.register("before-call.dynamodb.TransactWriteItems", self)
+
+    def __call__(self, **_: object) -> tuple[AWSResponse, dict] | None:
+        self.calls += 1
+        if not self.answers:
+            return None
+        codes = self.answers.pop(0)
+        message = f"Transaction cancelled, please refer cancellation reasons for specific reasons [{', '.join(codes)}]"
+        reasons = [{"Code": "None"} if c == "None" else {"Code": c, "Message": c} for c in codes]
+        parsed = {"Error": {"Code": "TransactionCanceledException", "Message": message},
+                  "Message": message, "CancellationReasons": reasons}
+        return AWSResponse("https://dynamodb.us-east-1.amazonaws.com", 400, {}, None), parsed
+
+
+@pytest.fixture
+def dynamo(monkeypatch: pytest.MonkeyPatch) -> Iterator[DynamoStore]:
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        resource = boto3.resource("dynamodb", region_name="us-east-1")
+        create_table("servingctl-test", resource)
+        yield DynamoStore("servingctl-test", resource)
+
+
+@pytest.mark.parametrize("reason", ["TransactionConflict", "ThrottlingError"])
+def test_a_conflicting_or_throttled_transaction_is_retried_not_reported_held(dynamo: DynamoStore, reason: str) -> None:
+    double = CancelledTransactions(dynamo, [reason, "None"], ["None", reason])
+    taken = dynamo.acquire_locks(["profile:p", "pool:g"], EXEC_A, T0, ttl_s=60)
+    assert double.calls == 3 and [lock.owner for lock in taken] == [EXEC_A, EXEC_A]
+    assert dynamo.get_lock("pool:g").owner == EXEC_A
+    CancelledTransactions(dynamo, ["None", reason])
+    assert dynamo.renew_locks(["profile:p", "pool:g"], EXEC_A, T0 + timedelta(seconds=30), ttl_s=60)[1].expires_at == (
+        T0 + timedelta(seconds=90)
+    )
+
+
+def test_a_transaction_cancelled_at_every_attempt_says_the_store_is_busy(dynamo: DynamoStore) -> None:
+    CancelledTransactions(dynamo, *[["TransactionConflict", "None"]] * TRANSACTION_ATTEMPTS)
+    with pytest.raises(StoreBusy, match=rf"kept being cancelled \(TransactionConflict, None\) after {TRANSACTION_ATTEMPTS} attempts"):
+        dynamo.acquire_locks(["profile:p", "pool:g"], EXEC_A, T0, ttl_s=60)
+    assert dynamo.get_lock("profile:p") is None
+
+
+def test_a_failed_condition_reported_by_its_reason_names_the_holder(dynamo: DynamoStore) -> None:
+    dynamo.acquire_locks(["pool:g"], EXEC_B, T0, ttl_s=600)
+    # The real condition failure, as moto reports it: reasons [None, ConditionalCheckFailed].
+    with pytest.raises(LockConflict, match=f"pool:g is held by {EXEC_B}"):
+        dynamo.acquire_locks(["profile:p", "pool:g"], EXEC_A, T0, ttl_s=60)
+
+
+def test_a_lock_freed_between_the_cancellation_and_the_read_is_taken(dynamo: DynamoStore) -> None:
+    # The condition failed on a holder that released before we looked: try again, do not report it held.
+    double = CancelledTransactions(dynamo, ["ConditionalCheckFailed", "None"])
+    assert [lock.owner for lock in dynamo.acquire_locks(["profile:p", "pool:g"], EXEC_A, T0, ttl_s=60)] == [EXEC_A] * 2
+    assert double.calls == 2
+
+
+def test_another_cancellation_reason_is_not_swallowed(dynamo: DynamoStore) -> None:
+    CancelledTransactions(dynamo, ["ValidationError", "None"])
+    with pytest.raises(ClientError, match="TransactionCanceledException"):
+        dynamo.acquire_locks(["profile:p", "pool:g"], EXEC_A, T0, ttl_s=60)

@@ -141,6 +141,33 @@ def test_a_repeated_sweep_joins_its_stop_instead_of_starting_another(deps: Sweep
     assert len(deps.sfn.list_executions(stateMachineArn=deps.stop_machine_arn)["executions"]) == 1
 
 
+def test_a_closed_auto_stop_is_followed_by_one_under_a_fresh_name_which_later_sweeps_join(deps: SweepDeps) -> None:
+    _ready(deps, "nemotron-nano", ready_min_ago=120, lease_min=-1)
+    first = sweep(deps)[0]
+    deps.sfn.stop_execution(executionArn=first.execution_arn, cause="PrepareStop failed")  # it closed
+    second = sweep(deps)[0]  # ExecutionAlreadyExists on the first name: the next one, never the closed one
+    assert second.action == "stop-started" and second.execution_arn != first.execution_arn
+    third = sweep(deps)[0]
+    assert third.action == "stop-joined" and third.execution_arn == second.execution_arn
+    assert len(deps.sfn.list_executions(stateMachineArn=deps.stop_machine_arn)["executions"]) == 2
+
+
+def test_one_profile_raising_is_reported_and_the_others_are_still_swept(deps: SweepDeps, monkeypatch: pytest.MonkeyPatch) -> None:
+    _ready(deps, "deepseek-v4-flash", ready_min_ago=120, lease_min=-1)
+    _ready(deps, "nemotron-nano", ready_min_ago=120, lease_min=-1)
+    original = deps.store.get_profile
+
+    def broken(name: str) -> Any:
+        if name == "deepseek-v4-flash":
+            raise RuntimeError("DynamoDB said no")
+        return original(name)
+
+    monkeypatch.setattr(deps.store, "get_profile", broken)
+    first, second = sweep(deps)
+    assert (first.profile, first.reason, first.action, first.detail) == ("deepseek-v4-flash", "error", "error", "RuntimeError: DynamoDB said no")
+    assert (second.profile, second.reason, second.action) == ("nemotron-nano", "lease-expired", "stop-started")
+
+
 def test_in_use_profile_is_kept_and_the_decision_published(deps: SweepDeps) -> None:
     _ready(deps, "deepseek-v4-flash", ready_min_ago=120, lease_min=60)
     _requests(deps, "deepseek-v4-flash", 12, 5)

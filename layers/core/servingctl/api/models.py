@@ -110,6 +110,10 @@ class ProfileSummary(BaseModel):
     kept_alive_by: str | None = Field(default=None, description="IAM ARN of the last keepalive's caller")
     held_by: str | None = Field(default=None, description="benchmark run holding the profile (the sweep's soft stops wait)")
     held_until: datetime | None = None
+    reconcile_reason: str | None = Field(
+        default=None, description="why the reconciler last stopped it (reason: detail), e.g. a lock held by an aborted start"
+    )
+    reconciled_at: datetime | None = None
     next_stop: PlannedStop | None = Field(
         default=None, description="READY only: the earliest stop the sweep is headed for (lease, schedule, idle, hard limits)"
     )

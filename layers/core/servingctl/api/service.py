@@ -45,6 +45,7 @@ from servingctl.control import aws
 from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.autostop import request_counts
 from servingctl.control.executions import Action, canonical, execution_name, running_execution
+from servingctl.shared.settings import limit_problems
 from servingctl.control.sweep import decide
 from servingctl.costs import PriceCatalog, monthly_totals, session_cost
 from servingctl.registry.models import Registry, ServingProfile
@@ -178,6 +179,7 @@ def _summary(deps: ApiDeps, name: str, state: ProfileState, with_requests: bool 
         routing_header=f"{spec.routing_header.name}: {spec.routing_header.value}",
         hourly_usd=price.hourly_usd if price else None, started_by=state.started_by, stopped_by=state.stopped_by,
         kept_alive_by=state.kept_alive_by, held_by=state.held_by, held_until=state.held_until,
+        reconcile_reason=state.reconcile_reason, reconciled_at=state.reconciled_at,
         **_forecast(deps, name, state, with_requests),
     )
 
@@ -292,9 +294,19 @@ def _pool_holders(deps: ApiDeps, profile: str) -> list[str]:
     return holders
 
 
+def _check_limits(name: str, spec: ServingProfile, body: StartRequest | StopRequest) -> None:
+    """400 naming each poll setting or deadline past the profile's registry limits, with the range."""
+    deadlines = body.deadlines.model_dump() if body.deadlines is not None else {}
+    problems = limit_problems(name, spec, body.poll, deadlines)
+    if problems:
+        field = "body." + problems[0].split(":", 1)[0] if len(problems) == 1 else None
+        raise BadRequest("invalid request: " + "; ".join(problems), field)
+
+
 def start_profile(deps: ApiDeps, name: str, body: StartRequest, caller: str | None = None) -> ExecutionRef:
     """Validate, refuse conflicts (409), then start or join start_profile."""
     spec = profile_spec(deps, name)
+    _check_limits(name, spec, body)
     if body.lease_minutes is not None and body.lease_minutes > spec.max_lease_minutes:
         raise BadRequest(
             f"lease_minutes: must be between {lower_bound(StartRequest, 'lease_minutes')} and {spec.max_lease_minutes} minutes "
@@ -327,7 +339,7 @@ def start_profile(deps: ApiDeps, name: str, body: StartRequest, caller: str | No
 
 def stop_profile(deps: ApiDeps, name: str, body: StopRequest, caller: str | None = None) -> ExecutionRef:
     """Start or join stop_profile (a running start is preempted by the flow's stop flag)."""
-    profile_spec(deps, name)
+    _check_limits(name, profile_spec(deps, name), body)
     already = _already(deps, "stop", name)
     if already is not None:
         return already

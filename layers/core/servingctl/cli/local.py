@@ -69,6 +69,9 @@ def _register_up(local_sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--api-port", type=int, default=DEFAULT_TWIN_PORT,
                         help=f"port of the REST API on 127.0.0.1, OpenAPI at /openapi.json (default {DEFAULT_TWIN_PORT}; "
                         "0 picks a free one)")
+    parser.add_argument("--no-sweep", dest="sweep", action="store_false",
+                        help="do not run the scheduled sweep (template.yaml's rate divided by --time-scale) nor deliver "
+                        "Step Functions status-change events to the reconciler")
     parser.add_argument("--verbose", action="store_true", help="also print the Lambda handlers' logs and warnings")
     parser.set_defaults(func=_run_up)
 
@@ -131,7 +134,7 @@ def _run_up(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGTERM, _on_signal)
     twin = Twin(args.registry, model_server=args.model_server, faults=args.fault, time_scale=args.time_scale, port=args.port,
-                api_port=args.api_port)
+                api_port=args.api_port, sweep=args.sweep)
     try:
         twin.start()
         assert twin.api_url is not None
@@ -139,7 +142,7 @@ def _run_up(args: argparse.Namespace) -> int:
         # a twin already recorded there keeps its place (this one is reached with --api-url).
         other = read_twin_state()
         if other is None:
-            write_twin_state(twin.api_url, _poll(twin))
+            write_twin_state(twin.api_url, twin.scaled_poll())
         print(_banner(twin, verbose=args.verbose), flush=True)
         if other is not None:
             print(f"note: another twin (pid {other['pid']}, {other['api_url']}) is the one servingctl finds by default "
@@ -158,11 +161,6 @@ def _run_up(args: argparse.Namespace) -> int:
         twin.stop()
         signal.signal(signal.SIGTERM, previous)
     return 0
-
-
-def _poll(twin: Twin) -> dict[str, float]:
-    """The flows' default pacing (15 s, x1.5, max 60 s) divided by the time scale, in whole seconds."""
-    return {"interval_s": max(1, round(15 / twin.time_scale)), "max_interval_s": max(1, round(60 / twin.time_scale)), "backoff": 1.5}
 
 
 def _banner(twin: Twin, *, verbose: bool = False) -> str:
@@ -184,7 +182,7 @@ def _banner(twin: Twin, *, verbose: bool = False) -> str:
         lines.append(f"  model server   {name}: {profile.endpoint_url} (runs while its ECS task runs)")
     lines.append(f"Try: servingctl start {first} --wait    then: servingctl status {first}")
     if verbose:
-        poll = json.dumps(_poll(twin))
+        poll = json.dumps(twin.scaled_poll())
         for stem in ("start_profile", "stop_profile"):
             arn = twin.state_machines.get(stem, f"<no statemachine/{stem}.asl.json>")
             lines.append(f"  aws stepfunctions start-execution --endpoint-url {twin.endpoint_url} --state-machine-arn {arn} "

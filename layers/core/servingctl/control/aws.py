@@ -107,6 +107,22 @@ def failed_launch(autoscaling: Any, name: str, known: set[str]) -> str | None:
     return None
 
 
+TERMINATING = "Terminating EC2 instance: "
+
+
+def termination_times(autoscaling: Any, name: str, since: datetime) -> dict[str, datetime]:
+    """Instance id -> when the group finished terminating it (its "Terminating EC2 instance"
+    activity's end), for the activities AWS lists that began at or after since."""
+    activities = autoscaling.describe_scaling_activities(AutoScalingGroupName=name, MaxRecords=100)["Activities"]
+    ended = {}
+    for activity in activities:
+        description = activity.get("Description") or ""
+        start = activity.get("StartTime")
+        if description.startswith(TERMINATING) and start is not None and start >= since:
+            ended[description.removeprefix(TERMINATING).strip()] = activity.get("EndTime") or start
+    return ended
+
+
 def registered_instances(ecs: Any, cluster: str) -> set[str]:
     """EC2 ids of the cluster's ACTIVE container instances whose agent is connected."""
     arns: list[str] = []

@@ -18,6 +18,8 @@ class Deps:
     autoscaling: Any
     elbv2: Any
     ec2: Any
+    # Step Functions: DescribeExecution of a lock owner (is it still RUNNING?).
+    stepfunctions: Any
     store: Store
     registry: Registry
     clock: Clock = field(default_factory=SystemClock)

@@ -1,4 +1,5 @@
-"""Pieces both flows share: config from the state, locks, the stop flag, pool activity, releasing a pool."""
+"""Pieces both flows share: config from the state, locks (taken over from a dead owner, renewed at
+every probe), the stop flag, pool activity, releasing a pool."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ import json
 from datetime import datetime
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from servingctl.control import aws
 from servingctl.control.deps import Deps
 from servingctl.shared.errors import InvalidInput, PoolBusy, StopRequested
 from servingctl.shared.settings import StartConfig, StopConfig
-from servingctl.store.models import Phase, pool_lock, profile_lock
+from servingctl.store.base import LockConflict
+from servingctl.store.models import Lock, Phase, Session, pool_lock, profile_lock
 
 ACTIVE_PHASES = frozenset({Phase.STARTING, Phase.READY, Phase.STOPPING})
 
@@ -26,6 +30,37 @@ def config_of(state: dict[str, Any]) -> StartConfig | StopConfig:
 def lock_names(config: StartConfig | StopConfig) -> list[str]:
     """The profile lock and the pool lock, in that order."""
     return [profile_lock(config.profile), pool_lock(config.pool)]
+
+
+def owner_running(deps: Deps, owner: str) -> bool:
+    """True while the lock owner's execution is RUNNING; one Step Functions no longer knows is not."""
+    try:
+        return deps.stepfunctions.describe_execution(executionArn=owner)["status"] == "RUNNING"
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
+            return False
+        raise
+
+
+def take_locks(deps: Deps, config: StartConfig | StopConfig, execution: str) -> tuple[list[Lock], list[str]]:
+    """Take the profile and pool locks; a holder whose execution is no longer RUNNING is taken over,
+    conditionally on that same holder. Returns the locks and the dead owners taken over from;
+    LockConflict names a live holder."""
+    names, dead = lock_names(config), []
+    # Each round takes the locks, finds a live holder, or learns one more dead owner.
+    while True:
+        try:
+            locks = deps.store.acquire_locks(names, execution, deps.clock.now(), config.settings.lock_lease_s, dead)
+            return locks, dead
+        except LockConflict as exc:
+            if exc.lock.owner in dead or owner_running(deps, exc.lock.owner):
+                raise
+            dead.append(exc.lock.owner)
+
+
+def hold_locks(deps: Deps, config: StartConfig | StopConfig, execution: str) -> None:
+    """Renew this execution's short lease on its locks (LockLost when another owner has them now)."""
+    deps.store.renew_locks(lock_names(config), execution, deps.clock.now(), config.settings.lock_lease_s)
 
 
 def parse_time(value: str) -> datetime:
@@ -75,6 +110,54 @@ def release_pool(deps: Deps, pool_name: str) -> tuple[list[str], list[str]]:
     aws.clear_protection(deps.autoscaling, pool.asg_name, protected)
     aws.scale_asg_to_zero(deps.autoscaling, pool.asg_name)
     return [i.instance_id for i in view.instances], protected
+
+
+def scale_to_zero(deps: Deps, config: StartConfig | StopConfig) -> list[str]:
+    """Service desired 0, and the pool to 0 unless another profile uses it; what was done, in words."""
+    spec = deps.profile(config.profile)
+    aws.set_service_desired(deps.ecs, spec.cluster, spec.service, 0)
+    details = [f"{spec.service} desired 0"]
+    users = pool_users(deps, config.profile)
+    if users:
+        details.append(f"pool {config.pool} kept for {'; '.join(users)}")
+    else:
+        instances, protected = release_pool(deps, config.pool)
+        details.append(
+            f"{deps.pool(config.pool).asg_name} desired/min 0 ({len(instances)} instance(s), "
+            f"protection cleared on {len(protected)})"
+        )
+    return details
+
+
+def session_end(deps: Deps, profile: str, session: Session, fallback: datetime) -> datetime | None:
+    """When the session's instance time ended: None while its pool has (or is getting) an instance
+    for it; else the end of the last "Terminating EC2 instance" activity since the session began
+    (fallback when the group lists none). On a pool another profile keeps, the profile's own use
+    ended with its service: fallback."""
+    if pool_users(deps, profile):
+        return max(fallback, session.started_at)
+    group = aws.describe_asg(deps.autoscaling, deps.pool(session.pool).asg_name)
+    if group.desired > 0 or group.instances:
+        return None
+    ended = aws.termination_times(deps.autoscaling, group.name, since=session.started_at)
+    return max(ended.values()) if ended else max(fallback, session.started_at)
+
+
+def settle_session(deps: Deps, profile: str, execution: str, reason: str, fallback: datetime) -> tuple[Session | None, bool]:
+    """Close the profile's open ledger session at its instance's real termination time once the pool
+    has no instance left; (the session, closed now or already) or (None, True) when there is none.
+    While an instance still runs the session stays open: its hours are billed to it until the next
+    stop (or the reconciler) closes it, never to a second session."""
+    recorded = deps.store.get_profile(profile)
+    session = deps.store.get_session(profile, recorded.session_id) if recorded.session_id else None
+    if session is None:
+        return None, True
+    if not session.open:
+        return session, True
+    end = session_end(deps, profile, session, fallback)
+    if end is None:
+        return session, False
+    return deps.store.close_session(profile, session.session_id, end, execution, reason), True
 
 
 def guard_pool(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:

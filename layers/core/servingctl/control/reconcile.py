@@ -37,7 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from servingctl.control import aws, events
 from servingctl.control.deps import Deps
 from servingctl.control.executions import execution_status, is_execution_of, running_execution, start_fresh
-from servingctl.control.flow import ACTIVE_PHASES, pool_users
+from servingctl.control.flow import pool_users
+from servingctl.shared.settings import Poll
 from servingctl.store.models import Phase, ProfileState, pool_lock, profile_lock
 
 Reason = Literal["lock-owner-ended", "phase-stuck", "stop-failed", "capacity-unexplained", "session-open", "consistent",
@@ -172,7 +173,7 @@ def observe(deps: ReconcileDeps, name: str, *, failed_stop: str | None = None) -
     )
 
 
-def act(deps: ReconcileDeps, seen: Evidence, repair: Repair) -> Repair:
+def act(deps: ReconcileDeps, seen: Evidence, repair: Repair, poll: Poll | None = None) -> Repair:
     """Release a dead owner's locks, start the stop (unless the record moved since), record why."""
     steps, now = deps.steps, deps.steps.clock.now()
     if steps.store.get_profile(seen.profile).updated_at != seen.state.updated_at:
@@ -181,7 +182,9 @@ def act(deps: ReconcileDeps, seen: Evidence, repair: Repair) -> Repair:
         # Safe: the owner is over, and the delete is conditional on it still being the owner.
         spec = steps.profile(seen.profile)
         steps.store.release_locks([profile_lock(seen.profile), pool_lock(spec.pool)], seen.lock_owner)
-    document = {"profile": seen.profile, "requested_by": deps.identity}
+    document: dict[str, Any] = {"profile": seen.profile, "requested_by": deps.identity}
+    if poll is not None:
+        document["poll"] = poll.model_dump()
     arn = start_fresh(deps.sfn, deps.machines["stop"], "stop", seen.profile, tuple(repair.evidence), document)
     done = repair.model_copy(update={"action": "stop-started", "execution_arn": arn})
     steps.store.update_profile(seen.profile, now, reconciled_at=now, reconcile_reason=f"{repair.reason}: {repair.detail}")
@@ -190,7 +193,7 @@ def act(deps: ReconcileDeps, seen: Evidence, repair: Repair) -> Repair:
 
 
 def reconcile(deps: ReconcileDeps, profiles: list[str] | None = None, *, trigger: str = "sweep",
-              failed_stop: str | None = None, dry_run: bool = False) -> list[Repair]:
+              failed_stop: str | None = None, dry_run: bool = False, poll: Poll | None = None) -> list[Repair]:
     """Observe, decide and act for each profile (all of them by default; dry_run: decide only), each
     on its own: an exception is logged and reported as that profile's repair (action "error")."""
     repairs = []
@@ -199,7 +202,7 @@ def reconcile(deps: ReconcileDeps, profiles: list[str] | None = None, *, trigger
             seen = observe(deps, name, failed_stop=failed_stop)
             repair = decide(seen).model_copy(update={"trigger": trigger})
             if repair.stop:
-                repair = repair.model_copy(update={"action": "would-stop"}) if dry_run else act(deps, seen, repair)
+                repair = repair.model_copy(update={"action": "would-stop"}) if dry_run else act(deps, seen, repair, poll)
         except Exception as exc:  # one profile's failure must not leave the others running
             log.exception("reconcile of %s failed", name)
             repair = Repair(profile=name, stop=False, reason="error", detail=f"{type(exc).__name__}: {exc}",
@@ -220,7 +223,7 @@ class StatusChange(BaseModel):
     input: str | None = None
 
 
-def on_status_change(deps: ReconcileDeps, event: dict[str, Any]) -> list[Repair]:
+def on_status_change(deps: ReconcileDeps, event: dict[str, Any], poll: Poll | None = None) -> list[Repair]:
     """Reconcile the profile of the execution the event is about (its input names it; read by
     DescribeExecution when EventBridge left the input out)."""
     change = StatusChange.model_validate(event.get("detail") or {})
@@ -237,4 +240,4 @@ def on_status_change(deps: ReconcileDeps, event: dict[str, Any]) -> list[Repair]
     failed = None
     if is_stop and deps.sfn.describe_execution(executionArn=change.executionArn).get("error") not in INPUT_ERRORS:
         failed = change.executionArn
-    return reconcile(deps, [profile], trigger=trigger, failed_stop=failed)
+    return reconcile(deps, [profile], trigger=trigger, failed_stop=failed, poll=poll)

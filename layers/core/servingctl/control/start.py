@@ -12,16 +12,18 @@ from servingctl.shared.errors import CapacityUnavailable, LockHeld, TaskFailed
 from servingctl.control.flow import (
     config_of,
     error_reason,
+    hold_locks,
     lock_names,
     parse_time,
-    pool_users,
     raise_if_stop_requested,
-    release_pool,
+    scale_to_zero,
+    settle_session,
+    take_locks,
 )
 from servingctl.control.polling import Progress, run_check
 from servingctl.shared.settings import StartConfig, start_config
 from servingctl.store.base import LockConflict
-from servingctl.store.models import Phase, Session, iso, session_id_for
+from servingctl.store.models import Phase, Session, iso, profile_lock, session_id_for
 
 PHASES = ("capacity", "boot", "task", "health", "smoke")
 
@@ -38,14 +40,14 @@ def prepare_start(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
 
 
 def acquire_lock(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
-    """Take the profile and pool locks together; LockHeld names the holder."""
+    """Take the profile and pool locks together, taking them over from an owner whose execution is
+    no longer RUNNING; LockHeld names a live holder."""
     config = _config(state)
-    names = lock_names(config)
     try:
-        locks = deps.store.acquire_locks(names, execution, deps.clock.now(), config.settings.lock_ttl_s)
+        locks, dead = take_locks(deps, config, execution)
     except LockConflict as exc:
         raise LockHeld(f"{exc}; wait for it to finish or stop it") from None
-    return {"owner": execution, "expires_at": iso(locks[0].expires_at), "locks": names}
+    return {"owner": execution, "expires_at": iso(locks[0].expires_at), "locks": lock_names(config), "taken_over_from": dead}
 
 
 def check_current(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
@@ -61,11 +63,17 @@ def scale_out(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
     """Record STARTING and the ledger session, then service desired 1 and the ASG to 1 when at 0."""
     config = _config(state)
     spec, pool = deps.profile(config.profile), deps.pool(config.pool)
+    hold_locks(deps, config, execution)
     now = deps.clock.now()
     recorded = deps.store.get_profile(config.profile)
-    open_session = deps.store.get_session(config.profile, recorded.session_id) if recorded.session_id else None
-    # An open session (a retry of this step, or a dead start whose instance may still run) is kept.
-    session_id = open_session.session_id if open_session and open_session.open else session_id_for(now, execution)
+    current = deps.store.get_session(config.profile, recorded.session_id) if recorded.session_id else None
+    if current is not None and current.open and current.start_execution == execution:
+        ended = False  # a retry of this step keeps the session it opened
+    else:
+        # An open session whose instance is gone ends at its termination time; one whose instance
+        # still runs (a dead start's, a failed stop's) goes on: its hours are billed once.
+        current, ended = settle_session(deps, config.profile, execution, "ended before this start", now)
+    session_id = current.session_id if current is not None and not ended else session_id_for(now, execution)
     # The store first: roll_back acts only on a profile recorded STARTING by this execution.
     deps.store.set_phase(
         config.profile, Phase.STARTING, now, execution,
@@ -99,6 +107,7 @@ def check_capacity(deps: Deps, state: dict[str, Any], execution: str) -> dict[st
     known = set(state["scale"]["baseline"]["failed_activities"])
 
     def probe(progress: Progress) -> tuple[bool, str]:
+        hold_locks(deps, config, execution)
         raise_if_stop_requested(deps, config.profile)
         failure = aws.failed_launch(deps.autoscaling, pool.asg_name, known)
         if failure:
@@ -149,6 +158,7 @@ def check_task(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, A
     config = _config(state)
 
     def probe(progress: Progress) -> tuple[bool, str]:
+        hold_locks(deps, config, execution)
         raise_if_stop_requested(deps, config.profile)
         failures = _count_task_failures(deps, config, state)
         live, running = _running_tasks(deps, config)
@@ -171,6 +181,7 @@ def check_targets(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
     group = spec.target_group_arn.split(":")[-1]
 
     def probe(progress: Progress) -> tuple[bool, str]:
+        hold_locks(deps, config, execution)
         raise_if_stop_requested(deps, config.profile)
         failures = _count_task_failures(deps, config, state)
         _, running = _running_tasks(deps, config)
@@ -211,6 +222,7 @@ def phase_seconds(state: dict[str, Any], now_iso: str) -> dict[str, float]:
 def record_ready(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
     """READY with phase durations and the lease deadline."""
     config = _config(state)
+    hold_locks(deps, config, execution)
     now = deps.clock.now()
     seconds = phase_seconds(state, iso(now) or "")
     lease = now + timedelta(minutes=config.settings.lease_minutes)
@@ -222,32 +234,33 @@ def record_ready(deps: Deps, state: dict[str, Any], execution: str) -> dict[str,
 
 
 def roll_back(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
-    """Undo this execution's scale-out (desired 0; ASG 0 when the pool is unused), FAILED, release."""
+    """Undo this execution's scale-out (desired 0; ASG 0 when the pool is unused), FAILED, release.
+
+    The ledger session closes at the instance's termination time when the pool is already empty;
+    otherwise it stays open (and named on the record) for the stop that finishes the job.
+    """
     if not isinstance(state.get("config"), dict):
         return {"acted": False, "detail": "nothing was started"}
     config = _config(state)
     reason = error_reason(state.get("error"))
     recorded = deps.store.get_profile(config.profile)
+    now = deps.clock.now()
+    holder = deps.store.get_lock(profile_lock(config.profile))
+    taken = holder is not None and holder.owner != execution and holder.live(now)
     details = []
-    acted = recorded.execution == execution and recorded.phase in (Phase.STARTING, Phase.FAILED)
+    acted = recorded.execution == execution and recorded.phase in (Phase.STARTING, Phase.FAILED) and not taken
     if acted:
-        spec = deps.profile(config.profile)
-        aws.set_service_desired(deps.ecs, spec.cluster, spec.service, 0)
-        details.append(f"{spec.service} desired 0")
-        users = pool_users(deps, config.profile)
-        if users:
-            details.append(f"pool {config.pool} kept for {'; '.join(users)}")
-        else:
-            instances, protected = release_pool(deps, config.pool)
-            details.append(
-                f"{deps.pool(config.pool).asg_name} desired/min 0 ({len(instances)} instance(s), "
-                f"protection cleared on {len(protected)})"
-            )
-        now = deps.clock.now()
-        if recorded.session_id:
-            deps.store.close_session(config.profile, recorded.session_id, now, execution, "failed")
-        deps.store.set_phase(config.profile, Phase.FAILED, now, execution, last_error=reason, session_id=None)
+        details += scale_to_zero(deps, config)
+        # A start that died between recording STARTING and opening its session has none to close.
+        session, closed = settle_session(deps, config.profile, execution, "failed", now)
+        deps.store.set_phase(
+            config.profile, Phase.FAILED, now, execution, last_error=reason, session_id=None if closed else recorded.session_id
+        )
         details.append(f"recorded FAILED: {reason}")
+        if session is not None:
+            details.append(f"session closed at {iso(session.stopped_at)}" if closed else "session open until the instance is gone")
+    elif taken:
+        details.append(f"nothing to undo: {holder.owner if holder else ''} holds the lock now")
     else:
         details.append(f"nothing of this execution to undo ({config.profile} is {recorded.phase.value})")
     released = deps.store.release_locks(lock_names(config), execution)

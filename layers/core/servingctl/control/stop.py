@@ -8,7 +8,17 @@ from typing import Any
 
 from servingctl.control import aws
 from servingctl.control.deps import Deps
-from servingctl.control.flow import config_of, error_reason, lock_names, pool_users, release_pool
+from servingctl.control.flow import (
+    config_of,
+    error_reason,
+    hold_locks,
+    lock_names,
+    parse_time,
+    release_pool,
+    scale_to_zero,
+    settle_session,
+    take_locks,
+)
 from servingctl.control.polling import Progress, run_check
 from servingctl.shared.settings import STOP_FLAG_MARGIN_S, StopConfig, stop_config
 from servingctl.store.base import LockConflict
@@ -50,14 +60,18 @@ def request_stop(deps: Deps, state: dict[str, Any], execution: str) -> dict[str,
 
 
 def await_lock(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
-    """Take the profile and pool locks, or answer not-ready while another execution holds them."""
+    """Take the profile and pool locks (over from an owner whose execution is no longer RUNNING), or
+    answer not-ready while a running execution holds them."""
     config = _config(state)
 
     def probe(progress: Progress) -> tuple[bool, str]:
         try:
-            deps.store.acquire_locks(lock_names(config), execution, deps.clock.now(), config.settings.lock_ttl_s)
+            _, dead = take_locks(deps, config, execution)
         except LockConflict as exc:
             return False, f"waiting: {exc}"
+        if dead:
+            progress.marks["taken_over_from"] = dead
+            return True, f"locks taken over from {', '.join(dead)} (no longer running)"
         return True, "locks taken"
 
     return run_check(
@@ -70,6 +84,7 @@ def scale_in_service(deps: Deps, state: dict[str, Any], execution: str) -> dict[
     """Record STOPPING (the stop flag has done its job), then service desired 0."""
     config = _config(state)
     spec = deps.profile(config.profile)
+    hold_locks(deps, config, execution)
     now = deps.clock.now()
     deps.store.set_phase(
         config.profile, Phase.STOPPING, now, execution, stop_requested_by=None, stop_requested_until=None,
@@ -85,6 +100,7 @@ def check_drained(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
     spec = deps.profile(config.profile)
 
     def probe(progress: Progress) -> tuple[bool, str]:
+        hold_locks(deps, config, execution)
         counts = aws.service_counts(deps.ecs, spec.cluster, spec.service)
         live = aws.service_tasks(deps.ecs, spec.cluster, spec.service, "RUNNING") + [
             t for t in aws.service_tasks(deps.ecs, spec.cluster, spec.service, "STOPPED")
@@ -108,7 +124,9 @@ def check_drained(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
 
 def release_capacity(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
     """Clear scale-in protection on the pool's instances, then ASG desired and min 0."""
-    instances, protected = release_pool(deps, _config(state).pool)
+    config = _config(state)
+    hold_locks(deps, config, execution)
+    instances, protected = release_pool(deps, config.pool)
     return {"instances": instances, "protection_cleared": protected}
 
 
@@ -119,6 +137,7 @@ def check_terminated(deps: Deps, state: dict[str, Any], execution: str) -> dict[
     released = list(state.get("release", {}).get("instances", []))
 
     def probe(progress: Progress) -> tuple[bool, str]:
+        hold_locks(deps, config, execution)
         in_group = [f"{i.instance_id} {i.lifecycle}" for i in aws.describe_asg(deps.autoscaling, pool.asg_name).instances]
         states = aws.instance_states(deps.ec2, released)
         running = [f"{i} {s}" for i, s in states.items() if s not in aws.GONE_INSTANCE_STATES]
@@ -133,13 +152,14 @@ def check_terminated(deps: Deps, state: dict[str, Any], execution: str) -> dict[
 
 
 def close_session(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
-    """Close the open ledger session (uptime) and record STOPPED."""
+    """Close the open ledger session at the instance's real termination time (now when the pool is
+    kept for another profile) and record STOPPED."""
     config = _config(state)
+    hold_locks(deps, config, execution)
     now = deps.clock.now()
-    recorded = deps.store.get_profile(config.profile)
-    session = None
-    if recorded.session_id and deps.store.get_session(config.profile, recorded.session_id):
-        session = deps.store.close_session(config.profile, recorded.session_id, now, execution, "stopped")
+    # When the group lists no termination activity, the first probe that saw the instances gone.
+    seen_gone = (state.get("termination") or {}).get("progress", {}).get("marks", {}).get("ready_at")
+    session, _ = settle_session(deps, config.profile, execution, "stopped", parse_time(seen_gone) if seen_gone else now)
     deps.store.set_phase(
         config.profile, Phase.STOPPED, now, execution,
         session_id=None, stopped_at=now, lease_deadline=None, last_error=None,
@@ -150,31 +170,40 @@ def close_session(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
 def force_release(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
     """Stopping is the safe direction: desired 0 and the pool to 0 when unused, even without the lock.
 
-    The ledger session stays open (the instance may still run); the next stop or start closes or
-    continues it.
+    Runs for every failure of the flow, PrepareStop's included (the profile then comes from the
+    input, when the registry knows it). The ledger session closes at the instance's termination time
+    when the pool is already empty; otherwise it stays open on the record, so the hours until the
+    next stop (or the reconciler) terminates the instance are billed to it, once.
     """
-    if not isinstance(state.get("config"), dict):
-        return {"acted": False, "detail": "nothing was stopped"}
-    config = _config(state)
-    spec = deps.profile(config.profile)
+    config = _forced_config(deps, state)
+    if config is None:
+        return {"acted": False, "detail": f"nothing was stopped: {error_reason(state.get('error'))}"}
     reason = error_reason(state.get("error"))
-    aws.set_service_desired(deps.ecs, spec.cluster, spec.service, 0)
-    details = [f"{spec.service} desired 0"]
-    users = pool_users(deps, config.profile)
-    if users:
-        details.append(f"pool {config.pool} kept for {'; '.join(users)}")
-    else:
-        instances, protected = release_pool(deps, config.pool)
-        details.append(
-            f"{deps.pool(config.pool).asg_name} desired/min 0 ({len(instances)} instance(s), "
-            f"protection cleared on {len(protected)})"
-        )
+    details = scale_to_zero(deps, config)
     now = deps.clock.now()
     lock = deps.store.get_lock(profile_lock(config.profile))
     # Only the lock owner clears the stop flag: a start still holding the lock must still see it.
     flag = {"stop_requested_by": None, "stop_requested_until": None} if lock is None or lock.owner == execution else {}
-    deps.store.set_phase(config.profile, Phase.FAILED, now, execution, last_error=f"stop failed: {reason}", **flag)
+    session, closed = settle_session(deps, config.profile, execution, "stop failed", now)
+    recorded = deps.store.get_profile(config.profile)
+    deps.store.set_phase(
+        config.profile, Phase.FAILED, now, execution, last_error=f"stop failed: {reason}",
+        session_id=None if closed else recorded.session_id, **flag,
+    )
     details.append(f"recorded FAILED: {reason}")
+    if session is not None:
+        details.append(f"session closed at {iso(session.stopped_at)}" if closed else "session open until the instance is gone")
     released = deps.store.release_locks(lock_names(config), execution)
     details.append(f"released {', '.join(released) or 'no lock'}")
     return {"acted": True, "detail": "; ".join(details)}
+
+
+def _forced_config(deps: Deps, state: dict[str, Any]) -> StopConfig | None:
+    """The flow's config, or, when PrepareStop failed, one built from the input's profile with the
+    default settings (None when the input names no profile the registry knows)."""
+    if isinstance(state.get("config"), dict):
+        return _config(state)
+    profile = state.get("profile")
+    if not isinstance(profile, str) or profile not in deps.registry.profiles:
+        return None
+    return stop_config(deps.registry, {"profile": profile})

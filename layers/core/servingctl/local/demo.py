@@ -79,7 +79,9 @@ class TwinProcess:
         self.log_path = workdir / "twin.log"
         self.api_port = free_port()
         self.argv = [sys.executable, "-m", "servingctl.cli.main", "local", "up", "--model-server", model_server,
-                     "--time-scale", f"{time_scale:g}", "--port", str(free_port()), "--api-port", str(self.api_port)]
+                     "--time-scale", f"{time_scale:g}", "--port", str(free_port()), "--api-port", str(self.api_port),
+                     # The demo drives every stop itself; a sweep would race its scripted steps.
+                     "--no-sweep"]
         self.proc: subprocess.Popen[bytes] | None = None
         self.children: set[int] = set()
 

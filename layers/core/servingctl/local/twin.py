@@ -3,7 +3,9 @@
 Owns the moto server harness (in-process, 127.0.0.1), the bootstrap of every AWS resource the
 registry names (ECS, Auto Scaling, ELBv2, SSM, DynamoDB, S3, Lambda, Step Functions), the routing
 of Lambda invokes to the real handlers in functions/<name>/app.py, and helpers to run executions.
-The world simulator (servingctl.local.world) plays AWS's part over time. One twin per process:
+The world simulator (servingctl.local.world) plays AWS's part over time; servingctl.local.eventbridge
+plays the sweep's schedule and the status-change rule of template.yaml (with sweep=True) and aborts
+a .sync child with its parent. One twin per process:
 moto's backends and the Step Functions interpreter's endpoint (MOTO_PORT) are process-wide.
 """
 
@@ -35,6 +37,7 @@ from botocore.config import Config
 
 from servingctl.local import iam, moto_patches
 from servingctl.local.apigw import ApiGateway
+from servingctl.local.eventbridge import EventBridge, read_wiring
 from servingctl.local.modelserver import free_port
 from servingctl.local.faults import FAULTS
 from servingctl.local.world import Delays, World
@@ -210,6 +213,8 @@ class Twin:
         workdir: str | Path | None = None,
         repo_root: str | Path | None = None,
         api_port: int | None = None,
+        sweep: bool = False,
+        execution_timeouts_s: Mapping[str, int] | None = None,
         iam_template: Mapping[str, Any] | None = None,
     ) -> None:
         if model_server not in ("sim", "vllm"):
@@ -243,6 +248,11 @@ class Twin:
         # The REST API over HTTP (servingctl.local.apigw) when api_port is given (0 picks a free port).
         self.api_port = api_port
         self.api: ApiGateway | None = None
+        # The control loop of the deployed stack: the scheduled sweep and the status-change events.
+        self.sweep = sweep
+        self.eventbridge: EventBridge | None = None
+        # State machine stem -> TimeoutSeconds put in its definition (an execution then times out).
+        self.execution_timeouts_s = dict(execution_timeouts_s or {})
         self._saved_moto_port: str | None = None
         self._saved_environment: dict[str, str | None] = {}
         # template.yaml after the SAM transform: when given, each function's role decides its calls
@@ -299,8 +309,26 @@ class Twin:
             self.iam = self._enforcer(self.iam_template)
             iam.activate(self.iam)
         self.world.start()
+        self._start_eventbridge()
         if self.api_port is not None:
             self._start_api()
+
+    def _start_eventbridge(self) -> None:
+        """The template's schedule and rule (a repo without template.yaml, as some tests build, gets
+        neither: it cannot run the sweep)."""
+        template = self.repo_root / "template.yaml"
+        if not template.is_file():
+            if self.sweep:
+                raise FileNotFoundError(f"sweep: {template} is missing; the twin reads the sweep's schedule and rule from it")
+            return
+        router = self.router
+        assert router is not None
+        self.eventbridge = EventBridge(
+            self.client("stepfunctions"), read_wiring(template, self.state_machines),
+            lambda payload: router(function_name("sweep"), payload), region=self.region, account=ACCOUNT_ID,
+            time_scale=self.time_scale, deliver=self.sweep,
+        )
+        self.eventbridge.start()
 
     def stop(self) -> None:
         """Stop running executions, the world (and every model server) and moto; remove the workdir."""
@@ -309,6 +337,9 @@ class Twin:
             if self.api is not None:
                 self.api.stop()
                 self.api = None
+            if self.eventbridge is not None:
+                self.eventbridge.stop()
+                self.eventbridge = None
             if self._server is not None and self.state_machines:
                 self._stop_executions()
             if self.world is not None:
@@ -377,9 +408,15 @@ class Twin:
             **CREDENTIALS,
         )
 
+    def scaled_poll(self) -> dict[str, float]:
+        """The flows' default pacing (15 s, x1.5, max 60 s) divided by the time scale, in whole seconds."""
+        return {"interval_s": max(1, round(15 / self.time_scale)), "max_interval_s": max(1, round(60 / self.time_scale)), "backoff": 1.5}
+
     def environment(self) -> dict[str, str]:
         """Environment of every Lambda function (and of a shell that wants to talk to the twin)."""
         return {
+            # The stops the sweep starts are paced like the twin's clock (the deployed sweep leaves it unset).
+            "SERVINGCTL_STOP_POLL": json.dumps(self.scaled_poll()),
             "SERVINGCTL_REGISTRY": f"ssm:{SSM_PARAMETER}" if self.iam_template is not None else str(self.registry_path),
             "SERVINGCTL_TABLE": self.table_name,
             "SERVINGCTL_BUCKET": self.bucket_name,
@@ -574,6 +611,8 @@ class Twin:
         substitutions |= {substitution_key("StateMachine", s): arn for s, arn in self.state_machines.items()}
         for stem in stems:
             definition = substitute((self.repo_root / "statemachine" / f"{stem}.asl.json").read_text(), substitutions)
+            if stem in self.execution_timeouts_s:
+                definition = json.dumps(json.loads(definition) | {"TimeoutSeconds": self.execution_timeouts_s[stem]})
             sfn.create_state_machine(name=machine_name(stem), definition=definition, roleArn=role, type="STANDARD")
 
     # ---- IAM ----------------------------------------------------------------------------------

@@ -43,6 +43,10 @@ THROTTLED = {
     ("elasticloadbalancing", "DescribeTargetHealth"): "Throttling",
 }
 WORLD_AGENT = "servingctl-world"
+# profile_steps actions failed by a fault (fault -> action), answered as Lambda answers a handler that raised.
+FAILED_STEPS = {"roll-back-fails": "roll_back", "prepare-stop-fails-once": "prepare_stop"}
+STEP_FAILURE = ("An error occurred (InternalServerError) when calling the {operation} operation (reached max retries: 4): "
+                "Internal server error")
 INSUFFICIENT_CAPACITY = (
     "Could not launch On-Demand Instances. InsufficientInstanceCapacity - We currently do not have sufficient "
     "{itype} capacity in the Availability Zone you requested ({az}). Our system will be working on provisioning "
@@ -529,6 +533,10 @@ class World:
             answer = self._no_fargate_capacity(environ)
             if answer is not None:
                 return answer
+        if self.faults & set(FAILED_STEPS):
+            answer = self._failed_step(environ)
+            if answer is not None:
+                return answer
         if "throttle-once" not in self.faults:
             return None
         key = _operation(environ)
@@ -551,6 +559,29 @@ class World:
                 f"<RequestId>{request_id}</RequestId></ErrorResponse>")
         return 400, {"Content-Type": "text/xml", "x-amzn-RequestId": request_id}, body.encode()
 
+
+    def _failed_step(self, environ: dict[str, Any]) -> tuple[int, dict[str, str], bytes] | None:
+        """A profile_steps invoke of a step a fault fails: Lambda's answer for a handler that raised
+        (200, X-Amz-Function-Error: Unhandled, the error in the payload); "-once" faults then clear."""
+        if _operation(environ) != ("lambda", "Invoke"):
+            return None
+        try:
+            action = json.loads(_body(environ) or b"{}").get("action")
+        except ValueError:
+            return None
+        with self._lock:
+            fault = next((f for f in self.faults if FAILED_STEPS.get(f) == action), None)
+            if fault is None:
+                return None
+            if fault.endswith("-once"):
+                self.faults = self.faults - {fault}
+            self._log("step-failed", f"{action} ({fault})")
+        operation = "UpdateItem" if action == "roll_back" else "GetItem"
+        error = {"errorMessage": STEP_FAILURE.format(operation=operation), "errorType": "ClientError",
+                 "requestId": str(uuid.uuid4()), "stackTrace": []}
+        headers = {"Content-Type": "application/json", "X-Amz-Function-Error": "Unhandled", "X-Amz-Executed-Version": "$LATEST",
+                   "x-amzn-RequestId": str(uuid.uuid4())}
+        return 200, headers, json.dumps(error).encode()
 
     def _no_fargate_capacity(self, environ: dict[str, Any]) -> tuple[int, dict[str, str], bytes] | None:
         """RunTask on Fargate places nothing: a 200 answer with Failures, as ECS gives when Fargate has

@@ -79,6 +79,17 @@ class Period(_Strict):
     weekdays: list[Weekday] = Field(default_factory=lambda: list(WEEKDAYS))
     month_days: list[Annotated[int, Field(ge=1, le=31)]] | None = None
 
+    @model_validator(mode="after")
+    def _not_empty(self) -> Period:
+        # begin == end would be a period of no minute at all: the sweep would stop the profile at
+        # every run. A whole day is begin absent and end absent; overnight is end before begin.
+        if self.end_time is not None and (self.begin_time or "00:00") == self.end_time:
+            raise ValueError(
+                f"begin_time and end_time are both {self.end_time}: the period would never run; "
+                "omit both for the whole day, or give an end after the begin (before it runs overnight)"
+            )
+        return self
+
 
 class Schedule(_Strict):
     """When a profile may run; outside every period the sweep stops it."""
@@ -139,6 +150,21 @@ class StartSettings(_Strict):
     max_task_failures: int = Field(default=3, ge=1)
 
 
+class FlowLimits(_Strict):
+    """Largest deadlines and poll intervals a caller may ask a start or stop for (the API answers 400
+    past them, the flows refuse them): no input can make a flow wait, or hold its lock, for days."""
+
+    max_start_deadline_s: int = Field(
+        default=7200, ge=60, le=86400, description="largest deadlines.capacity_s, task_s or health_s of a start"
+    )
+    max_stop_deadline_s: int = Field(
+        default=3600, ge=60, le=86400, description="largest deadlines.lock_s, drain_s or terminate_s of a stop"
+    )
+    max_poll_interval_s: int = Field(
+        default=300, ge=1, le=3600, description="largest poll.interval_s and poll.max_interval_s of a start or stop"
+    )
+
+
 class LoadEstimate(_Strict):
     """How long the model takes to load, as Terraform derived it from the checkpoint size and the
     pool's model-cache throughput (ECS replaces a task still unhealthy after the grace period)."""
@@ -173,12 +199,20 @@ class ServingProfile(_Strict):
     max_lease_minutes: int = Field(default=12 * 60, ge=5, le=31 * 24 * 60)
     start: StartSettings = Field(default_factory=StartSettings)
     autostop: AutoStopSettings = Field(default_factory=AutoStopSettings)
+    limits: FlowLimits = Field(default_factory=FlowLimits)
     load: LoadEstimate | None = Field(default=None, description="derived model load time; absent in older registries")
 
     @model_validator(mode="after")
     def _lease_bounds(self) -> ServingProfile:
         if self.default_lease_minutes > self.max_lease_minutes:
             raise ValueError("default_lease_minutes must not exceed max_lease_minutes")
+        start, largest = self.start, self.limits.max_start_deadline_s
+        for name in ("capacity_timeout_s", "task_timeout_s", "health_timeout_s"):
+            if getattr(start, name) > largest:
+                raise ValueError(
+                    f"start.{name} ({getattr(start, name)}) must not exceed limits.max_start_deadline_s ({largest}): "
+                    "the default would be refused"
+                )
         runtime = self.autostop.max_runtime_minutes
         if runtime is not None and runtime < self.default_lease_minutes:
             raise ValueError(

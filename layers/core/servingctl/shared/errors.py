@@ -7,6 +7,8 @@ from contextlib import contextmanager
 
 from botocore.exceptions import ClientError
 
+from servingctl.store.base import StoreBusy
+
 # Error codes AWS services use for "slow down" (after botocore's own retries gave up).
 THROTTLING_CODES = frozenset(
     {
@@ -69,9 +71,12 @@ class Throttled(ControlError):
 
 @contextmanager
 def throttling_as_error() -> Iterator[None]:
-    """Re-raise AWS throttling errors as Throttled so the state machines' Retry catches them."""
+    """Re-raise AWS throttling errors (and a table that kept cancelling a lock transaction for
+    conflicts or throttling) as Throttled so the state machines' Retry catches them."""
     try:
         yield
+    except StoreBusy as exc:
+        raise Throttled(f"DynamoDB: {exc}") from exc
     except ClientError as exc:
         error = exc.response.get("Error", {})
         if error.get("Code") in THROTTLING_CODES:

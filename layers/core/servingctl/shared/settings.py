@@ -9,8 +9,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from servingctl.shared.errors import InvalidInput, ProfileNotFound
 from servingctl.registry.models import Registry, ServingProfile
 
-# Lock leases cover every deadline of the flow plus this margin for the short steps around the loops.
-LOCK_MARGIN_S = 900
+# The lock owner renews its lease at every probe; the lease covers this many of the slowest polls
+# plus a margin for one step between probes (a 180 s Lambda and its retries' back-off). A waiter
+# takes over at once when the owner's execution is no longer RUNNING; the lease only bounds how long
+# a lock outlives an owner nobody can ask about.
+LOCK_LEASE_POLLS = 3
+LOCK_LEASE_MARGIN_S = 300
 # A stop flag outlives the stop's wait for the lock by this much, then lapses on its own.
 STOP_FLAG_MARGIN_S = 300
 
@@ -89,7 +93,7 @@ class StartSettings(_Input):
     poll: Poll
     deadlines: ResolvedDeadlines
     max_task_failures: int
-    lock_ttl_s: int
+    lock_lease_s: int
 
 
 class SmokeTarget(_Input):
@@ -118,7 +122,7 @@ class StopSettings(_Input):
 
     poll: Poll
     deadlines: StopDeadlines
-    lock_ttl_s: int
+    lock_lease_s: int
 
 
 class StopConfig(_Input):
@@ -170,6 +174,38 @@ def parse_input(model: type[M], data: Any) -> M:
         raise invalid_input(exc, model) from None
 
 
+def lock_lease_s(poll: Poll) -> int:
+    """Seconds a lock lasts after its owner's last renewal: a few of the slowest polls plus one step."""
+    return LOCK_LEASE_POLLS * poll.max_interval_s + LOCK_LEASE_MARGIN_S
+
+
+def _within(problems: list[str], field: str, value: int | None, largest: int, limit: str, profile: str) -> None:
+    if value is not None and value > largest:
+        problems.append(f"{field}: must be between 1 and {largest} seconds (the {limit} of {profile}); got {value}")
+
+
+def limit_problems(profile: str, spec: ServingProfile, poll: Poll | None, deadlines: dict[str, int | None]) -> list[str]:
+    """What in a start's or stop's poll and deadlines exceeds the profile's registry limits, one
+    line per field naming the allowed range (empty when everything is within them)."""
+    limits, problems = spec.limits, []
+    if poll is not None:
+        for name in ("interval_s", "max_interval_s"):
+            _within(problems, f"poll.{name}", getattr(poll, name), limits.max_poll_interval_s,
+                    "limits.max_poll_interval_s", profile)
+    for name, value in deadlines.items():
+        stop = name in StopDeadlines.model_fields
+        largest = limits.max_stop_deadline_s if stop else limits.max_start_deadline_s
+        limit = "limits.max_stop_deadline_s" if stop else "limits.max_start_deadline_s"
+        _within(problems, f"deadlines.{name}", value, largest, limit, profile)
+    return problems
+
+
+def _check_limits(profile: str, spec: ServingProfile, poll: Poll, deadlines: BaseModel) -> None:
+    problems = limit_problems(profile, spec, poll, deadlines.model_dump())
+    if problems:
+        raise InvalidInput("invalid input: " + "; ".join(problems))
+
+
 def resolve_profile(registry: Registry, name: str) -> ServingProfile:
     """The registry's profile, or ProfileNotFound listing the known names."""
     if name not in registry.profiles:
@@ -184,6 +220,7 @@ def start_config(registry: Registry, data: Any) -> StartConfig:
     lease = given.lease_minutes if given.lease_minutes is not None else profile.default_lease_minutes
     if lease > profile.max_lease_minutes:
         raise InvalidInput(f"invalid input: lease_minutes: must be between 5 and {profile.max_lease_minutes} for {given.profile} (got {lease})")
+    _check_limits(given.profile, profile, given.poll, given.deadlines)
     deadlines = ResolvedDeadlines(
         capacity_s=given.deadlines.capacity_s or profile.start.capacity_timeout_s,
         task_s=given.deadlines.task_s or profile.start.task_timeout_s,
@@ -198,7 +235,7 @@ def start_config(registry: Registry, data: Any) -> StartConfig:
             poll=given.poll,
             deadlines=deadlines,
             max_task_failures=profile.start.max_task_failures,
-            lock_ttl_s=deadlines.capacity_s + deadlines.task_s + deadlines.health_s + LOCK_MARGIN_S,
+            lock_lease_s=lock_lease_s(given.poll),
         ),
         smoke=SmokeTarget(
             url=profile.endpoint_url,
@@ -214,13 +251,14 @@ def stop_config(registry: Registry, data: Any, already_stopped: bool = False) ->
     """Validate stop input and resolve the profile's pool."""
     given = parse_input(StopInput, data)
     profile = resolve_profile(registry, given.profile)
+    _check_limits(given.profile, profile, given.poll, given.deadlines)
     return StopConfig(
         profile=given.profile,
         pool=profile.pool,
         settings=StopSettings(
             poll=given.poll,
             deadlines=given.deadlines,
-            lock_ttl_s=given.deadlines.drain_s + given.deadlines.terminate_s + LOCK_MARGIN_S,
+            lock_lease_s=lock_lease_s(given.poll),
         ),
         already_stopped=already_stopped,
         requested_by=given.requested_by,

@@ -1,6 +1,6 @@
 """State, locks, ledger and benchmark storage behind small interfaces (DynamoDB/S3 and in-memory)."""
 
-from servingctl.store.base import LockConflict, Store, TransitionRefused
+from servingctl.store.base import LockConflict, LockLost, Store, StoreBusy, TransitionRefused
 from servingctl.store.dynamodb import DynamoStore
 from servingctl.store.memory import MemoryStore
 from servingctl.store.models import ALLOWED_TRANSITIONS, Lock, Phase, ProfileState, Session
@@ -10,10 +10,12 @@ __all__ = [
     "DynamoStore",
     "Lock",
     "LockConflict",
+    "LockLost",
     "MemoryStore",
     "Phase",
     "ProfileState",
     "Session",
     "Store",
+    "StoreBusy",
     "TransitionRefused",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -15,6 +15,19 @@ class LockConflict(Exception):
     def __init__(self, lock: Lock) -> None:
         super().__init__(f"{lock.name} is held by {lock.owner} until {lock.model_dump(mode='json')['expires_at']}")
         self.lock = lock
+
+
+class LockLost(Exception):
+    """A lock its owner meant to renew is held by another owner now, or gone (taken over, released)."""
+
+    def __init__(self, name: str, owner: str, holder: str | None) -> None:
+        now_held = f"held by {holder}" if holder else "no longer held"
+        super().__init__(f"{name}: {owner} lost its lock, {now_held}")
+        self.name, self.owner, self.holder = name, owner, holder
+
+
+class StoreBusy(Exception):
+    """The table kept cancelling a transaction for conflicts or throttling (not for a held lock)."""
 
 
 class TransitionRefused(Exception):
@@ -49,8 +62,18 @@ class Store(Protocol):
         write); None, and nothing written, when one differs."""
         ...
 
-    def acquire_locks(self, names: Sequence[str], owner: str, now: datetime, ttl_s: int) -> list[Lock]:
-        """Take every named lock at once or none (LockConflict); the same owner re-acquiring renews."""
+    def acquire_locks(
+        self, names: Sequence[str], owner: str, now: datetime, ttl_s: int, replacing: Collection[str] = ()
+    ) -> list[Lock]:
+        """Take every named lock at once or none (LockConflict); the same owner re-acquiring renews.
+
+        A lock held by one of `replacing` (owners known dead) is taken over, conditionally on that
+        same owner still holding it.
+        """
+        ...
+
+    def renew_locks(self, names: Sequence[str], owner: str, now: datetime, ttl_s: int) -> list[Lock]:
+        """Extend every named lock owner still holds to now + ttl_s, or none (LockLost)."""
         ...
 
     def release_locks(self, names: Sequence[str], owner: str) -> list[str]:

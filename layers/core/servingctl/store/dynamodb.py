@@ -7,13 +7,16 @@ Item layout (every item also carries `kind`):
   ledger session  pk="session#<profile>"  sk=<session id: "<started ISO>#<execution name>">
                   Session fields (times as ISO strings, uptime_s N)
 TTL only cleans up: lock conditions compare expires_epoch with the caller's clock, since DynamoDB may
-delete expired items up to days late.
+delete expired items up to days late. Lock transactions are read by their CancellationReasons: a
+ConditionalCheckFailed is a held (or lost) lock, TransactionConflict and ThrottlingError are retried.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import random
+import time
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -22,7 +25,7 @@ import boto3
 from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
-from servingctl.store.base import LockConflict, TransitionRefused
+from servingctl.store.base import LockConflict, LockLost, StoreBusy, TransitionRefused
 from servingctl.store.memory import checked_changes
 from servingctl.store.models import ALLOWED_TRANSITIONS, Lock, Phase, ProfileState, Session, iso
 
@@ -31,6 +34,11 @@ LOCK_PK = "lock"
 LOCK_TTL_GRACE_S = 86400
 # Optimistic phase writes retry this often when another writer changed the item in between.
 PHASE_WRITE_ATTEMPTS = 3
+# A lock transaction cancelled by a conflicting transaction or throttling (not by a held lock) is
+# tried again this often, after TRANSACTION_BACKOFF_S x 2^attempt with jitter.
+TRANSACTION_ATTEMPTS = 4
+TRANSACTION_BACKOFF_S = 0.05
+RETRIED_CANCELLATIONS = frozenset({"TransactionConflict", "ThrottlingError"})
 
 
 def _to_item(data: dict[str, Any]) -> dict[str, Any]:
@@ -43,7 +51,7 @@ def _epoch(value: datetime) -> Decimal:
 
 
 def _conditional_failure(exc: ClientError) -> bool:
-    return exc.response["Error"]["Code"] in ("ConditionalCheckFailedException", "TransactionCanceledException")
+    return exc.response["Error"]["Code"] == "ConditionalCheckFailedException"
 
 
 class DynamoStore:
@@ -134,43 +142,77 @@ class DynamoStore:
         raise TransitionRefused(profile, current.phase, phase)
 
     # ---- locks ---------------------------------------------------------------------------------
-    def acquire_locks(self, names: Sequence[str], owner: str, now: datetime, ttl_s: int) -> list[Lock]:
-        """Take every named lock at once or none (LockConflict); the same owner re-acquiring renews."""
-        locks = [Lock(name=n, owner=owner, acquired_at=now, expires_at=now + timedelta(seconds=ttl_s)) for n in names]
+    def _lock_put(self, lock: Lock, condition: str, names: dict[str, str], values: dict[str, Any]) -> dict[str, Any]:
         # Plain expression strings: boto3's condition builder hoists names/values out of TransactItems.
-        free = {
-            "ConditionExpression": "attribute_not_exists(pk) OR expires_epoch <= :now OR #owner = :owner",
-            "ExpressionAttributeNames": {"#owner": "owner"},
-            "ExpressionAttributeValues": {":now": _epoch(now), ":owner": owner},
+        item = _to_item(lock.model_dump(mode="json")) | {
+            "pk": LOCK_PK, "sk": lock.name, "kind": "lock",
+            "expires_epoch": _epoch(lock.expires_at), "ttl": int(lock.expires_at.timestamp()) + LOCK_TTL_GRACE_S,
         }
-        writes = [
-            {
-                "Put": {
-                    "TableName": self._table.name,
-                    "Item": _to_item(lock.model_dump(mode="json"))
-                    | {
-                        "pk": LOCK_PK,
-                        "sk": lock.name,
-                        "kind": "lock",
-                        "expires_epoch": _epoch(lock.expires_at),
-                        "ttl": int(lock.expires_at.timestamp()) + LOCK_TTL_GRACE_S,
-                    },
-                }
-                | free
-            }
-            for lock in locks
+        return {"Put": {"TableName": self._table.name, "Item": item, "ConditionExpression": condition,
+                        "ExpressionAttributeNames": names, "ExpressionAttributeValues": values}}
+
+    def _transact(self, writes: list[dict[str, Any]]) -> list[str] | None:
+        """Run the transaction; None when written, else the index-aligned cancellation reason codes
+        of a condition failure. Conflicts with another transaction and throttling are retried."""
+        last = ""
+        for attempt in range(TRANSACTION_ATTEMPTS):
+            try:
+                self._client.transact_write_items(TransactItems=writes)
+                return None
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                    raise
+                # DynamoDB says why per item, in the order of TransactItems ("None" for the fine ones).
+                reasons = [str(r.get("Code")) for r in exc.response.get("CancellationReasons", [])]
+                if "ConditionalCheckFailed" in reasons:
+                    return reasons
+                if not reasons or set(reasons) - {"None"} - RETRIED_CANCELLATIONS:
+                    raise
+                last = ", ".join(reasons)
+            time.sleep(TRANSACTION_BACKOFF_S * 2**attempt * (0.5 + random.random()))
+        raise StoreBusy(f"TransactWriteItems kept being cancelled ({last}) after {TRANSACTION_ATTEMPTS} attempts")
+
+    def acquire_locks(
+        self, names: Sequence[str], owner: str, now: datetime, ttl_s: int, replacing: Collection[str] = ()
+    ) -> list[Lock]:
+        """Take every named lock at once or none (LockConflict); the same owner re-acquiring renews;
+        a lock held by one of `replacing` (owners known dead) is taken over, conditionally on that
+        same owner still holding it."""
+        dead = sorted(set(replacing) - {owner})
+        condition = "attribute_not_exists(pk) OR expires_epoch <= :now OR #owner = :owner"
+        if dead:
+            condition += " OR #owner IN (" + ", ".join(f":dead{i}" for i in range(len(dead))) + ")"
+        values = {":now": _epoch(now), ":owner": owner} | {f":dead{i}": d for i, d in enumerate(dead)}
+        locks = [Lock(name=n, owner=owner, acquired_at=now, expires_at=now + timedelta(seconds=ttl_s)) for n in names]
+        writes = [self._lock_put(lock, condition, {"#owner": "owner"}, values) for lock in locks]
+        for _ in range(TRANSACTION_ATTEMPTS):
+            reasons = self._transact(writes)
+            if reasons is None:
+                return locks
+            for name, reason in zip(names, reasons, strict=False):
+                held = self.get_lock(name) if reason == "ConditionalCheckFailed" else None
+                if held and held.owner != owner and held.owner not in dead and held.live(now):
+                    raise LockConflict(held)
+            # The holder let go between the write and the read: the locks may be free now.
+        raise StoreBusy(f"locks {', '.join(names)} changed hands during every one of {TRANSACTION_ATTEMPTS} attempts")
+
+    def renew_locks(self, names: Sequence[str], owner: str, now: datetime, ttl_s: int) -> list[Lock]:
+        """Extend every named lock owner still holds to now + ttl_s, or none (LockLost)."""
+        current = {name: self.get_lock(name) for name in names}
+        for name, held in current.items():
+            if held is None or held.owner != owner:
+                raise LockLost(name, owner, held.owner if held else None)
+        renewed = [
+            held.model_copy(update={"expires_at": now + timedelta(seconds=ttl_s)})
+            for held in current.values() if held is not None
         ]
-        try:
-            self._client.transact_write_items(TransactItems=writes)
-        except ClientError as exc:
-            if not _conditional_failure(exc):
-                raise
-            for name in names:
-                held = self.get_lock(name)
-                if held and held.owner != owner and held.live(now):
-                    raise LockConflict(held) from None
-            raise
-        return locks
+        writes = [self._lock_put(lock, "#owner = :owner", {"#owner": "owner"}, {":owner": owner}) for lock in renewed]
+        reasons = self._transact(writes)
+        if reasons is not None:
+            name = next(n for n, r in zip(names, reasons, strict=False) if r == "ConditionalCheckFailed")
+            held = self.get_lock(name)
+            raise LockLost(name, owner, held.owner if held else None)
+        return renewed
 
     def release_locks(self, names: Sequence[str], owner: str) -> list[str]:
         """Delete the named locks that owner holds; returns the names released."""

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from servingctl.store.base import LockConflict, TransitionRefused
+from servingctl.store.base import LockConflict, LockLost, TransitionRefused
 from servingctl.store.models import ALLOWED_TRANSITIONS, MUTABLE_FIELDS, Lock, Phase, ProfileState, Session
 
 
@@ -64,16 +64,32 @@ class MemoryStore:
             since = current.phase_since if current.phase == phase else now
             return self.update_profile(profile, now, phase=phase, execution=execution, phase_since=since, **changes)
 
-    def acquire_locks(self, names: Sequence[str], owner: str, now: datetime, ttl_s: int) -> list[Lock]:
-        """Take every named lock at once or none (LockConflict); the same owner re-acquiring renews."""
+    def acquire_locks(
+        self, names: Sequence[str], owner: str, now: datetime, ttl_s: int, replacing: Collection[str] = ()
+    ) -> list[Lock]:
+        """Take every named lock at once or none (LockConflict); the same owner re-acquiring renews;
+        a lock held by one of `replacing` (owners known dead) is taken over."""
         with self._mutex:
             for name in names:
                 held = self._locks.get(name)
-                if held and held.owner != owner and held.live(now):
+                if held and held.owner != owner and held.owner not in replacing and held.live(now):
                     raise LockConflict(held)
             taken = [Lock(name=n, owner=owner, acquired_at=now, expires_at=now + timedelta(seconds=ttl_s)) for n in names]
             self._locks.update({lock.name: lock for lock in taken})
             return [lock.model_copy() for lock in taken]
+
+    def renew_locks(self, names: Sequence[str], owner: str, now: datetime, ttl_s: int) -> list[Lock]:
+        """Extend every named lock owner still holds to now + ttl_s, or none (LockLost)."""
+        with self._mutex:
+            for name in names:
+                held = self._locks.get(name)
+                if held is None or held.owner != owner:
+                    raise LockLost(name, owner, held.owner if held else None)
+            renewed = [
+                self._locks[n].model_copy(update={"expires_at": now + timedelta(seconds=ttl_s)}) for n in names
+            ]
+            self._locks.update({lock.name: lock for lock in renewed})
+            return [lock.model_copy() for lock in renewed]
 
     def release_locks(self, names: Sequence[str], owner: str) -> list[str]:
         """Delete the named locks that owner holds; returns the names released."""
