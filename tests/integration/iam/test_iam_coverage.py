@@ -68,10 +68,20 @@ def _sweep(twin: Twin, event: dict[str, Any], part: str = "decisions") -> list[d
     return body[part]
 
 
+def _abort_a_start(twin: Twin, api: httpx.Client) -> None:
+    """Start the profile and abort the execution from the console once it holds its locks."""
+    aborted = api.post(f"/profiles/{PROFILE}/start", json=START).json()
+    deadline = time.monotonic() + 120
+    while api.get(f"/profiles/{PROFILE}").json()["phase"] != "STARTING":
+        assert time.monotonic() < deadline, "the start never reached STARTING"
+        time.sleep(0.2)
+    twin.client("stepfunctions").stop_execution(executionArn=aborted["execution_arn"], cause="aborted from the console")
+
+
 def _full_runs(twin: Twin) -> str:
     """What a user does: start, look, extend, stop through the API; benchmark with start and stop;
     let the sweep stop an expired lease and reconcile a start aborted from the console; a start
-    that fails and rolls back. Returns the key of the missing shard the worker looked for."""
+    taking the locks of an aborted one; a start that fails and rolls back. Returns the key of the missing shard the worker looked for."""
     assert twin.api_url is not None
     api = httpx.Client(base_url=twin.api_url, timeout=60)
     assert api.get("/profiles").status_code == 200
@@ -111,16 +121,16 @@ def _full_runs(twin: Twin) -> str:
 
     # A start aborted from the console while it holds its locks: the next sweep finds the dead
     # owner, releases its locks and stops the profile.
-    aborted = api.post(f"/profiles/{PROFILE}/start", json=START).json()
-    sfn = twin.client("stepfunctions")
-    deadline = time.monotonic() + 120
-    while api.get(f"/profiles/{PROFILE}").json()["phase"] != "STARTING":
-        assert time.monotonic() < deadline, "the start never reached STARTING"
-        time.sleep(0.2)
-    sfn.stop_execution(executionArn=aborted["execution_arn"], cause="aborted from the console")
+    _abort_a_start(twin, api)
     [repair] = [r for r in _sweep(twin, {"poll": POLL}, "repairs") if r["stop"]]
     assert (repair["reason"], repair["action"]) == ("lock-owner-ended", "stop-started"), repair
     assert twin.wait_execution(repair["execution_arn"], timeout_s=180).status == "SUCCEEDED"
+    # Aborted again, and started again at once: the new start finds the dead owner and takes its locks.
+    _abort_a_start(twin, api)
+    again = api.post(f"/profiles/{PROFILE}/start", json=START).json()
+    assert _wait(api, again["execution_id"])["status"] == "SUCCEEDED"
+    stopped = api.post(f"/profiles/{PROFILE}/stop", json=STOP).json()
+    assert _wait(api, stopped["execution_id"])["status"] == "SUCCEEDED"
 
     # The merge's read of a shard whose records are missing (its worker died before writing them):
     # "no records", not a permission error.
