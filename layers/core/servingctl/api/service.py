@@ -228,8 +228,10 @@ def get_profile(deps: ApiDeps, name: str) -> ProfileDetail:
 
 # ---- starting and stopping ---------------------------------------------------------------------
 def flow_execution_name(action: Action, profile: str, state: ProfileState, execution_input: str, salt: str = "") -> str:
-    """The same name while the recorded state and the input do not change."""
-    return execution_name(action, profile, state.phase, iso(state.updated_at) or "", state.execution or "", execution_input, salt)
+    """The same name while the recorded phase (since when, set by which execution) and the input do
+    not change. Not updated_at: a stop's flag or a start's probe rewrites the record, and requests
+    racing that write would otherwise name a second execution for the same intent."""
+    return execution_name(action, profile, state.phase, iso(state.phase_since) or "", state.execution or "", execution_input, salt)
 
 
 def _ref(execution: dict[str, Any], action: Action, profile: str, joined: bool) -> ExecutionRef:
