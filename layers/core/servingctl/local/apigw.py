@@ -116,6 +116,11 @@ def _failure(answer: bytes) -> str:
     return f"{error.get('errorType')}: {error.get('errorMessage')}\n{trace}".rstrip()
 
 
+class _Server(ThreadingHTTPServer):
+    # API Gateway takes bursts of connections: the socketserver default backlog of 5 resets them.
+    request_queue_size = 256
+
+
 class ApiGateway:
     """A threaded HTTP server on host:port invoking the api function for every request."""
 
@@ -137,7 +142,7 @@ class ApiGateway:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (quiet: the twin prints world events)
                 return
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server = _Server((host, port), Handler)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
