@@ -53,7 +53,8 @@ def start_twin(env: dict[str, str], cache: Path) -> subprocess.Popen[bytes]:
     twin = subprocess.Popen([*servingctl(), "local", "up", "--port", "0", "--api-port", "0"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
-    while not (cache / "servingctl" / "twin.json").exists():
+    state = cache / "servingctl" / "twin.json"
+    while not (state.exists() and "api_url" in state.read_text()):  # recorded as starting first, then with its URL
         if twin.poll() is not None or time.monotonic() > deadline:
             raise SystemExit("the twin did not come up")
         time.sleep(0.2)

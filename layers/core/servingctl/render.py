@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 import textwrap
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 MIN_WIDTH = 40
 
@@ -18,15 +18,22 @@ def width() -> int:
     return max(MIN_WIDTH, shutil.get_terminal_size((80, 24)).columns)
 
 
-def when(text: str | None) -> str:
-    """An ISO time as 2026-12-03 08:01 UTC ('-' when absent)."""
-    if not text:
+def when(moment: str | datetime | None, *, short: bool = False) -> str:
+    """A time (ISO text or datetime) as 2026-12-03 08:01 UTC, or short as 12-03 08:01 for a table
+    column whose header says UTC ('-' when absent)."""
+    if not moment:
         return "-"
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return text
-    return moment.strftime("%Y-%m-%d %H:%M UTC")
+    if isinstance(moment, str):
+        try:
+            moment = datetime.fromisoformat(moment)
+        except ValueError:
+            return moment
+    return (moment.astimezone(UTC) if moment.tzinfo else moment).strftime("%m-%d %H:%M" if short else "%Y-%m-%d %H:%M UTC")
+
+
+def per_hour(usd: float | None) -> str:
+    """An hourly price as 12.17 USD/h (or that the price catalog has none)."""
+    return "not in the price catalog" if usd is None else f"{usd:.2f} USD/h"
 
 
 def wrap(text: str, columns: int, indent: int = 0) -> list[str]:
@@ -61,9 +68,22 @@ def columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequenc
     for n, row in enumerate(cells):
         fixed = "  ".join(cell.rjust(size) if i in right else cell.ljust(size) for i, (cell, size) in enumerate(zip(row, sizes)))
         last = wrap(row[-1], width() - start) if row[-1] else [""]
+        heading = n < depth and upper
         line = (fixed + "  " + last[0]).rstrip()
-        out.append(line.upper() if n < depth and upper else line)
-        out += [" " * start + extra for extra in last[1:]]
+        out.append(line.upper() if heading else line)
+        out += [" " * start + (extra.upper() if heading else extra) for extra in last[1:]]
+    return "\n".join(out)
+
+
+def columns_with_notes(header: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str], right: Sequence[int] = ()) -> str:
+    """columns() of one-line header and short cells, each row followed by its note (free text such
+    as an error, wrapped to the terminal and indented) when it has one."""
+    lines = columns(header, rows, right).split("\n")
+    out = lines[:1]
+    for line, text in zip(lines[1:], notes, strict=True):
+        out.append(line)
+        if text:
+            out.append(note(text, prefix="  "))
     return "\n".join(out)
 
 

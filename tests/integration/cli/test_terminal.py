@@ -1,6 +1,6 @@
-"""`servingctl` as a person uses it: in a pseudo-terminal of 80 columns (the live view of
-`start --wait`, Ctrl-C sent to the process group) and piped, against `servingctl local up` run as
-its own process and found through its state file."""
+"""`servingctl` as a person uses it: in a pseudo-terminal of 80 columns (the live views of every
+command that follows an execution, Ctrl-C sent to the process group) and piped, against
+`servingctl local up` run as its own process and found through its state file."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ import os
 import re
 import select
 import signal
+import socket
 import struct
 import subprocess
 import sys
 import termios
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -36,14 +38,14 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     state = cache / "servingctl" / "twin.json"
     deadline = time.monotonic() + 180
-    while not state.exists():
+    while not (state.exists() and "api_url" in state.read_text()):  # recorded as starting first, then with its URL
         assert twin.poll() is None and time.monotonic() < deadline, (cache / "twin.log").read_text()[-3000:]
         time.sleep(0.2)
     yield env
     os.killpg(twin.pid, signal.SIGINT)
     assert twin.wait(timeout=120) == 0
     banner = (cache / "twin.log").read_text()
-    assert '"level":"INFO"' not in banner and "UserWarning" not in banner  # quiet: no Lambda logs
+    assert '"level":"INFO"' not in banner and '"_aws"' not in banner and "UserWarning" not in banner  # quiet: no Lambda logs, no metrics
     assert "in memory only" in banner
 
 
@@ -51,7 +53,8 @@ def _in_terminal(argv: list[str], env: dict[str, str], columns: int = 80) -> tup
     """The command on a pseudo-terminal of `columns` x 24, in its own process group."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
-    proc = subprocess.Popen([*CLI, *argv], env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    proc = subprocess.Popen([*CLI, *argv], env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                            cwd=env["XDG_CACHE_HOME"])
     os.close(slave)
     return proc, master
 
@@ -79,49 +82,23 @@ def _read_until(master: int, proc: subprocess.Popen[bytes], text: str | None, ti
 
 
 def _piped(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *argv], env=env | {"COLUMNS": "80"}, capture_output=True, text=True, timeout=300)
+    return subprocess.run([*CLI, *argv], env=env | {"COLUMNS": "80"}, capture_output=True, text=True, timeout=300,
+                          cwd=env["XDG_CACHE_HOME"])  # where servingctl-runs/ lands
 
 
-def test_ctrl_c_in_start_wait_says_what_keeps_running_and_wait_re_attaches(env: dict[str, str]) -> None:
-    proc, master = _in_terminal(["start", PROFILE, "--wait"], env)
-    try:
-        shown = _read_until(master, proc, "capacity", timeout_s=120)
-        assert "capacity" in shown, shown  # the live view is up
-        os.killpg(proc.pid, signal.SIGINT)
-        shown += _read_until(master, proc, None, timeout_s=60)
-        assert proc.wait(timeout=60) == 130
-    finally:
-        os.close(master)
-        if proc.poll() is None:
-            proc.kill()
-    # Each redraw of the live view moves the cursor: split the screen's lines there.
-    rows = [row for row in ANSI.sub("\n", shown).splitlines() if row.strip()]
-    print("\n".join(rows[-8:]))
-    assert "Traceback" not in shown and "KeyboardInterrupt" not in shown
-    [line] = [row for row in rows if row.startswith("interrupted:")]
-    execution = re.search(r"servingctl wait (start-\S+);", line)
-    assert execution and f"arn:aws:states:us-east-1:123456789012:execution:servingctl-start-profile:{execution[1]}" in line
-    assert "g7e.12xlarge (12.17 USD/h)" in line and f"stop it: servingctl stop {PROFILE}" in line
-    view = [row for row in rows if not row.startswith("interrupted:")]
-    assert view and max(len(row) for row in view) <= 80, view  # the live view fits the terminal
-
-    # Re-attaching follows the same execution to READY; a start of the READY profile starts nothing.
-    attached = _piped(["wait", execution[1]], env)
-    assert attached.returncode == 0 and f"{PROFILE} READY in" in attached.stdout, attached.stdout + attached.stderr
-    again = _piped(["start", PROFILE, "--wait"], env)
-    assert again.returncode == 0 and f"{PROFILE} is already READY since" in again.stdout, again.stdout + again.stderr
-    detail = json.loads(_piped(["status", PROFILE, "--json"], env).stdout)
-    assert detail["execution"].endswith(execution[1])  # still the execution that was interrupted
-
-    status = _piped(["status", PROFILE], env)
-    print(status.stdout)
-    lines = status.stdout.splitlines()
-    assert max(len(row) for row in lines) <= 80 and any(detail["instances"][0]["instance_id"] in row for row in lines)
-    assert f"endpoint     {detail['endpoint_url']}" in status.stdout and "cost so far  0." in status.stdout
-
-    stopped = _piped(["stop", PROFILE, "--wait"], env)
-    assert stopped.returncode == 0 and f"{PROFILE} STOPPED in" in stopped.stdout, stopped.stdout + stopped.stderr
-    assert "is already STOPPED since" in _piped(["stop", PROFILE], env).stdout
+def test_empty_lists_and_unreachable_apis_say_so(env: dict[str, str]) -> None:
+    # First in this module: nothing has run on this twin yet.
+    runs = _piped(["runs"], env)
+    assert runs.returncode == 0 and runs.stdout.startswith("no benchmark runs yet"), runs.stdout
+    runs = _piped(["runs", "--profile", PROFILE], env)
+    assert runs.returncode == 0 and runs.stdout.startswith(f"no benchmark runs yet of {PROFILE}"), runs.stdout
+    ledger = _piped(["costs", "ledger"], env)
+    assert ledger.returncode == 0 and ledger.stdout.startswith("no sessions in the ledger yet"), ledger.stdout
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    down = _piped(["status", "--api-url", dead], env)
+    assert down.returncode == 3 and f"error: cannot connect to {dead}" in down.stderr and "Traceback" not in down.stderr
 
 
 def test_a_second_twin_on_a_busy_port_fails_at_once_naming_it(env: dict[str, str]) -> None:
@@ -132,11 +109,131 @@ def test_a_second_twin_on_a_busy_port_fails_at_once_naming_it(env: dict[str, str
     assert second.returncode == 1 and f"port {port} on 127.0.0.1 (--api-port) is already in use" in second.stderr
 
 
-def test_empty_lists_and_unreachable_apis_say_so(env: dict[str, str]) -> None:
-    runs = _piped(["runs"], env)
-    assert runs.returncode == 0 and runs.stdout.startswith("no benchmark runs yet")
-    with __import__("socket").socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
-    down = _piped(["status", "--api-url", dead], env)
-    assert down.returncode == 3 and f"error: cannot connect to {dead}" in down.stderr and "Traceback" not in down.stderr
+def _phase(env: dict[str, str], phase: str) -> None:
+    """Bring the profile to READY or STOPPED (start/stop --wait; 'already' when it is there)."""
+    done = _piped(["start" if phase == "READY" else "stop", PROFILE, "--wait"], env)
+    assert done.returncode == 0 and phase in done.stdout, done.stdout + done.stderr
+
+
+# A small run: the runs below start their profile first (--start), which is the time Ctrl-C comes in.
+BENCH = ["--input-tokens", "64", "--concurrency", "1", "--rounds", "2", "--warmup", "0", "--max-tokens", "256"]
+# From this machine, long enough to be interrupted after calibrating: the twin's simulator at x100 streams
+# about 14,000 tok/s to one client, so 2 x 5 x 8000 tokens take several seconds.
+LONG_BENCH = ["--input-tokens", "64,128", "--concurrency", "1", "--rounds", "5", "--warmup", "0", "--max-tokens", "8000"]
+
+
+@dataclass(frozen=True)
+class Follow:
+    """A command that follows an execution, the phase it starts from, and what Ctrl-C must say."""
+
+    argv: list[str]
+    before: str  # the profile's phase when it starts
+    machine: str  # the state machine of the execution it follows
+    after: str  # what `servingctl wait ID` prints once the execution ends
+    stop_words: str  # how the line says to stop it
+    when: str = "RUNNING"  # on screen once the follow is up (the live view's title, or a run's first line)
+    setup: list[str] | None = None  # run first (piped); its output holds the id the argv's "{id}" stands for
+
+
+# `wait STOP` is `wait START`'s code with `stop --wait`'s words; on the twin a stop ends in a few seconds,
+# less than a second process takes to start and attach on a loaded machine, so it is not driven here.
+FOLLOWS = {
+    "start --wait": Follow(["start", PROFILE, "--wait"], "STOPPED", "servingctl-start-profile", f"{PROFILE} READY in",
+                           f"stop it: servingctl stop {PROFILE}"),
+    "wait START": Follow(["wait", "{id}"], "STOPPED", "servingctl-start-profile", f"{PROFILE} READY in",
+                         f"stop it: servingctl stop {PROFILE}", setup=["start", PROFILE]),
+    "stop --wait": Follow(["stop", PROFILE, "--wait"], "READY", "servingctl-stop-profile", f"{PROFILE} STOPPED in",
+                          f"check: servingctl status {PROFILE}"),
+    "bench --profile --start --stop": Follow(["bench", "--profile", PROFILE, "--start", "--stop", *BENCH], "STOPPED",
+                                             "servingctl-run-benchmark", "aggregate", "which the run stops when it ends; re-attach",
+                                             when=f"on {PROFILE}"),
+    "wait RUN": Follow(["wait", "{id}"], "STOPPED", "servingctl-run-benchmark", "aggregate",
+                       "which stays up after the run; re-attach", when=" s] ",
+                       setup=["bench", "--profile", PROFILE, "--start", "--no-wait", *BENCH]),
+}
+
+
+def _screen(shown: str) -> list[str]:
+    """The terminal's lines (each redraw of a live view moves the cursor: lines are split there)."""
+    return [row for row in ANSI.sub("\n", shown).splitlines() if row.strip()]
+
+
+def _interrupt(argv: list[str], env: dict[str, str], when: str) -> tuple[int, list[str], str]:
+    """Run argv on an 80-column terminal, press Ctrl-C once `when` is on screen; exit code, screen, raw output."""
+    proc, master = _in_terminal(argv, env)
+    try:
+        shown = _read_until(master, proc, when, timeout_s=120)
+        assert when in ANSI.sub("", shown), shown  # the follow is up
+        os.killpg(proc.pid, signal.SIGINT)
+        shown += _read_until(master, proc, None, timeout_s=60)
+        code = proc.wait(timeout=60)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    return code, _screen(shown), shown
+
+
+@pytest.mark.parametrize("name", FOLLOWS)
+def test_ctrl_c_in_a_follow_says_what_keeps_running_and_wait_re_attaches(name: str, env: dict[str, str]) -> None:
+    case = FOLLOWS[name]
+    _phase(env, case.before)
+    argv = case.argv
+    if case.setup:
+        submitted = _piped(case.setup, env)
+        found = re.search(r"servingctl wait (\S+?)[;\s]", submitted.stdout)
+        assert submitted.returncode == 0 and found, submitted.stdout + submitted.stderr
+        argv = [found[1] if word == "{id}" else word for word in argv]
+    code, rows, shown = _interrupt(argv, env, when=case.when)
+    print("\n".join(rows[-6:]))
+    assert code == 130 and "Traceback" not in shown and "KeyboardInterrupt" not in shown, shown
+    [line] = [row for row in rows if row.startswith("interrupted:")]
+    found = re.search(r"; re-attach: servingctl wait (\S+);", line)
+    assert found, line
+    execution = found[1] if case.machine != "servingctl-run-benchmark" else f"bench-{found[1]}"
+    assert f"it keeps running in Step Functions (arn:aws:states:us-east-1:123456789012:execution:{case.machine}:{execution})" in line
+    assert "a g7e.12xlarge (12.17 USD/h)" in line and case.stop_words in line, line
+    view = [row for row in rows if not row.startswith("interrupted:")]
+    assert view and max(len(row) for row in view) <= 80, view  # the live view fits the terminal
+
+    # Re-attaching follows the same execution to its end.
+    attached = _piped(["wait", found[1]], env)
+    print(attached.stdout)
+    assert attached.returncode == 0 and case.after in attached.stdout, attached.stdout + attached.stderr
+
+
+def test_ctrl_c_in_a_bench_from_this_machine_says_nothing_keeps_running(env: dict[str, str]) -> None:
+    _phase(env, "READY")
+    endpoint = json.loads(_piped(["status", PROFILE, "--json"], env).stdout)["endpoint_url"]
+    code, rows, shown = _interrupt(["bench", "--endpoint", endpoint, "--model", PROFILE, *LONG_BENCH], env, when="calibrated")
+    assert code == 130 and "Traceback" not in shown and "KeyboardInterrupt" not in shown, shown
+    assert [row for row in rows if row.startswith("interrupted:")] == [
+        f"interrupted: nothing written, nothing left running (the benchmark ran from this machine against {endpoint})"]
+
+
+def test_status_fits_80_columns_and_start_and_stop_say_already(env: dict[str, str]) -> None:
+    _phase(env, "READY")
+    again = _piped(["start", PROFILE, "--wait"], env)
+    assert again.returncode == 0 and f"{PROFILE} is already READY since" in again.stdout, again.stdout + again.stderr
+    detail = json.loads(_piped(["status", PROFILE, "--json"], env).stdout)
+    status = _piped(["status", PROFILE], env)
+    print(status.stdout)
+    lines = status.stdout.splitlines()
+    assert max(len(row) for row in lines) <= 80 and any(detail["instances"][0]["instance_id"] in row for row in lines)
+    assert f"endpoint     {detail['endpoint_url']}" in status.stdout and "cost so far  0." in status.stdout
+    assert detail["execution"].rsplit(":", 1)[-1] in status.stdout
+
+    # keepalive with about 2 h left (the default lease): 30 min would shorten it, so it is kept and said so;
+    # the profile's maximum (12 h) moves it to now + 720 min; one past the maximum is refused naming the flag.
+    kept = _piped(["keepalive", PROFILE, "--minutes", "30"], env)
+    left = re.fullmatch(rf"{PROFILE}: lease already ends at \S+ \S+ UTC \((\d+) min from now\), later than now \+ 30 min: "
+                        r"kept, not shortened\n", kept.stdout)
+    assert kept.returncode == 0 and left and 90 <= int(left[1]) <= 120, kept.stdout
+    longest = _piped(["keepalive", PROFILE, "--minutes", "720"], env)
+    assert longest.returncode == 0 and longest.stdout.startswith(f"{PROFILE}: lease now ends at "), longest.stdout
+    assert "(720 min from now)" in longest.stdout
+    refused = _piped(["keepalive", PROFILE, "--minutes", "721"], env)
+    assert refused.returncode == 1 and "--minutes must be between 1 and 720 minutes" in refused.stderr, refused.stderr
+
+    _phase(env, "STOPPED")
+    assert "is already STOPPED since" in _piped(["stop", PROFILE], env).stdout

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from servingctl.store.models import Phase, Session
 
 Api = Any  # conftest.Api (conftest modules are not importable under --import-mode=importlib)
 PROFILE = "deepseek-v4-flash"
+OTHER = "nemotron-nano"  # on pool g7e-1gpu (g7e.2xlarge, not in the price catalog)
 CALLER = "arn:aws:sts::123456789012:assumed-role/llm-operators/alice"  # userArn of the events/api samples
 
 
@@ -281,3 +284,35 @@ def test_stop_of_a_stopped_profile_says_so_but_a_running_start_is_still_stopped(
     status, stop = api.request("POST", f"/profiles/{PROFILE}/stop")
     assert status == 202 and stop["already"] is False and stop["execution_id"].startswith("stop-")
     api.sfn.stop_execution(executionArn=started["execution_arn"])
+
+
+def test_the_ledger_and_the_listed_price_use_the_price_key(api: Api) -> None:
+    price = load_catalog().instance("us-east-1", "g7e.12xlarge")
+    assert price is not None and load_catalog().instance("us-east-1", "g7e.2xlarge") is None
+    start = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
+    opened = api.store.open_session(Session(profile=OTHER, session_id="k", pool="g7e-1gpu", instance_type="g7e.2xlarge",
+                                            price_key="g7e.12xlarge", started_at=start))
+    api.store.close_session(OTHER, opened.session_id, start + timedelta(hours=2), "stop", "stopped")
+    status, body = api.request("GET", f"/ledger?profile={OTHER}")
+    assert status == 200 and body["total_cost_usd"] == round(2 * price.hourly_usd, 4)
+
+    # The price a profile is listed with is its pool's price_key's, not its instance type's.
+    def hourly() -> Any:
+        return {p["name"]: p["hourly_usd"] for p in api.request("GET", "/profiles")[1]}[OTHER]
+
+    assert hourly() is None  # g7e.2xlarge: not in the catalog
+    registry = Path(os.environ["SERVINGCTL_REGISTRY"])
+    document = json.loads(registry.read_text())
+    document["pools"]["g7e-1gpu"]["price_key"] = "g7e.12xlarge"
+    registry.write_text(json.dumps(document))
+    assert hourly() == price.hourly_usd
+
+
+def test_a_lease_at_the_profiles_maximum_starts_and_an_hour_over_is_a_400(api: Api) -> None:
+    status, started = api.request("POST", f"/profiles/{PROFILE}/start", {"lease_minutes": 720})
+    assert status == 202 and started["execution_arn"]
+    status, body = api.request("POST", f"/profiles/{OTHER}/start", {"lease_minutes": 780})
+    assert status == 400 and body["field"] == "body.lease_minutes"
+    assert body["message"] == f"lease_minutes: must be between 5 and 720 minutes (the max_lease_minutes of {OTHER}); got 780"
+    assert [json.loads(api.sfn.describe_execution(executionArn=e["executionArn"])["input"])["profile"]
+            for e in api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"]] == [PROFILE]  # nothing started for 780

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import httpx
@@ -62,6 +63,30 @@ def test_the_twin_is_found_through_its_state_file(tmp_path: Path, monkeypatch: p
     assert found.base_url == "http://127.0.0.1:18700" and found.local and found.poll["interval_s"] == 1
     client.clear_twin_state()
     assert not client.twin_state_path().exists()
+
+
+def test_a_twin_still_starting_is_waited_for_then_found(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv(client.API_URL_ENV, raising=False)
+    client.write_twin_state(None)  # what `servingctl local up` records before moto and the world are up
+    polls: list[float] = []
+
+    def twin_comes_up(seconds: float) -> None:  # the twin finishes starting while the command waits
+        polls.append(seconds)
+        if len(polls) == 2:
+            client.write_twin_state("http://127.0.0.1:18704", {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5})
+
+    monkeypatch.setattr(client.time, "sleep", twin_comes_up)
+    args = type("Args", (), {"api_url": None, "local": True, "aws_profile": None, "region": None})()
+    found = client.connect(args)
+    assert found.base_url == "http://127.0.0.1:18704" and len(polls) == 2
+    assert f"waiting for the local twin (pid {os.getpid()}) to finish starting" in capsys.readouterr().err
+
+    client.write_twin_state(None)
+    monkeypatch.setattr(client.time, "sleep", lambda seconds: client.clear_twin_state())  # it fails to start
+    with pytest.raises(client.Unreachable, match=f"the local twin \\(pid {os.getpid()}\\) stopped while starting"):
+        client.connect(args)
 
 
 def test_no_api_at_all_exits_3_with_what_to_do_and_never_guesses_a_port(

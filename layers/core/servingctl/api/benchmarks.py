@@ -8,6 +8,7 @@ execution (Step Functions' idempotent start), the same run id with another input
 
 from __future__ import annotations
 
+import json
 import secrets
 from datetime import datetime
 from typing import Any
@@ -57,7 +58,7 @@ class BenchmarkDetail(BenchmarkSummary):
     execution_arn: str | None = None
     execution_status: str | None = Field(default=None, description="RUNNING, SUCCEEDED, FAILED, ABORTED, TIMED_OUT")
     scenarios_written: list[str] = Field(default_factory=list)
-    request: dict[str, Any] = Field(default_factory=dict, description="the input as the state machine validated it")
+    request: dict[str, Any] = Field(default_factory=dict, description="the input as the state machine validated it (PENDING: as given to the execution)")
     reproducibility: Reproducibility | None = None
     result: RunResult | None = Field(default=None, description="results schema (results.json) without per-request records")
     comparisons: list[StoredComparison] = Field(default_factory=list)
@@ -135,8 +136,10 @@ def get_benchmark(deps: ApiDeps, run_id: str) -> BenchmarkDetail:
     if run is None:
         if execution is None:
             raise NotFound(f"no benchmark run {run_id!r}", "path.run_id")
-        return BenchmarkDetail(run_id=run_id, profile="", status="FAILED" if ended else "PENDING", error=reason,
-                               execution_arn=execution["executionArn"], execution_status=execution["status"])
+        given = json.loads(execution.get("input") or "{}")  # what was asked, until the run records what it validated
+        return BenchmarkDetail(run_id=run_id, profile=str(given.get("profile", "")), status="FAILED" if ended else "PENDING",
+                               error=reason, execution_arn=execution["executionArn"], execution_status=execution["status"],
+                               request=given)
     summary = _summary(run)
     if ended and run.status in (RunStatus.PLANNED, RunStatus.RUNNING):
         summary = summary.model_copy(update={"status": RunStatus.FAILED.value, "error": run.error or reason})

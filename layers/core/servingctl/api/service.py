@@ -24,6 +24,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from servingctl import render
 from servingctl.api.models import (
     ExecutionProgress,
     ExecutionRef,
@@ -275,8 +276,8 @@ def _already(deps: ApiDeps, action: Action, name: str) -> ExecutionRef | None:
     if any(running_execution(deps.sfn, deps.machine(a), a, name) is not None for a in ("start", "stop")):
         return None
     since = (state.ready_at if action == "start" else state.stopped_at) or state.phase_since
-    when = f" since {iso(since)}" if since else ""
-    lease = f" (lease until {iso(state.lease_deadline)})" if action == "start" and state.lease_deadline else ""
+    when = f" since {render.when(since)}" if since else ""
+    lease = f" (lease until {render.when(state.lease_deadline)})" if action == "start" and state.lease_deadline else ""
     hint = "; keepalive extends the lease" if action == "start" else ""
     arn = state.execution
     return ExecutionRef(
@@ -390,9 +391,10 @@ def keepalive(deps: ApiDeps, name: str, body: KeepaliveRequest, caller: str | No
         raise Conflict(f"{name}: its record kept changing during the keepalive; try again")
     summary = _summary(deps, name, updated)
     if extended:
-        message = f"lease now ends at {iso(deadline)} ({minutes} min from now)" + (f"; it ended at {iso(previous)}" if previous else "")
+        message = f"{name}: lease now ends at {render.when(deadline)} ({minutes} min from now)" + (f"; it ended at {render.when(previous)}" if previous else "")
     else:
-        message = f"lease already ends at {iso(previous)}, later than now + {minutes} min ({iso(requested)}): kept, not shortened"
+        left = int((previous - now).total_seconds() // 60)
+        message = f"{name}: lease already ends at {render.when(previous)} ({left} min from now), later than now + {minutes} min: kept, not shortened"
     stop = summary.next_stop
     if stop is not None and stop.hard and deadline is not None and stop.at < deadline:
         message += f"; a hard limit stops it earlier: {stop.detail}"

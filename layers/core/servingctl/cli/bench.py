@@ -21,7 +21,7 @@ from servingctl.bench.runner import Progress as ProgressEvent
 from servingctl.bench.runner import ProgressFn, run_benchmark
 from servingctl.cli.benchmarks import remote_bench
 from servingctl.cli.main import summary
-from servingctl.cli.client import add_api_arguments
+from servingctl.cli.client import EXIT_INTERRUPTED, add_api_arguments
 
 API_KEY_ENV = "SERVINGCTL_API_KEY"
 # pydantic field -> the flag a user typed, so errors name what they can fix.
@@ -164,8 +164,10 @@ def _bench(args: argparse.Namespace) -> int:
         console.print(f"[bold red]servingctl bench: calibration failed:[/] {exc}", highlight=False)
         return 1
     except KeyboardInterrupt:
-        console.print("[bold red]servingctl bench: interrupted[/]: nothing written")
-        return 130
+        # Nothing goes on elsewhere: the requests were this process's own.
+        console.print(f"interrupted: nothing written, nothing left running (the benchmark ran from this machine against "
+                      f"{config.endpoint})", highlight=False, soft_wrap=True)
+        return EXIT_INTERRUPTED
     written = write_all(run, args.output) if args.output else []
     _print_results(run, as_json=args.json)
     for path in written[:1]:

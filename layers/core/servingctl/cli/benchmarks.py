@@ -20,7 +20,6 @@ from typing import Any
 
 import httpx
 from rich.console import Console
-from rich.table import Table
 
 from servingctl.benchmarks.matrix import RUN_ID_PATTERN
 from servingctl.schema.results import RunResult
@@ -36,6 +35,7 @@ from servingctl.cli.client import (
     api_command,
     connect,
 )
+from servingctl.cli.interrupt import interrupted, unanswered
 from servingctl.cli.main import summary
 from servingctl.costs import Comparison
 from servingctl.store.records import decode_records
@@ -74,9 +74,9 @@ def _runs(args: argparse.Namespace, client: Client) -> int:
         print("no benchmark runs yet" + (f" of {args.profile}" if args.profile else "")
               + " (start one with: servingctl bench --profile NAME)")
         return EXIT_OK
-    rows = [(r["run_id"], r["profile"], r["status"], str(len(r["scenarios"])), render.when(r["finished_at"]),
-             " ".join(x for x in (r["label"] or "", r["error"] or "") if x)) for r in runs]
-    print(render.columns(("run id", "profile", "status", "scenarios", "finished", "label / error"), rows, right=(3,)))
+    rows = [(r["run_id"], r["profile"], r["status"], render.when(r["finished_at"], short=True), str(len(r["scenarios"]))) for r in runs]
+    notes = ["; ".join(x for x in (r["label"] and f"label: {r['label']}", r["error"] and f"error: {r['error']}") if x) for r in runs]
+    print(render.columns_with_notes(("run id", "profile", "status", "finished UTC", "scenarios"), rows, notes))
     return EXIT_OK
 
 
@@ -191,28 +191,45 @@ def _remote(args: argparse.Namespace, client: Client) -> int:
     except ValidationError as exc:
         args.bench_parser.error(for_flags(exc.errors(), FLAGS))
     args.flags = {f"body.{field}": flag for field, flag in FLAGS.items()}  # the API's errors, named the same way
-    ref = client.post("/benchmarks", body)
-    console = Console(stderr=True)
-    console.print(f"run {ref['run_id']}: {len(ref['scenarios'])} scenarios on {ref['profile']}"
-                  + (" (starting it first)" if ref["start"] else "") + (", stopping it afterwards" if ref["stop"] else ""),
-                  highlight=False)
-    if args.no_wait:
-        print(json.dumps(ref) if args.json else f"re-attach: servingctl wait {ref['run_id']}; report: servingctl report {ref['run_id']}")
-        return EXIT_OK
+    try:
+        ref = client.post("/benchmarks", body)
+    except KeyboardInterrupt:
+        return unanswered(f"run {body['run_id']} of {args.profile}", f"servingctl wait {body['run_id']}")
+    try:
+        Console(stderr=True).print(
+            f"run {ref['run_id']}: {len(ref['scenarios'])} scenario{'s' if len(ref['scenarios']) != 1 else ''} on {ref['profile']}"
+            + (" (starting it first)" if ref["start"] else "") + (", stopping it afterwards" if ref["stop"] else ""),
+            highlight=False)
+        if args.no_wait:
+            print(json.dumps(ref) if args.json else f"re-attach: servingctl wait {ref['run_id']}; report: servingctl report {ref['run_id']}")
+            return EXIT_OK
+    except KeyboardInterrupt:
+        return interrupted(client, "bench", ref["run_id"], ref["profile"])
     return attach(args, client, ref["run_id"], ref["profile"])
 
 
 def attach(args: argparse.Namespace, client: Client, run_id: str, profile: str) -> int:
     """Follow a run to its end, then print and write its results (Ctrl-C leaves it running, and says so)."""
-    from servingctl.bench.outputs import write_all
-    from servingctl.bench.outputs.terminal import print_run, run_json
-
     console = Console(stderr=True)
     try:
         detail = follow_run(client, run_id, plain=args.json or not console.is_terminal)
     except KeyboardInterrupt:
-        print(_interrupted_line(client, run_id, profile), file=sys.stderr, flush=True)
+        return interrupted(client, "bench", run_id, profile)
+    try:
+        return _finished(args, client, console, detail)
+    except KeyboardInterrupt:  # the run is over: only this copy of its results was cut short
+        print(f"interrupted: run {run_id} had ended ({detail['status']}); its results are stored, "
+              f"write them again with: servingctl report {run_id}", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
+
+
+def _finished(args: argparse.Namespace, client: Client, console: Console, detail: dict[str, Any]) -> int:
+    """Print and write an ended run's results (exit 1 when it failed or a scenario failed too often)."""
+    # The outputs import matplotlib (a second or two): only once a run has ended.
+    from servingctl.bench.outputs import write_all
+    from servingctl.bench.outputs.terminal import print_run, run_json
+
+    run_id = detail["run_id"]
     if detail.get("result") is None or not detail["result"]["scenarios"]:
         console.print(f"[bold red]run {run_id} {detail['status']}[/]: {detail.get('error') or 'no scenario written'}")
         return EXIT_FAILED
@@ -229,19 +246,6 @@ def attach(args: argparse.Namespace, client: Client, run_id: str, profile: str) 
     if written:
         console.print(f"wrote {len(written)} files to {written[0].parent}: report.md, results.json, vllm/, *.png", highlight=False)
     return EXIT_OK if detail["status"] == "SUCCEEDED" and run.exit_code == 0 else EXIT_FAILED
-
-
-def _interrupted_line(client: Client, run_id: str, profile: str) -> str:
-    """What keeps running after Ctrl-C (the run's execution, the profile's GPU) and how to come back or stop it."""
-    try:
-        arn = client.get(f"/benchmarks/{run_id}").get("execution_arn") or f"bench-{run_id}"
-        spec = next((p for p in client.get("/profiles") if p["name"] == profile), {})
-    except (ApiError, Unreachable, KeyboardInterrupt):
-        arn, spec = f"bench-{run_id}", {}
-    price = f"{spec['hourly_usd']:.2f} USD/h" if spec.get("hourly_usd") is not None else "not in the price catalog"
-    return (f"interrupted: run {run_id} not followed any more; it keeps running in Step Functions ({arn}) on {profile} "
-            f"({spec.get('instance_type', 'its GPU instance')}, {price}); re-attach: servingctl wait {run_id}; "
-            f"stop it: servingctl stop {profile}")
 
 
 remote_bench = api_command(_remote)

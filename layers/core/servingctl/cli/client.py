@@ -17,6 +17,7 @@ import json
 import os
 import re
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     import httpx
 
 API_URL_ENV = "SERVINGCTL_API_URL"
+TWIN_START_WAIT_S = 120  # a twin starts in 10-30 s (moto, the state machines, the world)
 EXECUTE_API_HOST = re.compile(r"^[a-z0-9]+\.execute-api\.([a-z0-9-]+)\.amazonaws\.com$")
 # Exit codes shared by every command (130: interrupted by Ctrl-C, as shells report SIGINT).
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -61,11 +63,13 @@ def twin_state_path() -> Path:
     return state_dir() / "twin.json"
 
 
-def write_twin_state(api_url: str, poll: dict[str, Any]) -> Path:
-    """Record the running twin (its API URL, its pid, and poll settings scaled to its clock)."""
+def write_twin_state(api_url: str | None, poll: dict[str, Any] | None = None) -> Path:
+    """Record the running twin (its API URL, its pid, and poll settings scaled to its clock), or with
+    api_url None that it is starting: commands run meanwhile wait for it instead of finding none."""
     path = twin_state_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"api_url": api_url, "pid": os.getpid(), "poll": poll}))
+    record = {"api_url": api_url, "pid": os.getpid(), "poll": poll} if api_url else {"starting": True, "pid": os.getpid()}
+    path.write_text(json.dumps(record))
     return path
 
 
@@ -163,10 +167,27 @@ def is_loopback(url: str) -> bool:
         return False
 
 
+def _when_up(state: dict[str, Any]) -> dict[str, Any]:
+    """The record of a twin that was starting, once it is up (Unreachable if it stops or takes too long)."""
+    pid = state["pid"]
+    print(f"waiting for the local twin (pid {pid}) to finish starting...", file=sys.stderr, flush=True)
+    deadline = time.monotonic() + TWIN_START_WAIT_S
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        current = read_twin_state()
+        if current is None or current["pid"] != pid:
+            raise Unreachable(f"the local twin (pid {pid}) stopped while starting; its output says why")
+        if not current.get("starting"):
+            return current
+    raise Unreachable(f"the local twin (pid {pid}) is still starting after {TWIN_START_WAIT_S} s")
+
+
 def _twin(url: str | None = None) -> Client | None:
-    """The running twin from its state file (None when none runs), or the twin at url (unsigned),
-    with the pacing the state file suggests when it names that URL."""
+    """The running twin from its state file (None when none runs; waited for while it starts), or
+    the twin at url (unsigned), with the pacing the state file suggests when it names that URL."""
     state = read_twin_state() or {}
+    if url is None and state.get("starting"):
+        state = _when_up(state)
     url = url or state.get("api_url")
     if url is None:
         return None

@@ -122,17 +122,23 @@ def _prices(args: argparse.Namespace) -> int:
     if args.json:
         print(catalog.model_dump_json(indent=2))
         return 0
-    table = Table(title=f"Price catalog ({catalog.currency})")
-    for col in ("kind", "key", "price", "source", "as of"):
-        table.add_column(col)
+    from servingctl import render
+
+    # Keys and sources are never cut: each source goes on its own wrapped line under its price.
+    rows: list[tuple[str, str, str, str]] = []
+    sources: list[str] = []
     for key, p in catalog.instances.items():
-        table.add_row("instance", key, f"{p.hourly_usd}/h" + (" (estimate)" if p.estimate else ""), p.source, p.as_of)
+        rows.append(("instance", key, f"{p.hourly_usd}/h" + (" (estimate)" if p.estimate else ""), p.as_of))
+        sources.append(f"source: {p.source}")
     for key, p in catalog.infrastructure.items():
         amount = next(f"{v}{unit}" for v, unit in ((p.hourly_usd, "/h"), (p.per_gb_usd, "/GB"), (p.monthly_usd, "/GB-month")) if v is not None)
-        table.add_row("infrastructure", key, amount, p.source, p.as_of)
+        rows.append(("infrastructure", key, amount, p.as_of))
+        sources.append(f"source: {p.source}")
     for key, p in catalog.managed_apis.items():
-        table.add_row("managed API", key, f"in {p.input_usd_per_m} / out {p.output_usd_per_m} per 1M", p.source, p.as_of)
-    Console().print(table)
+        rows.append(("managed API", key, f"in {p.input_usd_per_m} / out {p.output_usd_per_m} per 1M", p.as_of))
+        sources.append(f"source: {p.source}")
+    print(f"Price catalog ({catalog.currency})")
+    print(render.columns_with_notes(("kind", "key", "price", "as of"), rows, sources))
     return 0
 
 
@@ -141,24 +147,25 @@ def _usd(value: float | None) -> str:
 
 
 def _ledger(args: argparse.Namespace, client: Client) -> int:
-    """GET /ledger: sessions and monthly totals."""
+    """GET /ledger: sessions and monthly totals, or that there are none yet."""
+    from servingctl import render
+
     ledger = client.get("/ledger", {"profile": args.profile})
     if args.json:
         print(json.dumps(ledger))
         return 0
-    console = Console()
-    sessions = Table(title="Sessions")
-    for col in ("profile", "instance", "started", "stopped", "hours", "USD/h", "cost USD"):
-        sessions.add_column(col, justify="right" if col in ("hours", "USD/h", "cost USD") else "left")
-    for s in ledger["sessions"]:
-        sessions.add_row(s["profile"], s["instance_type"], s["started_at"], s["stopped_at"] or "(running)",
-                         f"{s['uptime_hours']:.2f}", _usd(s["hourly_usd"]), _usd(s["cost_usd"]))
-    monthly = Table(title="Per profile per month")
-    for col in ("profile", "month", "hours", "cost USD"):
-        monthly.add_column(col, justify="right" if col in ("hours", "cost USD") else "left")
-    for m in ledger["monthly"]:
-        monthly.add_row(m["profile"], m["month"], f"{m['uptime_hours']:.2f}", _usd(m["cost_usd"]))
-    console.print(sessions)
-    console.print(monthly)
-    console.print(f"total: {_usd(ledger['total_cost_usd'])} USD")
+    if not ledger["sessions"]:
+        print("no sessions in the ledger yet" + (f" for {args.profile}" if args.profile else "")
+              + " (a session opens when a start brings a profile up)")
+        return 0
+    # The instance type is in `status`; hours and USD/h say what the cost is made of.
+    sessions = [(s["profile"], render.when(s["started_at"], short=True), f"{s['uptime_hours']:.2f}", _usd(s["hourly_usd"]),
+                 _usd(s["cost_usd"]), "running" if s["open"] else f"{s['close_reason'] or 'ended'} {render.when(s['stopped_at'], short=True)}")
+                for s in ledger["sessions"]]
+    print(render.columns(("profile", "started\n(UTC)", "hours", "USD/h", "cost\nUSD", "session\n(UTC)"), sessions, right=(2, 3, 4)))
+    print()
+    monthly = [(m["profile"], m["month"], f"{m['uptime_hours']:.2f}", _usd(m["cost_usd"])) for m in ledger["monthly"]]
+    print(render.columns(("profile", "month", "hours", "cost USD"), monthly, right=(2,)))
+    total = ledger["total_cost_usd"]
+    print(f"\ntotal: {_usd(total)}" + (" USD" if total is not None else " (a session's instance type has no price in the catalog)"))
     return 0

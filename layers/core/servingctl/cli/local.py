@@ -16,7 +16,7 @@ import sys
 import threading
 import warnings
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from servingctl.cli.client import EXIT_FAILED, clear_twin_state, read_twin_state, twin_state_path, write_twin_state
 from servingctl.cli.main import summary
@@ -55,7 +55,8 @@ def _register_up(local_sub: argparse._SubParsersAction) -> None:
         help="run the local twin of AWS until interrupted",
         description="Emulated AWS (moto) running the real state machines and Lambda handlers, a world simulator "
         "playing AWS's part with delays divided by --time-scale, and a real model server per running task. "
-        "Runs in the foreground; Ctrl-C stops everything.",
+        "Runs in the foreground; Ctrl-C stops everything. Its state (profile phases, executions, benchmark runs, "
+        "the ledger) is in memory only and not kept across restarts: every `local up` starts a fresh world.",
     )
     parser.add_argument("--model-server", choices=["sim", "vllm"], default="sim",
                         help="model server started when a task runs: the simulator or vLLM on CPU (default sim)")
@@ -107,9 +108,34 @@ def _refusal(args: argparse.Namespace) -> str | None:
 
 
 def _quiet() -> None:
-    """Keep the Lambda handlers' INFO logs and Powertools' empty-metrics warning off the terminal."""
+    """Keep the Lambda handlers' INFO logs, their metrics and Powertools' empty-metrics warning off the terminal."""
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     warnings.filterwarnings("ignore", message="No application metrics to publish")
+    sys.stdout = _WithoutMetrics(sys.stdout)
+
+
+class _WithoutMetrics:
+    """A stream without the metric lines (EMF JSON, which Lambda would ship to CloudWatch) that the
+    handlers print; Powertools' single_metric prints them even with metrics disabled."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream, self._partial, self._lock = stream, "", threading.Lock()
+
+    def write(self, text: str) -> int:
+        """Pass on every whole line but the metrics (the handlers print from several threads)."""
+        with self._lock:
+            *lines, self._partial = (self._partial + text).split("\n")
+            for line in lines:
+                if not line.startswith('{"_aws":'):
+                    self._stream.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        """Flush the terminal."""
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
 
 
 def _run_up(args: argparse.Namespace) -> int:
@@ -123,6 +149,12 @@ def _run_up(args: argparse.Namespace) -> int:
     if args.model_server == "vllm" and not vllm_available():
         print("--model-server vllm: vLLM or the tiny model is not built; run `make vllm` first", file=sys.stderr)
         return 2
+    # `servingctl start/stop/status` find the twin through the state file, with poll settings scaled to its
+    # clock; a twin already recorded there keeps its place (this one is reached with --api-url).
+    other = read_twin_state()
+    if other is None:
+        write_twin_state(None)  # starting: commands typed meanwhile wait for it
+    terminal = sys.stdout
     if not args.verbose:
         _quiet()
     from servingctl.local.twin import Twin  # noqa: F811 (moto loads only for this command)
@@ -138,14 +170,11 @@ def _run_up(args: argparse.Namespace) -> int:
     try:
         twin.start()
         assert twin.api_url is not None
-        # `servingctl start/stop/status` find the twin through this file, with poll settings scaled to its clock;
-        # a twin already recorded there keeps its place (this one is reached with --api-url).
-        other = read_twin_state()
         if other is None:
             write_twin_state(twin.api_url, twin.scaled_poll())
         print(_banner(twin, verbose=args.verbose), flush=True)
         if other is not None:
-            print(f"note: another twin (pid {other['pid']}, {other['api_url']}) is the one servingctl finds by default "
+            print(f"note: another twin (pid {other['pid']}, {other.get('api_url') or 'starting'}) is the one servingctl finds by default "
                   f"({twin_state_path()}); reach this one with --api-url {twin.api_url}", flush=True)
         seen = 0
         while not stop.wait(0.2):
@@ -160,6 +189,7 @@ def _run_up(args: argparse.Namespace) -> int:
         clear_twin_state()
         twin.stop()
         signal.signal(signal.SIGTERM, previous)
+        sys.stdout = terminal
     return 0
 
 

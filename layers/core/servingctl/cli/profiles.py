@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -21,15 +20,13 @@ from typing import TYPE_CHECKING, Any
 from servingctl import render
 from servingctl.cli.client import (
     EXIT_FAILED,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
-    ApiError,
     Client,
-    Unreachable,
     add_api_arguments,
     api_command,
 )
+from servingctl.cli.interrupt import interrupted, unanswered
 from servingctl.cli.main import summary
 
 if TYPE_CHECKING:
@@ -103,9 +100,14 @@ def _checked(body: dict[str, Any], model: Any, flags: dict[str, str], unit: dict
     try:
         model.model_validate(body)
     except ValidationError as exc:
-        return "; ".join(f"{flags.get(field.split('.')[0], field)} {text}{unit.get(field, '')}; got {err.get('input')}"
+        return "; ".join(f"{flags.get(field.split('.')[0], field)} {text}{_unit(text, unit.get(field, ''))}; got {err.get('input')}"
                          for (field, text), err in zip(problems(exc.errors()), exc.errors()))
     return None
+
+
+def _unit(text: str, unit: str) -> str:
+    """The unit after a bound, singular after 1 ("at least 1 minute")."""
+    return unit.removesuffix("s") if text.endswith(" 1") else unit
 
 
 def _poll(args: argparse.Namespace, client: Client) -> dict[str, Any] | None:
@@ -130,8 +132,7 @@ def _start(args: argparse.Namespace, client: Client) -> int:
     problem = _checked(body, StartRequest, START_FLAGS, {"lease_minutes": " minutes"})
     if problem:
         return _usage(args, problem)
-    ref = client.post(f"/profiles/{args.name}/start", body, idempotent=True)
-    return _after_submit(args, client, ref)
+    return _submit(args, client, "start", body)
 
 
 def _stop(args: argparse.Namespace, client: Client) -> int:
@@ -142,11 +143,15 @@ def _stop(args: argparse.Namespace, client: Client) -> int:
     problem = _checked(body, StopRequest, START_FLAGS, {})
     if problem:
         return _usage(args, problem)
-    ref = client.post(f"/profiles/{args.name}/stop", body, idempotent=True)
-    return _after_submit(args, client, ref)
+    return _submit(args, client, "stop", body)
 
 
-def _after_submit(args: argparse.Namespace, client: Client, ref: dict[str, Any]) -> int:
+def _submit(args: argparse.Namespace, client: Client, action: str, body: dict[str, Any]) -> int:
+    """POST the start or stop, then answer, print the execution to follow, or follow it (--wait)."""
+    try:
+        ref = client.post(f"/profiles/{args.name}/{action}", body, idempotent=True)
+    except KeyboardInterrupt:
+        return unanswered(f"the {action} of {args.name}", f"servingctl status {args.name}")
     if ref.get("already"):
         print(json.dumps(ref) if args.json else ref["message"])
         return EXIT_OK
@@ -176,32 +181,10 @@ def _follow_command(args: argparse.Namespace, client: Client, execution_id: str,
     try:
         final = follow(client, execution_id, plain=plain, quiet=args.json)
     except KeyboardInterrupt:
-        print(interrupted_line(client, execution_id, profile, action), file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED
+        return interrupted(client, action, execution_id, profile)
     if args.json:
         print(json.dumps(final))
     return EXIT_OK if final["status"] == "SUCCEEDED" else EXIT_FAILED
-
-
-def interrupted_line(client: Client, execution_id: str, profile: str, action: str) -> str:
-    """What keeps running after Ctrl-C, where, at what price, and the commands to re-attach and stop."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this line short
-    try:
-        try:
-            arn = client.get(f"/executions/{execution_id}")["execution_arn"]
-            spec = next((p for p in client.get("/profiles") if p["name"] == profile), {})
-        except (ApiError, Unreachable):
-            arn, spec = execution_id, {}
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    gpu = f"a {spec['instance_type']} ({_per_hour(spec.get('hourly_usd'))})" if spec.get("instance_type") else "its GPU instance"
-    if action == "start":
-        what = f"it keeps running in Step Functions ({arn}) and brings up {gpu}"
-        stop = f"stop it: servingctl stop {profile}"
-    else:
-        what = f"the stop keeps running in Step Functions ({arn}) and releases {gpu}"
-        stop = f"check: servingctl status {profile}"
-    return f"interrupted: {action} of {profile} not followed any more; {what}; re-attach: servingctl wait {execution_id}; {stop}"
 
 
 def _line(phase: dict[str, Any]) -> str:
@@ -281,10 +264,6 @@ def _price(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _per_hour(value: float | None) -> str:
-    return "not in the price catalog" if value is None else f"{value:.2f} USD/h"
-
-
 def _status(args: argparse.Namespace, client: Client) -> int:
     if args.name is None:
         profiles = client.get("/profiles")
@@ -293,32 +272,35 @@ def _status(args: argparse.Namespace, client: Client) -> int:
         elif not profiles:
             print("no profiles in the registry")
         else:
-            rows = [(p["name"], p["phase"], p["instance_type"], _price(p.get("hourly_usd")), render.when(p["lease_deadline"]),
-                     p["last_error"] or "") for p in profiles]
-            print(render.columns(("profile", "phase", "type", "USD/h", "lease until", "last error"), rows, right=(3,)))
+            rows = [(p["name"], p["phase"], p["instance_type"], _price(p.get("hourly_usd")), render.when(p["lease_deadline"], short=True))
+                    for p in profiles]
+            notes = [p["last_error"] and f"last error: {p['last_error']}" for p in profiles]
+            print(render.columns_with_notes(("profile", "phase", "type", "USD/h", "lease until UTC"), rows, notes, right=(3,)))
         return EXIT_OK
     detail = client.get(f"/profiles/{args.name}")
     if args.json:
         print(json.dumps(detail))
         return EXIT_OK
-    print(status_text(detail))
+    print(status_text(detail, local=client.local))
     return EXIT_OK
 
 
-def status_text(detail: dict[str, Any]) -> str:
-    """One profile's status: endpoint and how to reach it, instances by id, phase, lease, cost so far."""
+def status_text(detail: dict[str, Any], *, local: bool = False) -> str:
+    """One profile's status: endpoint and how to reach it (local: the twin's model server, reachable
+    from this machine), instances by id, phase, lease, cost so far."""
     phase = detail["phase"] + (" (stop requested)" if detail["stop_requested"] else "")
     if detail["phase"] == "READY" and detail.get("ready_at"):
         phase += f" since {render.when(detail['ready_at'])}"
     cost = "-"
     if detail["accrued_cost_usd"] is not None:
-        cost = f"{detail['accrued_cost_usd']:.2f} USD ({detail['uptime_s'] / 60:.1f} min at {_per_hour(detail['hourly_usd'])})"
+        cost = f"{detail['accrued_cost_usd']:.2f} USD ({detail['uptime_s'] / 60:.1f} min at {render.per_hour(detail['hourly_usd'])})"
     elif detail.get("uptime_s") is not None:
-        cost = f"unpriced ({detail['uptime_s'] / 60:.1f} min up; the instance is {_per_hour(None)})"
+        cost = f"unpriced ({detail['uptime_s'] / 60:.1f} min up; the instance is {render.per_hour(None)})"
     rows = [
         ("phase", phase),
-        ("endpoint", f"{detail['endpoint_url']} (from inside the VPC only)"),
-        ("header", f"{detail['routing_header']} (the ALB routes requests to this profile by it)"),
+        ("endpoint", f"{detail['endpoint_url']} " + ("(the twin's model server, reachable here)" if local else
+                     f"(internal: from a host in the VPC; `servingctl bench --profile {detail['name']}` measures it from there)")),
+        ("header", f"{detail['routing_header']} (the ALB routes by it)"),
         ("model", detail["model"]),
         ("instances", "\n".join(f"{i['instance_id']} {i['lifecycle']}" + (" (protected)" if i["protected"] else "")
                                 for i in detail["instances"]) or "none"),
@@ -330,7 +312,7 @@ def status_text(detail: dict[str, Any]) -> str:
         ("execution", (detail["execution"] or "-").rsplit(":", 1)[-1]),
     ]
     rows += [("event", f"{render.when(e['at'])}: {e['message']}") for e in detail["service_events"]]
-    title = f"{detail['name']}  ({detail['instance_type']}, pool {detail['pool']}, {_per_hour(detail.get('hourly_usd'))})"
+    title = f"{detail['name']}  ({detail['instance_type']}, pool {detail['pool']}, {render.per_hour(detail.get('hourly_usd'))})"
     return title + "\n" + render.details(rows)
 
 

@@ -37,6 +37,7 @@ from moto.dynamodb.responses import DynamoHandler
 from moto.ecs.models import EC2ContainerServiceBackend, Service, Task, ecs_backends
 from moto.elbv2.models import ELBv2Backend, FakeHealthStatus, FakeTargetGroup, elbv2_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+from moto.s3.models import S3Backend, s3_backends
 from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent, FailureEventException
@@ -113,6 +114,9 @@ USED: dict[str, tuple[object, str, tuple[str, ...]]] = {
     ),
     "ThreadedMotoServer._server_entry": (ThreadedMotoServer, "_server_entry", ("self",)),
     "Preprocessor.visit": (Preprocessor, "visit", ("self", "tree")),
+    "S3Backend.get_object": (
+        S3Backend, "get_object", ("self", "bucket_name", "key_name", "version_id", "part_number", "return_delete_marker")
+    ),
 }
 _ORIGINALS: dict[str, Callable[..., Any]] = {}
 _lock = threading.RLock()
@@ -382,6 +386,16 @@ def backends(account_id: str, region: str) -> Backends:
 def asg(b: Backends, name: str) -> FakeAutoScalingGroup:
     """The Auto Scaling group called name."""
     return b.autoscaling.autoscaling_groups[name]
+
+
+def asg_tags(b: Backends, name: str) -> dict[str, str]:
+    """The Auto Scaling group's tags, key -> value."""
+    return {tag["Key"]: tag["Value"] for tag in asg(b, name).tags}
+
+
+def object_exists(account_id: str, bucket: str, key: str) -> bool:
+    """True when the S3 bucket of account_id holds an object under key (current version)."""
+    return s3_backends[account_id]["aws"].get_object(bucket, key) is not None
 
 
 def asg_instances(b: Backends, name: str) -> list[tuple[str, str, bool]]:

@@ -53,7 +53,7 @@ def results_table(run: RunResult) -> str:
         if r.client_bound:
             lines.append(CLIENT_BOUND)
     if any(_input(r) != str(r.input_tokens_target) for r in rows):
-        lines.append(render.note("input tokens: asked (measured after the chat template, when calibration landed elsewhere)"))
+        lines.append(render.note("input tokens: asked (measured after the chat template, where it differs)"))
     return "\n".join(lines)
 
 

@@ -2,23 +2,29 @@
 
 ``python -m servingctl.local.simserver`` (or ``servingctl local simserver``) runs it; tests use
 ``run_in_thread`` / ``running``. It says it is a simulator on ``/version``, never a GPU.
+
+The names below load with their module on first use: ``servingctl local ...`` reads the
+simulator's flags (simserver.command) without importing the server (FastAPI, uvicorn: about a
+second) unless it serves.
 """
 
-from servingctl.local.simserver.app import SIMULATOR_VERSION, create_app
-from servingctl.local.simserver.config import FaultError, Faults, SimConfig, parse_faults
-from servingctl.local.simserver.server import run_in_thread, running, serve
-from servingctl.local.simserver.timing import REFERENCE_TIMING, TimingModel
+from __future__ import annotations
 
-__all__ = [
-    "REFERENCE_TIMING",
-    "SIMULATOR_VERSION",
-    "FaultError",
-    "Faults",
-    "SimConfig",
-    "TimingModel",
-    "create_app",
-    "parse_faults",
-    "run_in_thread",
-    "running",
-    "serve",
-]
+import importlib
+from typing import Any
+
+# exported name -> the module that defines it
+_EXPORTS = {
+    "SIMULATOR_VERSION": "app", "create_app": "app",
+    "FaultError": "config", "Faults": "config", "SimConfig": "config", "parse_faults": "config",
+    "run_in_thread": "server", "running": "server", "serve": "server",
+    "REFERENCE_TIMING": "timing", "TimingModel": "timing",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """The exported name, imported from its module on first use."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -8,7 +8,6 @@ import sys
 from pydantic import ValidationError
 
 from servingctl.local.simserver.config import FAULTS, FaultError, SimConfig, parse_faults
-from servingctl.local.simserver.server import serve
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,5 +58,7 @@ def run(args: argparse.Namespace) -> int:
     except (FaultError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from servingctl.local.simserver.server import serve  # uvicorn and the app: only to serve
+
     serve(args.host, args.port, config, log_level=args.log_level)
     return 0
