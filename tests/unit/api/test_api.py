@@ -90,15 +90,18 @@ def test_a_second_start_joins_the_running_one(api: Api) -> None:
     assert len(api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"]) == 1
 
 
-def test_same_execution_name_for_the_same_request_while_the_state_is_unchanged(api: Api) -> None:
+def test_the_execution_name_is_the_same_until_a_new_execution_of_the_flow_began(api: Api) -> None:
     from servingctl.api import service
 
-    state = api.store.get_profile(PROFILE)
-    a = service.flow_execution_name("start", PROFILE, state, '{"profile":"x"}')
-    assert a == service.flow_execution_name("start", PROFILE, state, '{"profile":"x"}')
-    assert a != service.flow_execution_name("start", PROFILE, state, '{"profile":"y"}')
-    moved = api.store.set_phase(PROFILE, Phase.STARTING, datetime.now(UTC), "e")
-    assert a != service.flow_execution_name("start", PROFILE, moved, '{"profile":"x"}')
+    # The profile record moving (a stop flag, a probe) does not change the intent's name.
+    first = service.intent_name("start", PROFILE, None)
+    assert first == service.intent_name("start", PROFILE, None) != service.intent_name("stop", PROFILE, None)
+    started = api.request("POST", f"/profiles/{PROFILE}/start")[1]
+    assert started["execution_id"] == first
+    api.store.update_profile(PROFILE, datetime.now(UTC), last_error="moved meanwhile")
+    assert api.request("POST", f"/profiles/{PROFILE}/start")[1]["execution_arn"] == started["execution_arn"]
+    latest = {"executionArn": started["execution_arn"]}
+    assert service.intent_name("start", PROFILE, latest) not in (first, service.intent_name("stop", PROFILE, latest))
 
 
 def test_a_new_start_after_the_last_one_finished_gets_a_new_execution(api: Api) -> None:

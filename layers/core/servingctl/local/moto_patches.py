@@ -7,7 +7,9 @@ DescribeScalingActivities is always empty; its Step Functions interpreter does n
 PascalCase Parameters of `states:` Tasks (startExecution.sync:2) to boto3's names, and its
 `ecs:runTask.sync` does not map them either, nor fail with AmazonECS.Unknown when RunTask answers
 with Failures; and its StopExecution leaves the execution RUNNING until the state in flight ends,
-where AWS answers ABORTED at once (the Task's result is then dropped). The twin's world
+where AWS answers ABORTED at once (the Task's result is then dropped); its DynamoDB, serving
+requests in threads, lets a read see an item half-written by UpdateItem (DynamoDB writes an item
+atomically). The twin's world
 simulator plays those parts instead, through the accessors below. Nothing else in servingctl imports moto internals: when moto changes,
 `check_moto()` (and tests/unit/local/test_moto_patches.py) fail loudly here, in one place.
 """
@@ -31,6 +33,7 @@ from moto.autoscaling.models import Activity, AutoScalingBackend, FakeAutoScalin
 from moto.autoscaling.responses import AutoScalingResponse
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core.responses import ActionResult
+from moto.dynamodb.responses import DynamoHandler
 from moto.ecs.models import EC2ContainerServiceBackend, Service, Task, ecs_backends
 from moto.elbv2.models import ELBv2Backend, FakeHealthStatus, FakeTargetGroup, elbv2_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
@@ -79,6 +82,7 @@ PATCHED: dict[str, tuple[object, str, tuple[str, ...]]] = {
         StateTaskServiceEcs, "_eval_service_task", ("self", "env", "resource_runtime_part", "normalised_parameters", "state_credentials")
     ),
     "SfnExecution.stop": (SfnExecution, "stop", ("self", "stop_date", "error", "cause")),
+    "DynamoHandler.call_action": (DynamoHandler, "call_action", ("self",)),
     "BaseExecutionWorkerCommunication._reflect_execution_status": (
         BaseExecutionWorkerCommunication, "_reflect_execution_status", ("self",)
     ),
@@ -163,6 +167,7 @@ def apply() -> None:
             "StateTaskServiceSfn._normalise_response": _sfn_normalise_response,
             "StateTaskServiceEcs._eval_service_task": _ecs_eval_service_task,
             "SfnExecution.stop": _stop_execution,
+            "DynamoHandler.call_action": _dynamodb_call_action,
             "BaseExecutionWorkerCommunication._reflect_execution_status": _reflect_execution_status,
         }
         for label, new in replacements.items():
@@ -523,6 +528,16 @@ def target_ids(b: Backends, target_group_arn: str) -> set[str]:
 def clear_target_health(target_group_arn: str, target_id: str) -> None:
     """Forget the world's decision for a target (after it is deregistered)."""
     _target_health.pop((target_group_arn, target_id), None)
+
+
+# moto's UpdateItem creates the item from its key, then applies the expression: a GetItem between the
+# two sees an item of keys alone. DynamoDB writes an item atomically; one request at a time does too.
+_dynamodb_lock = threading.Lock()
+
+
+def _dynamodb_call_action(self: DynamoHandler) -> Any:
+    with _dynamodb_lock:
+        return _ORIGINALS["DynamoHandler.call_action"](self)
 
 
 def _stop_execution(self: SfnExecution, stop_date: datetime, error: str | None, cause: str | None) -> None:

@@ -105,35 +105,46 @@ class LambdaContext:
 class HandlerRouter:
     """Runs functions/<name>/app.py:lambda_handler in-process, concurrently, like separate Lambdas.
 
-    Every twin function has the same environment, which the twin sets process-wide while it runs
-    (os.environ cannot differ per thread); each handler module is loaded once per twin.
+    Like Lambda, a loaded handler module (a "container", with its module-level clients and caches)
+    serves one invocation at a time: concurrent invocations each get an idle container or a new
+    one (a cold start). Every twin function has the same environment, which the twin sets
+    process-wide while it runs (os.environ cannot differ per thread).
     """
 
     def __init__(self, functions_dir: Path, region: str) -> None:
         self.functions_dir = functions_dir
         self.region = region
         self.invocations: list[tuple[str, str | None]] = []  # (function, errorType or None)
-        self._modules: dict[str, ModuleType] = {}
+        self._idle: dict[str, list[ModuleType]] = {}
+        self._loaded = 0
         self._lock = threading.Lock()
         self._tag = uuid.uuid4().hex[:8]
 
-    def _handler(self, name: str) -> Any:
+    def _container(self, name: str) -> ModuleType:
+        """An idle container of the function, or a freshly loaded one."""
         with self._lock:
-            if name not in self._modules:
-                path = self.functions_dir / name / "app.py"
-                if not path.is_file():
-                    raise ModuleNotFoundError(f"Unable to import module 'app': no {path}")
-                spec = importlib.util.spec_from_file_location(f"_servingctl_twin_{self._tag}_{name}", path)
-                assert spec and spec.loader
-                module = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(module)
-                self._modules[name] = module
-            return self._modules[name].lambda_handler
+            if self._idle.get(name):
+                return self._idle[name].pop()
+            self._loaded += 1
+            serial = self._loaded
+        path = self.functions_dir / name / "app.py"
+        if not path.is_file():
+            raise ModuleNotFoundError(f"Unable to import module 'app': no {path}")
+        spec = importlib.util.spec_from_file_location(f"_servingctl_twin_{self._tag}_{name}_{serial}", path)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    def _release(self, name: str, container: ModuleType) -> None:
+        with self._lock:
+            self._idle.setdefault(name, []).append(container)
 
     def module(self, name: str) -> ModuleType:
-        """The loaded functions/<name>/app.py (tests move the sweep's CLOCK on it)."""
-        self._handler(name)
-        return self._modules[name]
+        """The container the function's next invocation gets (tests move the sweep's CLOCK on it)."""
+        container = self._container(name)
+        self._release(name, container)
+        return container
 
     def __call__(self, deployed_name: str, payload: bytes) -> tuple[bytes, str | None]:
         """Invoke the handler behind deployed_name; an exception becomes Lambda's error payload."""
@@ -146,10 +157,12 @@ class HandlerRouter:
         # Each invocation reads parameters (the registry in SSM) as its own container would: the
         # functions share this process, and Powertools' cache would let one function read for all.
         parameters.clear_caches()
+        container = None
         try:
             event = json.loads(payload or b"{}")
+            container = self._container(name)
             with iam.calling(name):
-                result = self._handler(name)(event, context)
+                result = container.lambda_handler(event, context)
             body = json.dumps(result).encode()
             self.invocations.append((name, None))
             return body, None
@@ -163,6 +176,9 @@ class HandlerRouter:
                 "stackTrace": traceback.format_tb(exc.__traceback__),
             }
             return json.dumps(error).encode(), "Unhandled"
+        finally:
+            if container is not None:
+                self._release(name, container)
 
 
 @dataclass(frozen=True)
