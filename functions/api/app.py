@@ -8,6 +8,7 @@ RUN_BENCHMARK_STATE_MACHINE_ARN, SERVINGCTL_BUCKET and SERVINGCTL_BENCH_ECS_TASK
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import boto3
@@ -29,17 +30,22 @@ logger = Logger()
 tracer = Tracer(patch_modules=PATCH_MODULES)
 _clients: dict[str, Any] = {}
 _built: dict[str, APIGatewayRestResolver] = {}
+_init_lock = threading.Lock()
 
 
 def _deps() -> ApiDeps:
     """Clients, store and catalog are built once per container; the registry is cached by its loader."""
-    if not _clients:
-        _clients.update({name: boto3.client(name) for name in ("ecs", "autoscaling", "elbv2", "cloudwatch")})
-        _clients["sfn"] = boto3.client("stepfunctions")
-        _clients["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
-        _clients["catalog"] = load_catalog()
-        _clients["runs"] = DynamoBenchmarkStore(os.environ["SERVINGCTL_TABLE"])
-        _clients["s3"] = boto3.client("s3")
+    # One builder at a time, and published whole: requests served concurrently (the twin runs them
+    # in threads) must neither see half the clients nor build them at once (boto3's default
+    # session is not thread-safe).
+    with _init_lock:
+        if not _clients:
+            built: dict[str, Any] = {name: boto3.client(name) for name in ("ecs", "autoscaling", "elbv2", "cloudwatch", "s3")}
+            built["sfn"] = boto3.client("stepfunctions")
+            built["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
+            built["catalog"] = load_catalog()
+            built["runs"] = DynamoBenchmarkStore(os.environ["SERVINGCTL_TABLE"])
+            _clients.update(built)
     return ApiDeps(
         **_clients,
         registry=load_registry(),
@@ -53,6 +59,11 @@ def _deps() -> ApiDeps:
 
 def _app() -> APIGatewayRestResolver:
     """The resolver, built on the first request (the environment is complete by then)."""
+    with _init_lock:
+        return _build_app()
+
+
+def _build_app() -> APIGatewayRestResolver:
     if "app" not in _built:
         # Idempotency records share the state table: pk "idempotency#api", sk the hashed key, expiry in `ttl`.
         persistence = DynamoDBPersistenceLayer(

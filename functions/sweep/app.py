@@ -95,7 +95,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         repairs = on_status_change(_reconcile_deps(), event, poll=_stop_poll())
         _report(repairs, False)
         metrics.add_metric(name="SweepErrors", unit=MetricUnit.Count, value=sum(r.action == "error" for r in repairs))
-        return {"trigger": "status-change", "repairs": [r.model_dump() for r in repairs]}
+        return {"trigger": "status-change", "repairs": [r.model_dump(mode="json") for r in repairs]}
     request = parse_input(SweepInput, event if event is not None else {})
     poll = request.poll or _stop_poll()
     repairs = reconcile(_reconcile_deps(), dry_run=request.dry_run, poll=poll)
@@ -108,5 +108,5 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     errors = sum(r.action == "error" for r in repairs) + sum(o.action == "error" for o in outcomes)
     # Always published (0 included), so the SweepErrors alarm sees a datapoint per sweep.
     metrics.add_metric(name="SweepErrors", unit=MetricUnit.Count, value=errors)
-    return {"dry_run": request.dry_run, "repairs": [r.model_dump() for r in repairs],
-            "decisions": [o.model_dump() for o in outcomes]}
+    return {"dry_run": request.dry_run, "repairs": [r.model_dump(mode="json") for r in repairs],
+            "decisions": [o.model_dump(mode="json") for o in outcomes]}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ import pytest
 
 from servingctl.cli.client import write_twin_state
 from servingctl.cli.main import main
+from servingctl.shared.clock import OffsetClock
 from servingctl.local.twin import Twin
 from servingctl.local.world import Delays
 
@@ -150,19 +151,6 @@ def test_api_errors_exit_non_zero_naming_the_field(cli: Any) -> None:
     assert code == 1 and _json(out)["status"] == 409
 
 
-class _Later:
-    """The wall clock moved forward by offset (the lease runs out without waiting for it)."""
-
-    def __init__(self, offset: timedelta) -> None:
-        self.offset = offset
-
-    def now(self) -> datetime:
-        return datetime.now(UTC) + self.offset
-
-    def sleep(self, seconds: float) -> None:
-        raise AssertionError("the sweep does not sleep")
-
-
 def _sweep_handler() -> Any:
     spec = importlib.util.spec_from_file_location("twin_sweep_app", REPO / "functions" / "sweep" / "app.py")
     assert spec and spec.loader
@@ -185,7 +173,7 @@ def test_the_sweep_stops_a_profile_whose_lease_ran_out(twin: Twin, cli: Any) -> 
     assert (kept["profile"], kept["stop"], kept["action"]) == (PROFILE, False, "kept")
 
     # Six minutes later the 5-minute lease has run out: a dry run only reports it...
-    sweep.CLOCK = _Later(timedelta(minutes=6))
+    sweep.CLOCK = OffsetClock(timedelta(minutes=6))
     [dry] = sweep.lambda_handler({"dry_run": True}, context)["decisions"]
     assert (dry["reason"], dry["action"]) == ("lease-expired", "would-stop")
     assert _service(twin)["desiredCount"] == 1

@@ -94,6 +94,9 @@ def test_empty_lists_and_unreachable_apis_say_so(env: dict[str, str]) -> None:
     assert runs.returncode == 0 and runs.stdout.startswith(f"no benchmark runs yet of {PROFILE}"), runs.stdout
     ledger = _piped(["costs", "ledger"], env)
     assert ledger.returncode == 0 and ledger.stdout.startswith("no sessions in the ledger yet"), ledger.stdout
+    stopped = _piped(["bench", "--profile", PROFILE], env)  # a STOPPED profile: the flag that starts it is named
+    assert stopped.returncode == 1 and stopped.stderr == (f"servingctl bench: error: profile {PROFILE} is STOPPED, not READY; pass "
+                                                          "--start to start it first (and --stop to stop it afterwards)\n")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{probe.getsockname()[1]}"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from servingctl.store.models import Phase, Session
 
 Api = Any  # conftest.Api (conftest modules are not importable under --import-mode=importlib)
 PROFILE = "deepseek-v4-flash"
+OTHER = "nemotron-nano"  # on pool g7e-1gpu (g7e.2xlarge, not in the price catalog)
 CALLER = "arn:aws:sts::123456789012:assumed-role/llm-operators/alice"  # userArn of the events/api samples
 
 
@@ -87,15 +90,18 @@ def test_a_second_start_joins_the_running_one(api: Api) -> None:
     assert len(api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"]) == 1
 
 
-def test_same_execution_name_for_the_same_request_while_the_state_is_unchanged(api: Api) -> None:
+def test_the_execution_name_is_the_same_until_a_new_execution_of_the_flow_began(api: Api) -> None:
     from servingctl.api import service
 
-    state = api.store.get_profile(PROFILE)
-    a = service.flow_execution_name("start", PROFILE, state, '{"profile":"x"}')
-    assert a == service.flow_execution_name("start", PROFILE, state, '{"profile":"x"}')
-    assert a != service.flow_execution_name("start", PROFILE, state, '{"profile":"y"}')
-    moved = api.store.set_phase(PROFILE, Phase.STARTING, datetime.now(UTC), "e")
-    assert a != service.flow_execution_name("start", PROFILE, moved, '{"profile":"x"}')
+    # The profile record moving (a stop flag, a probe) does not change the intent's name.
+    first = service.intent_name("start", PROFILE, None)
+    assert first == service.intent_name("start", PROFILE, None) != service.intent_name("stop", PROFILE, None)
+    started = api.request("POST", f"/profiles/{PROFILE}/start")[1]
+    assert started["execution_id"] == first
+    api.store.update_profile(PROFILE, datetime.now(UTC), last_error="moved meanwhile")
+    assert api.request("POST", f"/profiles/{PROFILE}/start")[1]["execution_arn"] == started["execution_arn"]
+    latest = {"executionArn": started["execution_arn"]}
+    assert service.intent_name("start", PROFILE, latest) not in (first, service.intent_name("stop", PROFILE, latest))
 
 
 def test_a_new_start_after_the_last_one_finished_gets_a_new_execution(api: Api) -> None:
@@ -278,3 +284,35 @@ def test_stop_of_a_stopped_profile_says_so_but_a_running_start_is_still_stopped(
     status, stop = api.request("POST", f"/profiles/{PROFILE}/stop")
     assert status == 202 and stop["already"] is False and stop["execution_id"].startswith("stop-")
     api.sfn.stop_execution(executionArn=started["execution_arn"])
+
+
+def test_the_ledger_and_the_listed_price_use_the_price_key(api: Api) -> None:
+    price = load_catalog().instance("us-east-1", "g7e.12xlarge")
+    assert price is not None and load_catalog().instance("us-east-1", "g7e.2xlarge") is None
+    start = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
+    opened = api.store.open_session(Session(profile=OTHER, session_id="k", pool="g7e-1gpu", instance_type="g7e.2xlarge",
+                                            price_key="g7e.12xlarge", started_at=start))
+    api.store.close_session(OTHER, opened.session_id, start + timedelta(hours=2), "stop", "stopped")
+    status, body = api.request("GET", f"/ledger?profile={OTHER}")
+    assert status == 200 and body["total_cost_usd"] == round(2 * price.hourly_usd, 4)
+
+    # The price a profile is listed with is its pool's price_key's, not its instance type's.
+    def hourly() -> Any:
+        return {p["name"]: p["hourly_usd"] for p in api.request("GET", "/profiles")[1]}[OTHER]
+
+    assert hourly() is None  # g7e.2xlarge: not in the catalog
+    registry = Path(os.environ["SERVINGCTL_REGISTRY"])
+    document = json.loads(registry.read_text())
+    document["pools"]["g7e-1gpu"]["price_key"] = "g7e.12xlarge"
+    registry.write_text(json.dumps(document))
+    assert hourly() == price.hourly_usd
+
+
+def test_a_lease_at_the_profiles_maximum_starts_and_an_hour_over_is_a_400(api: Api) -> None:
+    status, started = api.request("POST", f"/profiles/{PROFILE}/start", {"lease_minutes": 720})
+    assert status == 202 and started["execution_arn"]
+    status, body = api.request("POST", f"/profiles/{OTHER}/start", {"lease_minutes": 780})
+    assert status == 400 and body["field"] == "body.lease_minutes"
+    assert body["message"] == f"lease_minutes: must be between 5 and 720 minutes (the max_lease_minutes of {OTHER}); got 780"
+    assert [json.loads(api.sfn.describe_execution(executionArn=e["executionArn"])["input"])["profile"]
+            for e in api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"]] == [PROFILE]  # nothing started for 780

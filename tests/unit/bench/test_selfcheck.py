@@ -33,3 +33,31 @@ def test_sampler_sees_a_blocked_loop():
     result = asyncio.run(go())
     assert result.loop_lag_ms.count >= 3
     assert result.loop_lag_ms.max > 5.0 and result.cpu_seconds > 0
+
+
+def test_the_default_thresholds_are_5_ms_of_lag_and_80_percent_of_a_core():
+    check = SelfCheck()
+    assert (check.lag_limit_ms, check.cpu_limit) == (5.0, 0.8)
+
+
+def test_lag_p99_at_the_default_limit_is_not_bound_and_a_tenth_past_it_is():
+    check = SelfCheck()
+    at = judge([5.0] * 200, cpu_s=1.0, wall_s=10.0, lag_limit_ms=check.lag_limit_ms, cpu_limit=check.cpu_limit)
+    assert at.loop_lag_ms.p99 == 5.0 and not at.client_bound
+    past = judge([5.1] * 200, cpu_s=1.0, wall_s=10.0, lag_limit_ms=check.lag_limit_ms, cpu_limit=check.cpu_limit)
+    assert past.client_bound and past.reasons == ["event-loop lag p99 5.1 ms > 5 ms: timestamps are late"]
+
+
+def test_cpu_share_at_the_default_limit_is_not_bound_and_a_point_past_it_is():
+    check = SelfCheck()
+    at = judge([0.1] * 200, cpu_s=8.0, wall_s=10.0, lag_limit_ms=check.lag_limit_ms, cpu_limit=check.cpu_limit)
+    assert at.cpu_share == 0.8 and not at.client_bound
+    past = judge([0.1] * 200, cpu_s=8.1, wall_s=10.0, lag_limit_ms=check.lag_limit_ms, cpu_limit=check.cpu_limit)
+    assert past.client_bound and past.reasons == ["client CPU 81% of one core > 80%: the client sets the pace"]
+
+
+def test_a_benchmark_input_judges_with_the_same_defaults():
+    from servingctl.benchmarks.matrix import BenchmarkInput
+
+    given = BenchmarkInput(profile="p")
+    assert (given.client_lag_limit_ms, given.client_cpu_limit) == (5.0, 0.8)

@@ -22,6 +22,7 @@ from servingctl.shared.errors import (
     Throttled,
 )
 from servingctl.control.steps import run_step
+from servingctl.registry import parse_registry
 from servingctl.store import LockLost, Phase
 
 from .conftest import EXEC_OTHER, EXEC_START, EXEC_STOP, OTHER, PROFILE, FakeClock, World, start_input
@@ -130,6 +131,16 @@ def test_scale_out_sets_service_and_asg_only_when_at_zero(deps: Deps, world: Wor
     assert again["asg_scaled"] is False and again["session_id"] == recorded.session_id
     assert len(deps.store.list_sessions(PROFILE)) == 1
     assert world.calls.count("SetDesiredCapacity") == 1
+
+
+@pytest.mark.parametrize(("price_key", "recorded"), [("g7e.48xlarge", "g7e.48xlarge"), (None, "g7e.12xlarge")])
+def test_the_session_is_priced_by_the_pools_price_key_when_it_has_one(deps: Deps, price_key: str | None, recorded: str) -> None:
+    document = deps.registry.model_dump(mode="json")
+    document["pools"][deps.registry.profiles[PROFILE].pool]["price_key"] = price_key
+    deps.registry = parse_registry(document)
+    started(deps)
+    [session] = deps.store.list_sessions(PROFILE)
+    assert (session.instance_type, session.price_key) == ("g7e.12xlarge", recorded)
 
 
 def test_start_reaches_ready_with_phase_times_and_lease(deps: Deps, world: World, clock: FakeClock) -> None:

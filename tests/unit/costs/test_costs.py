@@ -132,3 +132,13 @@ def test_session_cost_accrues_until_now_and_unpriced_instances_say_so():
     totals = monthly_totals([closed, closed, open_])
     assert totals[("deepseek-v4-flash", "2026-12")]["cost_usd"] == pytest.approx(3 * 12.17)
     assert totals[("nemotron-nano", "2026-12")]["cost_usd"] is None
+
+
+def test_a_session_is_priced_by_its_price_key_when_it_differs_from_the_instance_type():
+    catalog = load_catalog()
+    start = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    common = {"profile": "nemotron-nano", "region": "us-east-1", "instance_type": "g7e.2xlarge", "started_at": start,
+              "ended_at": start + timedelta(hours=2), "now": start + timedelta(days=1)}
+    keyed = session_cost(catalog, **common, price_key="g7e.12xlarge")
+    assert (keyed.instance_type, keyed.hourly_usd, keyed.cost_usd) == ("g7e.2xlarge", 12.17, pytest.approx(2 * 12.17))
+    assert session_cost(catalog, **common).cost_usd is None  # g7e.2xlarge itself is not in the catalog

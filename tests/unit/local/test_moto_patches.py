@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import inspect
+import subprocess
+import sys
 
 import moto
 import pytest
@@ -35,13 +36,25 @@ def test_a_vanished_attribute_is_refused(monkeypatch: pytest.MonkeyPatch) -> Non
         moto_patches.check_moto()
 
 
+# Run in a child process: apply() patches moto for the whole process, which would break the
+# plain-moto unit tests that share this pytest worker.
+APPLY_CHECK = """
+import inspect
+from servingctl.local import moto_patches
+moto_patches.apply()
+moto_patches.apply()  # idempotent: the originals stay the originals
+for label, (owner, attr, params) in moto_patches.PATCHED.items():
+    original = moto_patches._ORIGINALS[label]
+    current = inspect.getattr_static(owner, attr)
+    current = current.__func__ if isinstance(current, staticmethod) else current
+    assert current is not original, label
+    assert tuple(inspect.signature(original).parameters) == params, label
+    assert "servingctl" in current.__module__, label
+print(len(moto_patches.PATCHED))
+"""
+
+
 def test_apply_replaces_every_patched_attribute_once() -> None:
-    moto_patches.apply()
-    moto_patches.apply()  # idempotent: the originals stay the originals
-    for label, (owner, attr, params) in moto_patches.PATCHED.items():
-        original = moto_patches._ORIGINALS[label]
-        current = inspect.getattr_static(owner, attr)
-        current = current.__func__ if isinstance(current, staticmethod) else current
-        assert current is not original, label
-        assert tuple(inspect.signature(original).parameters) == params, label
-        assert "servingctl" in current.__module__, label
+    result = subprocess.run([sys.executable, "-c", APPLY_CHECK], capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout.split()[-1]) == len(moto_patches.PATCHED)

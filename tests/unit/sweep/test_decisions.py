@@ -252,3 +252,10 @@ def test_new_registry_fields_are_validated_with_the_field_named():
                        ({"max_session_usd": 0}, "max_session_usd"), ({"max_runtime_minutes": 60}, "max_runtime_minutes")):
         with pytest.raises((RegistryError, ValueError), match=field):
             profile(autostop=bad)
+
+
+def test_idle_since_ready_at_the_window_and_one_second_before():
+    p = profile(idle={"enabled": True, "window_minutes": 30})
+    at = run(p, requests=0, ready_for=timedelta(minutes=30))
+    assert (at.stop, at.reason) == (True, "idle")
+    assert run(p, requests=0, ready_for=timedelta(minutes=30) - timedelta(seconds=1)).stop is False

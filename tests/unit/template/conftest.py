@@ -1,26 +1,12 @@
-"""Fixtures of the SAM template tests: the template as written, as CloudFormation, and the tools.
+"""Fixtures of the SAM template tests: the template as written (the translated template `cfn` and
+the tools come from tests/conftest.py)."""
 
-The SAM translator and asl-validator come from the environments `make test` builds (.venv-sam,
-node_modules); when one is missing the tests fail and say which make target builds it.
-"""
-
-import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 from cfnlint.decode import decode
 
-ROOT = Path(__file__).resolve().parents[3]
-TEMPLATE = ROOT / "template.yaml"
-
-
-def _tool(env_name: str, default: Path, make_target: str) -> Path:
-    path = Path(os.environ.get(env_name) or default)
-    if not path.exists():
-        pytest.fail(f"{path} is missing: run `make {make_target}` (or set {env_name})")
-    return path
+TEMPLATE = Path(__file__).resolve().parents[3] / "template.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -29,21 +15,3 @@ def template() -> dict:
     decoded, errors = decode(str(TEMPLATE))
     assert not errors, [str(error) for error in errors]
     return decoded
-
-
-@pytest.fixture(scope="session")
-def cfn() -> dict:
-    """template.yaml after the SAM transform: the roles, policies and functions AWS would get."""
-    python = _tool("SERVINGCTL_SAM_PYTHON", ROOT / ".venv-sam/bin/python", "sam-validate")
-    script = Path(__file__).with_name("sam_translate.py")
-    result = subprocess.run(
-        [str(python), str(script), str(TEMPLATE)], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
-
-
-@pytest.fixture(scope="session")
-def asl_validator() -> Path:
-    """node_modules/.bin/asl-validator (npm asl-validator, pinned by package-lock.json)."""
-    return _tool("SERVINGCTL_ASL_VALIDATOR", ROOT / "node_modules/.bin/asl-validator", "node")

@@ -18,6 +18,8 @@ import botocore.session
 import pytest
 from botocore import xform_name
 
+from servingctl.local import iam
+
 ROOT = Path(__file__).resolve().parents[3]
 
 # action -> (why it needs Resource "*", condition key that must narrow it or None)
@@ -55,6 +57,13 @@ def _as_list(value) -> list:
     return value if isinstance(value, list) else [value]
 
 
+def _branches(statement: dict) -> list[dict]:
+    """A statement, or both branches of a statement under Fn::If (AWS::NoValue left out)."""
+    if set(statement) != {"Fn::If"}:
+        return [statement]
+    return [b for b in statement["Fn::If"][1:] if b != {"Ref": "AWS::NoValue"}]
+
+
 def identity_statements(cfn: dict) -> list[tuple[str, dict]]:
     """(where, statement) of every identity policy in a CloudFormation template."""
     found = []
@@ -62,9 +71,9 @@ def identity_statements(cfn: dict) -> list[tuple[str, dict]]:
         props = resource.get("Properties", {})
         if resource["Type"] == "AWS::IAM::Role":
             for policy in props.get("Policies", []):
-                found += [(f"{name}/{policy['PolicyName']}", s) for s in _as_list(policy["PolicyDocument"]["Statement"])]
+                found += [(f"{name}/{policy['PolicyName']}", b) for s in _as_list(policy["PolicyDocument"]["Statement"]) for b in _branches(s)]
         elif resource["Type"] in ("AWS::IAM::ManagedPolicy", "AWS::IAM::Policy"):
-            found += [(name, s) for s in _as_list(props["PolicyDocument"]["Statement"])]
+            found += [(name, b) for s in _as_list(props["PolicyDocument"]["Statement"]) for b in _branches(s)]
     return found
 
 
@@ -152,7 +161,7 @@ def test_writes_on_the_data_plane_are_scoped_to_the_terraform_outputs(cfn):
     statements = _profile_steps_statements(cfn)
     assert statements["ScaleProfileServices"]["Resource"] == {"Ref": "ServiceArns"}
     pools = statements["ScalePools"]
-    assert pools["Resource"] == {"Ref": "AsgArns"}
+    assert pools["Resource"] == statements["EmptyPools"]["Resource"] == {"Ref": "AsgArns"}
     assert pools["Condition"] == {"Null": {"aws:ResourceTag/servingctl:pool": "false"}}
     assert statements["ReadClusterTasks"]["Condition"] == {"ArnEquals": {"ecs:cluster": {"Ref": "ClusterArn"}}}
     assert statements["ReadRegistry"]["Resource"] == {"Ref": "RegistryParameterArn"}
@@ -242,3 +251,110 @@ def test_profile_steps_role_grants_exactly_the_calls_its_code_makes(cfn):
 def test_smoke_test_calls_no_aws_api_and_gets_no_policy(cfn):
     assert boto3_actions(_modules_reachable_from(ROOT / "functions/smoke_test/app.py")) == set()
     assert "Policies" not in cfn["Resources"]["SmokeTestFunctionRole"]["Properties"]
+
+
+# ---- every action a policy names exists ---------------------------------------------------------
+def _all_actions(cfn: dict) -> set[str]:
+    return {a for _, s in identity_statements(cfn) for a in _as_list(s.get("Action", []))}
+
+
+def test_every_action_named_in_a_policy_exists(cfn):
+    actions = _all_actions(cfn)
+    assert len(actions) > 40, "the policies were not found"
+    assert sorted(a for a in actions if not iam.action_exists(a)) == [], "no botocore operation and not a permission-only action"
+    for action in actions:
+        service, name = action.split(":")
+        assert name.lower() in IAM_DATA[service]["Actions"], f"{action}: AWS's IAM action list (cfn-lint's copy) disagrees"
+
+
+@pytest.mark.parametrize("action", ["ecs:UpdateServices", "s3:ListObjectsV2", "states:Invoke"])
+def test_a_misspelt_action_does_not_exist(action):
+    assert not iam.action_exists(action)
+
+
+def test_permission_only_actions_have_no_operation_and_aws_knows_them():
+    for action in iam.PERMISSION_ONLY:
+        prefix, name = action.split(":")
+        assert name.lower() in IAM_DATA[prefix]["Actions"], action
+        assert not any(name in ops for ops in iam.operations_by_prefix()[prefix]), f"{action} is an operation: drop it from PERMISSION_ONLY"
+
+
+# ---- policies evaluated as AWS would, with placeholder names -------------------------------------
+TABLE_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/state"
+
+
+class _Placeholders(dict):
+    """Refs for rendering a policy: the names given, "<Name>" for any other."""
+
+    def __missing__(self, key):
+        return f"<{key}>"
+
+
+def _role_policy(cfn: dict, role: str, **given) -> iam.Policy:
+    refs = _Placeholders({"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012",
+                          "RecordsBucket.Arn": "arn:aws:s3:::records", "StateTable.Arn": TABLE_ARN, "AsgArns": ["arn:asg"],
+                          "BenchImageUri": "", **given})
+    conditions = iam.evaluate_conditions(cfn, refs)
+    statements = []
+    for policy in cfn["Resources"][role]["Properties"]["Policies"]:
+        for s in _as_list(iam.resolve(policy["PolicyDocument"]["Statement"], refs, conditions)):
+            statements.append((s.get("Sid", ""), s))
+    return iam.Policy(tuple(statements))
+
+
+# S3: "no such record" can be told from "denied".
+@pytest.mark.parametrize("role", ["BenchWorkerFunctionRole", "BenchTaskRole"])
+@pytest.mark.parametrize(("prefix", "allowed"), [("runs/r1/shards/in64-c2/0.jsonl.gz", True), ("runs/", True), ("run", False), ("other/x", False)])
+def test_benchmark_roles_may_list_the_records_under_runs_only(cfn, role, prefix, allowed):
+    policy = _role_policy(cfn, role)
+    listing = iam.Request("s3:ListBucket", "arn:aws:s3:::records", {"s3:prefix": (prefix,)})
+    assert bool(policy.allowing(listing)) is allowed
+    assert not policy.allowing(iam.Request("s3:ListBucket", "arn:aws:s3:::records")), "a listing of the whole bucket"
+
+
+@pytest.mark.parametrize(
+    ("action", "partition", "allowed"),
+    [
+        ("dynamodb:GetItem", "profile", True), ("dynamodb:Query", "session#nemotron-nano", True),
+        ("dynamodb:Query", "run", True), ("dynamodb:Query", "run#2026-12-03T12-00-00Z-x", True),
+        ("dynamodb:GetItem", "idempotency#api", True), ("dynamodb:GetItem", "lock", False),
+        ("dynamodb:UpdateItem", "profile", True), ("dynamodb:PutItem", "idempotency#api", True),
+        ("dynamodb:DeleteItem", "idempotency#api", True), ("dynamodb:PutItem", "session#nemotron-nano", False),
+        ("dynamodb:UpdateItem", "lock", False), ("dynamodb:PutItem", "run", False),
+    ],
+)
+def test_the_api_reads_and_writes_only_its_items(cfn, action, partition, allowed):
+    policy = _role_policy(cfn, "ApiFunctionRole")
+    assert bool(policy.allowing(iam.Request(action, TABLE_ARN, {"dynamodb:LeadingKeys": (partition,)}))) is allowed
+    assert not policy.allowing(iam.Request("dynamodb:Scan", TABLE_ARN)), "a Scan names no partition: not granted"
+
+
+@pytest.mark.parametrize(
+    ("sizes", "allowed"),
+    [({"autoscaling:MinSize": ("0",)}, True), ({"autoscaling:MinSize": ("1",)}, False),
+     ({"autoscaling:MinSize": ("0",), "autoscaling:MaxSize": ("1",)}, False), ({}, False)],
+)
+def test_pool_updates_may_only_lower_the_minimum_to_zero(cfn, sizes, allowed):
+    policy = _role_policy(cfn, "ProfileStepsFunctionRole")
+    tagged = {"aws:ResourceTag/servingctl:pool": ("g7e-1gpu",), **sizes}
+    assert bool(policy.allowing(iam.Request("autoscaling:UpdateAutoScalingGroup", "arn:asg", tagged))) is allowed
+
+
+@pytest.mark.parametrize(
+    "image", [
+        "111122223333.dkr.ecr.eu-west-1.amazonaws.com/team/servingctl-bench:v1",
+        "111122223333.dkr.ecr.eu-west-1.amazonaws.com/team/servingctl-bench@sha256:" + "a" * 64,
+    ],
+)
+def test_the_bench_task_pulls_only_the_repository_its_image_names(cfn, image):
+    policy = _role_policy(cfn, "BenchTaskExecutionRole", BenchImageUri=image)
+    repository = "arn:aws:ecr:eu-west-1:111122223333:repository/team/servingctl-bench"
+    for action in ("ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"):
+        assert policy.allowing(iam.Request(action, repository)), action
+        assert not policy.allowing(iam.Request(action, repository + "-other")), action
+        assert not policy.allowing(iam.Request(action, "arn:aws:ecr:eu-west-1:111122223333:repository/team/other")), action
+
+
+def test_without_a_bench_image_the_task_may_pull_nothing(cfn):
+    policy = _role_policy(cfn, "BenchTaskExecutionRole")
+    assert [name for name, _ in policy.statements] == ["EcrLogin", "WriteTaskLogs"]

@@ -10,8 +10,8 @@ Conflict rules (409), decided here and documented in the OpenAPI descriptions:
 - start of a READY profile, stop of a STOPPED one (no flow of the profile running): 200 saying so
   ("already READY since ... (lease until ...)"), no execution started.
 Execution names are start-<profile>-<token> / stop-<profile>-<token>, the token a hash of the
-profile's recorded state and the input: two identical calls before the state moves name the same
-execution, which Step Functions returns instead of starting a second one.
+profile's newest execution of that flow: concurrent calls before a new one began name the same
+execution, which Step Functions returns instead of starting a second one (one execution per intent).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from servingctl.api.models import (
 from servingctl.control import aws
 from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.autostop import request_counts
-from servingctl.control.executions import Action, canonical, execution_name, running_execution
 from servingctl.control.config import limit_problems
+from servingctl.control.executions import Action, canonical, execution_name, latest_execution, running_execution
 from servingctl.control.sweep import decide
 from servingctl.costs import PriceCatalog, monthly_totals, session_cost
 from servingctl.registry.models import Registry, ServingProfile
@@ -228,9 +228,12 @@ def get_profile(deps: ApiDeps, name: str) -> ProfileDetail:
 
 
 # ---- starting and stopping ---------------------------------------------------------------------
-def flow_execution_name(action: Action, profile: str, state: ProfileState, execution_input: str, salt: str = "") -> str:
-    """The same name while the recorded state and the input do not change."""
-    return execution_name(action, profile, state.phase, iso(state.updated_at) or "", state.execution or "", execution_input, salt)
+def intent_name(action: Action, profile: str, latest: dict[str, Any] | None, salt: str = "") -> str:
+    """The execution name of the next start or stop of the profile: derived from its newest
+    execution of that flow, so every request made before a new one began names the same execution
+    (Step Functions answers a repeated StartExecution with it). Not from the profile record, which
+    a stop's flag or a start's probe rewrites while requests race."""
+    return execution_name(action, profile, latest["executionArn"] if latest else "", salt)
 
 
 def _ref(execution: dict[str, Any], action: Action, profile: str, joined: bool) -> ExecutionRef:
@@ -242,24 +245,24 @@ def _ref(execution: dict[str, Any], action: Action, profile: str, joined: bool) 
 
 
 def launch(deps: ApiDeps, action: Action, profile: str, execution_input: dict[str, Any]) -> ExecutionRef:
-    """Start the flow under its idempotent name, or join the profile's running one."""
-    running = running_execution(deps.sfn, deps.machine(action), action, profile)
-    if running is not None:
-        return _ref(running, action, profile, joined=True)
+    """Start the flow under its intent name, or join the profile's running one."""
+    # One read decides both: the newest execution running means join it, else it names the next.
+    latest = latest_execution(deps.sfn, deps.machine(action), action, profile)
+    if latest is not None and latest["status"] == "RUNNING":
+        return _ref(latest, action, profile, joined=True)
     document = canonical(execution_input)
-    state = deps.store.get_profile(profile)
-    name = flow_execution_name(action, profile, state, document)
+    name = intent_name(action, profile, latest)
     try:
         answer = deps.sfn.start_execution(stateMachineArn=deps.machine(action), name=name, input=document)
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") != "ExecutionAlreadyExists":
             raise
-        # The name was used: by a running execution with another input (join it), or by a finished
-        # one that left the recorded state as it was (e.g. answered "already READY"): a fresh name.
+        # A concurrent request started it with another input (join it), or it already finished
+        # (a fresh name: this request is a new intent).
         running = running_execution(deps.sfn, deps.machine(action), action, profile)
         if running is not None:
             return _ref(running, action, profile, joined=True)
-        name = flow_execution_name(action, profile, state, document, salt=iso(deps.clock.now()) or "")
+        name = intent_name(action, profile, None, salt=iso(deps.clock.now()) or "")
         answer = deps.sfn.start_execution(stateMachineArn=deps.machine(action), name=name, input=document)
     return _ref(answer, action, profile, joined=False)
 

@@ -195,6 +195,12 @@ def _remote(args: argparse.Namespace, client: Client) -> int:
         ref = client.post("/benchmarks", body)
     except KeyboardInterrupt:
         return unanswered(f"run {body['run_id']} of {args.profile}", f"servingctl wait {body['run_id']}")
+    except ApiError as exc:
+        if exc.field != "body.start":
+            raise
+        # The API says it in its input's words ("start": true); a person typed flags.
+        raise ApiError(exc.status, exc.message.split(";")[0] + "; pass --start to start it first (and --stop to stop it afterwards)",
+                       exc.field) from None
     try:
         Console(stderr=True).print(
             f"run {ref['run_id']}: {len(ref['scenarios'])} scenario{'s' if len(ref['scenarios']) != 1 else ''} on {ref['profile']}"
@@ -203,9 +209,9 @@ def _remote(args: argparse.Namespace, client: Client) -> int:
         if args.no_wait:
             print(json.dumps(ref) if args.json else f"re-attach: servingctl wait {ref['run_id']}; report: servingctl report {ref['run_id']}")
             return EXIT_OK
-    except KeyboardInterrupt:
+        return attach(args, client, ref["run_id"], ref["profile"])
+    except KeyboardInterrupt:  # from the moment the API answered: attach says it itself once it follows
         return interrupted(client, "bench", ref["run_id"], ref["profile"])
-    return attach(args, client, ref["run_id"], ref["profile"])
 
 
 def attach(args: argparse.Namespace, client: Client, run_id: str, profile: str) -> int:

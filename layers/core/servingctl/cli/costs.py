@@ -122,17 +122,23 @@ def _prices(args: argparse.Namespace) -> int:
     if args.json:
         print(catalog.model_dump_json(indent=2))
         return 0
-    table = Table(title=f"Price catalog ({catalog.currency})")
-    for col in ("kind", "key", "price", "source", "as of"):
-        table.add_column(col)
+    from servingctl import render
+
+    # Keys and sources are never cut: each source goes on its own wrapped line under its price.
+    rows: list[tuple[str, str, str, str]] = []
+    sources: list[str] = []
     for key, p in catalog.instances.items():
-        table.add_row("instance", key, f"{p.hourly_usd}/h" + (" (estimate)" if p.estimate else ""), p.source, p.as_of)
+        rows.append(("instance", key, f"{p.hourly_usd}/h" + (" (estimate)" if p.estimate else ""), p.as_of))
+        sources.append(f"source: {p.source}")
     for key, p in catalog.infrastructure.items():
         amount = next(f"{v}{unit}" for v, unit in ((p.hourly_usd, "/h"), (p.per_gb_usd, "/GB"), (p.monthly_usd, "/GB-month")) if v is not None)
-        table.add_row("infrastructure", key, amount, p.source, p.as_of)
+        rows.append(("infrastructure", key, amount, p.as_of))
+        sources.append(f"source: {p.source}")
     for key, p in catalog.managed_apis.items():
-        table.add_row("managed API", key, f"in {p.input_usd_per_m} / out {p.output_usd_per_m} per 1M", p.source, p.as_of)
-    Console().print(table)
+        rows.append(("managed API", key, f"in {p.input_usd_per_m} / out {p.output_usd_per_m} per 1M", p.as_of))
+        sources.append(f"source: {p.source}")
+    print(f"Price catalog ({catalog.currency})")
+    print(render.columns_with_notes(("kind", "key", "price", "as of"), rows, sources))
     return 0
 
 

@@ -177,9 +177,8 @@ def _wait(args: argparse.Namespace, client: Client) -> int:
 
 def _follow_command(args: argparse.Namespace, client: Client, execution_id: str, profile: str, action: str) -> int:
     """Follow until the execution ends; Ctrl-C leaves it running and says how to come back."""
-    plain = args.json or not sys.stdout.isatty()
     try:
-        final = follow(client, execution_id, plain=plain, quiet=args.json)
+        final = follow(client, execution_id, plain=args.json or not sys.stdout.isatty(), quiet=args.json)
     except KeyboardInterrupt:
         return interrupted(client, action, execution_id, profile)
     if args.json:

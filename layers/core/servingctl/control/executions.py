@@ -45,6 +45,16 @@ def running_execution(sfn: Any, machine_arn: str, action: Action, profile: str) 
     return None
 
 
+def latest_execution(sfn: Any, machine_arn: str, action: Action, profile: str) -> dict[str, Any] | None:
+    """The profile's newest execution of the machine, whatever its status (a list_executions item)."""
+    # ListExecutions answers newest first.
+    for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine_arn):
+        for execution in page["executions"]:
+            if is_execution_of(execution["name"], action, profile):
+                return execution
+    return None
+
+
 def canonical(document: dict[str, Any]) -> str:
     """The one JSON spelling of an execution input (Step Functions compares inputs byte for byte)."""
     return json.dumps(document, sort_keys=True, separators=(",", ":"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
 import threading
 import uuid
@@ -19,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+logger = logging.getLogger("servingctl.local.apigw")
 ACCOUNT_ID = "123456789012"
 API_ID = "twinapi001"
 STAGE = "local"
@@ -104,6 +106,21 @@ def proxy_event(
     }
 
 
+def _failure(answer: bytes) -> str:
+    """The function error's type, message and stack trace from Lambda's error payload."""
+    try:
+        error = json.loads(answer)
+    except ValueError:
+        return answer.decode(errors="replace")
+    trace = "".join(error.get("stackTrace") or [])
+    return f"{error.get('errorType')}: {error.get('errorMessage')}\n{trace}".rstrip()
+
+
+class _Server(ThreadingHTTPServer):
+    # API Gateway takes bursts of connections: the socketserver default backlog of 5 resets them.
+    request_queue_size = 256
+
+
 class ApiGateway:
     """A threaded HTTP server on host:port invoking the api function for every request."""
 
@@ -125,7 +142,7 @@ class ApiGateway:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (quiet: the twin prints world events)
                 return
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server = _Server((host, port), Handler)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -158,6 +175,8 @@ class ApiGateway:
                             source_ip=request.client_address[0])
         answer, error = self.invoke(json.dumps(event).encode())
         if error is not None:
+            # The caller gets no details; the operator does, like API Gateway's execution log.
+            logger.error("integration failure on %s %s: %s", request.command, request.path, _failure(answer))
             # What API Gateway answers when the integration fails: a 502 without details.
             self._send(request, 502, {"Content-Type": "application/json"}, b'{"message": "Internal server error"}')
             return

@@ -7,7 +7,9 @@ DescribeScalingActivities is always empty; its Step Functions interpreter does n
 PascalCase Parameters of `states:` Tasks (startExecution.sync:2) to boto3's names, and its
 `ecs:runTask.sync` does not map them either, nor fail with AmazonECS.Unknown when RunTask answers
 with Failures; and its StopExecution leaves the execution RUNNING until the state in flight ends,
-where AWS answers ABORTED at once (the Task's result is then dropped). The twin's world
+where AWS answers ABORTED at once (the Task's result is then dropped); its DynamoDB, serving
+requests in threads, lets a read see an item half-written by UpdateItem (DynamoDB writes an item
+atomically). The twin's world
 simulator plays those parts instead, through the accessors below. Nothing else in servingctl imports moto internals: when moto changes,
 `check_moto()` (and tests/unit/local/test_moto_patches.py) fail loudly here, in one place.
 """
@@ -31,9 +33,11 @@ from moto.autoscaling.models import Activity, AutoScalingBackend, FakeAutoScalin
 from moto.autoscaling.responses import AutoScalingResponse
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core.responses import ActionResult
+from moto.dynamodb.responses import DynamoHandler
 from moto.ecs.models import EC2ContainerServiceBackend, Service, Task, ecs_backends
 from moto.elbv2.models import ELBv2Backend, FakeHealthStatus, FakeTargetGroup, elbv2_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+from moto.s3.models import S3Backend, s3_backends
 from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent, FailureEventException
@@ -78,6 +82,7 @@ PATCHED: dict[str, tuple[object, str, tuple[str, ...]]] = {
         StateTaskServiceEcs, "_eval_service_task", ("self", "env", "resource_runtime_part", "normalised_parameters", "state_credentials")
     ),
     "SfnExecution.stop": (SfnExecution, "stop", ("self", "stop_date", "error", "cause")),
+    "DynamoHandler.call_action": (DynamoHandler, "call_action", ("self",)),
     "BaseExecutionWorkerCommunication._reflect_execution_status": (
         BaseExecutionWorkerCommunication, "_reflect_execution_status", ("self",)
     ),
@@ -109,6 +114,9 @@ USED: dict[str, tuple[object, str, tuple[str, ...]]] = {
     ),
     "ThreadedMotoServer._server_entry": (ThreadedMotoServer, "_server_entry", ("self",)),
     "Preprocessor.visit": (Preprocessor, "visit", ("self", "tree")),
+    "S3Backend.get_object": (
+        S3Backend, "get_object", ("self", "bucket_name", "key_name", "version_id", "part_number", "return_delete_marker")
+    ),
 }
 _ORIGINALS: dict[str, Callable[..., Any]] = {}
 _lock = threading.RLock()
@@ -159,6 +167,7 @@ def apply() -> None:
             "StateTaskServiceSfn._normalise_response": _sfn_normalise_response,
             "StateTaskServiceEcs._eval_service_task": _ecs_eval_service_task,
             "SfnExecution.stop": _stop_execution,
+            "DynamoHandler.call_action": _dynamodb_call_action,
             "BaseExecutionWorkerCommunication._reflect_execution_status": _reflect_execution_status,
         }
         for label, new in replacements.items():
@@ -379,6 +388,16 @@ def asg(b: Backends, name: str) -> FakeAutoScalingGroup:
     return b.autoscaling.autoscaling_groups[name]
 
 
+def asg_tags(b: Backends, name: str) -> dict[str, str]:
+    """The Auto Scaling group's tags, key -> value."""
+    return {tag["Key"]: tag["Value"] for tag in asg(b, name).tags}
+
+
+def object_exists(account_id: str, bucket: str, key: str) -> bool:
+    """True when the S3 bucket of account_id holds an object under key (current version)."""
+    return s3_backends[account_id]["aws"].get_object(bucket, key) is not None
+
+
 def asg_instances(b: Backends, name: str) -> list[tuple[str, str, bool]]:
     """(instance id, lifecycle state, protected from scale-in) of every instance of the group."""
     return [(s.instance.id, s.lifecycle_state, bool(s.protected_from_scale_in)) for s in asg(b, name).instance_states]
@@ -509,6 +528,16 @@ def target_ids(b: Backends, target_group_arn: str) -> set[str]:
 def clear_target_health(target_group_arn: str, target_id: str) -> None:
     """Forget the world's decision for a target (after it is deregistered)."""
     _target_health.pop((target_group_arn, target_id), None)
+
+
+# moto's UpdateItem creates the item from its key, then applies the expression: a GetItem between the
+# two sees an item of keys alone. DynamoDB writes an item atomically; one request at a time does too.
+_dynamodb_lock = threading.Lock()
+
+
+def _dynamodb_call_action(self: DynamoHandler) -> Any:
+    with _dynamodb_lock:
+        return _ORIGINALS["DynamoHandler.call_action"](self)
 
 
 def _stop_execution(self: SfnExecution, stop_date: datetime, error: str | None, cause: str | None) -> None:

@@ -32,9 +32,10 @@ from typing import Any
 
 import boto3
 import httpx
+from aws_lambda_powertools.utilities import parameters
 from botocore.config import Config
 
-from servingctl.local import moto_patches
+from servingctl.local import iam, moto_patches
 from servingctl.local.apigw import ApiGateway
 from servingctl.local.eventbridge import EventBridge, read_wiring
 from servingctl.local.modelserver import free_port
@@ -104,30 +105,46 @@ class LambdaContext:
 class HandlerRouter:
     """Runs functions/<name>/app.py:lambda_handler in-process, concurrently, like separate Lambdas.
 
-    Every twin function has the same environment, which the twin sets process-wide while it runs
-    (os.environ cannot differ per thread); each handler module is loaded once per twin.
+    Like Lambda, a loaded handler module (a "container", with its module-level clients and caches)
+    serves one invocation at a time: concurrent invocations each get an idle container or a new
+    one (a cold start). Every twin function has the same environment, which the twin sets
+    process-wide while it runs (os.environ cannot differ per thread).
     """
 
     def __init__(self, functions_dir: Path, region: str) -> None:
         self.functions_dir = functions_dir
         self.region = region
         self.invocations: list[tuple[str, str | None]] = []  # (function, errorType or None)
-        self._modules: dict[str, ModuleType] = {}
+        self._idle: dict[str, list[ModuleType]] = {}
+        self._loaded = 0
         self._lock = threading.Lock()
         self._tag = uuid.uuid4().hex[:8]
 
-    def _handler(self, name: str) -> Any:
+    def _container(self, name: str) -> ModuleType:
+        """An idle container of the function, or a freshly loaded one."""
         with self._lock:
-            if name not in self._modules:
-                path = self.functions_dir / name / "app.py"
-                if not path.is_file():
-                    raise ModuleNotFoundError(f"Unable to import module 'app': no {path}")
-                spec = importlib.util.spec_from_file_location(f"_servingctl_twin_{self._tag}_{name}", path)
-                assert spec and spec.loader
-                module = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(module)
-                self._modules[name] = module
-            return self._modules[name].lambda_handler
+            if self._idle.get(name):
+                return self._idle[name].pop()
+            self._loaded += 1
+            serial = self._loaded
+        path = self.functions_dir / name / "app.py"
+        if not path.is_file():
+            raise ModuleNotFoundError(f"Unable to import module 'app': no {path}")
+        spec = importlib.util.spec_from_file_location(f"_servingctl_twin_{self._tag}_{name}_{serial}", path)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    def _release(self, name: str, container: ModuleType) -> None:
+        with self._lock:
+            self._idle.setdefault(name, []).append(container)
+
+    def module(self, name: str) -> ModuleType:
+        """The container the function's next invocation gets (tests move the sweep's CLOCK on it)."""
+        container = self._container(name)
+        self._release(name, container)
+        return container
 
     def __call__(self, deployed_name: str, payload: bytes) -> tuple[bytes, str | None]:
         """Invoke the handler behind deployed_name; an exception becomes Lambda's error payload."""
@@ -137,9 +154,15 @@ class HandlerRouter:
             invoked_function_arn=f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{deployed_name}",
             timeout_s=TIMEOUTS_S.get(name, DEFAULT_TIMEOUT_S),
         )
+        # Each invocation reads parameters (the registry in SSM) as its own container would: the
+        # functions share this process, and Powertools' cache would let one function read for all.
+        parameters.clear_caches()
+        container = None
         try:
             event = json.loads(payload or b"{}")
-            result = self._handler(name)(event, context)
+            container = self._container(name)
+            with iam.calling(name):
+                result = container.lambda_handler(event, context)
             body = json.dumps(result).encode()
             self.invocations.append((name, None))
             return body, None
@@ -153,6 +176,9 @@ class HandlerRouter:
                 "stackTrace": traceback.format_tb(exc.__traceback__),
             }
             return json.dumps(error).encode(), "Unhandled"
+        finally:
+            if container is not None:
+                self._release(name, container)
 
 
 @dataclass(frozen=True)
@@ -205,6 +231,7 @@ class Twin:
         api_port: int | None = None,
         sweep: bool = False,
         execution_timeouts_s: Mapping[str, int] | None = None,
+        iam_template: Mapping[str, Any] | None = None,
     ) -> None:
         if model_server not in ("sim", "vllm"):
             raise ValueError(f"model_server: {model_server!r} is not one of 'sim', 'vllm'")
@@ -244,6 +271,11 @@ class Twin:
         self.execution_timeouts_s = dict(execution_timeouts_s or {})
         self._saved_moto_port: str | None = None
         self._saved_environment: dict[str, str | None] = {}
+        # template.yaml after the SAM transform: when given, each function's role decides its calls
+        # (servingctl.local.iam), the functions read the registry from SSM as deployed, and
+        # self.iam records every call.
+        self.iam_template = iam_template
+        self.iam: iam.Enforcer | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------
     def start(self) -> Twin:
@@ -289,6 +321,9 @@ class Twin:
             logdir=self.workdir / "logs",
         )
         self._server.request_hook = self.world.request_hook
+        if self.iam_template is not None:
+            self.iam = self._enforcer(self.iam_template)
+            iam.activate(self.iam)
         self.world.start()
         self._start_eventbridge()
         if self.api_port is not None:
@@ -325,6 +360,8 @@ class Twin:
                 self._stop_executions()
             if self.world is not None:
                 self.world.stop()
+            if self.iam is not None:
+                iam.activate(None)
             moto_patches.set_lambda_router(None)
             if self._server is not None:
                 self._server.stop()
@@ -396,7 +433,7 @@ class Twin:
         return {
             # The stops the sweep starts are paced like the twin's clock (the deployed sweep leaves it unset).
             "SERVINGCTL_STOP_POLL": json.dumps(self.scaled_poll()),
-            "SERVINGCTL_REGISTRY": str(self.registry_path),
+            "SERVINGCTL_REGISTRY": f"ssm:{SSM_PARAMETER}" if self.iam_template is not None else str(self.registry_path),
             "SERVINGCTL_TABLE": self.table_name,
             "SERVINGCTL_BUCKET": self.bucket_name,
             "POWERTOOLS_SERVICE_NAME": "servingctl",
@@ -475,7 +512,9 @@ class Twin:
                 MaxSize=1,
                 DesiredCapacity=0,
                 VPCZoneIdentifier=",".join(subnets),
-                Tags=[{"Key": "AmazonECSManaged", "Value": "true", "PropagateAtLaunch": True}],
+                # servingctl:pool as Terraform tags every pool (the controller's IAM conditions key on it).
+                Tags=[{"Key": "AmazonECSManaged", "Value": "true", "PropagateAtLaunch": True},
+                      {"Key": "servingctl:pool", "Value": name, "PropagateAtLaunch": True}],
             )
             group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[pool["asg_name"]])["AutoScalingGroups"][0]
             pool["asg_arn"] = group["AutoScalingGroupARN"]
@@ -591,6 +630,50 @@ class Twin:
             if stem in self.execution_timeouts_s:
                 definition = json.dumps(json.loads(definition) | {"TimeoutSeconds": self.execution_timeouts_s[stem]})
             sfn.create_state_machine(name=machine_name(stem), definition=definition, roleArn=role, type="STANDARD")
+
+    # ---- IAM ----------------------------------------------------------------------------------
+    def _enforcer(self, template: Mapping[str, Any]) -> iam.Enforcer:
+        """The functions' roles from the translated template, rendered with the twin's names."""
+        assert self.registry is not None
+        registry = self.registry
+        b = moto_patches.backends(ACCOUNT_ID, self.region)
+        policies = iam.function_policies(template, self.template_refs(template))
+        names = iam.Names(
+            account=ACCOUNT_ID, region=self.region, partition_keys={self.table_name: "pk"},
+            asg_arn=lambda name: next(p.asg_arn for p in registry.pools.values() if p.asg_name == name),
+            asg_tags=lambda name: moto_patches.asg_tags(b, name),
+        )
+        return iam.Enforcer(policies, names, lambda bucket, key: moto_patches.object_exists(ACCOUNT_ID, bucket, key))
+
+    def template_refs(self, template: Mapping[str, Any]) -> dict[str, Any]:
+        """What template.yaml's Ref and Fn::GetAtt name on the twin: its parameters as
+        infra/terraform/sam-parameters.json would fill them, and the resources the twin made."""
+        assert self.registry is not None
+        registry = self.registry
+        [cluster] = sorted({p.cluster for p in registry.profiles.values()})
+        arn = f"arn:aws:{{}}:{self.region}:{ACCOUNT_ID}:{{}}".format
+        refs: dict[str, Any] = {
+            "AWS::Partition": "aws", "AWS::Region": self.region, "AWS::AccountId": ACCOUNT_ID,
+            "AWS::StackName": "servingctl", "AWS::URLSuffix": "amazonaws.com",
+            "RegistryParameterName": SSM_PARAMETER, "RegistryParameterArn": arn("ssm", "parameter" + SSM_PARAMETER),
+            "ClusterArn": arn("ecs", f"cluster/{cluster}"),
+            "ServiceArns": [arn("ecs", f"service/{p.cluster}/{p.service}") for p in registry.profiles.values()],
+            "AsgArns": [p.asg_arn for p in registry.pools.values()],
+            "PrivateSubnetIds": [], "LambdaSecurityGroupId": "", "BenchImageUri": "", "AlarmEmail": "",
+            "StateTable": self.table_name, "StateTable.Arn": arn("dynamodb", f"table/{self.table_name}"),
+            "RecordsBucket": self.bucket_name, "RecordsBucket.Arn": f"arn:aws:s3:::{self.bucket_name}",
+            "SweepDeadLetterQueue.Arn": arn("sqs", "servingctl-sweep-dead-letters"),
+        }
+        for logical, resource in template["Resources"].items():
+            if resource["Type"] == "AWS::Lambda::Function":
+                name = resource["Properties"]["Code"]["S3Key"].rstrip("/").rsplit("/", 1)[-1]
+                refs[logical], refs[f"{logical}.Arn"] = function_name(name), self.functions[name]
+            elif resource["Type"] == "AWS::StepFunctions::StateMachine":
+                stem = resource["Properties"]["DefinitionS3Location"]["Key"].rsplit("/", 1)[-1].removesuffix(".asl.json")
+                refs[logical], refs[f"{logical}.Name"] = self.state_machines[stem], machine_name(stem)
+            elif resource["Type"] == "AWS::IAM::Role":
+                refs[f"{logical}.Arn"] = f"arn:aws:iam::{ACCOUNT_ID}:role/servingctl-{logical}"
+        return refs
 
 
 def substitute(definition: str, substitutions: Mapping[str, str]) -> str:

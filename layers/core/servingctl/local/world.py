@@ -59,6 +59,9 @@ ELB_UNHEALTHY_REASON = "Task failed ELB health checks in (target-group {target_g
 # RunTask's failure reason when Fargate has no capacity for the task (ECS's words).
 FARGATE_CAPACITY_UNAVAILABLE = "Capacity is unavailable at this time. Please try again later or in a different availability zone"
 _PENDING_TASK = ("PROVISIONING", "PENDING", "ACTIVATING")
+# A real vLLM loads in real seconds, which the time scale does not shorten: its grace period is at
+# least what the twin gives a real server to answer /health (ModelServerProcess.wait_healthy's default).
+REAL_SERVER_LOAD_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,8 @@ class World:
         self.faults: frozenset[str] = frozenset(faults)
         self.time_scale = time_scale
         self.delays = delays or Delays()
+        grace_s = self.delays.health_grace_s / time_scale
+        self._grace_real_s = max(grace_s, REAL_SERVER_LOAD_S) if model_server == "vllm" else grace_s
         self.logdir = logdir
         self.events: list[Event] = []
         self._instances: dict[str, _Instance] = {}
@@ -478,7 +483,7 @@ class World:
             if task.failures >= self.delays.unhealthy_threshold or task.healthy:
                 task.healthy = False
                 mp.set_target_health(tg, task.target_id, "unhealthy", "Target.FailedHealthChecks", "Health checks failed")
-                if now - task.running_at >= self.delays.health_grace_s / self.time_scale:
+                if now - task.running_at >= self._grace_real_s:
                     # Past the grace period the service scheduler replaces the task (a new one follows).
                     self._begin_stop(task, ELB_UNHEALTHY_REASON.format(target_group=tg), "ServiceSchedulerInitiated", now)
                     self._log("task-unhealthy", f"{task.profile}: {task.arn} replaced after failed ELB health checks")

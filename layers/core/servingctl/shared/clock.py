@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 
@@ -29,3 +29,14 @@ class SystemClock:
     def sleep(self, seconds: float) -> None:
         """Block for seconds."""
         time.sleep(max(0.0, seconds))
+
+
+class OffsetClock(SystemClock):
+    """The wall clock moved forward by offset: the twin's tests let a lease run out without waiting."""
+
+    def __init__(self, offset: timedelta) -> None:
+        self.offset = offset
+
+    def now(self) -> datetime:
+        """The current time plus the offset, timezone-aware UTC."""
+        return super().now() + self.offset

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import boto3
+from botocore.exceptions import ClientError
 
 from servingctl.schema.results import RequestRecord
 
@@ -63,9 +64,20 @@ class S3RecordStore:
         """The records under key (KeyError when absent)."""
         try:
             body = self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-        except self._s3.exceptions.NoSuchKey:
-            raise KeyError(f"no records at s3://{self.bucket}/{key}") from None
+        except ClientError as exc:
+            code = exc.response["Error"]["Code"]
+            if code == "NoSuchKey" or (code == "AccessDenied" and not self._listed(key)):
+                raise KeyError(f"no records at s3://{self.bucket}/{key}") from None
+            raise
         return decode_records(body)
+
+    def _listed(self, key: str) -> bool:
+        """Whether the bucket lists key. S3 answers a missing key with 403 AccessDenied unless the
+        reader may s3:ListBucket, and the roles' ListBucket grant is limited by an s3:prefix
+        condition a GetObject does not carry: listing exactly that key tells a missing record from
+        a refused read (which stays AccessDenied)."""
+        found = self._s3.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1).get("Contents", [])
+        return any(item["Key"] == key for item in found)
 
 
 class MemoryRecordStore:

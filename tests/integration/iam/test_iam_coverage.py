@@ -1,0 +1,189 @@
+"""IAM coverage on the twin: every AWS call each handler makes during full runs (start, stop, a
+benchmark that starts, splits, merges and stops, the sweep, the API's routes) is allowed by that
+function's role as template.yaml deploys it (after the SAM transform), matching the action, the
+resource ARN and the conditions; the twin answers AccessDenied to anything else, as AWS would.
+
+The figures (calls recorded, distinct actions, statements never used) are printed by the test:
+`pytest -q -s tests/integration/iam -k coverage`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import boto3
+import httpx
+import pytest
+from botocore.exceptions import ClientError
+
+from servingctl.shared.clock import OffsetClock
+from servingctl.local import iam
+from servingctl.local.twin import Twin, function_name
+from servingctl.local.world import Delays
+from servingctl.store.records import S3RecordStore
+
+POLL = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}
+START = {"poll": POLL, "deadlines": {"capacity_s": 60, "task_s": 60, "health_s": 60}}
+STOP = {"poll": POLL, "deadlines": {"lock_s": 120, "drain_s": 60, "terminate_s": 60}}
+PROFILE, BENCHED = "nemotron-nano", "deepseek-v4-flash"
+# Statements the runs never need, each with the reason it is still granted.
+NEVER_USED = {
+    "sweep/DeadLetterQueuePolicy/0": "Lambda itself sends a failed asynchronous sweep to the queue (SAM's DeadLetterQueue)",
+}
+
+
+@pytest.fixture(scope="module")
+def twin(cfn: dict) -> Iterator[Twin]:
+    """A twin whose functions run under their template.yaml roles, with the REST API."""
+    with Twin(model_server="sim", time_scale=10.0, delays=Delays().scaled(0.1), api_port=0, iam_template=cfn) as running:
+        yield running
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _wait(api: httpx.Client, execution_id: str) -> dict[str, Any]:
+    """GET /executions/{id} until it leaves RUNNING (a liveness bound, not a timing check)."""
+    deadline = time.monotonic() + 180
+    while True:
+        progress = api.get(f"/executions/{execution_id}").json()
+        if progress["status"] != "RUNNING":
+            return progress
+        assert time.monotonic() < deadline, f"{execution_id} still RUNNING"
+        time.sleep(0.5)
+
+
+def _sweep(twin: Twin, event: dict[str, Any], part: str = "decisions") -> list[dict[str, Any]]:
+    """Invoke the sweep function as the schedule does; its decisions (or its repairs)."""
+    answer = twin.client("lambda").invoke(FunctionName=function_name("sweep"), Payload=json.dumps(event).encode())
+    body = json.loads(answer["Payload"].read())
+    assert "FunctionError" not in answer, body
+    return body[part]
+
+
+def _abort_a_start(twin: Twin, api: httpx.Client) -> None:
+    """Start the profile and abort the execution from the console once it holds its locks."""
+    aborted = api.post(f"/profiles/{PROFILE}/start", json=START).json()
+    deadline = time.monotonic() + 120
+    while api.get(f"/profiles/{PROFILE}").json()["phase"] != "STARTING":
+        assert time.monotonic() < deadline, "the start never reached STARTING"
+        time.sleep(0.2)
+    twin.client("stepfunctions").stop_execution(executionArn=aborted["execution_arn"], cause="aborted from the console")
+
+
+def _full_runs(twin: Twin) -> str:
+    """What a user does: start, look, extend, stop through the API; benchmark with start and stop;
+    let the sweep stop an expired lease and reconcile a start aborted from the console; a start
+    taking the locks of an aborted one; a start that fails and rolls back. Returns the key of the missing shard the worker looked for."""
+    assert twin.api_url is not None
+    api = httpx.Client(base_url=twin.api_url, timeout=60)
+    assert api.get("/profiles").status_code == 200
+    # With an Idempotency-Key, as the CLI sends one: Powertools keeps its record in the table.
+    started = api.post(f"/profiles/{PROFILE}/start", json={"lease_minutes": 30, **START},
+                       headers={"Idempotency-Key": "iam-coverage-1"}).json()
+    assert _wait(api, started["execution_id"])["status"] == "SUCCEEDED"
+    assert api.get(f"/profiles/{PROFILE}").json()["phase"] == "READY"
+    assert api.post(f"/profiles/{PROFILE}/keepalive", json={"minutes": 60}).status_code == 200
+    assert api.get("/ledger", params={"profile": PROFILE}).status_code == 200
+    stopped = api.post(f"/profiles/{PROFILE}/stop", json=STOP).json()
+    assert _wait(api, stopped["execution_id"])["status"] == "SUCCEEDED"
+
+    # A benchmark that starts the profile, splits a client-bound scenario (shards, then the merge
+    # reads their records back from S3) and stops it.
+    run = api.post("/benchmarks", json={
+        "profile": BENCHED, "start": True, "stop": True, "start_options": START, "stop_options": STOP,
+        "input_tokens": [64], "concurrencies": [2], "warmup": 1, "rounds": 2, "max_tokens": 16,
+        "client_cpu_limit": 0.0, "max_workers": 2,
+    }).json()
+    result = twin.wait_execution(run["execution_arn"], timeout_s=300)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert "MergeShards" in result.states_entered()
+    assert [r["run_id"] for r in api.get("/benchmarks").json()] == [run["run_id"]]
+    [link] = api.get(f"/benchmarks/{run['run_id']}").json()["records_urls"].values()
+    assert httpx.get(link, timeout=30).status_code == 200
+
+    # The sweep keeps a profile within its lease and stops it once the lease has run out.
+    started = api.post(f"/profiles/{PROFILE}/start", json={"lease_minutes": 5, **START}).json()
+    assert _wait(api, started["execution_id"])["status"] == "SUCCEEDED"
+    assert [d["action"] for d in _sweep(twin, {"poll": POLL})] == ["kept"]
+    assert twin.router is not None
+    twin.router.module("sweep").CLOCK = OffsetClock(timedelta(minutes=6))
+    [decision] = _sweep(twin, {"poll": POLL})
+    assert decision["action"] == "stop-started", decision
+    assert twin.wait_execution(decision["execution_arn"], timeout_s=180).status == "SUCCEEDED"
+
+    # A start aborted from the console while it holds its locks: the next sweep finds the dead
+    # owner, releases its locks and stops the profile.
+    _abort_a_start(twin, api)
+    [repair] = [r for r in _sweep(twin, {"poll": POLL}, "repairs") if r["stop"]]
+    assert (repair["reason"], repair["action"]) == ("lock-owner-ended", "stop-started"), repair
+    assert twin.wait_execution(repair["execution_arn"], timeout_s=180).status == "SUCCEEDED"
+    # Aborted again, and started again at once: the new start finds the dead owner and takes its locks.
+    _abort_a_start(twin, api)
+    again = api.post(f"/profiles/{PROFILE}/start", json=START).json()
+    assert _wait(api, again["execution_id"])["status"] == "SUCCEEDED"
+    stopped = api.post(f"/profiles/{PROFILE}/stop", json=STOP).json()
+    assert _wait(api, stopped["execution_id"])["status"] == "SUCCEEDED"
+
+    # The merge's read of a shard whose records are missing (its worker died before writing them):
+    # "no records", not a permission error.
+    with iam.calling("bench_worker"), pytest.raises(KeyError, match="no records at s3://"):
+        S3RecordStore(twin.bucket_name).get_records(missing := f"runs/{run['run_id']}/shards/in64-c2/9.jsonl.gz")
+
+    # A start without capacity rolls back.
+    twin.set_faults("capacity-unavailable")
+    failed = api.post(f"/profiles/{PROFILE}/start", json=START).json()
+    assert _wait(api, failed["execution_id"])["status"] == "FAILED"
+    twin.set_faults()
+    return missing
+
+
+def test_every_call_of_the_full_runs_is_allowed_by_its_functions_role(twin: Twin) -> None:
+    missing = _full_runs(twin)
+    assert twin.iam is not None
+    calls = twin.iam.calls
+    # The one refusal: S3's answer to the worker's read of the missing shard, which it then lists.
+    assert [f"{c}: {c.denied}" for c in calls if c.denied] == [
+        f"bench_worker: s3.GetObject s3:GetObject on arn:aws:s3:::{twin.bucket_name}/{missing}: Access Denied"
+    ]
+    assert {c.function for c in calls} == {"api", "profile_steps", "sweep", "bench_worker"}  # smoke_test calls no AWS API
+
+    used = {f"{c.function}/{name}" for c in calls for names in c.allowed_by for name in names}
+    statements = {f"{function}/{name}" for function, policy in twin.iam.policies.items() for name, _ in policy.statements}
+    never_used = sorted(statements - used)
+    actions = Counter(r.action for c in calls for r in c.requests)
+    print(f"\nIAM coverage: {len(calls)} calls recorded, {len(actions)} distinct actions, "
+          f"{len(statements) - len(never_used)} of {len(statements)} statements used")
+    for function in sorted({c.function for c in calls}):
+        mine = [r for c in calls if c.function == function for r in c.requests]
+        called = {r.action for r in mine}
+        granted = {a for _, st in twin.iam.policies[function].statements for a in _as_list(st.get("Action", []))}
+        partitions = sorted({re.sub(r"#.+", "#*", k) for r in mine for k in r.context.get("dynamodb:LeadingKeys", ())})
+        print(f"  {function}: {len(mine)} requests, {len(called)} actions, DynamoDB partitions {partitions}; "
+              f"granted, never called: {sorted(granted - called)}")
+    print(f"  statements never used: {never_used}")
+    assert set(never_used) == set(NEVER_USED), "a grant no run uses: drop it, or say in NEVER_USED why it stays"
+
+
+def test_a_call_the_role_does_not_allow_is_refused_like_aws(twin: Twin) -> None:
+    assert twin.registry is not None
+    spec = twin.registry.profiles[PROFILE]
+    with iam.calling("sweep"), pytest.raises(ClientError) as refused:
+        boto3.client("ecs").update_service(cluster=spec.cluster, service=spec.service, desiredCount=1)
+    assert refused.value.response["Error"]["Code"] == "AccessDeniedException"
+    assert "is not authorized to perform: ecs:UpdateService on resource: arn:aws:ecs:" in str(refused.value)
+    assert twin.iam is not None and str(twin.iam.calls[-1]).startswith("sweep: ecs.UpdateService")
+
+
+def test_a_missing_record_is_denied_to_a_role_that_may_not_list_the_bucket(twin: Twin) -> None:
+    # The API may read records (its presigned links) but not list the bucket: S3 answers 403, not 404.
+    with iam.calling("api"), pytest.raises(ClientError) as denied:
+        boto3.client("s3").get_object(Bucket=twin.bucket_name, Key="runs/no-such-run/in64-c1.jsonl.gz")
+    assert denied.value.response["Error"]["Code"] == "AccessDenied"
