@@ -36,7 +36,7 @@ from servingctl.bench.runner import Measurement, Shard, connection_for, measure_
 from servingctl.bench.server_metrics import ServerMetrics, Snapshot
 from servingctl.benchmarks.split import ShardPlan, earliest_snapshot, merge_shards, plan_shards, shard_config
 from servingctl.shared.clock import Clock, SystemClock
-from servingctl.shared.errors import ControlError, InvalidInput, error_reason, throttling_as_error
+from servingctl.shared.errors import ControlError, InvalidInput, action_of, error_reason, throttling_as_error
 from servingctl.control.config import resolve_profile, start_config, stop_config
 from servingctl.costs import CompareInput, PriceCatalog, compare, load_catalog
 from servingctl.registry.models import Registry, ServingProfile
@@ -416,11 +416,7 @@ ACTIONS: dict[str, Action] = {
 
 def run_action(event: Any, deps: WorkerDeps) -> dict[str, Any]:
     """Run event["action"]; AWS throttling becomes Throttled (the state machine retries it)."""
-    if not isinstance(event, dict):
-        raise InvalidInput("event: expected an object with fields action, state, execution")
-    action = event.get("action")
-    if action not in ACTIONS:
-        raise InvalidInput(f"action: unknown {action!r}; allowed: {', '.join(ACTIONS)}")
+    action = action_of(event, ACTIONS)
     with throttling_as_error():
         return ACTIONS[action](deps, event)
 

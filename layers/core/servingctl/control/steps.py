@@ -8,7 +8,7 @@ from typing import Any
 
 from servingctl.control import events, flow, start, stop
 from servingctl.control.deps import Deps
-from servingctl.shared.errors import InvalidInput, throttling_as_error
+from servingctl.shared.errors import InvalidInput, action_of, throttling_as_error
 
 Step = Callable[[Deps, dict[str, Any], str], dict[str, Any]]
 
@@ -49,11 +49,7 @@ ACT_IF_NEEDED = frozenset({"roll_back", "force_release"})
 
 def run_step(event: Any, deps: Deps) -> dict[str, Any]:
     """Run event["action"] on event["state"] for event["execution"]; AWS throttling becomes Throttled."""
-    if not isinstance(event, dict):
-        raise InvalidInput("event: expected an object with fields action, state, execution")
-    action = event.get("action")
-    if action not in ACTIONS:
-        raise InvalidInput(f"action: unknown {action!r}; allowed: {', '.join(ACTIONS)}")
+    action = action_of(event, ACTIONS)
     state, execution = event.get("state"), event.get("execution")
     if not isinstance(state, dict):
         raise InvalidInput("state: expected the execution state object ($)")

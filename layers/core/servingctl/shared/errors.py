@@ -4,7 +4,7 @@ Lambda's errorType), and how a Catch's error document reads back as a reason."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -90,6 +90,16 @@ def throttling_as_error() -> Iterator[None]:
         if error.get("Code") in THROTTLING_CODES:
             raise Throttled(f"{exc.operation_name}: {error.get('Code')}: {error.get('Message', '')}") from exc
         raise
+
+
+def action_of(event: Any, actions: Collection[str]) -> str:
+    """The action a state machine's Task event names, or InvalidInput naming the allowed ones."""
+    if not isinstance(event, dict):
+        raise InvalidInput("event: expected an object with fields action, state, execution")
+    action = event.get("action")
+    if action not in actions:
+        raise InvalidInput(f"action: unknown {action!r}; allowed: {', '.join(actions)}")
+    return action
 
 
 def error_reason(error: dict[str, Any] | None) -> str:
