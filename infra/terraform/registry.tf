@@ -6,6 +6,17 @@ locals {
   # Host directory of the Hugging Face cache (root EBS, or instance store when the pool asks).
   model_cache_path = "/var/lib/llm-model-cache"
 
+  start_deadlines = {
+    for name, profile in var.profiles : name => {
+      capacity_timeout_s = profile.start.capacity_timeout_s
+      # Image pull, plus one weights pass in case ECS reports RUNNING only after the prefetch.
+      task_timeout_s = coalesce(profile.start.task_timeout_s, local.image_pull_allowance_s + coalesce(local.load[name].weights_pass_s, 0))
+      # The controller must wait at least as long as ECS lets the model load, plus the
+      # target group's healthy threshold (2 x 15 s) and margin.
+      health_timeout_s = coalesce(profile.start.health_timeout_s, local.load[name].health_check_grace_s + 300)
+    }
+  }
+
   registry = {
     schema_version = 1
     region         = var.region
@@ -39,14 +50,13 @@ locals {
         default_lease_minutes = profile.default_lease_minutes
         max_lease_minutes     = profile.max_lease_minutes
         load                  = local.load[name]
-        start = {
-          capacity_timeout_s = profile.start.capacity_timeout_s
-          # Image pull, plus one weights pass in case ECS reports RUNNING only after the prefetch.
-          task_timeout_s = coalesce(profile.start.task_timeout_s, local.image_pull_allowance_s + coalesce(local.load[name].weights_pass_s, 0))
-          # The controller must wait at least as long as ECS lets the model load, plus the
-          # target group's healthy threshold (2 x 15 s) and margin.
-          health_timeout_s  = coalesce(profile.start.health_timeout_s, local.load[name].health_check_grace_s + 300)
-          max_task_failures = profile.start.max_task_failures
+        start                 = merge(local.start_deadlines[name], { max_task_failures = profile.start.max_task_failures })
+        # The controller refuses deadlines past these: a model whose derived load takes longer than
+        # the controller's default 2 h raises the start limit to its own deadlines (at most 24 h).
+        limits = {
+          max_start_deadline_s = min(86400, max(7200, values(local.start_deadlines[name])...))
+          max_stop_deadline_s  = 3600
+          max_poll_interval_s  = 300
         }
       }
     }

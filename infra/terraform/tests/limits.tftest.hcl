@@ -68,4 +68,8 @@ run "registry_limits" {
     condition     = local.registry.profiles["low"].idle.window_minutes == 5 && local.registry.profiles["high"].idle.window_minutes == 1440 && local.registry.profiles["high"].default_lease_minutes == 10080
     error_message = "idle windows and leases at their limits must reach the registry"
   }
+  assert {
+    condition     = local.registry.profiles["low"].limits.max_start_deadline_s == 7200 && local.registry.profiles["high"].limits.max_start_deadline_s == max(values(local.start_deadlines["high"])...)
+    error_message = "a model whose derived start deadlines pass the controller's 2 h must raise its start limit to them: ${jsonencode(local.registry.profiles["high"].limits)}"
+  }
 }
