@@ -181,6 +181,10 @@ run "hub_weights_protected_instance_store" {
     error_message = "with hub weights the task has no prefetch container"
   }
   assert {
+    condition     = length(module.profile["deepseek-v4-flash"].pull_repositories) == 0
+    error_message = "a Docker Hub image and the public ECR prefetch image need no ECR pull grant: ${jsonencode(module.profile["deepseek-v4-flash"].pull_repositories)}"
+  }
+  assert {
     condition     = module.profile["deepseek-v4-flash"].task_definition.containers[0].dependsOn == [] && module.profile["deepseek-v4-flash"].task_definition.containers[0].secrets == [] && !contains(module.profile["deepseek-v4-flash"].task_definition.containers[0].environment, { name = "HF_HUB_OFFLINE", value = "1" })
     error_message = "with hub weights vLLM depends on nothing, has no token without a secret, and may reach the hub"
   }
@@ -204,5 +208,31 @@ run "hub_weights_protected_instance_store" {
   assert {
     condition     = module.pool["g7e-2gpu"].launch_template.root_volume.throughput == 500 && module.pool["g7e-2gpu"].launch_template.root_volume.iops == 3000
     error_message = "the pool's gp3 throughput and IOPS reach the launch template"
+  }
+}
+
+# An image in a private ECR repository: the execution role may pull from that repository alone.
+run "private_ecr_image_is_the_only_pull_grant" {
+  command = plan
+
+  variables {
+    profiles = {
+      "deepseek-v4-flash" = {
+        pool              = "g7e-2gpu"
+        image             = "123456789012.dkr.ecr.us-east-1.amazonaws.com/team/vllm-openai:v0.26.0"
+        model_id          = "nvidia/DeepSeek-V4-Flash-NVFP4"
+        task_cpu          = 45056
+        task_memory_mib   = 458752
+        listener_priority = 20
+        weights_source    = "hub"
+        weights_gb        = 168
+        vllm              = { tensor_parallel_size = 2 }
+      }
+    }
+  }
+
+  assert {
+    condition     = jsonencode(module.profile["deepseek-v4-flash"].pull_repositories) == jsonencode(["arn:aws:ecr:us-east-1:123456789012:repository/team/vllm-openai"])
+    error_message = "the pull grant must name the image's repository and nothing else: ${jsonencode(module.profile["deepseek-v4-flash"].pull_repositories)}"
   }
 }

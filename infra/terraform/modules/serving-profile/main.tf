@@ -85,9 +85,50 @@ resource "aws_iam_role" "execution" {
   assume_role_policy = data.aws_iam_policy_document.tasks_assume.json
 }
 
-resource "aws_iam_role_policy_attachment" "execution" {
-  role       = aws_iam_role.execution.name
-  policy_arn = "arn:${data.aws_partition.current.partition}:iam::aws:policy/service-role/AmazonECSTaskExecutionRolePolicy"
+locals {
+  # Private ECR repositories of the images this task pulls (Docker Hub and public ECR need no grant).
+  ecr_image_parts = [
+    for image in [var.image, var.prefetch_image] : regex("^([0-9]{12})\\.dkr\\.ecr\\.([a-z0-9-]+)\\.amazonaws\\.com(\\.cn)?/([^:@]+)", image)
+    if can(regex("^[0-9]{12}\\.dkr\\.ecr\\.", image))
+  ]
+  # The partition follows from the image's host and region (known at plan, unlike a data source's).
+  pull_repositories = distinct([
+    for m in local.ecr_image_parts :
+    "arn:${m[2] != null ? "aws-cn" : startswith(m[1], "us-gov-") ? "aws-us-gov" : "aws"}:ecr:${m[1]}:${m[0]}:repository/${m[3]}"
+  ])
+}
+
+# Instead of AmazonECSTaskExecutionRolePolicy (ECR pulls and log writes on every resource): this
+# service's log group, and pulls only from the repositories its images name.
+data "aws_iam_policy_document" "execution" {
+  statement {
+    sid       = "WriteThisServicesLogs"
+    actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
+    resources = ["${aws_cloudwatch_log_group.this.arn}:*"]
+  }
+  dynamic "statement" {
+    for_each = length(local.pull_repositories) > 0 ? [1] : []
+    content {
+      sid = "GetEcrToken"
+      # GetAuthorizationToken has no resource-level permissions: it only grants a token.
+      actions   = ["ecr:GetAuthorizationToken"]
+      resources = ["*"]
+    }
+  }
+  dynamic "statement" {
+    for_each = length(local.pull_repositories) > 0 ? [1] : []
+    content {
+      sid       = "PullTheProfilesImages"
+      actions   = ["ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"]
+      resources = local.pull_repositories
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "execution" {
+  name   = "pull-images-write-logs"
+  role   = aws_iam_role.execution.id
+  policy = data.aws_iam_policy_document.execution.json
 }
 
 data "aws_iam_policy_document" "hub_token" {

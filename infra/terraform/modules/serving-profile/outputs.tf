@@ -50,3 +50,8 @@ output "health_check_grace_s" {
   description = "Health-check grace period of the ECS service (seconds)."
   value       = aws_ecs_service.this.health_check_grace_period_seconds
 }
+
+output "pull_repositories" {
+  description = "Private ECR repository ARNs the execution role may pull from (none for Docker Hub or public ECR images)."
+  value       = local.pull_repositories
+}
