@@ -306,6 +306,7 @@ def status_text(detail: dict[str, Any], *, local: bool = False) -> str:
         ("service", f"desired {detail['desired_count']}, running {detail['running_count']}, pending {detail['pending_count']}"),
         ("targets", "\n".join(f"{k} {v}" for k, v in detail["target_health"].items()) or "none"),
         ("lease until", render.when(detail["lease_deadline"])),
+        *_planned_stop_rows(detail),
         ("cost so far", cost),
         ("last error", detail["last_error"] or "-"),
         ("execution", (detail["execution"] or "-").rsplit(":", 1)[-1]),
@@ -313,6 +314,24 @@ def status_text(detail: dict[str, Any], *, local: bool = False) -> str:
     rows += [("event", f"{render.when(e['at'])}: {e['message']}") for e in detail["service_events"]]
     title = f"{detail['name']}  ({detail['instance_type']}, pool {detail['pool']}, {render.per_hour(detail.get('hourly_usd'))})"
     return title + "\n" + render.details(rows)
+
+
+def _planned_stop_rows(detail: dict[str, Any]) -> list[tuple[str, str]]:
+    """The sweep's next stop of a READY profile (a warning once it is near), the benchmark run
+    holding it, and who last started or stopped it."""
+    rows = []
+    stop = detail.get("next_stop")
+    if stop:
+        kind = "hard limit, after a drain" if stop["hard"] else "waits for running requests"
+        soon = "STOPPING SOON: " if detail.get("stopping_soon") else ""
+        hint = f"; `servingctl keepalive {detail['name']}` extends the lease" if stop["reason"] in ("lease-expired", "idle") else ""
+        rows.append(("next stop", f"{soon}{render.when(stop['at'])} ({stop['reason']}: {stop['detail']}; {kind}){hint}"))
+    if detail.get("held_by"):
+        rows.append(("held by", f"benchmark run {detail['held_by']} until {render.when(detail.get('held_until'))} (the sweep's soft stops wait)"))
+    for key, label in (("started_by", "started by"), ("stopped_by", "stopped by")):
+        if detail.get(key):
+            rows.append((label, detail[key]))
+    return rows
 
 
 def _keepalive(args: argparse.Namespace, client: Client) -> int:
