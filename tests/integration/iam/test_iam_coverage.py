@@ -68,11 +68,18 @@ def _sweep(twin: Twin, event: dict[str, Any], part: str = "decisions") -> list[d
     return body[part]
 
 
+def _phase(api: httpx.Client) -> str:
+    """The profile's recorded phase, as GET /profiles/{name} answers it (any other answer fails, shown)."""
+    answer = api.get(f"/profiles/{PROFILE}")
+    assert answer.status_code == 200, (answer.status_code, answer.text)
+    return answer.json()["phase"]
+
+
 def _abort_a_start(twin: Twin, api: httpx.Client) -> None:
     """Start the profile and abort the execution from the console once it holds its locks."""
     aborted = api.post(f"/profiles/{PROFILE}/start", json=START).json()
     deadline = time.monotonic() + 120
-    while api.get(f"/profiles/{PROFILE}").json()["phase"] != "STARTING":
+    while _phase(api) != "STARTING":
         assert time.monotonic() < deadline, "the start never reached STARTING"
         time.sleep(0.2)
     twin.client("stepfunctions").stop_execution(executionArn=aborted["execution_arn"], cause="aborted from the console")
@@ -89,7 +96,7 @@ def _full_runs(twin: Twin) -> str:
     started = api.post(f"/profiles/{PROFILE}/start", json={"lease_minutes": 30, **START},
                        headers={"Idempotency-Key": "iam-coverage-1"}).json()
     assert _wait(api, started["execution_id"])["status"] == "SUCCEEDED"
-    assert api.get(f"/profiles/{PROFILE}").json()["phase"] == "READY"
+    assert _phase(api) == "READY"
     assert api.post(f"/profiles/{PROFILE}/keepalive", json={"minutes": 60}).status_code == 200
     assert api.get("/ledger", params={"profile": PROFILE}).status_code == 200
     stopped = api.post(f"/profiles/{PROFILE}/stop", json=STOP).json()

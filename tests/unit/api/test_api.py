@@ -308,11 +308,11 @@ def test_the_ledger_and_the_listed_price_use_the_price_key(api: Api) -> None:
     assert hourly() == price.hourly_usd
 
 
-def test_a_lease_at_the_profiles_maximum_starts_and_an_hour_over_is_a_400(api: Api) -> None:
+def test_a_lease_at_the_profiles_maximum_starts_and_a_minute_over_is_a_400(api: Api) -> None:
     status, started = api.request("POST", f"/profiles/{PROFILE}/start", {"lease_minutes": 720})
     assert status == 202 and started["execution_arn"]
-    status, body = api.request("POST", f"/profiles/{OTHER}/start", {"lease_minutes": 780})
+    status, body = api.request("POST", f"/profiles/{OTHER}/start", {"lease_minutes": 721})
     assert status == 400 and body["field"] == "body.lease_minutes"
-    assert body["message"] == f"lease_minutes: must be between 5 and 720 minutes (the max_lease_minutes of {OTHER}); got 780"
+    assert body["message"] == f"lease_minutes: must be between 5 and 720 minutes (the max_lease_minutes of {OTHER}); got 721"
     assert [json.loads(api.sfn.describe_execution(executionArn=e["executionArn"])["input"])["profile"]
-            for e in api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"]] == [PROFILE]  # nothing started for 780
+            for e in api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"]] == [PROFILE]  # nothing started for 721
