@@ -63,9 +63,21 @@ def _stops(deps: ReconcileDeps) -> list[dict[str, Any]]:
     return deps.sfn.list_executions(stateMachineArn=deps.machines["stop"])["executions"]
 
 
+class _Bus:
+    """EventBridge as the reconciler sees it, keeping what was put on the bus."""
+
+    def __init__(self, client: Any) -> None:
+        self.client, self.entries = client, []
+
+    def put_events(self, Entries: list[dict[str, Any]]) -> Any:  # noqa: N803 (boto3's parameter name)
+        self.entries += Entries
+        return self.client.put_events(Entries=Entries)
+
+
 def test_a_start_aborted_after_scale_out_is_stopped_and_its_dead_locks_released(rdeps: ReconcileDeps) -> None:
     dead = _execution(rdeps, "start", "dead", status="ABORTED")
     _scaled_out(rdeps, dead)
+    rdeps.events = bus = _Bus(rdeps.events)
     [repair, other] = reconcile(rdeps, [PROFILE, OTHER])
     assert (repair.reason, repair.action, repair.stop) == ("lock-owner-ended", "stop-started", True)
     assert "start-deepseek-v4-flash-dead, which is ABORTED" in repair.detail
@@ -78,6 +90,12 @@ def test_a_start_aborted_after_scale_out_is_stopped_and_its_dead_locks_released(
     state = rdeps.steps.store.get_profile(PROFILE)
     assert state.reconcile_reason.startswith("lock-owner-ended: lock held by start-deepseek-v4-flash-dead")
     assert state.reconciled_at == rdeps.steps.clock.now()
+    # One "Profile reconciled" event, for the repaired profile only, saying why and by whom.
+    [event] = bus.entries
+    assert (event["Source"], event["DetailType"]) == ("servingctl", "Profile reconciled")
+    detail = json.loads(event["Detail"])
+    assert (detail["profile"], detail["reason"], detail["execution_arn"], detail["requested_by"]) == (
+        PROFILE, "lock-owner-ended", repair.execution_arn, SWEEP)
 
 
 def test_a_running_start_is_left_alone_and_a_second_run_joins_the_stop_it_started(rdeps: ReconcileDeps) -> None:
