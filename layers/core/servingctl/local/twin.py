@@ -24,7 +24,8 @@ import time
 import traceback
 import uuid
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -32,7 +33,11 @@ from typing import Any
 
 import boto3
 import httpx
-from aws_lambda_powertools.utilities import parameters
+from aws_lambda_powertools.utilities.parameters import appconfig as parameters_appconfig
+from aws_lambda_powertools.utilities.parameters import base as parameters_base
+from aws_lambda_powertools.utilities.parameters import constants as parameters_constants
+from aws_lambda_powertools.utilities.parameters import secrets as parameters_secrets
+from aws_lambda_powertools.utilities.parameters import ssm as parameters_ssm
 from botocore.config import Config
 
 from servingctl.local import iam, moto_patches
@@ -102,6 +107,51 @@ class LambdaContext:
         return max(0, int((self.timeout_s - (time.monotonic() - self._started)) * 1000))
 
 
+# The twin container whose handler runs in this thread (None: the twin itself, a test, the CLI).
+_CONTAINER: ContextVar[str | None] = ContextVar("servingctl_twin_container", default=None)
+
+
+class _ProvidersPerContainer(MutableMapping[str, Any]):
+    """Powertools' DEFAULT_PROVIDERS (the parameter providers with their caches), one set per twin
+    container, as each Lambda container is a process of its own: a read of the registry in SSM is
+    made under the reading function's role and cached for that container alone. (Clearing the one
+    shared cache at each invocation raced with reads in flight: KeyError inside Powertools, a 502.)"""
+
+    def __init__(self) -> None:
+        self._sets: dict[str | None, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def _mine(self) -> dict[str, Any]:
+        with self._lock:
+            return self._sets.setdefault(_CONTAINER.get(), {})
+
+    def __getitem__(self, key: str) -> Any:
+        return self._mine()[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._mine()[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._mine()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._mine()))
+
+    def __len__(self) -> int:
+        return len(self._mine())
+
+
+def _isolate_parameter_caches() -> None:
+    """Give every Powertools parameters module the per-container providers (once per process)."""
+    if isinstance(parameters_constants.DEFAULT_PROVIDERS, _ProvidersPerContainer):
+        return
+    shared, isolated = parameters_constants.DEFAULT_PROVIDERS, _ProvidersPerContainer()
+    for module in (parameters_constants, parameters_base, parameters_ssm, parameters_secrets, parameters_appconfig):
+        # A Powertools upgrade that moved the dict fails here, not as a silently shared cache.
+        assert getattr(module, "DEFAULT_PROVIDERS", None) is shared, f"{module.__name__}.DEFAULT_PROVIDERS moved"
+        module.DEFAULT_PROVIDERS = isolated  # type: ignore[attr-defined]
+
+
 class HandlerRouter:
     """Runs functions/<name>/app.py:lambda_handler in-process, concurrently, like separate Lambdas.
 
@@ -112,6 +162,7 @@ class HandlerRouter:
     """
 
     def __init__(self, functions_dir: Path, region: str) -> None:
+        _isolate_parameter_caches()
         self.functions_dir = functions_dir
         self.region = region
         self.invocations: list[tuple[str, str | None]] = []  # (function, errorType or None)
@@ -154,15 +205,16 @@ class HandlerRouter:
             invoked_function_arn=f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{deployed_name}",
             timeout_s=TIMEOUTS_S.get(name, DEFAULT_TIMEOUT_S),
         )
-        # Each invocation reads parameters (the registry in SSM) as its own container would: the
-        # functions share this process, and Powertools' cache would let one function read for all.
-        parameters.clear_caches()
         container = None
         try:
             event = json.loads(payload or b"{}")
             container = self._container(name)
-            with iam.calling(name):
-                result = container.lambda_handler(event, context)
+            token = _CONTAINER.set(container.__name__)
+            try:
+                with iam.calling(name):
+                    result = container.lambda_handler(event, context)
+            finally:
+                _CONTAINER.reset(token)
             body = json.dumps(result).encode()
             self.invocations.append((name, None))
             return body, None
