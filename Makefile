@@ -56,10 +56,15 @@ unit: setup ## fast unit tests
 
 # The twin patches moto and turns on its state machine execution for the whole process, so the
 # suites that use plain moto (unit) run in processes of their own, apart from the twin's.
+# Each integration module runs one twin and mostly waits on its scaled clock: three xdist workers,
+# a module's tests kept on one worker with its twin (--dist loadfile). The schemathesis module runs
+# apart: its generated tests share one node id, which xdist would report as one test.
+INTEGRATION_SERIAL := tests/integration/api/test_fuzz_api.py
 test: setup $(TEST_DEPS) ## everything: import contracts, unit, integration (state machines on the twin), e2e (real vLLM)
 	$(VENV)/bin/lint-imports
 	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q -n 2 tests/unit $(PYTEST_ARGS)
-	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q tests/integration $(PYTEST_ARGS)
+	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q -n 3 --dist loadfile tests/integration --ignore=$(INTEGRATION_SERIAL) $(PYTEST_ARGS)
+	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q $(INTEGRATION_SERIAL) $(PYTEST_ARGS)
 	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q tests/e2e $(PYTEST_ARGS)
 
 demo: setup $(DEMO_DEPS) ## the main path on the local twin with the real vLLM: start, benchmark, report, stop, ledger

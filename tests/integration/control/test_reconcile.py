@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -62,7 +63,7 @@ def _entered(probe: Probe, arn: str) -> list[str]:
 def _assert_reconciled(probe: Probe, profile: str, fault_at: float, reason: str, *also: str) -> float:
     """Pool and service at 0 within one sweep interval of the fault (plus a stop's first steps when
     only the schedule can find it); then no instance, STOPPED, no lock, every session closed and the
-    reason on the record. Prints and returns the seconds from the fault to desired 0."""
+    reason on the record, the newest session closed when its instance finished terminating. Prints and returns the seconds from the fault to desired 0."""
     interval = _interval(probe.twin)
     probe.wait_for(f"{profile}: service and ASG at desired 0", lambda: _capacity(probe, profile) == (0, 0),
                    timeout_s=interval + STOP_START_S)
@@ -71,7 +72,12 @@ def _assert_reconciled(probe: Probe, profile: str, fault_at: float, reason: str,
     probe.wait_for(f"{profile}: STOPPED with no lock", lambda: probe.state(profile).phase == "STOPPED" and not probe.locks(profile),
                    timeout_s=STOP_MARGIN_S)
     probe.assert_nothing_running(profile)
-    assert all(s.stopped_at is not None for s in probe.sessions(profile))
+    sessions = probe.sessions(profile)
+    assert all(s.stopped_at is not None for s in sessions)
+    ended = probe.terminated_at(profile)
+    if sessions and ended is not None:  # an instance ran for a start: billed until AWS finished terminating it (ms kept)
+        newest = max(sessions, key=lambda s: s.started_at)
+        assert newest.stopped_at is not None and abs(newest.stopped_at - ended) < timedelta(milliseconds=1), (newest, ended)
     recorded = probe.state(profile).reconcile_reason
     assert recorded is not None and recorded.startswith(tuple(r + ": " for r in (reason, *also))), recorded
     print(f"\nFIGURE {profile}: {reason}: {seconds:.1f} s from the fault to service and ASG at desired 0 "
