@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[3]
 PROFILE = "nemotron-nano"
 POLL = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}
 START_PHASES = ["prepare", "capacity", "boot", "task", "health", "smoke", "ready"]
+LOCAL_CALLER = "arn:aws:iam::123456789012:user/local"  # the identity the twin's API Gateway passes on
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +98,7 @@ def test_start_wait_shows_phases_in_order_then_status_keepalive_and_stop(twin: T
     detail = _json(out)
     assert code == 0 and detail["phase"] == "READY" and detail["running_count"] == 1
     assert list(detail["target_health"].values()) == ["healthy"]
+    assert detail["started_by"] == LOCAL_CALLER  # who did it: the caller's IAM ARN, from API Gateway's identity
     lease = datetime.fromisoformat(detail["lease_deadline"])
     [instance] = detail["instances"]
 
@@ -115,13 +117,15 @@ def test_start_wait_shows_phases_in_order_then_status_keepalive_and_stop(twin: T
 
     code, out, _ = cli("keepalive", PROFILE, "--minutes", "120", "--json")
     extended = datetime.fromisoformat(_json(out)["lease_deadline"])
-    assert code == 0 and extended - lease > timedelta(minutes=80)
+    assert code == 0 and extended - lease > timedelta(minutes=80) and _json(out)["kept_alive_by"] == LOCAL_CALLER
 
     code, out, err = cli("stop", PROFILE, "--wait", "--json")
     final = _json(out)
     assert code == 0 and final["status"] == "SUCCEEDED" and final["phase"] == "stopped", err
     assert [p["name"] for p in final["phases"]][-1] == "stopped"
     assert (_group(twin)["DesiredCapacity"], _service(twin)["desiredCount"]) == (0, 0)
+    code, out, _ = cli("status", PROFILE, "--json")
+    assert (_json(out)["started_by"], _json(out)["stopped_by"]) == (LOCAL_CALLER, LOCAL_CALLER)
     code, out, _ = cli("stop", PROFILE, "--wait")
     assert code == 0 and f"{PROFILE} is already STOPPED since" in out
 

@@ -136,6 +136,9 @@ def _stopped_by_the_sweep(twin: Twin, probe: Probe, profile: str, decision: dict
     result = twin.wait_execution(decision["execution_arn"], timeout_s=180)
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert probe.state(profile).phase == "STOPPED" and not probe.locks(profile)
+    # Who did it: the sweep's own role, in the stop's input and on the record.
+    requested_by = json.loads(result.describe["input"])["requested_by"]
+    assert requested_by and probe.state(profile).stopped_by == requested_by
     probe.assert_nothing_running(profile)
 
 

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from servingctl.control.polling import run_check
-from servingctl.shared.settings import Poll
+from servingctl.shared.settings import Poll, StartConfig, StopConfig
 from servingctl.control.steps import ACTIONS
 
 from .conftest import FakeClock
@@ -43,6 +44,15 @@ def test_every_task_retries_lambda_and_throttling_errors_and_catches_all(name: s
         assert any(c["ErrorEquals"] == ["States.ALL"] for c in state["Catch"]), state_name
         assert all(c["ResultPath"] in ("$.error", "$.rollback_error") for c in state["Catch"]), state_name
         assert all("Comment" in r for r in state["Retry"]) and state.get("Comment"), state_name
+
+
+@pytest.mark.parametrize(("name", "state", "config"), [("start_profile", "PrepareStart", StartConfig),
+                                                       ("stop_profile", "PrepareStop", StopConfig)])
+def test_the_prepared_config_reaches_the_flow_whole(name: str, state: str, config: type[BaseModel]) -> None:
+    """Every field prepare_* returns is kept by its ResultSelector (requested_by was dropped once:
+    the record never said who started or stopped a profile)."""
+    kept = {key.removesuffix(".$"): path for key, path in load(name)["States"][state]["ResultSelector"].items()}
+    assert kept == {field: f"$.Payload.{field}" for field in config.model_fields}
 
 
 @pytest.mark.parametrize("name", FILES)
