@@ -168,11 +168,15 @@ def test_a_sweep_where_the_first_profile_raises_still_stops_the_other_two(
     for profile in SWEPT:  # capacity nobody recorded (a start from outside servingctl, say)
         spec = probe.registry.profiles[profile]
         probe.ecs.update_service(cluster=spec.cluster, service=spec.service, desiredCount=1)
-    since = len(twin.eventbridge.deliveries_of("schedule"))
     fault_at = time.monotonic()
-    probe.wait_for("a scheduled sweep ran", lambda: any(
-        d.done for d in twin.eventbridge.deliveries_of("schedule")[since:]), timeout_s=_interval(twin) + 30)
-    sweep = next(d for d in twin.eventbridge.deliveries_of("schedule")[since:] if d.done)
+
+    def first_sweep_after_the_fault() -> Any:
+        # Invoked after the fault, whenever it was queued (one delivery at a time: the first is done first).
+        after = [d for d in twin.eventbridge.deliveries_of("schedule") if d.started is not None and d.started >= fault_at]
+        return after[0] if after and after[0].done else None
+
+    probe.wait_for("a scheduled sweep ran", lambda: first_sweep_after_the_fault() is not None, timeout_s=_interval(twin) + 30)
+    sweep = first_sweep_after_the_fault()
     assert sweep.error is None, sweep.answer
     repairs = {r["profile"]: r for r in sweep.answer["repairs"] if r["profile"] in SWEPT}
     assert repairs[SWEPT[0]]["action"] == "error" and repairs[SWEPT[0]]["detail"] == "RuntimeError: ECS answered garbage"

@@ -135,6 +135,7 @@ class Delivery:
     kind: str  # "schedule" or "status-change"
     event: dict[str, Any]
     queued: float = field(default_factory=time.monotonic)
+    started: float | None = None  # when the function was invoked (the queue may hold it a while)
     done: float | None = None
     answer: Any = None
     error: str | None = None
@@ -187,6 +188,7 @@ class EventBridge:
 
     def _work(self) -> None:
         while (delivery := self._queue.get()) is not None:
+            delivery.started = time.monotonic()
             payload, error = self.invoke(json.dumps(delivery.event).encode())
             delivery.answer, delivery.error, delivery.done = json.loads(payload or b"null"), error, time.monotonic()
             if error:
