@@ -165,10 +165,12 @@ def test_a_sweep_where_the_first_profile_raises_still_stops_the_other_two(
         return original(ecs, cluster, service)
 
     monkeypatch.setattr(aws, "service_counts", broken)  # the handlers run in this process
-    for profile in SWEPT:  # capacity nobody recorded (a start from outside servingctl, say)
-        spec = probe.registry.profiles[profile]
-        probe.ecs.update_service(cluster=spec.cluster, service=spec.service, desiredCount=1)
-    fault_at = time.monotonic()
+    assert twin.eventbridge is not None
+    with twin.eventbridge.held():  # no sweep sees one profile changed and not the next
+        for profile in SWEPT:  # capacity nobody recorded (a start from outside servingctl, say)
+            spec = probe.registry.profiles[profile]
+            probe.ecs.update_service(cluster=spec.cluster, service=spec.service, desiredCount=1)
+        fault_at = time.monotonic()
 
     def first_sweep_after_the_fault() -> Any:
         # Invoked after the fault, whenever it was queued (one delivery at a time: the first is done first).

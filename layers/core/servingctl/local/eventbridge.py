@@ -15,6 +15,7 @@ Deliveries run one at a time, like the sweep function's reserved concurrency of 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -22,7 +23,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -157,6 +158,7 @@ class EventBridge:
         self._statuses: dict[str, str] = {}
         self._queue: queue.Queue[Delivery | None] = queue.Queue()
         self._stop = threading.Event()
+        self._running = threading.Lock()  # held while the function runs a delivery
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -173,6 +175,13 @@ class EventBridge:
         for thread in self._threads:
             thread.join(timeout=60)
 
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """No delivery runs inside (one in progress finishes first; those due wait in the queue), so
+        a test can change the world in several calls and the next sweep sees all of them."""
+        with self._running:
+            yield
+
     def deliveries_of(self, kind: str) -> list[Delivery]:
         """The deliveries of one kind, oldest first."""
         return [d for d in list(self.deliveries) if d.kind == kind]
@@ -188,9 +197,10 @@ class EventBridge:
 
     def _work(self) -> None:
         while (delivery := self._queue.get()) is not None:
-            delivery.started = time.monotonic()
-            payload, error = self.invoke(json.dumps(delivery.event).encode())
-            delivery.answer, delivery.error, delivery.done = json.loads(payload or b"null"), error, time.monotonic()
+            with self._running:
+                delivery.started = time.monotonic()
+                payload, error = self.invoke(json.dumps(delivery.event).encode())
+                delivery.answer, delivery.error, delivery.done = json.loads(payload or b"null"), error, time.monotonic()
             if error:
                 log.warning("sweep %s delivery failed: %s", delivery.kind, payload[:500])
 
