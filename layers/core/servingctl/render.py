@@ -42,6 +42,11 @@ def wrap(text: str, columns: int, indent: int = 0) -> list[str]:
     return lines or [""]
 
 
+def paragraph(text: str, columns: int | None = None) -> str:
+    """text wrapped at the terminal width, later lines indented by two (an id stays whole)."""
+    return "\n  ".join(wrap(text, columns or width(), 2))
+
+
 def details(rows: Sequence[tuple[str, str]], columns: int | None = None) -> str:
     """'name  value' lines, values wrapped under themselves; a value may hold several lines."""
     columns = columns or width()

@@ -111,7 +111,8 @@ def test_start_wait_shows_phases_in_order_then_status_keepalive_and_stop(twin: T
     # A start of a READY profile says so and starts nothing; --wait does not wait for a new one.
     executions = twin.client("stepfunctions").list_executions(stateMachineArn=twin.state_machines["start_profile"])["executions"]
     code, out, err = cli("start", PROFILE, "--wait")
-    assert code == 0 and f"{PROFILE} is already READY since" in out and "(lease until" in out, (out, err)
+    said = " ".join(out.split())  # wrapped at the terminal's width
+    assert code == 0 and f"{PROFILE} is already READY since" in said and "(lease until" in said, (out, err)
     assert len(twin.client("stepfunctions").list_executions(
         stateMachineArn=twin.state_machines["start_profile"])["executions"]) == len(executions)
 

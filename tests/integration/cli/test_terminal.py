@@ -116,6 +116,7 @@ def _phase(env: dict[str, str], phase: str) -> None:
     """Bring the profile to READY or STOPPED (start/stop --wait; 'already' when it is there)."""
     done = _piped(["start" if phase == "READY" else "stop", PROFILE, "--wait"], env)
     assert done.returncode == 0 and phase in done.stdout, done.stdout + done.stderr
+    assert max(map(len, done.stdout.splitlines())) <= 80, done.stdout  # the closing line with its phases too
 
 
 # A small run: the runs below start their profile first (--start), which is the time Ctrl-C comes in.
@@ -229,12 +230,13 @@ def test_status_fits_80_columns_and_start_and_stop_say_already(env: dict[str, st
     # keepalive with about 2 h left (the default lease): 30 min would shorten it, so it is kept and said so;
     # the profile's maximum (12 h) moves it to now + 720 min; one past the maximum is refused naming the flag.
     kept = _piped(["keepalive", PROFILE, "--minutes", "30"], env)
+    assert max(map(len, kept.stdout.splitlines())) <= 80, kept.stdout
     left = re.fullmatch(rf"{PROFILE}: lease already ends at \S+ \S+ UTC \((\d+) min from now\), later than now \+ 30 min: "
-                        r"kept, not shortened\n", kept.stdout)
+                        r"kept, not shortened", " ".join(kept.stdout.split()))  # wrapped at 80 columns
     assert kept.returncode == 0 and left and 90 <= int(left[1]) <= 120, kept.stdout
     longest = _piped(["keepalive", PROFILE, "--minutes", "720"], env)
     assert longest.returncode == 0 and longest.stdout.startswith(f"{PROFILE}: lease now ends at "), longest.stdout
-    assert "(720 min from now)" in longest.stdout
+    assert "(720 min from now)" in " ".join(longest.stdout.split())
     refused = _piped(["keepalive", PROFILE, "--minutes", "721"], env)
     assert refused.returncode == 1 and "--minutes must be between 1 and 720 minutes" in refused.stderr, refused.stderr
 

@@ -153,7 +153,7 @@ def _submit(args: argparse.Namespace, client: Client, action: str, body: dict[st
     except KeyboardInterrupt:
         return unanswered(f"the {action} of {args.name}", f"servingctl status {args.name}")
     if ref.get("already"):
-        print(json.dumps(ref) if args.json else ref["message"])
+        print(json.dumps(ref) if args.json else render.paragraph(ref["message"]))
         return EXIT_OK
     if not args.wait:
         if args.json:
@@ -206,7 +206,7 @@ def follow(client: Client, execution_id: str, *, plain: bool, quiet: bool = Fals
                 break
             sleep(FOLLOW_INTERVAL_S)
         if not quiet:
-            print(_summary(progress), flush=True)
+            print(render.paragraph(_summary(progress)), flush=True)
         return progress
     from rich.console import Console
     from rich.live import Live
@@ -345,5 +345,5 @@ def _keepalive(args: argparse.Namespace, client: Client) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
-        print(summary.get("message") or f"{summary['name']}: lease until {render.when(summary['lease_deadline'])}")
+        print(render.paragraph(summary.get("message") or f"{summary['name']}: lease until {render.when(summary['lease_deadline'])}"))
     return EXIT_OK
