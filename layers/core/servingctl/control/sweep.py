@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servingctl import render
 from servingctl.control.schedule import should_run
 from servingctl.registry.models import Schedule, ServingProfile
 
@@ -148,28 +149,28 @@ def planned_stops(profile: ServingProfile, seen: Observed) -> list[PlannedStop]:
             detail = (f"its {schedule.timezone} schedule ends at {_local(schedule, at)}" if at > now else
                       f"{_local(schedule, now)} is outside every period of its {schedule.timezone} schedule")
             if not schedule.enforced and _keepalive_in_force(seen) and seen.lease_deadline and seen.lease_deadline > at:
-                at, detail = seen.lease_deadline, detail + f", deferred by a keepalive to {seen.lease_deadline.isoformat()}"
+                at, detail = seen.lease_deadline, detail + f", deferred by a keepalive to {render.when(seen.lease_deadline)}"
             stops.append(PlannedStop(reason="outside-schedule", at=at, hard=schedule.enforced,
                                      detail=detail + (" (enforced)" if schedule.enforced else "")))
     if not overridden and seen.lease_deadline is not None:
         stops.append(PlannedStop(reason="lease-expired", at=seen.lease_deadline, hard=False,
-                                 detail=f"lease ends at {seen.lease_deadline.isoformat()} (keepalive extends it)"))
+                                 detail=f"lease ends at {render.when(seen.lease_deadline)} (keepalive extends it)"))
     if not overridden and profile.idle.enabled and seen.requests_in_idle_window is not None:
         window = timedelta(minutes=profile.idle.window_minutes)
         quiet_since = max(t for t in (seen.ready_since, seen.kept_alive_at, seen.last_request_at) if t is not None)
         if seen.requests_in_idle_window > 0 and seen.last_request_at is None:
             quiet_since = now  # requests without a time: count the window from now (never early)
         stops.append(PlannedStop(reason="idle", at=quiet_since + window, hard=False,
-                                 detail=f"no requests for {profile.idle.window_minutes} minutes (since {quiet_since.isoformat()})"))
+                                 detail=f"no requests for {profile.idle.window_minutes} minutes (since {render.when(quiet_since)})"))
     if settings.max_runtime_minutes is not None:
         at = seen.ready_since + timedelta(minutes=settings.max_runtime_minutes)
         stops.append(PlannedStop(reason="max-runtime", at=at, hard=True,
-                                 detail=f"max runtime of {settings.max_runtime_minutes} minutes since READY ends at {at.isoformat()}"))
+                                 detail=f"max runtime of {settings.max_runtime_minutes} minutes since READY ends at {render.when(at)}"))
     if settings.max_session_usd is not None and seen.hourly_usd and seen.session_started_at is not None:
         at = seen.session_started_at + timedelta(hours=settings.max_session_usd / seen.hourly_usd)
         stops.append(PlannedStop(reason="budget", at=at, hard=True,
                                  detail=f"the session reaches its budget of {settings.max_session_usd:g} USD "
-                                 f"at {seen.hourly_usd:g} USD/h at {at.isoformat()}"))
+                                 f"at {seen.hourly_usd:g} USD/h at {render.when(at)}"))
     return stops
 
 
@@ -207,12 +208,12 @@ def decide(
         drained_by = limit.at + timedelta(minutes=profile.autostop.drain_minutes)
         if busy and now < drained_by:
             return answer(False, "draining", f"{limit.detail}; {active} request(s) still running or waiting: stops when "
-                          f"they finish, at {drained_by.isoformat()} at the latest", soon=True)
+                          f"they finish, at {render.when(drained_by)} at the latest", soon=True)
         tail = f" (drain of {profile.autostop.drain_minutes} min over, {active} request(s) cut)" if busy else ""
         return answer(True, limit.reason, limit.detail + tail)
     if due:
         if seen.held():
-            return answer(False, "held", f"benchmark {seen.held_by} holds it until {seen.held_until.isoformat() if seen.held_until else ''}")
+            return answer(False, "held", f"benchmark {seen.held_by} holds it until {render.when(seen.held_until)}")
         if busy:
             return answer(False, "requests-running", f"{_first(due).detail}; deferred: {active} request(s) running or waiting")
         return answer(True, _first(due).reason, _first(due).detail)
