@@ -15,7 +15,7 @@ import random
 import socket
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -24,6 +24,7 @@ import httpx
 import servingctl
 from servingctl.bench.backend import Backend, ChatRequest, Connection
 from servingctl.bench.calibration import build_prompt, calibrate, unique_nonces
+from servingctl.bench.host import client_host, load_average
 from servingctl.bench.metrics import check_mismatches, scenario_summary, with_request_metrics
 from servingctl.schema.results import (
     Calibration,
@@ -34,6 +35,7 @@ from servingctl.schema.results import (
     RunMetadata,
     RunResult,
     ScenarioResult,
+    ServerSample,
     scenario_name,
 )
 from servingctl.bench.scheduler import poisson_offsets, run_bursts, run_rate, run_sustained
@@ -97,7 +99,8 @@ INDEX_STRIDE = 1_000_000
 @dataclass
 class Measurement:
     """What one scenario's load produced before any verdict: every record and round, the server's
-    counters before and after, the sampled peak of running requests and the client self-check."""
+    counters before and after, the sampled peak of running requests, the client self-check and the
+    server's metrics over time."""
 
     name: str
     concurrency: int
@@ -110,6 +113,7 @@ class Measurement:
     running_samples: int
     client: ClientSelfCheck
     late_start_s: float = 0.0
+    server_timeline: list[ServerSample] = field(default_factory=list)
 
 
 async def measure_scenario(
@@ -173,7 +177,7 @@ async def measure_scenario(
 
         notify(Progress("scenario_started", name, 0, total, f"{config.mode} load, concurrency {concurrency}"))
         stop_sampling = asyncio.Event()
-        sampler = asyncio.create_task(server.sample_running(stop_sampling)) if before.unavailable is None else None
+        sampler = asyncio.create_task(server.sample(stop_sampling, t0)) if before.unavailable is None else None
         selfcheck = SelfCheck(lag_limit_ms=lag_p99_limit_ms, cpu_limit=cpu_share_limit)
         selfcheck.start()
 
@@ -206,6 +210,7 @@ async def measure_scenario(
         running_samples=server.running_samples,
         client=client,
         late_start_s=late_start_s,
+        server_timeline=server.timeline,
     )
 
 
@@ -236,7 +241,8 @@ def summarize_measurement(
     )
     if progress is not None:
         progress(Progress("scenario_finished", m.name, len(m.records), len(m.records), f"{summary.ok} ok, {summary.failed} failed"))
-    return ScenarioResult(summary=summary, calibration=calibration, t0_wall=m.t0_wall, rounds=m.rounds, records=m.records)
+    return ScenarioResult(summary=summary, calibration=calibration, t0_wall=m.t0_wall, rounds=m.rounds, records=m.records,
+                          server_timeline=m.server_timeline)
 
 
 async def run_scenario(
@@ -279,6 +285,7 @@ async def fetch_metadata(backend: Backend, run_id: str) -> RunMetadata:
         client_version=servingctl.__version__,
         python_version=platform.python_version(),
         hostname=socket.gethostname(),
+        client_host=client_host(),
         server_version=await backend.get_json("/version"),
         server_models=await backend.get_json("/v1/models"),
         started_at=datetime.now(UTC),
@@ -330,4 +337,6 @@ async def run_benchmark(
             run.scenarios.append(result)
     run.failed_scenarios = failed_scenarios(run)
     run.metadata.finished_at = datetime.now(UTC)
+    if run.metadata.client_host is not None:
+        run.metadata.client_host.load_average_end = load_average()
     return run

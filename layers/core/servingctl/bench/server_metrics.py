@@ -1,9 +1,10 @@
 """Cross-checks against the server's own Prometheus counters (vLLM `/metrics`).
 
 Owns the text-format parsing (labels with escapes, +Inf/NaN, timestamps, junk lines skipped),
-snapshots before/after a scenario summed over the label sets of the benchmarked model, a sampler
-of `vllm:num_requests_running` for the peak, and the verdicts. A server without `/metrics`
-(managed APIs) gets checks marked unavailable, never failed.
+snapshots before/after a scenario summed over the label sets of the benchmarked model, the sampler
+that runs beside the load (the peak of `vllm:num_requests_running`, and about once a second a
+ServerSample of the gauges and counters for the metrics-over-time chart), and the verdicts. A
+server without `/metrics` (managed APIs) gets checks marked unavailable, never failed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from servingctl.bench.backend import Backend
-from servingctl.schema.results import ServerChecks
+from servingctl.schema.results import ServerChecks, ServerSample
 
 GENERATION = "vllm:generation_tokens_total"
 PROMPT = "vllm:prompt_tokens_total"
@@ -24,11 +25,18 @@ SPEC_DRAFT = "vllm:spec_decode_num_draft_tokens_total"
 SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
+# vLLM renamed the KV-cache gauge (gpu_cache_usage_perc until V1's kv_cache_usage_perc): read either.
+KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 COUNTERS = (GENERATION, PROMPT, PREFIX_QUERIES, PREFIX_HITS, SPEC_DRAFT, SPEC_ACCEPTED)
+TIMELINE_NAMES = frozenset({RUNNING, WAITING, *KV_CACHE, GENERATION, PROMPT, SPEC_DRAFT, SPEC_ACCEPTED})
 # Scrapes cost the server CPU (vLLM renders every histogram), so sample gently; a peak seen in
 # fewer samples than this is reported without a verdict (the scenario was too short to sample).
 SAMPLE_INTERVAL_S = 0.1
 MIN_RUNNING_SAMPLES = 5
+# The metrics over time keep one scrape a second; a scrape unanswered this long is given up (the
+# sampler must never hold the scenario up, even when the server stops answering).
+TIMELINE_INTERVAL_S = 1.0
+SCRAPE_TIMEOUT_S = 2.0
 
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
@@ -109,6 +117,7 @@ class ServerMetrics:
         self.interval_s = interval_s
         self.peak_running: int | None = None
         self.running_samples = 0
+        self.timeline: list[ServerSample] = []
 
     async def snapshot(self) -> Snapshot:
         """Current totals of the checked counters for the model."""
@@ -120,20 +129,47 @@ class ServerMetrics:
             return Snapshot(unavailable=f"/metrics has no {GENERATION} for model {self.model!r}")
         return Snapshot(totals=totals)
 
-    async def sample_running(self, stop: asyncio.Event) -> None:
-        """Until `stop` is set, poll num_requests_running and keep its peak."""
-        names = frozenset({RUNNING})
+    async def sample(self, stop: asyncio.Event, t0: int) -> None:
+        """Until `stop` is set, scrape /metrics: keep the peak of running requests, and about once a
+        second a ServerSample (time relative to the scenario's `t0` on the backend's clock).
+        A failed or unanswered scrape is skipped; the next one is tried at the usual pace."""
+        last_kept: int | None = None
         while not stop.is_set():
-            status, text = await self.backend.get_text("/metrics")
+            try:
+                status, text = await asyncio.wait_for(self.backend.get_text("/metrics"), SCRAPE_TIMEOUT_S)
+            except TimeoutError:
+                status, text = None, ""
+            now = self.backend.clock()
             if status == 200:
-                totals = model_totals(parse_prometheus(text, names), self.model)
+                totals = model_totals(parse_prometheus(text, TIMELINE_NAMES), self.model)
                 if RUNNING in totals:
                     self.running_samples += 1
                     self.peak_running = max(self.peak_running or 0, int(totals[RUNNING]))
+                if last_kept is None or now - last_kept >= TIMELINE_INTERVAL_S * 1e9:
+                    last_kept = now
+                    self.timeline.append(server_sample(totals, now - t0))
             try:
                 await asyncio.wait_for(stop.wait(), self.interval_s)
             except TimeoutError:
                 pass
+
+
+def server_sample(totals: dict[str, float], t_ns: int) -> ServerSample:
+    """One point of the metrics over time from a scrape's totals (the first KV-cache name found wins)."""
+    kv = next((totals[name] for name in KV_CACHE if name in totals), None)
+    return ServerSample(
+        t_ns=t_ns, running=totals.get(RUNNING), waiting=totals.get(WAITING), kv_cache_usage=kv,
+        prompt_tokens=totals.get(PROMPT), generation_tokens=totals.get(GENERATION),
+        spec_draft_tokens=totals.get(SPEC_DRAFT), spec_accepted_tokens=totals.get(SPEC_ACCEPTED),
+    )
+
+
+def thinned(timeline: list[ServerSample], limit: int) -> list[ServerSample]:
+    """At most `limit` samples evenly spread over the timeline, the first and last kept."""
+    if len(timeline) <= limit:
+        return timeline
+    step = (len(timeline) - 1) / (limit - 1)
+    return [timeline[round(i * step)] for i in range(limit)]
 
 
 def build_checks(

@@ -33,7 +33,7 @@ from servingctl.bench.backend import Backend, Connection
 from servingctl.benchmarks.matrix import BenchmarkInput, PlannedScenario, parse_benchmark_input, plan_scenarios, run_config
 from servingctl.schema.results import SCHEMA_VERSION, Calibration, ClientSelfCheck, ScenarioSummary
 from servingctl.bench.runner import Measurement, Shard, connection_for, measure_scenario, prepare, settled_snapshot, summarize_measurement
-from servingctl.bench.server_metrics import ServerMetrics, Snapshot
+from servingctl.bench.server_metrics import ServerMetrics, Snapshot, thinned
 from servingctl.benchmarks.split import ShardPlan, earliest_snapshot, merge_shards, plan_shards, shard_config
 from servingctl.shared.clock import Clock, SystemClock
 from servingctl.shared.errors import ControlError, InvalidInput, action_of, error_reason, throttling_as_error
@@ -52,6 +52,9 @@ LEASE_MARGIN_MINUTES = 30
 # A step's hold on its profile outlasts the step's estimate by this much: it covers the state
 # machine's way to the next step (which renews it), and lapses by itself if the run dies.
 HOLD_MARGIN_S = 600
+# A scenario's item holds its metrics over time: an ECS scenario of hours would pass DynamoDB's
+# 400 KB item limit at one sample a second, so longer timelines are thinned to this many (~60 KB).
+STORED_TIMELINE_SAMPLES = 300
 
 
 class ProfileNotReady(ControlError):
@@ -248,7 +251,8 @@ def _store_scenario(deps: WorkerDeps, run: BenchmarkRun, planned: PlannedScenari
     key = deps.records.put_records(records_key(run.run_id, planned.name), result.records)
     return deps.runs.put_scenario(StoredScenario(
         run_id=run.run_id, name=planned.name, position=planned.position, runner=runner, summary=result.summary,
-        calibration=result.calibration, t0_wall=result.t0_wall, rounds=result.rounds, records_key=key,
+        calibration=result.calibration, t0_wall=result.t0_wall, rounds=result.rounds,
+        server_timeline=thinned(result.server_timeline, STORED_TIMELINE_SAMPLES), records_key=key,
         records=len(result.records), split=split, written_at=deps.clock.now(),
     ))
 

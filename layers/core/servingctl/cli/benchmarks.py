@@ -132,6 +132,7 @@ def stored_run(client: Client, detail: dict[str, Any]) -> tuple[RunResult, dict[
     if detail.get("result") is None:
         raise RunNotAvailable(f"{detail['run_id']}: no results ({detail['status']}: {detail.get('error') or 'not recorded yet'})")
     run = RunResult.model_validate(detail["result"])
+    run.metadata.deployment = detail.get("reproducibility")  # what was measured: shown beside a compared run
     links = detail["records_urls"]
     with httpx.Client(timeout=60.0, trust_env=not client.local) as http:
         for scenario in run.scenarios:

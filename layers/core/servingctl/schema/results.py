@@ -262,24 +262,52 @@ class ScenarioSummary(_Model):
     client_bound: bool
 
 
+class ServerSample(_Model):
+    """The server's /metrics at one moment of a scenario (about once a second): gauges as read,
+    counters as running totals (rates come from differences). None: the server does not expose it."""
+
+    t_ns: int = Field(description="monotonic ns relative to the scenario start, like the request records")
+    running: float | None = Field(None, description="vllm:num_requests_running")
+    waiting: float | None = Field(None, description="vllm:num_requests_waiting")
+    kv_cache_usage: float | None = Field(None, description="vllm:kv_cache_usage_perc (gpu_cache_usage_perc before), 0..1")
+    prompt_tokens: float | None = Field(None, description="vllm:prompt_tokens_total")
+    generation_tokens: float | None = Field(None, description="vllm:generation_tokens_total")
+    spec_draft_tokens: float | None = Field(None, description="vllm:spec_decode_num_draft_tokens_total")
+    spec_accepted_tokens: float | None = Field(None, description="vllm:spec_decode_num_accepted_tokens_total")
+
+
 class ScenarioResult(_Model):
-    """Everything about one scenario: summary, rounds and every request (warm-ups included)."""
+    """Everything about one scenario: summary, rounds, every request (warm-ups included) and the
+    server's metrics over time."""
 
     summary: ScenarioSummary
     calibration: Calibration
     t0_wall: datetime = Field(description="wall-clock time of the scenario's t=0")
     rounds: list[RoundResult] = Field(default_factory=list)
     records: list[RequestRecord] = Field(default_factory=list)
+    server_timeline: list[ServerSample] = Field(default_factory=list, description="/metrics sampled about once a second")
+
+
+class ClientHost(_Model):
+    """The machine the client ran on: what it is and how busy it was (a loaded host slows the client)."""
+
+    cpu_model: str | None = None
+    cpus: int | None = Field(None, description="logical CPUs")
+    platform: str | None = None
+    load_average_start: tuple[float, float, float] | None = Field(None, description="1, 5, 15 min when the run started")
+    load_average_end: tuple[float, float, float] | None = Field(None, description="1, 5, 15 min when it ended (None: not seen)")
 
 
 class RunMetadata(_Model):
-    """Who measured what, when: client and server versions, models the server lists."""
+    """Who measured what, when: client and server versions, models the server lists, the client host."""
 
     run_id: str
     client: str = "servingctl"
     client_version: str
     python_version: str
     hostname: str | None = None
+    client_host: ClientHost | None = None
+    deployment: dict | None = Field(None, description="what was measured as the controller deployed it (a stored run's reproducibility record)")
     server_version: dict | None = Field(None, description="GET /version as returned")
     server_models: dict | None = Field(None, description="GET /v1/models as returned")
     started_at: datetime

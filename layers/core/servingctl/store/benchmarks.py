@@ -22,6 +22,7 @@ from servingctl.schema.results import (
     RunResult,
     ScenarioResult,
     ScenarioSummary,
+    ServerSample,
 )
 from servingctl.schema.comparison import Comparison
 from servingctl.store.models import _Record
@@ -100,6 +101,7 @@ class StoredScenario(_Record):
     calibration: Calibration
     t0_wall: datetime
     rounds: list[RoundResult] = Field(default_factory=list)
+    server_timeline: list[ServerSample] = Field(default_factory=list, description="the server's /metrics about once a second")
     records_key: str = Field(description="where the per-request records are (RecordStore key)")
     records: int = Field(description="how many request records the object holds")
     split: Split | None = None
@@ -182,6 +184,7 @@ def run_result(run: BenchmarkRun, store: BenchmarkStore, records: RecordStore | 
             calibration=s.calibration,
             t0_wall=s.t0_wall,
             rounds=s.rounds,
+            server_timeline=s.server_timeline,
             records=records.get_records(s.records_key) if records is not None else [],
         )
         for s in store.list_scenarios(run.run_id)

@@ -8,7 +8,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from servingctl.schema.results import RunResult, ScenarioSummary, ServerChecks
-from servingctl.bench.outputs.rows import COMPARED, ComparedScenario, compare_runs, scenario_rows
+from servingctl.bench.bootstrap import MIN_UNITS, RESAMPLES
+from servingctl.bench.outputs.fingerprint import FingerprintRow, compare_fingerprints
+from servingctl.bench.outputs.rows import ComparedFigure, ComparedScenario, compare_runs, scenario_rows
 from servingctl.schema.comparison import Comparison
 
 DASH = "–"
@@ -304,26 +306,40 @@ def costs_section(comparison: Comparison | Mapping[str, Comparison], client_boun
     return ["## Cost per token", "", assumption, "", *table(header, rows), ""]
 
 
-def compared_cell(baseline: float | None, value: float | None, change: float | None, digits: int) -> str:
-    """One side-by-side cell: baseline -> this run (change)."""
-    return f"{fmt(baseline, digits)} → {fmt(value, digits)} ({fmt_pct(change)})"
+def _interval(f: ComparedFigure) -> str:
+    """The change with its bootstrap interval, or the sample counts that were too few."""
+    if f.low_pct is not None and f.high_pct is not None:
+        return f"{fmt_pct(f.change_pct)} [{f.low_pct:+.1f}, {f.high_pct:+.1f}]"
+    return f"{fmt_pct(f.change_pct)} ({f.units[0]} vs {f.units[1]} {f.unit})"
 
 
-def comparison_section(compared: Sequence[ComparedScenario], baseline_id: str, run_id: str) -> list[str]:
-    """Side-by-side of a baseline and this run: per scenario both values and the change in %."""
-    header = ("scenario", *(label for _, label, _ in COMPARED))
+def comparison_section(compared: Sequence[ComparedScenario], baseline_id: str, run_id: str,
+                       fingerprints: Sequence[FingerprintRow] = ()) -> list[str]:
+    """Side-by-side of a baseline and this run: per scenario and figure both values, the change with
+    its bootstrap interval and the verdict; then both fingerprints, differing fields in bold."""
+    confidence = f"{compared[0].confidence:.0%}" if compared else "95%"
+    header = ("scenario", "figure", "baseline", "this run", f"change [{confidence} CI]", "verdict")
     rows = []
     for sc in compared:
         name = sc.name + (" ⚠ client-bound" if sc.client_bound else "")
         if not (sc.in_baseline and sc.in_run):
-            name += " (only in " + ("baseline" if sc.in_baseline else "this run") + ")"
-        cells = [compared_cell(f.baseline, f.run, f.change_pct, 1 if f.metric.endswith("_ms") else 2) for f in sc.figures]
-        rows.append((name, *cells))
+            rows.append((name + " (only in " + ("baseline" if sc.in_baseline else "this run") + ")", "", "", "", "", ""))
+            continue
+        for i, f in enumerate(sc.figures):
+            digits = 1 if f.metric.endswith("_ms") else 2
+            rows.append((name if i == 0 else "", f.label, fmt(f.baseline, digits), fmt(f.run, digits), _interval(f), f.verdict))
     note = (
-        f"Each cell: baseline {baseline_id} → this run {run_id} (change = (this run - baseline) / baseline). "
-        "Higher is better for tok/s, lower for TTFT."
+        f"Baseline {baseline_id} → this run {run_id}. Medians (output tok/s: of the burst rounds, or the steady window's "
+        f"throughput); change = this run / baseline − 1 with its {confidence} bootstrap interval ({RESAMPLES} resamples of "
+        f"the requests, rounds or window slices); a change is called faster or slower only when the interval excludes 0, "
+        f"and not at all with fewer than {MIN_UNITS} on a side."
     )
-    return [f"## Comparison with {baseline_id}", "", note, "", *table(header, rows), ""]
+    lines = [f"## Comparison with {baseline_id}", "", note, "", *table(header, rows, right_from=2), ""]
+    if fingerprints:
+        marked = [(f"**{r.field}**", f"**{r.baseline}**", f"**{r.run}**") if r.differs else (r.field, r.baseline, r.run)
+                  for r in fingerprints]
+        lines += ["Fingerprints (fields that differ in bold):", "", *table(("field", "baseline", "this run"), marked, right_from=3), ""]
+    return lines
 
 
 def render_report(
@@ -343,7 +359,8 @@ def render_report(
     lines += ["Per-request figures are medians over successful measured requests; TTFT counts from the first content or reasoning chunk.", ""]
     lines += [*results_table(run), ""]
     if baseline is not None:
-        lines += comparison_section(compare_runs(baseline, run), baseline.metadata.run_id, run.metadata.run_id)
+        lines += comparison_section(compare_runs(baseline, run), baseline.metadata.run_id, run.metadata.run_id,
+                                    compare_fingerprints(baseline, run))
     if comparison:
         lines += costs_section(comparison, frozenset(s.name for s in summaries if s.client_bound))
     lines += ["## Latency detail", "", *latency_table(summaries), ""]

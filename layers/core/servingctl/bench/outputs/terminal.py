@@ -1,5 +1,6 @@
 """The terminal rendering of a run and its JSON twin for scripts: the reference's table, the
-side-by-side of a baseline run, the cost comparison, then every warning. Plain text that fits the
+side-by-side of a baseline run (each change with its bootstrap interval and verdict, then both
+runs' fingerprints, differing fields coloured on a terminal), the cost comparison, then every warning. Plain text that fits the
 terminal (80 columns included) and reads the same piped; every mode of `servingctl bench` and
 `servingctl report` prints through print_run, so their tables are the same.
 
@@ -15,14 +16,19 @@ import sys
 from collections.abc import Mapping
 from typing import TextIO
 
+from rich.console import Console
+from rich.text import Text
+
 from servingctl import render
 from servingctl.schema.results import RunResult
 from servingctl.bench.outputs.markdown import fmt, fmt_pct, warnings
-from servingctl.bench.outputs.rows import COMPARED, ScenarioRow, compare_runs, scenario_rows
+from servingctl.bench.bootstrap import MIN_UNITS, RESAMPLES
+from servingctl.bench.outputs.fingerprint import compare_fingerprints
+from servingctl.bench.outputs.rows import ComparedFigure, ScenarioRow, compare_runs, scenario_rows
 from servingctl.bench.stats import min_samples
 from servingctl.schema.comparison import Comparison
 
-PERCENTILE_OF = {"ttft_p90_ms": 0.90, "ttft_p99_ms": 0.99}  # compared figures that are percentiles
+PERCENTILE_OF = {"ttft_p90_ms": 0.90, "ttft_p99_ms": 0.99}  # TTFT tail cells resolved only with enough samples
 CLIENT_BOUND = "   ^ CLIENT-BOUND: the client was the bottleneck, not the server (see below)"
 
 
@@ -57,29 +63,61 @@ def results_table(run: RunResult) -> str:
     return "\n".join(lines)
 
 
-def _figure(value: float | None, digits: int, samples: int, q: float | None) -> str:
-    """A compared figure, or its sample count when it is a percentile the count does not resolve."""
-    return fmt(value, digits) if q is None or samples >= min_samples(q) else f"n={samples}"
+VERDICT_WORDS = {"faster": "faster", "slower": "slower", "no change detected": "no change detected",
+                 "too few": "too few to compare"}
+
+
+def _interval(f: ComparedFigure) -> str:
+    """The change with its interval, or why there is none (the sample counts of both sides)."""
+    if f.low_pct is not None and f.high_pct is not None:
+        return f"{fmt_pct(f.change_pct)} [{f.low_pct:+.1f}, {f.high_pct:+.1f}]"
+    if f.units == (0, 0):
+        return f"{fmt_pct(f.change_pct)}, no {f.unit} to resample"
+    return f"{fmt_pct(f.change_pct)}, {f.units[0]} vs {f.units[1]} {f.unit}"
 
 
 def comparison_table(baseline: RunResult, run: RunResult) -> str:
-    """Per scenario and figure: the baseline, this run, and the change (or which side lacks it)."""
-    samples = {side: {r.name: r.ttft_samples for r in scenario_rows(which)} for side, which in (("base", baseline), ("run", run))}
+    """Per scenario and figure: the baseline, this run, the verdict and the change with its interval."""
+    compared = compare_runs(baseline, run)
     lines = [render.note(f"{baseline.metadata.run_id} (baseline) -> {run.metadata.run_id} (this run)")]
-    rows = []
-    for sc in compare_runs(baseline, run):
-        name = sc.name + (" (client-bound)" if sc.client_bound else "")
+    rows: list[tuple[str, ...]] = []
+    headings: dict[int, list[str]] = {}  # figure row index -> the scenario lines printed before it
+    for sc in compared:
+        heading = sc.name + (" (client-bound)" if sc.client_bound else "")
         if not (sc.in_baseline and sc.in_run):
-            rows.append((name, "only in " + ("the baseline" if sc.in_baseline else "this run"), "", "", ""))
-            continue
-        for i, f in enumerate(sc.figures):
-            digits, q = (1 if f.metric.endswith("_ms") else 2), PERCENTILE_OF.get(f.metric)
-            cells = (_figure(f.baseline, digits, samples["base"][sc.name], q), _figure(f.run, digits, samples["run"][sc.name], q))
-            change = fmt_pct(f.change_pct) if not any(c.startswith("n=") for c in cells) else "-"
-            rows.append((name if i == 0 else "", f.label, *cells, change))
-    lines.append(render.columns(("scenario", "figure", "baseline", "this run", "change"), rows, right=(2, 3)))
-    lines.append(render.note("higher is better for tok/s, lower for TTFT; n=N: too few samples for that percentile"))
+            heading += ": only in " + ("the baseline" if sc.in_baseline else "this run")
+        headings.setdefault(len(rows), []).append(heading)
+        if sc.in_baseline and sc.in_run:
+            for f in sc.figures:
+                digits = 1 if f.metric.endswith("_ms") else 2
+                rows.append(("  " + f.label, fmt(f.baseline, digits), fmt(f.run, digits), VERDICT_WORDS[f.verdict], _interval(f)))
+    confidence = f"{compared[0].confidence:.0%}" if compared else "95%"
+    table = render.columns(("", "baseline", "this run", "verdict", f"change [{confidence} CI]"), rows, right=(1, 2)).split("\n")
+    lines.append(table[0])
+    row = 0
+    for line in table[1:]:
+        if not line.startswith("   "):  # a figure's first line, not the wrapped rest of its last cell
+            lines += headings.pop(row, [])
+            row += 1
+        lines.append(line)
+    lines += [line for rest in headings.values() for line in rest]  # scenarios after the last figure
+    lines.append(render.note(
+        f"medians (output tok/s: of the rounds; sustained and rate: the steady window); change = this run / baseline - 1, "
+        f"its {confidence} bootstrap interval resampling requests (rounds, window slices) {RESAMPLES} times; faster or "
+        f"slower only when the interval excludes 0; too few: under {MIN_UNITS} on a side"))
     return "\n".join(lines)
+
+
+def fingerprint_lines(baseline: RunResult, run: RunResult) -> list[tuple[str, bool]]:
+    """The two runs' fingerprints: (line, True when it shows a field that differs)."""
+    rows = compare_fingerprints(baseline, run)
+    lines: list[tuple[str, bool]] = [(render.note("fingerprints (* differs):"), False)]
+    label = max((len(row.field) for row in rows), default=0)
+    for row in rows:
+        value = row.run if not row.differs else f"baseline: {row.baseline}\nthis run: {row.run}"
+        text = render.details([(("* " if row.differs else "  ") + row.field.ljust(label), value)])  # aligned across rows
+        lines += [(line, row.differs) for line in text.split("\n")]
+    return lines
 
 
 def _api_name(c: Comparison, api: str | None) -> str:
@@ -120,7 +158,11 @@ def print_run(
     out = file or sys.stdout
     print(results_table(run), file=out)
     if baseline is not None:
-        print("\n" + comparison_table(baseline, run), file=out)
+        print("\n" + comparison_table(baseline, run) + "\n", file=out)
+        # Rich colours the differing fields on a terminal and writes plain text to a pipe.
+        console = Console(file=out, highlight=False, soft_wrap=True)
+        for line, differs in fingerprint_lines(baseline, run):
+            console.print(Text(line, style="bold yellow" if differs else ""))
     if comparisons:
         print("\n" + costs_table(comparisons, run, api), file=out)
     for warning in warnings(run):
@@ -143,6 +185,7 @@ def run_json(
     if baseline is not None:
         out["baseline_run_id"] = baseline.metadata.run_id
         out["comparison"] = [c.as_dict() for c in compare_runs(baseline, run)]
+        out["fingerprints"] = [row.as_dict() for row in compare_fingerprints(baseline, run)]
     if comparisons:
         out["costs"] = {name: c.model_dump(mode="json") | {"breaks_even": c.breaks_even} for name, c in comparisons.items()}
     return out
