@@ -88,3 +88,93 @@ def test_missing_metrics_are_unavailable_not_failed():
     c = checks(Snapshot(unavailable="no usable /metrics (HTTP 404)"), snap(512))
     assert (c.available, c.generation_tokens_equal, c.failures) == (False, None, [])
     assert "404" in c.reason
+
+
+# ---- the sampler: peak and metrics over time -------------------------------------------------
+import asyncio  # noqa: E402
+import time  # noqa: E402
+
+import pytest  # noqa: E402
+
+from servingctl.bench import server_metrics  # noqa: E402
+from servingctl.bench.server_metrics import ServerMetrics, thinned  # noqa: E402
+from servingctl.schema.results import ServerSample  # noqa: E402
+
+
+class _Server:
+    """A backend whose /metrics counts up per scrape; from scrape `hang_after` on it never answers,
+    and scrapes listed in `errors` fail like a refused connection."""
+
+    def __init__(self, *, kv_name: str = "vllm:kv_cache_usage_perc", hang_after: int | None = None,
+                 errors: frozenset[int] = frozenset()) -> None:
+        self.kv_name, self.hang_after, self.errors = kv_name, hang_after, errors
+        self.scrapes = 0
+
+    def clock(self) -> int:
+        return time.monotonic_ns()
+
+    async def get_text(self, path: str) -> tuple[int | None, str]:
+        assert path == "/metrics"
+        n = self.scrapes
+        self.scrapes += 1
+        if self.hang_after is not None and n >= self.hang_after:
+            await asyncio.sleep(3600)
+        if n in self.errors:
+            return None, "ConnectError: refused"
+        return 200, "\n".join([
+            f'vllm:num_requests_running{{model_name="tiny"}} {n % 3}',
+            'vllm:num_requests_waiting{model_name="tiny"} 1',
+            f'{self.kv_name}{{model_name="tiny"}} 0.25',
+            f'vllm:generation_tokens_total{{model_name="tiny"}} {10 * n}',
+            f'vllm:prompt_tokens_total{{model_name="tiny"}} {100 * n}',
+            f'vllm:spec_decode_num_draft_tokens_total{{model_name="tiny"}} {3 * n}',
+            f'vllm:spec_decode_num_accepted_tokens_total{{model_name="tiny"}} {2 * n}',
+        ])
+
+
+async def _sample_for(server: _Server, seconds: float) -> tuple[ServerMetrics, float]:
+    """Run the sampler `seconds`, then stop it; returns it and how long stopping took."""
+    metrics = ServerMetrics(server, "tiny", interval_s=0.02)  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    task = asyncio.create_task(metrics.sample(stop, server.clock()))
+    await asyncio.sleep(seconds)
+    stopping = time.monotonic()
+    stop.set()
+    await task
+    return metrics, time.monotonic() - stopping
+
+
+@pytest.mark.parametrize("kv_name", ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"])
+def test_sampler_keeps_one_sample_per_interval_of_every_metric(monkeypatch, kv_name):
+    monkeypatch.setattr(server_metrics, "TIMELINE_INTERVAL_S", 0.2)
+    metrics, _ = asyncio.run(_sample_for(_Server(kv_name=kv_name), 1.0))
+    timeline = metrics.timeline
+    assert 4 <= len(timeline) <= 6  # one a 0.2 s over 1 s (first at once)
+    gaps = [b.t_ns - a.t_ns for a, b in zip(timeline, timeline[1:])]
+    assert all(gap >= 0.2e9 for gap in gaps) and timeline[0].t_ns < 0.1e9
+    assert {(p.waiting, p.kv_cache_usage) for p in timeline} == {(1.0, 0.25)}  # either name of the KV gauge
+    assert [p.generation_tokens for p in timeline] == sorted(p.generation_tokens for p in timeline)
+    assert all(p.spec_accepted_tokens == 2 / 3 * p.spec_draft_tokens for p in timeline)
+    # the peak still comes from every scrape (0.02 s apart), not only the kept ones
+    assert metrics.running_samples > 3 * len(timeline) and metrics.peak_running == 2
+
+
+def test_sampler_skips_failed_scrapes_and_stops_promptly_when_the_server_stops_answering(monkeypatch):
+    monkeypatch.setattr(server_metrics, "TIMELINE_INTERVAL_S", 0.0)  # keep every answered scrape
+    monkeypatch.setattr(server_metrics, "SCRAPE_TIMEOUT_S", 0.3)
+    metrics, stopping_s = asyncio.run(_sample_for(_Server(hang_after=5, errors=frozenset({1, 2})), 1.0))
+    assert [p.generation_tokens for p in metrics.timeline] == [0.0, 30.0, 40.0]  # scrapes 1, 2 failed; then it hung
+    assert stopping_s < 0.3 + 0.2  # a hung scrape holds the end of a scenario at most SCRAPE_TIMEOUT_S
+
+
+def test_a_server_without_the_metrics_gives_empty_samples_not_errors():
+    sample = server_metrics.server_sample({}, 5)
+    assert sample == ServerSample(t_ns=5)
+
+
+def test_thinned_keeps_the_limit_at_the_limit_and_spreads_one_past_it():
+    timeline = [ServerSample(t_ns=i) for i in range(301)]
+    assert thinned(timeline[:300], 300) == timeline[:300]
+    kept = thinned(timeline, 300)
+    assert len(kept) == 300 and kept[0].t_ns == 0 and kept[-1].t_ns == 300
+    assert len({p.t_ns for p in kept}) == 300

@@ -1,12 +1,17 @@
 """Charts: the plotted series are the run's figures, and the files are real PNGs."""
 
+from datetime import timedelta
+
 import matplotlib.image
 import pytest
+
+from servingctl.schema.results import ServerSample
 
 from servingctl.bench.outputs.charts import (
     CLIENT_BOUND_LABEL,
     aggregate_figure,
     compare_figure,
+    server_figure,
     ttft_figure,
     write_charts,
 )
@@ -64,3 +69,39 @@ def test_charts_are_written_as_png(run, baseline, tmp_path):
         image = matplotlib.image.imread(path)
         assert image.shape[0] > 300 and image.shape[1] > 500
     assert [p.name for p in write_charts(run, tmp_path / "solo")] == ["aggregate_tok_s.png", "ttft.png"]
+
+
+def _with_timelines(run, *, spec: bool):
+    """Each scenario 3 s after the previous one, sampled each second: 2 running, 10 tokens/s,
+    2 of every 3 drafted tokens accepted (when spec)."""
+    for i, scenario in enumerate(run.scenarios):
+        scenario.t0_wall = scenario.t0_wall + timedelta(seconds=3 * i)
+        scenario.server_timeline = [
+            ServerSample(t_ns=int(k * 1e9), running=2, waiting=0, kv_cache_usage=0.5 if spec else None,
+                         generation_tokens=100 * i + 10 * k, spec_draft_tokens=30 * k if spec else None,
+                         spec_accepted_tokens=20 * k if spec else None)
+            for k in range(3)
+        ]
+    return run
+
+
+def test_server_chart_plots_the_metrics_over_the_run_time(run):
+    fig = server_figure(_with_timelines(run, spec=True))
+    labels = [ax.get_ylabel() for ax in fig.axes]
+    assert labels == ["requests", "KV cache %", "generated tok/s", "draft acceptance"]
+    running = next(line for line in fig.axes[0].get_lines() if line.get_label() == "running")
+    assert list(running.get_xdata()) == [0.0, 1.0, 2.0]  # the first scenario; the next ones start at 3 s
+    xs = sorted(x for line in fig.axes[2].get_lines() for x in line.get_xdata())
+    assert xs == [1.0, 2.0, 4.0, 5.0, 7.0, 8.0, 10.0, 11.0]  # a rate per interval, never across scenarios
+    assert {y for line in fig.axes[2].get_lines() for y in line.get_ydata()} == {10.0}
+    assert [y for line in fig.axes[3].get_lines() for y in line.get_ydata()] == pytest.approx([2 / 3] * 8)
+    assert [t.get_text() for t in fig.axes[0].texts] == [s.summary.name for s in run.scenarios]
+
+
+def test_server_chart_leaves_out_what_the_server_does_not_expose(run, tmp_path):
+    assert server_figure(run) is None  # no /metrics: no chart, no file
+    fig = server_figure(_with_timelines(run, spec=False))
+    assert [ax.get_ylabel() for ax in fig.axes] == ["requests", "generated tok/s"]
+    names = [p.name for p in write_charts(run, tmp_path)]
+    assert names == ["aggregate_tok_s.png", "ttft.png", "server_metrics.png"]
+    assert matplotlib.image.imread(tmp_path / "server_metrics.png").shape[0] > 300

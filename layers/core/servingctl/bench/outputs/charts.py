@@ -1,6 +1,8 @@
 """PNG charts of a run (matplotlib's object API with the Agg canvas: no pyplot, no display):
 aggregate tok/s vs concurrency per input length, TTFT (median, p90 whisker) vs input length per
-concurrency, and a side-by-side of two runs. Builders return the Figure so callers can inspect it."""
+concurrency, the server's /metrics over the run's time (requests running and waiting, KV-cache use,
+generated tok/s, spec-decode acceptance; one band per scenario) and a side-by-side of two runs.
+Builders return the Figure so callers can inspect it."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from servingctl.bench.outputs.rows import ScenarioRow, compare_runs, scenario_ro
 AGGREGATE_PNG = "aggregate_tok_s.png"
 TTFT_PNG = "ttft.png"
 COMPARE_PNG = "compare.png"
+SERVER_PNG = "server_metrics.png"
 CLIENT_BOUND_LABEL = "client-bound (client's limit, not the server's)"
 
 
@@ -103,11 +106,76 @@ def compare_figure(baseline: RunResult, run: RunResult) -> Figure:
     return fig
 
 
+def _rates(times: list[float], totals: list[float | None]) -> tuple[list[float], list[float]]:
+    """Per-second rates of a counter between consecutive samples (at the later sample's time)."""
+    xs, ys = [], []
+    for (t0, a), (t1, b) in zip(zip(times, totals), zip(times[1:], totals[1:])):
+        if a is not None and b is not None and t1 > t0:
+            xs.append(t1)
+            ys.append((b - a) / (t1 - t0))
+    return xs, ys
+
+
+def _acceptance(times: list[float], samples: list) -> tuple[list[float], list[float]]:
+    """Accepted / draft tokens between consecutive samples that drafted anything."""
+    xs, ys = [], []
+    for t, a, b in zip(times[1:], samples, samples[1:]):
+        if None in (a.spec_draft_tokens, b.spec_draft_tokens, a.spec_accepted_tokens, b.spec_accepted_tokens):
+            continue
+        drafted = b.spec_draft_tokens - a.spec_draft_tokens
+        if drafted > 0:
+            xs.append(t)
+            ys.append((b.spec_accepted_tokens - a.spec_accepted_tokens) / drafted)
+    return xs, ys
+
+
+def server_figure(run: RunResult) -> Figure | None:
+    """The server's metrics over the run, stacked panels sharing the time axis (seconds since the
+    first scenario started), each scenario a shaded band named at its top; None without samples."""
+    scenarios = [s for s in run.scenarios if s.server_timeline]
+    if not scenarios:
+        return None
+    origin = min(s.t0_wall for s in scenarios)
+    series = []  # per scenario: (name, start s, end s, times s, samples)
+    for s in scenarios:
+        offset = (s.t0_wall - origin).total_seconds()
+        times = [offset + p.t_ns / 1e9 for p in s.server_timeline]
+        series.append((s.summary.name, offset, times[-1], times, s.server_timeline))
+    spec = any(p.spec_draft_tokens is not None for *_, samples in series for p in samples)
+    kv = any(p.kv_cache_usage is not None for *_, samples in series for p in samples)
+    panels = ["requests", *(["kv"] if kv else []), "tokens", *(["spec"] if spec else [])]
+    fig = _figure(8.0, 1.9 * len(panels) + 1.0)
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, panel in zip(axes, panels):
+        for i, (name, start, end, times, samples) in enumerate(series):
+            ax.axvspan(start, max(end, start + 0.5), color="grey", alpha=0.08 if i % 2 else 0.16, linewidth=0)
+            first = i == 0
+            if panel == "requests":
+                ax.step(times, [p.running for p in samples], where="post", color="C0", label="running" if first else None)
+                ax.step(times, [p.waiting for p in samples], where="post", color="C3", label="waiting" if first else None)
+                ax.annotate(name, (start, 1.0), xycoords=("data", "axes fraction"), fontsize=7, va="bottom", rotation=20)
+            elif panel == "kv":
+                ax.plot(times, [None if p.kv_cache_usage is None else 100 * p.kv_cache_usage for p in samples], color="C2")
+            elif panel == "tokens":
+                ax.plot(*_rates(times, [p.generation_tokens for p in samples]), color="C1", marker=".")
+            else:
+                ax.plot(*_acceptance(times, samples), color="C4", marker=".")
+        ax.set_ylabel({"requests": "requests", "kv": "KV cache %", "tokens": "generated tok/s",
+                       "spec": "draft acceptance"}[panel], fontsize=8)
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=7, loc="upper right")
+    axes[-1].set_xlabel("seconds since the first scenario started (server /metrics about once a second)")
+    fig.suptitle(f"Server metrics over time: {run.config.model} ({run.metadata.run_id})")
+    return fig
+
+
 def write_charts(run: RunResult, directory: Path | str, *, baseline: RunResult | None = None) -> list[Path]:
     """Save the charts of a run (and the comparison when a baseline is given) as PNGs in DIR."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     figures = [(AGGREGATE_PNG, aggregate_figure(run)), (TTFT_PNG, ttft_figure(run))]
+    if (server := server_figure(run)) is not None:  # under the latency chart; not for servers without /metrics
+        figures.append((SERVER_PNG, server))
     if baseline is not None:
         figures.append((COMPARE_PNG, compare_figure(baseline, run)))
     paths = []

@@ -364,6 +364,10 @@ def render_report(
     if comparison:
         lines += costs_section(comparison, frozenset(s.name for s in summaries if s.client_bound))
     lines += ["## Latency detail", "", *latency_table(summaries), ""]
+    lines += ["## Charts", "", "![TTFT by input length](ttft.png)", ""]
+    if any(s.server_timeline for s in run.scenarios):
+        lines += ["The server's /metrics, sampled about once a second during each scenario (shaded bands):", "",
+                  "![server metrics over time](server_metrics.png)", ""]
     lines += ["## Checks", "", *checks_table(summaries), ""]
     lines += failures_section(summaries)
     lines += metadata_section(run)

@@ -58,6 +58,10 @@ def results_table(run: RunResult) -> str:
         lines.append(line)
         if r.client_bound:
             lines.append(CLIENT_BOUND)
+    accepted = [(s.summary.name, s.summary.server.spec_decode_acceptance_rate) for s in run.scenarios
+                if s.summary.server.spec_decode_acceptance_rate is not None]
+    if accepted:  # speculative decoding (MTP): how much of the draft the model kept
+        lines.append(render.note("spec-decode acceptance: " + ", ".join(f"{name} {rate:.1%}" for name, rate in accepted)))
     if any(_input(r) != str(r.input_tokens_target) for r in rows):
         lines.append(render.note("input tokens: asked (measured after the chat template, where it differs)"))
     return "\n".join(lines)
