@@ -23,7 +23,7 @@ from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 
 PROFILE = "deepseek-v4-flash"
 POLL = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}
-MATRIX = ["--input-tokens", "64,128", "--concurrency", "1,2", "--warmup", "1", "--rounds", "2", "--max-tokens", "16"]
+MATRIX = ["--input-tokens", "64,128", "--concurrency", "1,2", "--warmup", "1", "--rounds", "3", "--max-tokens", "16"]
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,10 @@ def test_bench_profile_runs_in_the_vpc_then_runs_and_report_compare_read_it_back
     files = {Path(p).relative_to(tmp_path / "first").as_posix() for p in first["files"]}
     assert {"results.json", "report.md", "aggregate_tok_s.png", "ttft.png", "vllm/in64-c1.json"} <= files
     run = read_results(tmp_path / "first")
-    assert len(run.scenarios) == 4 and all(len(s.records) == 3 * s.summary.concurrency for s in run.scenarios)
+    assert len(run.scenarios) == 4 and all(len(s.records) == 4 * s.summary.concurrency for s in run.scenarios)
+    # the server's /metrics over time came back from DynamoDB with each scenario, and is charted
+    assert all(s.server_timeline and s.server_timeline[0].running is not None for s in run.scenarios)
+    assert "server_metrics.png" in files and run.metadata.client_host is not None
     assert run.config.seed == 7 and run.config.headers == {"X-LLM-Profile": PROFILE}
     # the costs in the report are the ones stored at the profile's instance price
     assert set(first["costs"]) == {s["name"] for s in first["scenarios"]}
@@ -102,6 +105,37 @@ def test_bench_profile_runs_in_the_vpc_then_runs_and_report_compare_read_it_back
     summaries = {s.name: s.summary for s in DynamoBenchmarkStore(twin.table_name, resource).list_scenarios(second_id)}
     assert {r["name"]: r["aggregate_tok_s"] for r in report["scenarios"]} == {n: s.aggregate_tok_s for n, s in summaries.items()}
     assert {s.summary.name: s.summary for s in stored.scenarios} == summaries
+
+    # each figure with its interval where both runs have 5 units or more (TTFT of c2: 3 rounds x 2
+    # requests; of c1: 3, too few); output tok/s resamples the 3 rounds: too few
+    figures = {(c["name"], f["label"]): f for c in report["comparison"] for f in c["figures"]}
+    assert {name: f["units"] for (name, label), f in figures.items() if label == "TTFT ms"} == {
+        "in64-c1": [3, 3], "in64-c2": [6, 6], "in128-c1": [3, 3], "in128-c2": [6, 6]}
+    assert {f["units"][0] for (_, label), f in figures.items() if label == "output tok/s"} == {3}
+    called = 0
+    for (name, label), f in figures.items():
+        if f["baseline"] == 0:  # the simulator can stream a whole answer in one step: ITL 0
+            assert f["verdict"] == "baseline 0" and f["low_pct"] is None
+            continue
+        enough = min(f["units"]) >= 5
+        assert (f["low_pct"] is not None) == enough, (name, label, f)
+        assert f["verdict"] in (("faster", "slower", "no change detected") if enough else ("too few",))
+        if enough:
+            called += 1
+            assert f["low_pct"] <= f["change_pct"] <= f["high_pct"]
+    assert called >= 2  # TTFT of both c2 scenarios at least
+    fingerprints = {row["field"]: row for row in report["fingerprints"]}
+    assert fingerprints["instance"]["run"] == fingerprints["instance"]["baseline"] and not fingerprints["instance"]["differs"]
+    assert fingerprints["instance"]["run"].startswith("g7e.12xlarge") and fingerprints["image"]["run"]
+    assert {"client CPU", "client load (1 min)", "engine", "max_num_seqs", "revision"} <= set(fingerprints)
+    assert fingerprints["load"]["differs"] and "seed 7" in fingerprints["load"]["baseline"]  # the first run's --seed 7
+    # the same comparison as a person reads it, piped at 80 columns
+    code, out, _ = cli("report", second_id, "--compare", run.metadata.run_id, "--no-files")
+    assert code == 0
+    table = out[out.index("(baseline) ->"):]
+    assert all(len(line) <= 80 for line in table.splitlines()), table
+    assert "in64-c2" in table and "too few to compare" in table and "fingerprints (* differs)" in table
+    assert "  instance " in table and "  * instance" not in table
 
     code, out, _ = cli("status", PROFILE, "--json")
     assert _json(out)["phase"] == "STOPPED"  # --stop stopped it

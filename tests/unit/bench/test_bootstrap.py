@@ -93,3 +93,9 @@ def test_mean_statistic_for_window_throughput():
     run = [[float(v)] for v in rng.normal(800.0, 30.0, 20)]
     change = compare(base, run, higher_is_better=True, seed=3, kind="mean")
     assert change.verdict == "slower" and change.baseline == pytest.approx(np.mean([u[0] for u in base]))
+
+
+def test_a_zero_baseline_has_no_relative_change():
+    rng = np.random.default_rng(17)
+    change = compare([[0.0]] * 20, _requests(rng, 20), higher_is_better=False, seed=1)
+    assert (change.verdict, change.change_pct, change.low_pct) == ("baseline 0", None, None)

@@ -31,7 +31,7 @@ GRID = 1000
 BLOCK_CELLS = 2_000_000
 
 Statistic = Literal["median", "mean"]
-Verdict = Literal["faster", "slower", "no change detected", "too few"]
+Verdict = Literal["faster", "slower", "no change detected", "too few", "baseline 0"]
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,10 @@ def compare(baseline: Sequence[Sequence[float]], run: Sequence[Sequence[float]],
     base_units, run_units = [u for u in baseline if len(u)], [u for u in run if len(u)]
     b, r = statistic(base_units, kind), statistic(run_units, kind)
     units = (len(base_units), len(run_units))
-    if min(units) < MIN_UNITS or not b or r is None:
-        return Change(b, r, None if not b or r is None else (r / b - 1) * 100, units=units, confidence=confidence)
+    if b == 0 and r is not None:  # a change relative to nothing has no size
+        return Change(b, r, None, verdict="baseline 0", units=units, confidence=confidence)
+    if min(units) < MIN_UNITS or b is None or r is None:
+        return Change(b, r, None if b is None or r is None else (r / b - 1) * 100, units=units, confidence=confidence)
     rng = np.random.default_rng(seed)
     base_reps = replicates(base_units, rng, resamples=resamples, kind=kind)
     run_reps = replicates(run_units, rng, resamples=resamples, kind=kind)

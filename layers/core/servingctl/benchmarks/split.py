@@ -141,4 +141,11 @@ def merge_shards(
         for i, part in enumerate(parts)
         if part.late_start_s > LATE_START_WARN_S
     ]
-    return ScenarioResult(summary=summary, calibration=calibration, t0_wall=t0, rounds=rounds, records=records), warnings
+    # Every shard scraped the same server: one view of it (the first shard that has one) is kept.
+    viewer = next((part for part in parts if part.server_timeline), None)
+    timeline = [] if viewer is None else [
+        sample.model_copy(update={"t_ns": sample.t_ns + round((viewer.t0_wall - t0).total_seconds() * 1e9)})
+        for sample in viewer.server_timeline
+    ]
+    return ScenarioResult(summary=summary, calibration=calibration, t0_wall=t0, rounds=rounds, records=records,
+                          server_timeline=timeline), warnings

@@ -31,7 +31,7 @@ import httpx
 import servingctl
 from servingctl.bench.backend import Backend, Connection
 from servingctl.benchmarks.matrix import BenchmarkInput, PlannedScenario, parse_benchmark_input, plan_scenarios, run_config
-from servingctl.schema.results import SCHEMA_VERSION, Calibration, ClientSelfCheck, ScenarioSummary
+from servingctl.schema.results import SCHEMA_VERSION, Calibration, ClientSelfCheck, ScenarioSummary, ServerSample
 from servingctl.bench.runner import Measurement, Shard, connection_for, measure_scenario, prepare, settled_snapshot, summarize_measurement
 from servingctl.bench.server_metrics import ServerMetrics, Snapshot, thinned
 from servingctl.benchmarks.split import ShardPlan, earliest_snapshot, merge_shards, plan_shards, shard_config
@@ -55,6 +55,7 @@ HOLD_MARGIN_S = 600
 # A scenario's item holds its metrics over time: an ECS scenario of hours would pass DynamoDB's
 # 400 KB item limit at one sample a second, so longer timelines are thinned to this many (~60 KB).
 STORED_TIMELINE_SAMPLES = 300
+SHARD_TIMELINE_SAMPLES = 100
 
 
 class ProfileNotReady(ControlError):
@@ -317,6 +318,10 @@ def run_shard(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
         "running_samples": m.running_samples,
         "client": m.client.model_dump(mode="json"),
         "late_start_s": m.late_start_s,
+        # The server is the same for every shard: shard 0 alone carries its view, thinned so the
+        # Map state's output stays far under Step Functions' 256 KB payload limit.
+        "server_timeline": [p.model_dump(exclude_none=True) for p in thinned(m.server_timeline, SHARD_TIMELINE_SAMPLES)]
+        if shard.index == 0 else [],
     }
 
 
@@ -342,6 +347,7 @@ def merge(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
             records=records, rounds=[], before=before, after=before, peak_running=out["peak_running"],
             running_samples=out["running_samples"], client=ClientSelfCheck.model_validate(out["client"]),
             late_start_s=out["late_start_s"],
+            server_timeline=[ServerSample.model_validate(p) for p in out.get("server_timeline") or []],
         ))
     client_tokens = sum(r.completion_tokens or 0 for p in parts for r in p.records)
     after = asyncio.run(_after_snapshot(deps, run, earliest_snapshot([p.before for p in parts]), client_tokens))

@@ -43,14 +43,16 @@ def fingerprint(run: RunResult) -> dict[str, str]:
     version = (meta.server_version or {}).get("version") or deployed.get("vllm_version") or serving.get("vllm_version")
     fields: dict[str, str | None] = {
         "model": config.model,
-        "model id": "@".join(str(v) for v in (serving.get("model_id"), serving.get("revision")) if v) or None,
+        "model id": serving.get("model_id"),
+        "revision": serving.get("revision"),
         "profile": deployed.get("profile"),
         "instance": deployed.get("instance_type") and f"{deployed['instance_type']} ({deployed.get('gpu_count', '?')} GPU)",
         "region": deployed.get("region"),
         "image": deployed.get("image") or serving.get("image"),
         "vLLM version": version,
     }
-    fields |= {f"serving {key}": " ".join(map(str, value)) if isinstance(value, list) else str(value)
+    # The serving options under their registry names (vLLM's flags in snake case; args: the command line).
+    fields |= {("vLLM args" if key == "args" else key): " ".join(map(str, value)) if isinstance(value, list) else str(value)
                for key, value in sorted(serving.items()) if key not in SHOWN and value not in (None, [])}
     fields |= {
         "load": f"{config.mode}, max_tokens {config.max_tokens}, warmup {config.warmup}"

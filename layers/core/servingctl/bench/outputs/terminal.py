@@ -68,7 +68,7 @@ def results_table(run: RunResult) -> str:
 
 
 VERDICT_WORDS = {"faster": "faster", "slower": "slower", "no change detected": "no change detected",
-                 "too few": "too few to compare"}
+                 "too few": "too few to compare", "baseline 0": "baseline is 0"}
 
 
 def _interval(f: ComparedFigure) -> str:
