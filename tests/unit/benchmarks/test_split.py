@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from servingctl.bench.metrics import round_result, scenario_summary, with_request_metrics
-from servingctl.schema.results import Calibration, RequestRecord, RunConfig, ServerChecks
+from servingctl.schema.results import Calibration, RequestRecord, RunConfig, ServerChecks, ServerSample
 from servingctl.bench.runner import INDEX_STRIDE, Measurement
 from servingctl.bench.selfcheck import judge
 from servingctl.bench.server_metrics import GENERATION, PROMPT, Snapshot
@@ -130,3 +130,15 @@ def test_merge_without_server_counters_marks_the_check_unavailable() -> None:
     parts[1].before = Snapshot(unavailable="no usable /metrics (HTTP 404)")
     result, _ = merge_shards(BURST, CALIBRATION, 2, parts, Snapshot(totals={GENERATION: 124.0}))
     assert result.summary.server.available is False and "404" in result.summary.server.reason
+
+
+def test_merge_keeps_one_shards_server_timeline_on_the_merged_clock() -> None:
+    parts = [_part(0, 50.0, 100.0), _part(1, 0.0, 100.0)]  # shard 0 started 50 ms after shard 1
+    parts[0].server_timeline = [ServerSample(t_ns=0, running=2), ServerSample(t_ns=1_000 * MS, running=2)]
+    parts[1].server_timeline = [ServerSample(t_ns=0, running=1)]
+    result, _ = merge_shards(BURST, CALIBRATION, 2, parts, Snapshot(totals={GENERATION: 124.0, PROMPT: 2124.0}))
+    # the first shard with a view of the server, its times moved by its 50 ms late start
+    assert [(p.t_ns, p.running) for p in result.server_timeline] == [(50 * MS, 2), (1_050 * MS, 2)]
+    parts[0].server_timeline = []
+    result, _ = merge_shards(BURST, CALIBRATION, 2, parts, Snapshot(totals={GENERATION: 124.0, PROMPT: 2124.0}))
+    assert [(p.t_ns, p.running) for p in result.server_timeline] == [(0, 1)]
