@@ -33,6 +33,7 @@ def test_cli_sweep_counts_equal_the_server_counters(vllm_server, tmp_path, capsy
     assert code == 0, capsys.readouterr()
     run = read_results(tmp_path)
     assert len(run.scenarios) == 4
+    assert (tmp_path / "server_metrics.png").is_file() and run.metadata.client_host.load_average_end is not None
     for scenario in run.scenarios:
         s, cal = scenario.summary, scenario.calibration
         assert cal.method == "tokenize" and cal.actual_tokens <= cal.target_tokens
@@ -46,6 +47,13 @@ def test_cli_sweep_counts_equal_the_server_counters(vllm_server, tmp_path, capsy
         assert s.server.generation_tokens_delta == (s.requests + s.concurrency) * MAX_TOKENS
         assert s.server.prefix_cache_ok is True
         assert s.aggregate_tok_s and s.ttft_ms.median
+        # vLLM's /metrics over time: about one sample a second, every gauge and counter read
+        timeline = scenario.server_timeline
+        assert len(timeline) >= max(1, int(s.client.wall_seconds) - 1), (len(timeline), s.client.wall_seconds)
+        assert all(p.running is not None and p.waiting is not None and p.kv_cache_usage is not None for p in timeline)
+        assert all(0.0 <= p.kv_cache_usage <= 1.0 for p in timeline)
+        tokens = [p.generation_tokens for p in timeline]
+        assert tokens == sorted(tokens) and tokens[-1] - tokens[0] <= s.server.generation_tokens_delta
         # Decode rate per request from its first to its last token; a request whose tokens all came
         # in one read (the client was late: a busy machine) has none, and the run says so.
         measured = [r for r in scenario.records if not r.warmup]
@@ -79,6 +87,9 @@ def test_speculative_chunks_carry_several_tokens_counted_exactly(vllm_spec_serve
         assert len(record.chunks) < MAX_TOKENS
     assert s.server.generation_tokens_equal is True
     assert s.server.spec_decode_acceptance_rate is not None and 0 <= s.server.spec_decode_acceptance_rate <= 1
+    # the draft counters over time too (the chart's acceptance panel)
+    assert scenario.server_timeline and all(p.spec_draft_tokens is not None and p.spec_accepted_tokens is not None
+                                            for p in scenario.server_timeline)
     # token-normalized ITL has one sample per token after the first chunk, not one per chunk
     measured = [r for r in scenario.records if not r.warmup]
     assert s.itl_ms.count == sum(MAX_TOKENS - r.chunks[0][1] for r in measured) > s.chunk_gap_ms.count
