@@ -19,7 +19,8 @@ def test_the_demo_runs_the_main_path_and_leaves_nothing_running(tmp_path: Path, 
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     summary = json.loads((tmp_path / "work/demo.json").read_text())
-    assert summary["steps"] == {"status": 0, "start": 0, "bench": 0, "stop": 0, "ledger": 0} and summary["left_running"] == []
+    assert summary["steps"] == {"status": 0, "start": 0, "bench": 0, "bench again": 0, "compare": 0, "stop": 0, "ledger": 0}
+    assert summary["left_running"] == []
     for step in ("$ servingctl start deepseek-v4-flash --wait", "$ servingctl bench --profile deepseek-v4-flash",
                  "$ servingctl stop deepseek-v4-flash --wait", "$ servingctl costs ledger --profile deepseek-v4-flash"):
         assert step in out
@@ -29,3 +30,13 @@ def test_the_demo_runs_the_main_path_and_leaves_nothing_running(tmp_path: Path, 
     assert sorted(s.summary.name for s in run.scenarios) == ["in1024-c1", "in1024-c4", "in256-c1", "in256-c4"]
     assert {p.name for p in (tmp_path / "out").iterdir()} >= {"report.md", "results.json", "aggregate_tok_s.png", "ttft.png", "vllm"}
     assert "g7e.12xlarge" in out and "12.17" in out  # the ledger entry at the instance's hourly price
+    # the second run against the first, through the API: in256-c4 with intervals, the rest only in the baseline
+    first, second = run.metadata.run_id, read_results(tmp_path / "out/again").metadata.run_id
+    assert f"$ servingctl report {second} --compare {first}" in out
+    assert f"{first} (baseline) -> {second} (this run)" in out and "in1024-c1: only in the baseline" in out
+    compared = out[out.index("(baseline) ->"):].splitlines()
+    heading = next(i for i, line in enumerate(compared) if line.split()[:1] == ["in256-c4"])  # maybe "(client-bound)"
+    ttft = compared[heading + 2]  # the figure after output tok/s
+    assert ttft.strip().startswith("TTFT ms") and "[" in ttft, "\n".join(compared)  # 12 requests a side: an interval
+    assert "fingerprints (* differs)" in out and "server_metrics.png" in {p.name for p in (tmp_path / "out").iterdir()}
+    assert (tmp_path / "out/compare/compare.png").is_file()

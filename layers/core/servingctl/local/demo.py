@@ -4,7 +4,8 @@ Brings the local twin up in its own process (`servingctl local up`, real vLLM on
 its output in a log file), then runs the commands a person would type: status, start --wait
 (phases shown as they pass), bench --profile (2 input lengths x 2 concurrencies, measured by the
 worker "inside the VPC"; the report table, the cost comparison, report.md, vLLM-compatible files and
-charts), stop --wait, and the ledger. Whatever happens, it stops the twin (which stops every model
+charts, the server's metrics over time), one scenario measured again and `report --compare` of the
+two stored runs (intervals, verdicts, fingerprints), stop --wait, and the ledger. Whatever happens, it stops the twin (which stops every model
 server), checks that none of its processes is left, and says where the files are.
 
     python -m servingctl.local.demo [--model-server vllm|sim] [--output DIR]
@@ -34,6 +35,10 @@ PROFILE = "deepseek-v4-flash"  # priced in the catalog: the run gets its cost co
 # client-bound scenario cannot add client capacity (in AWS each Lambda worker has its own vCPU).
 MATRIX = ["--input-tokens", "256,1024", "--concurrency", "1,4", "--warmup", "1", "--rounds", "3", "--max-tokens", "128",
           "--max-workers", "1"]
+# The second run repeats the busiest scenario (12 requests a side: enough for intervals; its 3
+# rounds are too few for output tok/s, and the comparison says so).
+AGAIN = ["--input-tokens", "256", "--concurrency", "4", "--warmup", "1", "--rounds", "3", "--max-tokens", "128",
+         "--max-workers", "1"]
 UP_TIMEOUT_S = 180.0
 STOP_GRACE_S = 60.0
 
@@ -132,6 +137,11 @@ class TwinProcess:
         return killed
 
 
+def _run_id(directory: Path) -> str:
+    """The run id of the results a `bench --profile --output DIR` wrote."""
+    return json.loads((directory / "results.json").read_text())["metadata"]["run_id"]
+
+
 def _run(*argv: str) -> int:
     """One servingctl command, shown as the person would type it."""
     print(f"\n$ servingctl {' '.join(argv)}", flush=True)
@@ -163,6 +173,15 @@ def run_demo(output: Path, *, model_server: str = "vllm", time_scale: float = 20
         if steps[-1][1] == 0:
             _say("benchmark 2 input lengths x 2 concurrencies from inside the VPC (run_benchmark), then the report")
             steps.append(("bench", _run("bench", "--profile", PROFILE, *MATRIX, "--label", "demo", "--output", str(output))))
+            if steps[-1][1] == 0:
+                _say("measure one scenario again and compare the two stored runs: each change with its 95 % interval, "
+                     "a verdict only when the interval says so, and both runs' fingerprints")
+                again = output / "again"
+                steps.append(("bench again", _run("bench", "--profile", PROFILE, *AGAIN, "--label", "demo again",
+                                                  "--output", str(again))))
+                if steps[-1][1] == 0:
+                    first, second = (_run_id(path) for path in (output, again))
+                    steps.append(("compare", _run("report", second, "--compare", first, "--output", str(output / "compare"))))
         _say(f"stop {PROFILE}: drain, release the pool, wait for termination, close the ledger session")
         steps.append(("stop", _run("stop", PROFILE, "--wait")))
         _say("what the session cost (uptime x the instance's hourly price)")
@@ -178,7 +197,8 @@ def run_demo(output: Path, *, model_server: str = "vllm", time_scale: float = 20
     wall = time.monotonic() - began
     failed = [name for name, code in steps if code != 0]
     print(f"\nnothing left running: {'yes' if not left else f'no, killed {left}'}")
-    print(f"files: {output.resolve()} (report.md, results.json, vllm/*.json, aggregate_tok_s.png, ttft.png); "
+    print(f"files: {output.resolve()} (report.md, results.json, vllm/*.json, aggregate_tok_s.png, ttft.png, "
+          f"server_metrics.png; compare/: the second run against the first); "
           f"twin log: {twin.log_path}")
     print(f"demo wall time: {wall:.0f} s; steps: " + ", ".join(f"{n} {'ok' if c == 0 else 'FAILED'}" for n, c in steps))
     (workdir / "demo.json").write_text(json.dumps({"wall_s": wall, "steps": dict(steps), "left_running": left}))
