@@ -29,7 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Render a benchmark run from its results.json (or the directory holding it).",
     )
     p.add_argument("results", metavar="RESULTS_OR_RUN_ID", help="results.json, the directory holding it, or a stored run's id")
-    p.add_argument("--compare", metavar="OTHER", help="a baseline run (file, directory or run id): side-by-side with the change in %%")
+    p.add_argument("--compare", metavar="OTHER", help="a baseline run (file, directory or run id): each change with its 95%% bootstrap interval, "
+                   "faster/slower only when the interval says so, and both runs' fingerprints")
     p.add_argument("--output", metavar="DIR",
                    help="where to write the files (default: the results' directory; servingctl-runs/RUN_ID for a run id)")
     p.add_argument("--no-files", action="store_true", help="only print, write nothing")
