@@ -40,3 +40,5 @@ def test_the_demo_runs_the_main_path_and_leaves_nothing_running(tmp_path: Path, 
     assert ttft.strip().startswith("TTFT ms") and "[" in ttft, "\n".join(compared)  # 12 requests a side: an interval
     assert "fingerprints (* differs)" in out and "server_metrics.png" in {p.name for p in (tmp_path / "out").iterdir()}
     assert (tmp_path / "out/compare/compare.png").is_file()
+    # the profile serves with MTP (the simulator drafts): its acceptance is said under the table
+    assert "spec-decode acceptance: in256-c1 " in out
