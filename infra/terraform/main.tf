@@ -68,6 +68,8 @@ module "pool" {
   managed_termination_protection = each.value.managed_termination_protection
   model_cache_on_instance_store  = each.value.model_cache_on_instance_store
   model_cache_path               = local.model_cache_path
+  alternate_instance_types       = each.value.alternate_instance_types
+  warm_pool                      = each.value.warm_pool
 }
 
 # A cluster's capacity providers are one resource: it needs every pool, so it lives here.

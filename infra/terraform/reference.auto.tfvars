@@ -6,11 +6,16 @@ pools = {
     instance_type   = "g7e.2xlarge"
     gpu_count       = 1
     root_volume_gib = 200
+    # Larger sizes of the same single 96 GiB GPU, tried in order when g7e.2xlarge has no capacity.
+    alternate_instance_types = ["g7e.4xlarge", "g7e.8xlarge"]
   }
   "g7e-2gpu" = {
     instance_type   = "g7e.12xlarge"
     gpu_count       = 2
     root_volume_gib = 400
+    # One Stopped instance while the pool rests: a start skips the EC2 launch and boot. Its
+    # 400 GiB volume costs about 132 USD a month standing (README, warm capacity).
+    warm_pool = {}
   }
 }
 

@@ -22,12 +22,22 @@ locals {
     region         = var.region
     pools = {
       for name, pool in var.pools : name => {
-        asg_name          = module.pool[name].asg_name
-        asg_arn           = module.pool[name].asg_arn
-        capacity_provider = module.pool[name].capacity_provider_name
-        instance_type     = pool.instance_type
-        gpu_count         = pool.gpu_count
-        price_key         = pool.price_key
+        asg_name           = module.pool[name].asg_name
+        asg_arn            = module.pool[name].asg_arn
+        capacity_provider  = module.pool[name].capacity_provider_name
+        instance_type      = pool.instance_type
+        gpu_count          = pool.gpu_count
+        gpu_memory_gib     = try(var.gpu_shapes[pool.instance_type].gpu_memory_gib, null)
+        price_key          = pool.price_key
+        launch_template_id = module.pool[name].launch_template_id
+        alternates         = module.pool[name].alternates
+        # The root volume a warm (stopped) instance keeps paying for.
+        volume = {
+          size_gib         = pool.root_volume_gib
+          throughput_mibps = pool.cache_throughput_mibps
+          iops             = pool.cache_iops
+        }
+        warm_pool = pool.warm_pool == null ? null : merge(pool.warm_pool, { pool_state = "Stopped" })
       }
     }
     profiles = {

@@ -110,6 +110,20 @@ variable "pools" {
     # gp3 of the model cache: sized for the 168 GB reference checkpoint (about 160 s per pass).
     cache_throughput_mibps = optional(number, 1000)
     cache_iops             = optional(number, 16000)
+    # Capacity fallback: up to 3 instance types of the same GPU count and GPU memory (gpu_shapes),
+    # tried in order when the primary type has no capacity.
+    alternate_instance_types = optional(list(string), [])
+    # A warm pool of Stopped instances (null: none). min_size 0 keeps one stopped instance while the
+    # pool rests and none beside a running one; 1 also keeps a spare. reuse_on_scale_in is off by
+    # default: the ECS developer guide says it cannot be set on an ECS group (the capacity
+    # provider's scale-in breaks; awsdocs/amazon-ecs-developer-guide#216). servingctl's stop scales
+    # the group in itself, so a pool may opt in: the stopped instance then keeps the image layers,
+    # weights and compile cache. Without it a stop terminates, and the group refills the pool with
+    # a new Stopped instance (a start then skips the EC2 launch and boot only).
+    warm_pool = optional(object({
+      min_size          = optional(number, 0)
+      reuse_on_scale_in = optional(bool, false)
+    }))
   }))
 
   validation {
@@ -137,6 +151,58 @@ variable "pools" {
   validation {
     condition     = alltrue([for p in values(var.pools) : p.cache_throughput_mibps * 4 <= p.cache_iops])
     error_message = "pools.*.cache_throughput_mibps may be at most pools.*.cache_iops / 4 (gp3: 0.25 MiB/s per provisioned IOPS), e.g. 1000 MiB/s needs 4000 IOPS."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.pools) : !contains(keys(var.gpu_shapes), p.instance_type) || try(var.gpu_shapes[p.instance_type].gpus == p.gpu_count, false)])
+    error_message = "pools.*.gpu_count must equal gpu_shapes[pools.*.instance_type].gpus when gpu_shapes lists the type."
+  }
+  validation {
+    condition = alltrue([for p in values(var.pools) : length(p.alternate_instance_types) == 0 || (
+      length(p.alternate_instance_types) <= 3 && length(distinct(p.alternate_instance_types)) == length(p.alternate_instance_types)
+      && !contains(p.alternate_instance_types, p.instance_type) && contains(keys(var.gpu_shapes), p.instance_type)
+      && alltrue([for t in p.alternate_instance_types : try(var.gpu_shapes[t] == var.gpu_shapes[p.instance_type], false)])
+    )])
+    error_message = "pools.*.alternate_instance_types must list at most 3 distinct instance types other than pools.*.instance_type, each in gpu_shapes with the same GPU count and GPU memory as pools.*.instance_type (which must be in gpu_shapes too)."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.pools) : p.warm_pool == null || try(contains([0, 1], p.warm_pool.min_size), false)])
+    error_message = "pools.*.warm_pool.min_size must be 0 (one stopped instance while the pool rests) or 1 (also a spare beside the running one): the group runs at most one instance."
+  }
+}
+
+variable "gpu_shapes" {
+  description = "GPU count and total GPU memory (GiB) per instance type, from the EC2 accelerated computing instance pages: the capacity fallback only moves between types of one shape. Add a type here to use it."
+  type = map(object({
+    gpus           = number
+    gpu_memory_gib = number
+  }))
+  default = {
+    # RTX PRO 6000 Blackwell Server Edition, 96 GiB each.
+    "g7e.2xlarge"  = { gpus = 1, gpu_memory_gib = 96 }
+    "g7e.4xlarge"  = { gpus = 1, gpu_memory_gib = 96 }
+    "g7e.8xlarge"  = { gpus = 1, gpu_memory_gib = 96 }
+    "g7e.12xlarge" = { gpus = 2, gpu_memory_gib = 192 }
+    "g7e.24xlarge" = { gpus = 4, gpu_memory_gib = 384 }
+    "g7e.48xlarge" = { gpus = 8, gpu_memory_gib = 768 }
+    # L40S, 48 GiB each.
+    "g6e.xlarge"   = { gpus = 1, gpu_memory_gib = 48 }
+    "g6e.2xlarge"  = { gpus = 1, gpu_memory_gib = 48 }
+    "g6e.4xlarge"  = { gpus = 1, gpu_memory_gib = 48 }
+    "g6e.8xlarge"  = { gpus = 1, gpu_memory_gib = 48 }
+    "g6e.16xlarge" = { gpus = 1, gpu_memory_gib = 48 }
+    "g6e.12xlarge" = { gpus = 4, gpu_memory_gib = 192 }
+    "g6e.24xlarge" = { gpus = 4, gpu_memory_gib = 192 }
+    "g6e.48xlarge" = { gpus = 8, gpu_memory_gib = 384 }
+    # H100 80 GiB, H200 141 GiB.
+    "p5.4xlarge"    = { gpus = 1, gpu_memory_gib = 80 }
+    "p5.48xlarge"   = { gpus = 8, gpu_memory_gib = 640 }
+    "p5e.48xlarge"  = { gpus = 8, gpu_memory_gib = 1128 }
+    "p5en.48xlarge" = { gpus = 8, gpu_memory_gib = 1128 }
+  }
+
+  validation {
+    condition     = alltrue([for t, s in var.gpu_shapes : can(regex("^[a-z0-9-]+\\.[a-z0-9]+$", t)) && s.gpus >= 1 && s.gpus <= 16 && s.gpu_memory_gib > 0])
+    error_message = "gpu_shapes keys must be instance types like g7e.12xlarge, with gpus 1..16 and gpu_memory_gib above 0."
   }
 }
 

@@ -117,6 +117,33 @@ run "reference" {
     error_message = "g7e-2gpu's root volume must be 400 GiB encrypted gp3 at 1000 MiB/s and 16000 IOPS: ${jsonencode(module.pool["g7e-2gpu"].launch_template.root_volume)}"
   }
 
+  # Warm capacity: g7e-2gpu keeps one Stopped instance (reuse on scale-in off, as ECS documents),
+  # its agent waits for the warm pool check; g7e-1gpu has none and falls back to larger g7e sizes.
+  assert {
+    condition     = module.pool["g7e-2gpu"].warm_pool.pool_state == "Stopped" && module.pool["g7e-2gpu"].warm_pool.min_size == 0 && one(module.pool["g7e-2gpu"].warm_pool.instance_reuse_policy).reuse_on_scale_in == false && module.pool["g7e-1gpu"].warm_pool == null
+    error_message = "g7e-2gpu must have a Stopped warm pool without reuse on scale-in, g7e-1gpu none: ${jsonencode(module.pool["g7e-2gpu"].warm_pool)}"
+  }
+  assert {
+    condition     = strcontains(module.pool["g7e-2gpu"].launch_template.user_data, "\nECS_WARM_POOLS_CHECK=true\n") && !strcontains(module.pool["g7e-1gpu"].launch_template.user_data, "\nECS_WARM_POOLS_CHECK=true")
+    error_message = "ECS_WARM_POOLS_CHECK=true belongs in the user data of pools with a warm pool only"
+  }
+  assert {
+    condition     = [for a in local.registry.pools["g7e-1gpu"].alternates : a.instance_type] == ["g7e.4xlarge", "g7e.8xlarge"] && local.registry.pools["g7e-2gpu"].alternates == []
+    error_message = "the registry must list g7e-1gpu's alternates in order: ${jsonencode(local.registry.pools["g7e-1gpu"].alternates)}"
+  }
+  assert {
+    condition     = local.registry.pools["g7e-2gpu"].warm_pool == { min_size = 0, reuse_on_scale_in = false, pool_state = "Stopped" } && local.registry.pools["g7e-2gpu"].volume == { size_gib = 400, throughput_mibps = 1000, iops = 16000 } && local.registry.pools["g7e-2gpu"].gpu_memory_gib == 192
+    error_message = "the registry must publish g7e-2gpu's warm pool, volume and GPU memory: ${jsonencode(local.registry.pools["g7e-2gpu"])}"
+  }
+  assert {
+    condition     = alltrue([for p in module.profile : contains(one([for c in p.task_definition.containers : c.environment if c.name == "vllm"]), { name = "VLLM_CACHE_ROOT", value = "/root/.cache/huggingface/vllm-cache" })])
+    error_message = "vLLM's compile cache (VLLM_CACHE_ROOT) must live on the cache volume"
+  }
+  assert {
+    condition     = startswith(module.profile["deepseek-v4-flash"].task_definition.containers[0].command[0], "if [ -f /root/.cache/huggingface/hub/models--nvidia--DeepSeek-V4-Flash-NVFP4/.servingctl-synced-48bfe38c62be14e8d82f9e3be12fe5d30a2e38c8 ]; then")
+    error_message = "the prefetch must skip weights a warm volume already holds (marker of the revision)"
+  }
+
   # Capacity providers: managed scaling one instance at a time, termination protection off.
   assert {
     condition     = alltrue([for p in module.pool : one(p.capacity_provider.auto_scaling_group_provider.managed_scaling) == { status = "ENABLED", target_capacity = 100, minimum_scaling_step_size = 1, maximum_scaling_step_size = 1, instance_warmup_period = 300 }])

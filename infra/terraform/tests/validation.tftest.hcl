@@ -264,3 +264,58 @@ run "schedule_without_periods" {
   }
   expect_failures = [var.profiles]
 }
+
+# Capacity fallback: at most 3 alternates of the primary's GPU shape.
+run "three_alternates_of_the_same_shape" {
+  command = plan
+  variables {
+    pools = { p = { instance_type = "g6e.xlarge", gpu_count = 1, alternate_instance_types = ["g6e.2xlarge", "g6e.4xlarge", "g6e.8xlarge"], cache_throughput_mibps = 1000, cache_iops = 4000 } }
+  }
+  assert {
+    condition     = [for a in local.registry.pools["p"].alternates : a.instance_type] == ["g6e.2xlarge", "g6e.4xlarge", "g6e.8xlarge"]
+    error_message = "three alternates must reach the registry in order"
+  }
+}
+
+run "four_alternates" {
+  command = plan
+  variables {
+    pools = { p = { instance_type = "g6e.xlarge", gpu_count = 1, alternate_instance_types = ["g6e.2xlarge", "g6e.4xlarge", "g6e.8xlarge", "g6e.16xlarge"] } }
+  }
+  expect_failures = [var.pools]
+}
+
+run "alternate_of_another_gpu_memory" {
+  command = plan
+  variables {
+    pools = { p = { instance_type = "g7e.2xlarge", gpu_count = 1, alternate_instance_types = ["g6e.2xlarge"] } }
+  }
+  expect_failures = [var.pools]
+}
+
+run "gpu_count_unlike_the_shape" {
+  command = plan
+  variables {
+    pools = { p = { instance_type = "g7e.12xlarge", gpu_count = 1 } }
+  }
+  expect_failures = [var.pools]
+}
+
+run "warm_pool_min_size_1" {
+  command = plan
+  variables {
+    pools = { p = { instance_type = "g7e.2xlarge", gpu_count = 1, warm_pool = { min_size = 1, reuse_on_scale_in = true }, cache_throughput_mibps = 1000, cache_iops = 4000 } }
+  }
+  assert {
+    condition     = module.pool["p"].warm_pool.min_size == 1 && one(module.pool["p"].warm_pool.instance_reuse_policy).reuse_on_scale_in == true
+    error_message = "warm_pool.min_size 1 with reuse on scale-in must reach the ASG"
+  }
+}
+
+run "warm_pool_min_size_2" {
+  command = plan
+  variables {
+    pools = { p = { instance_type = "g7e.2xlarge", gpu_count = 1, warm_pool = { min_size = 2 } } }
+  }
+  expect_failures = [var.pools]
+}

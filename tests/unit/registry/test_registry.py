@@ -145,3 +145,43 @@ def test_start_defaults_must_fit_the_profiles_limits(deadline, accepted):
         return
     with pytest.raises(RegistryError, match=r"start.health_timeout_s \(7201\) must not exceed limits.max_start_deadline_s \(7200\)"):
         parse_registry(doc)
+
+
+def _with_alternates(count: int) -> dict:
+    doc = copy.deepcopy(REFERENCE)
+    doc["pools"]["g7e-1gpu"]["alternates"] = [
+        {"instance_type": f"g7e.{size}xlarge", "launch_template_id": f"lt-0000000000000002{size}"} for size in (4, 8, 16, 32)[:count]
+    ]
+    return doc
+
+
+def test_three_alternates_load_in_order_and_a_fourth_is_refused_by_name():
+    pool = parse_registry(_with_alternates(3)).pools["g7e-1gpu"]
+    assert [t for t, _ in pool.options()] == ["g7e.2xlarge", "g7e.4xlarge", "g7e.8xlarge", "g7e.16xlarge"]
+    with pytest.raises(RegistryError, match=r"pools\.g7e-1gpu\.alternates: List should have at most 3 items"):
+        parse_registry(_with_alternates(4))
+
+
+def test_an_alternate_of_the_primary_type_is_refused():
+    doc = copy.deepcopy(REFERENCE)
+    doc["pools"]["g7e-1gpu"]["alternates"][0]["instance_type"] = "g7e.2xlarge"
+    with pytest.raises(RegistryError, match=r"pools\.g7e-1gpu: .*alternates must be distinct instance types other than instance_type g7e.2xlarge"):
+        parse_registry(doc)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("min_size", 2, r"pools\.g7e-2gpu\.warm_pool\.min_size: Input should be less than or equal to 1"),
+    ("pool_state", "Running", r"pools\.g7e-2gpu\.warm_pool\.pool_state: Input should be 'Stopped'"),
+])  # fmt: skip
+def test_bad_warm_pool_fields_are_named(field, value, message):
+    doc = copy.deepcopy(REFERENCE)
+    assert parse_registry(doc).pools["g7e-2gpu"].warm_pool.min_size == 0
+    doc["pools"]["g7e-2gpu"]["warm_pool"][field] = value
+    with pytest.raises(RegistryError, match=message):
+        parse_registry(doc)
+
+
+def test_warm_pool_min_size_at_its_limit_loads():
+    doc = copy.deepcopy(REFERENCE)
+    doc["pools"]["g7e-2gpu"]["warm_pool"]["min_size"] = 1
+    assert parse_registry(doc).pools["g7e-2gpu"].warm_pool.min_size == 1

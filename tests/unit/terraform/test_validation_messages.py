@@ -49,6 +49,10 @@ EXPECTED = {
     "schedule_unknown_weekday": ("profiles", "weekdays from mon, tue, wed, thu, fri, sat, sun"),
     "schedule_month_day_32": ("profiles", "month_days from 1 to 31"),
     "schedule_unknown_override": ("profiles", "override must be null, running or stopped."),
+    "four_alternates": ("pools", "pools.*.alternate_instance_types must list at most 3 distinct instance types"),
+    "alternate_of_another_gpu_memory": ("pools", "each in gpu_shapes with the same GPU count and GPU memory as pools.*.instance_type"),
+    "gpu_count_unlike_the_shape": ("pools", "pools.*.gpu_count must equal gpu_shapes[pools.*.instance_type].gpus when gpu_shapes lists the type."),
+    "warm_pool_min_size_2": ("pools", "pools.*.warm_pool.min_size must be 0 (one stopped instance while the pool rests) or 1"),
     "schedule_without_periods": ("profiles", "profiles.*.schedule: periods must hold at least one period"),
 }
 

@@ -1,5 +1,18 @@
-# One compute pool = one GPU shape: launch template (ECS GPU AMI, IMDSv2, encrypted gp3), an ASG
-# that rests at 0 instances and a capacity provider that scales it one instance at a time.
+# One compute pool = one GPU shape: launch templates (ECS GPU AMI, IMDSv2, encrypted gp3) for the
+# instance type and its alternates, an ASG that rests at 0 instances (optionally beside a warm pool
+# of Stopped instances) and a capacity provider that scales it one instance at a time.
+
+locals {
+  # "primary" is the ASG's template; the controller points the group at an alternate's template
+  # when the primary type has no capacity (no mixed instances policy: a warm pool refuses one).
+  launch_types = merge({ primary = var.instance_type }, { for t in var.alternate_instance_types : t => t })
+}
+
+# The single template of earlier versions is the primary one.
+moved {
+  from = aws_launch_template.this
+  to   = aws_launch_template.this["primary"]
+}
 
 # The ECS-optimized GPU AMI (Amazon Linux 2023), resolved at apply time from AWS's public parameter.
 data "aws_ssm_parameter" "gpu_ami" {
@@ -23,9 +36,11 @@ resource "aws_vpc_security_group_egress_rule" "instance_https" {
 }
 
 resource "aws_launch_template" "this" {
-  name_prefix            = "${var.name}-"
+  for_each = local.launch_types
+
+  name_prefix            = each.key == "primary" ? "${var.name}-" : "${var.name}-${replace(each.value, ".", "-")}-"
   image_id               = data.aws_ssm_parameter.gpu_ami.value
-  instance_type          = var.instance_type
+  instance_type          = each.value
   vpc_security_group_ids = [aws_security_group.instance.id]
   update_default_version = true
 
@@ -34,6 +49,7 @@ resource "aws_launch_template" "this" {
     pool                    = var.pool
     cache_path              = var.model_cache_path
     cache_on_instance_store = var.model_cache_on_instance_store
+    warm_pool               = var.warm_pool != null
   }))
 
   # The model server must not reach the instance role: IMDSv2 only, and a hop limit of 1 so that
@@ -70,12 +86,12 @@ resource "aws_launch_template" "this" {
 
   tag_specifications {
     resource_type = "instance"
-    tags          = { Name = var.name, "servingctl:pool" = var.pool }
+    tags          = { Name = var.name, "servingctl:pool" = var.pool, "servingctl:instance-type" = each.value }
   }
 
   tag_specifications {
     resource_type = "volume"
-    tags          = { Name = var.name, "servingctl:pool" = var.pool }
+    tags          = { Name = var.name, "servingctl:pool" = var.pool, "servingctl:instance-type" = each.value }
   }
 }
 
@@ -90,8 +106,22 @@ resource "aws_autoscaling_group" "this" {
   protect_from_scale_in = var.managed_termination_protection
 
   launch_template {
-    id      = aws_launch_template.this.id
-    version = aws_launch_template.this.latest_version
+    id      = aws_launch_template.this["primary"].id
+    version = aws_launch_template.this["primary"].latest_version
+  }
+
+  # Stopped instances beside the group: a start takes one (its volume keeps the image layers, the
+  # weights and the vLLM compile cache) instead of launching and booting a new one. Stopped costs
+  # the volume only. The ECS agent waits for ECS_WARM_POOLS_CHECK before it registers.
+  dynamic "warm_pool" {
+    for_each = var.warm_pool == null ? [] : [var.warm_pool]
+    content {
+      pool_state = "Stopped"
+      min_size   = warm_pool.value.min_size
+      instance_reuse_policy {
+        reuse_on_scale_in = warm_pool.value.reuse_on_scale_in
+      }
+    }
   }
 
   # Required by ECS managed scaling.

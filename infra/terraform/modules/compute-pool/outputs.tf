@@ -14,16 +14,26 @@ output "capacity_provider_name" {
 }
 
 output "launch_template_id" {
-  description = "Launch template id."
-  value       = aws_launch_template.this.id
+  description = "Launch template id of the primary instance type."
+  value       = aws_launch_template.this["primary"].id
+}
+
+output "alternates" {
+  description = "The alternate instance types in order, each with its launch template id (the controller's capacity fallback)."
+  value       = [for t in var.alternate_instance_types : { instance_type = t, launch_template_id = aws_launch_template.this[t].id }]
+}
+
+output "warm_pool" {
+  description = "The warm pool as planned (pool state, minimum size, reuse on scale-in), null without one."
+  value       = one(aws_autoscaling_group.this.warm_pool)
 }
 
 output "launch_template" {
   description = "Launch template settings as planned: metadata options, decoded user data and the root (model cache) volume."
   value = {
-    metadata_options = one(aws_launch_template.this.metadata_options)
-    user_data        = base64decode(aws_launch_template.this.user_data)
-    root_volume      = one(one(aws_launch_template.this.block_device_mappings).ebs)
+    metadata_options = one(aws_launch_template.this["primary"].metadata_options)
+    user_data        = base64decode(aws_launch_template.this["primary"].user_data)
+    root_volume      = one(one(aws_launch_template.this["primary"].block_device_mappings).ebs)
   }
 }
 

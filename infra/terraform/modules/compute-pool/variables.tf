@@ -109,3 +109,23 @@ variable "cache_iops" {
   type        = number
   default     = 16000
 }
+
+variable "alternate_instance_types" {
+  description = "Instance types of the same GPU count and GPU memory the controller falls back to, in order, when the primary type has no capacity (the root module checks the shapes)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = length(var.alternate_instance_types) <= 3 && alltrue([for t in var.alternate_instance_types : can(regex("^[a-z0-9-]+\\.[a-z0-9]+$", t))])
+    error_message = "alternate_instance_types must list at most 3 instance types like g6e.12xlarge."
+  }
+}
+
+variable "warm_pool" {
+  description = "ASG warm pool of Stopped instances (null: none). reuse_on_scale_in returns an instance to the pool at stop; see the root module's pools variable for why it is off by default."
+  type = object({
+    min_size          = number
+    reuse_on_scale_in = bool
+  })
+  default = null
+}

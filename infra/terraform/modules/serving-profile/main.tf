@@ -11,7 +11,12 @@ locals {
   model_cache_dir   = "models--${replace(var.model_id, "/", "--")}"
   prefetch          = var.weights_source == "s3"
   weights_s3_prefix = "${trim(var.weights_prefix, "/")}/${local.model_cache_dir}"
-  prefetch_command  = "aws configure set default.s3.max_concurrent_requests 64 && aws s3 sync --only-show-errors s3://${coalesce(var.weights_bucket, "unset")}/${local.weights_s3_prefix} ${local.hf_home}/hub/${local.model_cache_dir}"
+  # A warm instance's volume may hold the weights already: a marker written after a complete sync
+  # (per revision) skips even the listing of the bucket; s3 sync itself skips unchanged files.
+  weights_marker   = "${local.hf_home}/hub/${local.model_cache_dir}/.servingctl-synced-${coalesce(var.revision, "unpinned")}"
+  prefetch_command = "if [ -f ${local.weights_marker} ]; then echo 'weights already on the volume'; exit 0; fi; aws configure set default.s3.max_concurrent_requests 64 && aws s3 sync --only-show-errors s3://${coalesce(var.weights_bucket, "unset")}/${local.weights_s3_prefix} ${local.hf_home}/hub/${local.model_cache_dir} && touch ${local.weights_marker}"
+  # vLLM's torch.compile and kernel caches on the cache volume: a warm instance keeps them.
+  vllm_cache_root = "${local.hf_home}/vllm-cache"
 
   cache_mount = { sourceVolume = "model-cache", containerPath = local.hf_home, readOnly = false }
   log_options = {
@@ -33,7 +38,7 @@ locals {
     resourceRequirements = [{ type = "GPU", value = tostring(var.vllm.tensor_parallel_size) }]
     mountPoints          = [local.cache_mount]
     environment = concat(
-      [{ name = "VLLM_NO_USAGE_STATS", value = "1" }],
+      [{ name = "VLLM_NO_USAGE_STATS", value = "1" }, { name = "VLLM_CACHE_ROOT", value = local.vllm_cache_root }],
       # Weights were prefetched from S3: never reach the hub (and its NAT charges) at start.
       local.prefetch ? [{ name = "HF_HUB_OFFLINE", value = "1" }] : [],
     )
@@ -182,7 +187,7 @@ resource "aws_iam_role_policy" "weights" {
 }
 
 resource "aws_ecs_task_definition" "this" {
-  #checkov:skip=CKV_AWS_336:vLLM and torch write compile and kernel caches under the container filesystem; weights live on the mounted cache volume.
+  #checkov:skip=CKV_AWS_336:torch and Triton write kernel caches under the container filesystem; weights and the vLLM compile cache live on the mounted cache volume.
   family                   = var.service_name
   requires_compatibilities = ["EC2"]
   network_mode             = "awsvpc"

@@ -23,8 +23,36 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+InstanceType = Annotated[str, StringConstraints(pattern=r"^[a-z0-9-]+\.[a-z0-9]+$")]
+
+
+class AlternateInstance(_Strict):
+    """An instance type of the pool's GPU shape the start falls back to, with its launch template."""
+
+    instance_type: InstanceType = Field(description="EC2 instance type, e.g. g7e.4xlarge")
+    launch_template_id: str = Field(pattern=r"^lt-[0-9a-z]+$", description="launch template of this type")
+
+
+class WarmPool(_Strict):
+    """The ASG's warm pool: Stopped instances a start takes before launching new ones."""
+
+    pool_state: Literal["Stopped"] = Field(default="Stopped", description="state of the instances in the pool")
+    min_size: int = Field(default=0, ge=0, le=1, description="0: one stopped instance while the pool rests; 1: also a spare")
+    reuse_on_scale_in: bool = Field(
+        default=False, description="the stop returns the instance to the pool (its volume keeps weights and caches)"
+    )
+
+
+class PoolVolume(_Strict):
+    """The gp3 root volume of the pool's instances (image layers and model cache)."""
+
+    size_gib: int = Field(ge=100, le=16384)
+    throughput_mibps: int = Field(ge=125, le=1000)
+    iops: int = Field(ge=3000, le=16000)
+
+
 class ComputePool(_Strict):
-    """One GPU shape: a launch template + ASG + ECS capacity provider."""
+    """One GPU shape: launch templates + ASG (optionally with a warm pool) + ECS capacity provider."""
 
     asg_name: str = Field(min_length=1, description="Auto Scaling group name")
     asg_arn: str = Field(pattern=r"^arn:aws[a-z-]*:autoscaling:", description="Auto Scaling group ARN")
@@ -34,6 +62,29 @@ class ComputePool(_Strict):
     price_key: str | None = Field(
         default=None, description="key in the price catalog; the instance type when absent"
     )
+    gpu_memory_gib: int | None = Field(default=None, ge=1, description="total GPU memory of the instance type")
+    launch_template_id: str | None = Field(
+        default=None, pattern=r"^lt-[0-9a-z]+$", description="launch template of instance_type (the ASG's own)"
+    )
+    alternates: list[AlternateInstance] = Field(
+        default_factory=list, max_length=3,
+        description="instance types of the same GPU count and memory, tried in order when instance_type has no capacity",
+    )
+    volume: PoolVolume | None = Field(default=None, description="the instances' root volume (warm pool cost)")
+    warm_pool: WarmPool | None = Field(default=None, description="the ASG's warm pool; none when absent")
+
+    @model_validator(mode="after")
+    def _alternates_are_other_types(self) -> ComputePool:
+        types = [a.instance_type for a in self.alternates]
+        if self.instance_type in types or len(set(types)) != len(types):
+            raise ValueError(f"alternates must be distinct instance types other than instance_type {self.instance_type}: {types}")
+        if types and self.launch_template_id is None:
+            raise ValueError("launch_template_id is required with alternates: the start switches back to it")
+        return self
+
+    def options(self) -> list[tuple[str, str | None]]:
+        """(instance type, launch template id) in the order a start tries them."""
+        return [(self.instance_type, self.launch_template_id)] + [(a.instance_type, a.launch_template_id) for a in self.alternates]
 
 
 class RoutingHeader(_Strict):
