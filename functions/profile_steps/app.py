@@ -34,7 +34,7 @@ _publishers: dict[str, Any] = {}
 def _deps(context: LambdaContext) -> Deps:
     """Clients and the store are built once per container; the registry is cached by its loader."""
     if not _clients:
-        _clients.update({name: boto3.client(name) for name in ("ecs", "autoscaling", "elbv2", "ec2", "stepfunctions")})
+        _clients.update({name: boto3.client(name) for name in ("ecs", "autoscaling", "elbv2", "ec2", "stepfunctions", "logs")})
         _clients["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
     return Deps(
         **_clients,

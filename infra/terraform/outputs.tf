@@ -40,6 +40,11 @@ output "asg_arns" {
   value       = [for p in module.pool : p.asg_arn]
 }
 
+output "model_log_group_arns" {
+  description = "Log groups of every profile's containers, with :* (logs:FilterLogEvents scoping for the start timeline)."
+  value       = [for p in module.profile : "${p.log_group_arn}:*"]
+}
+
 output "target_group_arns" {
   description = "Target group ARNs of every profile."
   value       = [for p in module.profile : p.target_group_arn]

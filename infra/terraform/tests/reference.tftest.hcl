@@ -140,8 +140,12 @@ run "reference" {
     error_message = "vLLM's compile cache (VLLM_CACHE_ROOT) must live on the cache volume"
   }
   assert {
-    condition     = startswith(module.profile["deepseek-v4-flash"].task_definition.containers[0].command[0], "if [ -f /root/.cache/huggingface/hub/models--nvidia--DeepSeek-V4-Flash-NVFP4/.servingctl-synced-48bfe38c62be14e8d82f9e3be12fe5d30a2e38c8 ]; then")
+    condition     = strcontains(module.profile["deepseek-v4-flash"].task_definition.containers[0].command[0], "; if [ -f /root/.cache/huggingface/hub/models--nvidia--DeepSeek-V4-Flash-NVFP4/.servingctl-synced-48bfe38c62be14e8d82f9e3be12fe5d30a2e38c8 ]; then")
     error_message = "the prefetch must skip weights a warm volume already holds (marker of the revision)"
+  }
+  assert {
+    condition     = startswith(module.profile["deepseek-v4-flash"].task_definition.containers[0].command[0], "echo 'servingctl prefetch: syncing ") && endswith(module.profile["deepseek-v4-flash"].task_definition.containers[0].command[0], "echo 'servingctl prefetch: done'")
+    error_message = "the prefetch must print the lines the start timeline reads at its begin and end"
   }
 
   # Capacity providers: managed scaling one instance at a time, termination protection off.

@@ -133,6 +133,19 @@ class _Server(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        type(self).seen_headers.append(self.headers.get("X-LLM-Profile", ""))
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk",
+                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}, "finish_reason": None}]}
+        served = self.path == "/v1/chat/completions"
+        body = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode() if served else b"not found"
+        self.send_response(200 if served else 404)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def log_message(self, *args: Any) -> None:
         pass
 
@@ -158,9 +171,11 @@ def test_smoke_test_passes_when_the_model_is_served(model_server: str, monkeypat
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "servingctl")
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
     app = load_handler("smoke_test")
+    before = datetime.now(UTC)
     result = app.lambda_handler(smoke_event(model_server), context())
     assert result["ok"] and result["models"] == ["deepseek-v4-flash"]
-    assert _Server.seen_headers == ["deepseek-v4-flash", "deepseek-v4-flash"]  # routed by the header
+    assert before <= datetime.fromisoformat(result["first_token_at"]) <= datetime.now(UTC)
+    assert _Server.seen_headers == ["deepseek-v4-flash"] * 3  # routed by the header
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from moto import mock_aws
 
 from servingctl.store import DynamoStore, LockConflict, LockLost, MemoryStore, Phase, Session, Store, StoreBusy, TransitionRefused
 from servingctl.store.dynamodb import TRANSACTION_ATTEMPTS, create_table
-from servingctl.store.models import session_id_for
+from servingctl.store.models import Mark, StartRecord, session_id_for
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 EXEC_A = "arn:aws:states:us-east-1:123456789012:execution:start_profile:start-deepseek-a"
@@ -196,6 +196,27 @@ def test_sessions_list_oldest_first(store: Store) -> None:
     assert [s.session_id for s in store.list_sessions("p")] == [first.session_id, later.session_id]
     assert store.list_sessions("other") == []
     assert store.get_session("p", "nope") is None
+
+
+def _start(requested: datetime, execution: str = EXEC_A) -> StartRecord:
+    return StartRecord(profile="p", start_id=session_id_for(requested, execution), execution=execution, requested_at=requested,
+                       marks=[Mark(name="requested", at=requested, source="controller", seen_at=requested)])
+
+
+def test_start_records_keep_their_timeline_and_list_the_latest_oldest_first(store: Store) -> None:
+    starts = [_start(T0 + timedelta(hours=h), EXEC_A if h % 2 else EXEC_B) for h in range(4)]
+    for record in reversed(starts):
+        store.put_start(record)
+    done = starts[1].model_copy(deep=True)
+    done.marks.append(Mark(name="ready", at=T0 + timedelta(hours=1, minutes=15), source="controller"))
+    done.outcome, done.ended_at = "READY", T0 + timedelta(hours=1, minutes=15)
+    store.put_start(done)  # a start's execution rewrites its own record
+    assert store.get_start("p", done.start_id) == done
+    assert [r.start_id for r in store.list_starts("p")] == [r.start_id for r in starts]
+    # The limit keeps the latest starts; at the limit and one past it.
+    assert [r.start_id for r in store.list_starts("p", limit=2)] == [r.start_id for r in starts[2:]]
+    assert len(store.list_starts("p", limit=4)) == len(store.list_starts("p", limit=5)) == 4
+    assert store.list_starts("other") == [] and store.get_start("p", "nope") is None
 
 
 def test_closing_an_unknown_session_fails(store: Store) -> None:

@@ -31,6 +31,7 @@ STAR_RESOURCE_ACTIONS: dict[str, tuple[str, str | None]] = {
     "ecs:ListTasks": ("ListTasks is not authorized by a resource ARN in practice", "ecs:cluster"),
     "ecs:DescribeTasks": ("task ARNs carry random ids: narrowed to the cluster instead", "ecs:cluster"),
     "ecs:DescribeContainerInstances": ("instance ARNs carry random ids: narrowed to the cluster", "ecs:cluster"),
+    "ecs:DescribeTaskDefinition": ("DescribeTaskDefinition has no resource-level permissions", None),
     "cloudwatch:GetMetricStatistics": ("CloudWatch metric reads have no resource-level permissions", None),
     "logs:CreateLogDelivery": ("Step Functions log delivery: vended-log APIs take no resource", None),
     "logs:GetLogDelivery": ("Step Functions log delivery: vended-log APIs take no resource", None),

@@ -13,8 +13,9 @@ locals {
   weights_s3_prefix = "${trim(var.weights_prefix, "/")}/${local.model_cache_dir}"
   # A warm instance's volume may hold the weights already: a marker written after a complete sync
   # (per revision) skips even the listing of the bucket; s3 sync itself skips unchanged files.
+  # The servingctl prefetch lines mark the prefetch's run in its log stream (the start timeline reads them).
   weights_marker   = "${local.hf_home}/hub/${local.model_cache_dir}/.servingctl-synced-${coalesce(var.revision, "unpinned")}"
-  prefetch_command = "if [ -f ${local.weights_marker} ]; then echo 'weights already on the volume'; exit 0; fi; aws configure set default.s3.max_concurrent_requests 64 && aws s3 sync --only-show-errors s3://${coalesce(var.weights_bucket, "unset")}/${local.weights_s3_prefix} ${local.hf_home}/hub/${local.model_cache_dir} && touch ${local.weights_marker}"
+  prefetch_command = "echo 'servingctl prefetch: syncing ${local.weights_s3_prefix}'; if [ -f ${local.weights_marker} ]; then echo 'weights already on the volume'; echo 'servingctl prefetch: done'; exit 0; fi; aws configure set default.s3.max_concurrent_requests 64 && aws s3 sync --only-show-errors s3://${coalesce(var.weights_bucket, "unset")}/${local.weights_s3_prefix} ${local.hf_home}/hub/${local.model_cache_dir} && touch ${local.weights_marker} && echo 'servingctl prefetch: done'"
   # vLLM's torch.compile and kernel caches on the cache volume: a warm instance keeps them.
   vllm_cache_root = "${local.hf_home}/vllm-cache"
 

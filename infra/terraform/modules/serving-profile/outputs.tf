@@ -18,6 +18,11 @@ output "target_group_arn" {
   value       = aws_lb_target_group.this.arn
 }
 
+output "log_group_arn" {
+  description = "ARN of the containers' log group (awslogs)."
+  value       = aws_cloudwatch_log_group.this.arn
+}
+
 output "task_definition_arn" {
   description = "Task definition ARN (revision)."
   value       = aws_ecs_task_definition.this.arn

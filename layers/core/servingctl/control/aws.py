@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 # Scaling activity outcomes that mean the launch will not happen (AWS keeps retrying behind them).
@@ -123,20 +123,23 @@ def termination_times(autoscaling: Any, name: str, since: datetime) -> dict[str,
     return ended
 
 
-def registered_instances(ecs: Any, cluster: str) -> set[str]:
-    """EC2 ids of the cluster's ACTIVE container instances whose agent is connected."""
+def container_instances(ecs: Any, cluster: str) -> list[dict[str, Any]]:
+    """Every container instance of the cluster, described."""
     arns: list[str] = []
     for page in ecs.get_paginator("list_container_instances").paginate(cluster=cluster):
         arns.extend(page["containerInstanceArns"])
-    found: set[str] = set()
+    found: list[dict[str, Any]] = []
     for start in range(0, len(arns), 100):
-        described = ecs.describe_container_instances(cluster=cluster, containerInstances=arns[start : start + 100])
-        found.update(
-            ci["ec2InstanceId"]
-            for ci in described["containerInstances"]
-            if ci.get("status") == "ACTIVE" and ci.get("agentConnected", True)
-        )
+        found += ecs.describe_container_instances(cluster=cluster, containerInstances=arns[start : start + 100])["containerInstances"]
     return found
+
+
+def registered_instances(ecs: Any, cluster: str) -> set[str]:
+    """EC2 ids of the cluster's ACTIVE container instances whose agent is connected."""
+    return {
+        ci["ec2InstanceId"] for ci in container_instances(ecs, cluster)
+        if ci.get("status") == "ACTIVE" and ci.get("agentConnected", True)
+    }
 
 
 def service_tasks(ecs: Any, cluster: str, service: str, desired_status: str) -> list[dict[str, Any]]:
@@ -190,3 +193,34 @@ def instance_states(ec2: Any, instance_ids: list[str]) -> dict[str, str]:
             for instance in reservation["Instances"]:
                 states[instance["InstanceId"]] = instance["State"]["Name"]
     return states
+
+
+def launch_times(ec2: Any, instance_ids: list[str]) -> dict[str, datetime]:
+    """Instance id -> EC2 LaunchTime (the last start for a stopped-and-started instance)."""
+    times: dict[str, datetime] = {}
+    pages = ec2.get_paginator("describe_instances").paginate(Filters=[{"Name": "instance-id", "Values": instance_ids}])
+    for page in pages:
+        for reservation in page["Reservations"]:
+            for instance in reservation["Instances"]:
+                if instance.get("LaunchTime") is not None:
+                    times[instance["InstanceId"]] = instance["LaunchTime"]
+    return times
+
+
+def container_instance_registered_at(ecs: Any, cluster: str, instance_id: str) -> datetime | None:
+    """When the instance's ECS agent registered it in the cluster, None before it did."""
+    return next((ci.get("registeredAt") for ci in container_instances(ecs, cluster) if ci.get("ec2InstanceId") == instance_id), None)
+
+
+def log_events(logs: Any, group: str, stream: str, since: datetime | None) -> list[tuple[datetime, str]]:
+    """(CloudWatch's timestamp, line) of a log stream's events from since on; none before it exists."""
+    kwargs: dict[str, Any] = {"logGroupName": group, "logStreamNames": [stream]}
+    if since is not None:
+        kwargs["startTime"] = int(since.timestamp() * 1000)
+    events: list[tuple[datetime, str]] = []
+    try:
+        for page in logs.get_paginator("filter_log_events").paginate(**kwargs):
+            events += [(datetime.fromtimestamp(e["timestamp"] / 1000, UTC), e["message"]) for e in page["events"]]
+    except logs.exceptions.ResourceNotFoundException:
+        return []  # the container has not written its first line yet
+    return events

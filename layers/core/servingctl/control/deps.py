@@ -23,6 +23,8 @@ class Deps:
     store: Store
     registry: Registry
     clock: Clock = field(default_factory=SystemClock)
+    # CloudWatch Logs: the start timeline reads the containers' log streams (None: not read).
+    logs: Any = None
     # Seconds a check may keep watching inside one invocation (the handler derives it from the
     # Lambda's remaining time); 0 disables watching.
     watch_budget_s: float = 0.0

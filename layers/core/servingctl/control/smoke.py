@@ -1,13 +1,17 @@
-"""Smoke test of a serving endpoint through the ALB: /health answers and /v1/models lists the model."""
+"""Smoke test of a serving endpoint through the ALB: /health answers, /v1/models lists the model and
+a one-token streamed chat completion gives its first token (the start timeline's first_token mark)."""
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
 from servingctl.shared.errors import SmokeTestFailed
 from servingctl.shared.settings import SmokeTarget
+from servingctl.store.models import iso
 
 
 def smoke_test(target: SmokeTarget, client: httpx.Client) -> dict[str, Any]:
@@ -29,4 +33,22 @@ def smoke_test(target: SmokeTarget, client: httpx.Client) -> dict[str, Any]:
         raise SmokeTestFailed(f"GET {base}/v1/models is not an OpenAI model list: {listed.text[:200]}") from exc
     if target.model not in models:
         raise SmokeTestFailed(f"model {target.model!r} is not served at {base}; /v1/models lists {models}")
-    return {"ok": True, "detail": f"/health 200, /v1/models lists {target.model}", "models": models}
+    first_token_at = _first_token(target, client, base, headers)
+    return {"ok": True, "detail": f"/health 200, /v1/models lists {target.model}, first token streamed", "models": models,
+            "first_token_at": iso(first_token_at)}
+
+
+def _first_token(target: SmokeTarget, client: httpx.Client, base: str, headers: dict[str, str]) -> datetime:
+    """When the first streamed choice of a one-token chat completion arrived."""
+    body = {"model": target.model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 1, "stream": True}
+    try:
+        with client.stream("POST", f"{base}/v1/chat/completions", headers=headers, json=body, timeout=target.timeout_s) as answer:
+            if answer.status_code != 200:
+                raise SmokeTestFailed(f"POST {base}/v1/chat/completions answered {answer.status_code}: {answer.read()[:200]!r}")
+            for line in answer.iter_lines():
+                data = line.removeprefix("data:").strip()
+                if line.startswith("data:") and data != "[DONE]" and json.loads(data).get("choices"):
+                    return datetime.now(UTC)
+    except (httpx.HTTPError, ValueError) as exc:
+        raise SmokeTestFailed(f"{type(exc).__name__} streaming a completion from {base}: {exc}") from exc
+    raise SmokeTestFailed(f"POST {base}/v1/chat/completions streamed no choice")

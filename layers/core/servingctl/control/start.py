@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from servingctl.control import aws
+from servingctl.control import aws, timeline_sources
 from servingctl.control.config import start_config
 from servingctl.control.deps import Deps
 from servingctl.control.flow import (
@@ -22,10 +22,11 @@ from servingctl.control.flow import (
     take_locks,
 )
 from servingctl.control.polling import Progress, run_check
+from servingctl.control.timeline import spans
 from servingctl.shared.errors import CapacityUnavailable, LockHeld, TaskFailed, error_reason
 from servingctl.shared.settings import StartConfig
 from servingctl.store.base import LockConflict
-from servingctl.store.models import Phase, Session, iso, profile_lock, session_id_for
+from servingctl.store.models import Mark, Phase, Session, StartRecord, iso, profile_lock, session_id_for
 
 PHASES = ("capacity", "boot", "task", "health", "smoke")
 
@@ -34,6 +35,14 @@ def _config(state: dict[str, Any]) -> StartConfig:
     config = config_of(state)
     assert isinstance(config, StartConfig), "a start step ran on a stop flow's state"
     return config
+
+
+def _observe(deps: Deps, config: StartConfig, state: dict[str, Any], *extra: Mark) -> dict[str, str]:
+    """Bring the start's timeline up to date from its sources; mark -> time, for the step's answer
+    (so the execution's history holds the timeline as it grew)."""
+    start_id = (state.get("scale") or {}).get("start_id")
+    record = timeline_sources.observe(deps, config.profile, config.pool, start_id, *extra) if start_id else None
+    return {m.name: iso(m.at) or "" for m in record.marks} if record else {}
 
 
 def prepare_start(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
@@ -76,6 +85,13 @@ def scale_out(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
         # still runs (a dead start's, a failed stop's) goes on: its hours are billed once.
         current, ended = settle_session(deps, config.profile, execution, "ended before this start", now)
     session_id = current.session_id if current is not None and not ended else session_id_for(now, execution)
+    # This start's timeline; a retry of this step (its session opened by this execution) keeps it.
+    start_id = session_id if current is not None and current.start_execution == execution else session_id_for(now, execution)
+    if deps.store.get_start(config.profile, start_id) is None:
+        deps.store.put_start(StartRecord(
+            profile=config.profile, start_id=start_id, execution=execution, requested_at=now,
+            marks=[Mark(name="requested", at=now, source="controller: scale_out", seen_at=now)],
+        ))
     # The store first: roll_back acts only on a profile recorded STARTING by this execution.
     deps.store.set_phase(
         config.profile, Phase.STARTING, now, execution,
@@ -99,7 +115,7 @@ def scale_out(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
     asg_scaled = aws.describe_asg(deps.autoscaling, pool.asg_name).desired == 0
     if asg_scaled:
         aws.set_asg_desired(deps.autoscaling, pool.asg_name, 1)
-    return {"at": iso(now), "asg_scaled": asg_scaled, "session_id": session_id, "baseline": baseline}
+    return {"at": iso(now), "asg_scaled": asg_scaled, "session_id": session_id, "start_id": start_id, "baseline": baseline}
 
 
 def check_capacity(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
@@ -120,6 +136,7 @@ def check_capacity(deps: Deps, state: dict[str, Any], execution: str) -> dict[st
         registered = sorted(set(in_service) & aws.registered_instances(deps.ecs, spec.cluster))
         if registered:
             progress.mark_once("instance_id", registered[0])
+        progress.marks["timeline"] = _observe(deps, config, state)
         return bool(registered), (
             f"{len(in_service)} instance(s) InService in {pool.asg_name}, "
             f"{len(registered)} registered in cluster {spec.cluster}"
@@ -167,6 +184,7 @@ def check_task(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, A
         if running:
             progress.marks["task_arn"] = running[0]["taskArn"]
             progress.marks["task_ip"] = aws.task_ip(running[0])
+        progress.marks["timeline"] = _observe(deps, config, state)
         statuses = ", ".join(f"{t['taskArn'].rsplit('/', 1)[-1][:8]} {t.get('lastStatus')}" for t in live)
         return bool(running), f"tasks: {statuses or 'none placed yet'}; stopped since start: {failures}"
 
@@ -194,7 +212,11 @@ def check_targets(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
         for arn, ip in ips.items():
             if ip and targets.get(ip) == "healthy":
                 progress.marks["task_arn"], progress.marks["task_ip"] = arn, ip
+                # The ALB keeps no time of the change: the first poll that saw it healthy is the mark.
+                healthy = Mark(name="target_healthy", at=deps.clock.now(), source="elbv2:DescribeTargetHealth (first healthy poll)")
+                progress.marks["timeline"] = _observe(deps, config, state, healthy)
                 return True, f"target {ip} healthy in {group}"
+        progress.marks["timeline"] = _observe(deps, config, state)
         seen = ", ".join(f"{ip}: {targets.get(ip, 'not registered') if ip else 'no IP yet'}" for ip in ips.values())
         return False, f"targets in {group}: {seen}"
 
@@ -232,7 +254,23 @@ def record_ready(deps: Deps, state: dict[str, Any], execution: str) -> dict[str,
         config.profile, Phase.READY, now, execution,
         ready_at=now, phase_seconds=seconds, lease_deadline=lease, last_error=None,
     )
-    return {"phase": Phase.READY.value, "phase_seconds": seconds, "lease_deadline": iso(lease)}
+    return {"phase": Phase.READY.value, "phase_seconds": seconds, "lease_deadline": iso(lease),
+            "timeline": _finish_timeline(deps, config, state, "READY", now)}
+
+
+def _finish_timeline(deps: Deps, config: StartConfig, state: dict[str, Any], outcome: str, now: Any, error: str | None = None) -> list[dict[str, Any]]:
+    """The start's last marks (smoke test's first token, READY), its outcome, and its phases
+    (mark, seconds, since the request) for the lifecycle event."""
+    start_id = (state.get("scale") or {}).get("start_id")
+    if not start_id:
+        return []
+    extra = [Mark(name="ready", at=now, source="controller: record_ready", seen_at=now)] if outcome == "READY" else []
+    first_token = (state.get("smoke") or {}).get("first_token_at")
+    if first_token:
+        extra.append(Mark(name="first_token", at=parse_time(first_token), source="smoke test: first completion token"))
+    timeline_sources.observe(deps, config.profile, config.pool, start_id)
+    record = timeline_sources.finish(deps, config.profile, start_id, outcome, now, error, *extra)
+    return [{"mark": name, "seconds": seconds, "since_request": since} for name, seconds, since in spans(record)] if record else []
 
 
 def roll_back(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
@@ -259,6 +297,7 @@ def roll_back(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
             config.profile, Phase.FAILED, now, execution, last_error=reason, session_id=None if closed else recorded.session_id
         )
         details.append(f"recorded FAILED: {reason}")
+        _finish_timeline(deps, config, state, "FAILED", now, reason)
         details += session_note(session, closed)
     elif taken:
         details.append(f"nothing to undo: {holder.owner if holder else ''} holds the lock now")

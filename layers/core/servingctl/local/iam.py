@@ -176,6 +176,8 @@ def _ecs(operation: str, params: Mapping[str, Any], names: Names) -> list[Reques
         return under("container-instance", params["containerInstances"])
     if operation == "ListContainerInstances":
         return [Request(action, cluster_arn, context)]
+    if operation == "DescribeTaskDefinition":
+        return [Request(action, "*")]  # no resource-level permissions (Service Authorization Reference)
     if operation == "ListTasks":
         instance = params.get("containerInstance")
         return under("container-instance", [instance]) if instance else [Request(action, "*", context)]
@@ -227,6 +229,17 @@ def _ssm(operation: str, params: Mapping[str, Any], names: Names) -> list[Reques
     return [Request(f"ssm:{operation}", names.arn("ssm", "parameter/" + n.lstrip("/"))) for n in wanted]
 
 
+def _logs(operation: str, params: Mapping[str, Any], names: Names) -> list[Request]:
+    # FilterLogEvents is authorised on its log group, which IAM sees as log-group:<name>:* (why
+    # grants carry the :* that Terraform's log group ARN lacks); GetLogEvents on the stream.
+    group = params.get("logGroupName", "")
+    if operation == "FilterLogEvents":
+        return [Request("logs:FilterLogEvents", names.arn("logs", f"log-group:{group}:*"))]
+    if operation == "GetLogEvents":
+        return [Request("logs:GetLogEvents", names.arn("logs", f"log-group:{group}:log-stream:{params['logStreamName']}"))]
+    raise UnknownCall(f"logs:{operation}")
+
+
 def _unscoped(service: str) -> Callable[[str, Mapping[str, Any], Names], list[Request]]:
     """Services whose calls here have no resource-level permission: AWS evaluates Resource "*"."""
     return lambda operation, params, names: [Request(iam_action(service, operation), "*")]
@@ -234,7 +247,7 @@ def _unscoped(service: str) -> Callable[[str, Mapping[str, Any], Names], list[Re
 
 _RESOURCES: dict[str, Callable[[str, Mapping[str, Any], Names], list[Request]]] = {
     "dynamodb": _dynamodb, "ecs": _ecs, "autoscaling": _autoscaling, "stepfunctions": _states, "s3": _s3,
-    "events": _events, "ssm": _ssm,
+    "events": _events, "ssm": _ssm, "logs": _logs,
     "ec2": _unscoped("ec2"), "elbv2": _unscoped("elbv2"), "cloudwatch": _unscoped("cloudwatch"),
 }
 

@@ -45,7 +45,7 @@ from servingctl.local.apigw import ApiGateway
 from servingctl.local.eventbridge import EventBridge, read_wiring
 from servingctl.local.modelserver import free_port
 from servingctl.local.faults import FAULTS
-from servingctl.local.world import Delays, World
+from servingctl.local.world import PREFETCH_CONTAINER, Delays, World, model_log_group
 from servingctl.registry.loader import parse_registry
 from servingctl.registry.models import Registry
 
@@ -540,7 +540,7 @@ class Twin:
         httpx.post(f"{self.endpoint_url}/moto-api/{path}", json=body, timeout=30).raise_for_status()
 
     def _bootstrap(self, document: dict[str, Any]) -> None:
-        ec2, ecs, asg, elbv2 = (self.client(s) for s in ("ec2", "ecs", "autoscaling", "elbv2"))
+        ec2, ecs, asg, elbv2, logs = (self.client(s) for s in ("ec2", "ecs", "autoscaling", "elbv2", "logs"))
         vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
         ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})  # awsvpc ENIs get DNS names
         subnets = [
@@ -620,14 +620,23 @@ class Twin:
             profile["load_balancer_arn"] = balancer["arn"]
             self.model_ports[name] = free_port(self.host)
             profile["endpoint_url"] = f"http://{self.host}:{self.model_ports[name]}"
+            # The containers log as Terraform's serving-profile module sets them up (awslogs to
+            # /ecs/<service>, stream prefix the profile's name); the world writes their lines there.
+            group = model_log_group(profile["service"])
+            logs.create_log_group(logGroupName=group)
+            awslogs = {"logDriver": "awslogs", "options": {"awslogs-group": group, "awslogs-region": self.region, "awslogs-stream-prefix": name}}
             ecs.register_task_definition(
                 family=profile["service"], networkMode="awsvpc", requiresCompatibilities=["EC2"],
                 # moto's container instances offer 4096 CPU units and 7482 MiB: the real sizes live in Terraform.
                 cpu="1024", memory="2048",
                 containerDefinitions=[{
-                    "name": "vllm", "image": profile["serving"]["image"], "essential": True, "cpu": 1024, "memory": 2048,
+                    "name": "vllm", "image": profile["serving"]["image"], "essential": True, "cpu": 1024, "memory": 1920,
                     "portMappings": [{"containerPort": 8000, "protocol": "tcp"}],
                     "healthCheck": {"command": ["CMD-SHELL", "curl -fs localhost:8000/health || exit 1"]},
+                    "dependsOn": [{"containerName": PREFETCH_CONTAINER, "condition": "SUCCESS"}], "logConfiguration": awslogs,
+                }, {
+                    "name": PREFETCH_CONTAINER, "image": "public.ecr.aws/aws-cli/aws-cli", "essential": False, "cpu": 0, "memory": 128,
+                    "logConfiguration": awslogs,
                 }],
             )
             ecs.create_service(
@@ -711,6 +720,7 @@ class Twin:
             "ClusterArn": arn("ecs", f"cluster/{cluster}"),
             "ServiceArns": [arn("ecs", f"service/{p.cluster}/{p.service}") for p in registry.profiles.values()],
             "AsgArns": [p.asg_arn for p in registry.pools.values()],
+            "ModelLogGroupArns": [arn("logs", f"log-group:{model_log_group(p.service)}:*") for p in registry.profiles.values()],
             "PrivateSubnetIds": [], "LambdaSecurityGroupId": "", "BenchImageUri": "", "AlarmEmail": "",
             "StateTable": self.table_name, "StateTable.Arn": arn("dynamodb", f"table/{self.table_name}"),
             "RecordsBucket": self.bucket_name, "RecordsBucket.Arn": f"arn:aws:s3:::{self.bucket_name}",

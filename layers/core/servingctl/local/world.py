@@ -58,7 +58,13 @@ CRASH_REASON = "Essential container in task exited"
 ELB_UNHEALTHY_REASON = "Task failed ELB health checks in (target-group {target_group})"
 # RunTask's failure reason when Fargate has no capacity for the task (ECS's words).
 FARGATE_CAPACITY_UNAVAILABLE = "Capacity is unavailable at this time. Please try again later or in a different availability zone"
-_PENDING_TASK = ("PROVISIONING", "PENDING", "ACTIVATING")
+# PREFETCHING: the world's name for PENDING while the prefetch container syncs the weights.
+_PENDING_TASK = ("PROVISIONING", "PENDING", "PREFETCHING", "ACTIVATING")
+# The init container of Terraform's serving-profile module and its lines (its prefetch_command).
+PREFETCH_CONTAINER = "prefetch-weights"
+PREFETCH_LINES = ("servingctl prefetch: syncing {model}", "servingctl prefetch: done")
+# Real seconds between two shipments of a container's new output lines to CloudWatch Logs.
+LOG_SHIP_S = 0.2
 # A real vLLM loads in real seconds, which the time scale does not shorten: its grace period is at
 # least what the twin gives a real server to answer /health (ModelServerProcess.wait_healthy's default).
 REAL_SERVER_LOAD_S = 300.0
@@ -72,7 +78,8 @@ class Delays:
     launch_s: float = 120.0  # instance Pending -> InService
     register_s: float = 60.0  # InService -> ECS agent registers the container instance
     provision_s: float = 5.0  # task PROVISIONING -> PENDING
-    pull_s: float = 120.0  # task PENDING -> RUNNING (image pull)
+    pull_s: float = 120.0  # task PENDING: image pull
+    prefetch_s: float = 60.0  # task PENDING after the pull -> RUNNING: the prefetch container's S3 sync
     load_s: float = 540.0  # RUNNING -> the model answers /health (weights download and load)
     health_interval_s: float = 30.0  # target group health check interval
     healthy_threshold: int = 2
@@ -124,6 +131,8 @@ class _Task:
     stop_code: str = ""
     requests_seen: float | None = None
     next_metric: float = 0.0
+    log_offset: int = 0  # bytes of the model server's output already shipped to CloudWatch Logs
+    next_ship: float = 0.0
 
 
 @dataclass
@@ -177,7 +186,7 @@ class World:
         config = Config(user_agent_extra=WORLD_AGENT, retries={"mode": "standard", "max_attempts": 3})
         kw = {"endpoint_url": endpoint_url, "region_name": registry.region, "config": config,
               "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-        self.ecs, self.elbv2, self.cloudwatch = (boto3.client(s, **kw) for s in ("ecs", "elbv2", "cloudwatch"))
+        self.ecs, self.elbv2, self.cloudwatch, self.logs = (boto3.client(s, **kw) for s in ("ecs", "elbv2", "cloudwatch", "logs"))
         self._http = httpx.Client(timeout=1.0)
 
     # ---- lifecycle ----------------------------------------------------------------------------
@@ -249,6 +258,7 @@ class World:
             self._task_lifecycle(task, now)
             self._health(task, now)
             self._metrics(task, now)
+            self._ship_logs(task, now)
 
     def _pool_profiles(self, pool_name: str) -> list[str]:
         return self.registry.profiles_on_pool(pool_name)
@@ -381,7 +391,13 @@ class World:
         if task.phase == "PROVISIONING":
             task.phase, task.due = "PENDING", self._after(self.delays.pull_s)
             mp.set_task_status(task.task, "PENDING")
+            task.task.pull_started_at = datetime.now(timezone.utc)
         elif task.phase == "PENDING":
+            task.task.pull_stopped_at = datetime.now(timezone.utc)
+            task.phase, task.due = "PREFETCHING", self._after(self.delays.prefetch_s)
+            self._container_log(task, PREFETCH_CONTAINER, [PREFETCH_LINES[0].format(model=self.registry.profiles[task.profile].model)])
+        elif task.phase == "PREFETCHING":
+            self._container_log(task, PREFETCH_CONTAINER, [PREFETCH_LINES[1]])
             self._start_running(task, now)
         elif task.phase == "RUNNING" and "task-crash" in self.faults:
             self._begin_stop(task, CRASH_REASON, "EssentialContainerExited", now, exit_code=1)
@@ -459,8 +475,37 @@ class World:
         task.server = server.start()
         self._log("model-server-started", f"{task.profile}: {server.url} pid {server.pid}")
 
+    def _container_log(self, task: _Task, container: str, lines: Sequence[str]) -> None:
+        """Write lines to the container's stream as the awslogs driver of its task definition would."""
+        definition = self.b.ecs.describe_task_definition(task.task.task_definition_arn)
+        settings = next(c for c in definition.container_definitions if c["name"] == container)["logConfiguration"]["options"]
+        group, stream = settings["awslogs-group"], f"{settings['awslogs-stream-prefix']}/{container}/{task.arn.rsplit('/', 1)[-1]}"
+        stamp = int(time.time() * 1000)
+        try:
+            self.logs.create_log_stream(logGroupName=group, logStreamName=stream)
+        except self.logs.exceptions.ResourceAlreadyExistsException:
+            pass
+        self.logs.put_log_events(logGroupName=group, logStreamName=stream,
+                                 logEvents=[{"timestamp": stamp, "message": line} for line in lines])
+
+    def _ship_logs(self, task: _Task, now: float, final: bool = False) -> None:
+        """The model server's new complete output lines to the vllm container's stream."""
+        server = task.server
+        if server is None or server.log_path is None or (now < task.next_ship and not final):
+            return
+        task.next_ship = now + LOG_SHIP_S
+        with server.log_path.open("rb") as output:
+            output.seek(task.log_offset)
+            chunk = output.read()
+        complete = chunk if final else chunk[: chunk.rfind(b"\n") + 1]
+        lines = [line for line in complete.decode("utf-8", "replace").splitlines() if line.strip()]
+        task.log_offset += len(complete)
+        if lines:
+            self._container_log(task, "vllm", lines)
+
     def _stop_server(self, task: _Task) -> None:
         if task.server is not None:
+            self._ship_logs(task, time.monotonic(), final=True)
             task.server.stop(grace_s=5)
             self._log("model-server-stopped", f"{task.profile}: {task.server.url}")
             task.server = None
@@ -600,6 +645,11 @@ class World:
         failure = {"arn": request.get("cluster", ""), "reason": FARGATE_CAPACITY_UNAVAILABLE}
         body = json.dumps({"tasks": [], "failures": [failure]}).encode()
         return 200, {"Content-Type": "application/x-amz-json-1.1", "x-amzn-RequestId": str(uuid.uuid4())}, body
+
+
+def model_log_group(service: str) -> str:
+    """The log group of a profile's containers, as Terraform's serving-profile module names it."""
+    return f"/ecs/{service}"
 
 
 def _check_faults(faults: Sequence[str], model_server: str) -> None:

@@ -3,7 +3,7 @@
 from servingctl.store.base import LockConflict, LockLost, Store, StoreBusy, TransitionRefused
 from servingctl.store.dynamodb import DynamoStore
 from servingctl.store.memory import MemoryStore
-from servingctl.store.models import ALLOWED_TRANSITIONS, Lock, Phase, ProfileState, Session
+from servingctl.store.models import ALLOWED_TRANSITIONS, Lock, Phase, ProfileState, Session, StartRecord
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
@@ -15,6 +15,7 @@ __all__ = [
     "Phase",
     "ProfileState",
     "Session",
+    "StartRecord",
     "Store",
     "StoreBusy",
     "TransitionRefused",

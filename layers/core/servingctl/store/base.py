@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from servingctl.shared.errors import Busy
-from servingctl.store.models import Lock, Phase, ProfileState, Session
+from servingctl.store.models import Lock, Phase, ProfileState, Session, StartRecord
 
 
 class LockConflict(Exception):
@@ -99,4 +99,16 @@ class Store(Protocol):
 
     def list_sessions(self, profile: str) -> list[Session]:
         """The profile's sessions, oldest first."""
+        ...
+
+    def put_start(self, record: StartRecord) -> StartRecord:
+        """Write the start record whole (only its own execution writes it)."""
+        ...
+
+    def get_start(self, profile: str, start_id: str) -> StartRecord | None:
+        """One start record, None when absent."""
+        ...
+
+    def list_starts(self, profile: str, limit: int = 50) -> list[StartRecord]:
+        """The profile's latest `limit` starts, oldest first."""
         ...

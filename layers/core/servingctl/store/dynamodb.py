@@ -6,6 +6,8 @@ Item layout (every item also carries `kind`):
                   owner, acquired_at, expires_at (ISO), expires_epoch (N), ttl (N, expiry + 1 day)
   ledger session  pk="session#<profile>"  sk=<session id: "<started ISO>#<execution name>">
                   Session fields (times as ISO strings, uptime_s N)
+  start           pk="start#<profile>"    sk=<start id: "<requested ISO>#<execution name>">
+                  StartRecord fields (the start's timeline: marks with times as ISO strings)
 TTL only cleans up: lock conditions compare expires_epoch with the caller's clock, since DynamoDB may
 delete expired items up to days late. Lock transactions are read by their CancellationReasons: a
 ConditionalCheckFailed is a held (or lost) lock, TransactionConflict and ThrottlingError are retried.
@@ -27,7 +29,7 @@ from botocore.exceptions import ClientError
 
 from servingctl.store.base import LockConflict, LockLost, StoreBusy, TransitionRefused
 from servingctl.store.memory import checked_changes
-from servingctl.store.models import ALLOWED_TRANSITIONS, Lock, Phase, ProfileState, Session, iso
+from servingctl.store.models import ALLOWED_TRANSITIONS, Lock, Phase, ProfileState, Session, StartRecord, iso
 
 PROFILE_PK = "profile"
 LOCK_PK = "lock"
@@ -296,6 +298,25 @@ class DynamoStore:
                 break
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
         return [Session.model_validate(i) for i in items]
+
+    # ---- start timelines -----------------------------------------------------------------------
+    def put_start(self, record: StartRecord) -> StartRecord:
+        """Write the start record whole (only its own execution writes it)."""
+        item = _to_item(record.model_dump(mode="json", exclude_none=True))
+        self._table.put_item(Item=item | {"pk": f"start#{record.profile}", "sk": record.start_id, "kind": "start"})
+        return record
+
+    def get_start(self, profile: str, start_id: str) -> StartRecord | None:
+        """One start record, None when absent."""
+        item = self._table.get_item(Key={"pk": f"start#{profile}", "sk": start_id}, ConsistentRead=True).get("Item")
+        return StartRecord.model_validate(item) if item else None
+
+    def list_starts(self, profile: str, limit: int = 50) -> list[StartRecord]:
+        """The profile's latest `limit` starts, oldest first."""
+        page = self._table.query(
+            KeyConditionExpression=Key("pk").eq(f"start#{profile}"), ScanIndexForward=False, Limit=limit, ConsistentRead=True
+        )
+        return [StartRecord.model_validate(i) for i in reversed(page["Items"])]
 
 
 def create_table(table_name: str, resource: Any | None = None) -> None:

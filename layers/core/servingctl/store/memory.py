@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from servingctl.store.base import LockConflict, LockLost, TransitionRefused
-from servingctl.store.models import ALLOWED_TRANSITIONS, MUTABLE_FIELDS, Lock, Phase, ProfileState, Session
+from servingctl.store.models import ALLOWED_TRANSITIONS, MUTABLE_FIELDS, Lock, Phase, ProfileState, Session, StartRecord
 
 
 def checked_changes(changes: dict[str, Any]) -> dict[str, Any]:
@@ -27,6 +27,7 @@ class MemoryStore:
         self._profiles: dict[str, ProfileState] = {}
         self._locks: dict[str, Lock] = {}
         self._sessions: dict[tuple[str, str], Session] = {}
+        self._starts: dict[tuple[str, str], StartRecord] = {}
 
     def get_profile(self, profile: str) -> ProfileState:
         """The profile's state (STOPPED with no history when never recorded)."""
@@ -142,3 +143,21 @@ class MemoryStore:
             return sorted(
                 (s.model_copy() for (p, _), s in self._sessions.items() if p == profile), key=lambda s: s.session_id
             )
+
+    def put_start(self, record: StartRecord) -> StartRecord:
+        """Write the start record whole (only its own execution writes it)."""
+        with self._mutex:
+            self._starts[(record.profile, record.start_id)] = record.model_copy(deep=True)
+            return record
+
+    def get_start(self, profile: str, start_id: str) -> StartRecord | None:
+        """One start record, None when absent."""
+        with self._mutex:
+            found = self._starts.get((profile, start_id))
+            return found.model_copy(deep=True) if found else None
+
+    def list_starts(self, profile: str, limit: int = 50) -> list[StartRecord]:
+        """The profile's latest `limit` starts, oldest first."""
+        with self._mutex:
+            mine = sorted((s for (p, _), s in self._starts.items() if p == profile), key=lambda s: s.start_id)
+            return [s.model_copy(deep=True) for s in mine[-limit:]] if limit > 0 else []

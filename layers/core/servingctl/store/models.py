@@ -121,6 +121,35 @@ class Session(_Record):
         return self.stopped_at is None
 
 
+class Mark(_Record):
+    """One point of a start's timeline: what happened, when, and which source said so."""
+
+    name: str = Field(description="e.g. instance_launched, pull_stopped, vllm_weights_loaded, target_healthy, ready")
+    at: datetime
+    source: str = Field(description="where the time comes from, e.g. ecs:DescribeTasks pullStoppedAt, logs:vllm")
+    # When the controller first saw it: at..seen_at is the controller's own overhead for this mark.
+    seen_at: datetime | None = None
+
+
+class StartRecord(_Record):
+    """One start of a profile with its timeline, oldest mark first (the profile's start history)."""
+
+    profile: str
+    start_id: str = Field(description="the session id format: <requested ISO>#<execution name>")
+    execution: str
+    requested_at: datetime
+    outcome: str = Field(default="STARTING", description="STARTING, READY or FAILED")
+    ended_at: datetime | None = None
+    marks: list[Mark] = Field(default_factory=list)
+    error: str | None = None
+    instance_id: str | None = None
+    task_arn: str | None = None
+
+    def mark(self, name: str) -> Mark | None:
+        """The mark of that name, None when not reached (yet)."""
+        return next((m for m in self.marks if m.name == name), None)
+
+
 def profile_lock(profile: str) -> str:
     """Lock name of a profile."""
     return f"profile:{profile}"

@@ -1,0 +1,158 @@
+"""A start's timeline: the marks a start passes, vLLM's own phases read from its log lines, the
+span each phase took, and what past starts say the next mark will take (p50/p90).
+
+Pure: the marks come from servingctl.control.timeline_sources (AWS) and the steps (the controller's
+own observations); this module only orders, names and measures them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+
+from servingctl.store.models import Mark, StartRecord
+
+# Every mark a start can pass, in the order a start passes them, with the phase that ends there.
+PHASES: tuple[tuple[str, str], ...] = (
+    ("requested", "start requested"),
+    ("instance_launched", "EC2 launch"),
+    ("instance_registered", "instance boot and ECS registration"),
+    ("task_created", "task placement"),
+    ("pull_started", "task provisioning"),
+    ("pull_stopped", "image pull"),
+    ("prefetch_started", "prefetch container start"),
+    ("prefetch_finished", "weights prefetch"),
+    ("task_started", "container start"),
+    ("vllm_load_started", "vLLM process start"),
+    ("vllm_model_initialized", "model init"),
+    ("vllm_weights_loaded", "weight loading"),
+    ("vllm_model_loaded", "model load (weights on the device)"),
+    ("vllm_compiled", "torch.compile"),
+    ("vllm_graphs_captured", "CUDA graph capture"),
+    ("vllm_engine_ready", "engine ready (KV cache, warmup)"),
+    ("vllm_api_ready", "API server up"),
+    ("target_healthy", "ALB health checks"),
+    ("first_token", "smoke test first token"),
+    ("ready", "READY recorded"),
+)
+ORDER = {name: index for index, (name, _) in enumerate(PHASES)}
+LABELS = dict(PHASES)
+
+# vLLM's log lines that end a phase; searched anywhere in a line (the prefix, the logger's time and
+# file:line differ by version), first match wins, anything else is ignored. Versions 0.6 to 0.32
+# print these words (v0 "Loading model weights took", v1 "Loading weights took"; torch.compile's
+# total was "torch.compile takes X s in total", later per range "Compiling a graph ... takes").
+VLLM_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("vllm_load_started", re.compile(r"Starting to load model|Loading model from scratch")),
+    ("vllm_model_initialized", re.compile(r"Initializing model took")),
+    ("vllm_weights_loaded", re.compile(r"Loading (?:model )?weights took")),
+    ("vllm_model_loaded", re.compile(r"Model loading took")),
+    ("vllm_compiled", re.compile(r"torch\.compile takes? [0-9.]+ ?s in total|Compiling a graph for .* takes [0-9.]+ ?s")),
+    ("vllm_graphs_captured", re.compile(r"Graph capturing finished in")),
+    ("vllm_engine_ready", re.compile(r"init engine \(profile, create kv cache, warmup model\) took")),
+    ("vllm_api_ready", re.compile(r"Application startup complete|Starting vLLM API server")),
+)
+VLLM_SOURCE = "logs:FilterLogEvents (vllm container)"
+
+
+def vllm_marks(events: Iterable[tuple[datetime, str]]) -> list[Mark]:
+    """The vLLM phases in a container's log events (time, line): the first line of each kind, at
+    the time CloudWatch stamped it; unknown lines are ignored."""
+    found: dict[str, Mark] = {}
+    for at, line in events:
+        for name, pattern in VLLM_LINES:
+            # A later compile line (another range) moves the end of torch.compile, never the others.
+            if pattern.search(line) and (name not in found or name == "vllm_compiled"):
+                found[name] = Mark(name=name, at=at, source=VLLM_SOURCE)
+                break
+    return sorted(found.values(), key=lambda m: m.at)
+
+
+def merge(record: StartRecord, marks: Iterable[Mark], seen_at: datetime) -> bool:
+    """Add the marks the record lacks (stamped seen_at) or whose time moved; True when it changed."""
+    changed = False
+    for mark in marks:
+        old = record.mark(mark.name)
+        if old is not None and old.at == mark.at:
+            continue
+        new = mark.model_copy(update={"seen_at": old.seen_at if old and old.seen_at else seen_at})
+        record.marks = [m for m in record.marks if m.name != mark.name] + [new]
+        changed = True
+    if changed:
+        record.marks.sort(key=lambda m: (m.at, ORDER.get(m.name, len(ORDER))))
+    return changed
+
+
+def spans(record: StartRecord) -> list[tuple[str, float, float]]:
+    """(mark, seconds of the phase that ends there, seconds since requested) for every mark reached,
+    in time order; a phase starts at the previous mark reached."""
+    rows: list[tuple[str, float, float]] = []
+    previous = record.requested_at
+    for mark in record.marks:
+        if mark.name == "requested":
+            continue
+        rows.append((mark.name, max(0.0, (mark.at - previous).total_seconds()), (mark.at - record.requested_at).total_seconds()))
+        previous = max(previous, mark.at)
+    return rows
+
+
+def overheads(record: StartRecord) -> dict[str, float]:
+    """Mark -> seconds from the mark in the world to the controller recording it."""
+    return {m.name: max(0.0, (m.seen_at - m.at).total_seconds()) for m in record.marks if m.seen_at is not None}
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation; ValueError on no values."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def history_offsets(history: Sequence[StartRecord]) -> dict[str, list[float]]:
+    """Mark -> seconds after the request at which each past READY start reached it."""
+    offsets: dict[str, list[float]] = {}
+    for past in history:
+        if past.outcome != "READY":
+            continue
+        for mark in past.marks:
+            offsets.setdefault(mark.name, []).append((mark.at - past.requested_at).total_seconds())
+    return offsets
+
+
+def phase_history(history: Sequence[StartRecord]) -> dict[str, list[float]]:
+    """Mark -> the seconds its phase took in each past READY start."""
+    durations: dict[str, list[float]] = {}
+    for past in history:
+        if past.outcome == "READY":
+            for name, seconds, _ in spans(past):
+                durations.setdefault(name, []).append(seconds)
+    return durations
+
+
+def next_mark(record: StartRecord, history: Sequence[StartRecord]) -> tuple[str, datetime | None] | None:
+    """The mark this start waits for (the first after the latest reached that past starts reached,
+    or the next in order without history) and when past starts (p50) reached it; None when READY."""
+    if record.mark("ready") is not None:
+        return None
+    reached = [ORDER[m.name] for m in record.marks if m.name in ORDER]
+    last = max(reached, default=0)
+    offsets = history_offsets(history)
+    later = [name for name, _ in PHASES[last + 1 :]]
+    seen = [name for name in later if name in offsets]
+    if not seen:
+        return (later[0], None) if later else None
+    name = seen[0]
+    return name, record.requested_at + timedelta(seconds=percentile(offsets[name], 50))
+
+
+def expected_ready(record: StartRecord, history: Sequence[StartRecord], now: datetime) -> datetime | None:
+    """When past starts (p50 from the request) say READY comes, never before now; None without history."""
+    offsets = history_offsets(history).get("ready")
+    if not offsets:
+        return None
+    return max(now, record.requested_at + timedelta(seconds=percentile(offsets, 50)))
