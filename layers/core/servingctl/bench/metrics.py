@@ -28,6 +28,7 @@ from servingctl.schema.results import (
     ServerChecks,
     SteadyWindow,
 )
+from servingctl.bench.slo import judge
 from servingctl.bench.stats import percentile, summarize
 
 NS_PER_MS = 1_000_000
@@ -180,7 +181,7 @@ def scenario_summary(
         starts = sorted(r.t_start_ns for r in measured)
         if config.mode == "rate" and len(starts) > 1 and starts[-1] > starts[0]:
             achieved_rate = (len(starts) - 1) * NS_PER_S / (starts[-1] - starts[0])
-    return ScenarioSummary(
+    summary = ScenarioSummary(
         name=name,
         input_tokens_target=calibration.target_tokens,
         input_tokens=calibration.actual_tokens,
@@ -211,3 +212,6 @@ def scenario_summary(
         client=client,
         client_bound=client.client_bound,
     )
+    if config.slos:
+        summary.slo = judge(summary, measured, rounds, config.slos, config.slo_share)
+    return summary

@@ -335,6 +335,11 @@ async def run_benchmark(
         for concurrency in config.concurrencies:
             result = await run_scenario(config, connection, calibration, concurrency, run_id=run_id, progress=progress, transport=transport)
             run.scenarios.append(result)
+    return finish_run(run)
+
+
+def finish_run(run: RunResult) -> RunResult:
+    """Close a run: its failed scenarios, the end time and the client host's load at the end."""
     run.failed_scenarios = failed_scenarios(run)
     run.metadata.finished_at = datetime.now(UTC)
     if run.metadata.client_host is not None:

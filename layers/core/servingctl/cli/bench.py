@@ -16,7 +16,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from servingctl.bench.calibration import CalibrationError, EndpointUnreachable
-from servingctl.schema.results import MODES, SALT_MODES, RunConfig, RunResult
+from servingctl.schema.results import MODES, SALT_MODES, RunConfig, RunResult, Slo
+from servingctl.bench.slo import SloError, parse_slos
+from servingctl.bench.sweep import run_sweep
 from servingctl.bench.runner import Progress as ProgressEvent
 from servingctl.bench.runner import ProgressFn, run_benchmark
 from servingctl.cli.benchmarks import remote_bench
@@ -30,7 +32,8 @@ _FLAGS = {
     "concurrencies": "--concurrency", "mode": "--mode", "rate": "--rate", "warmup": "--warmup",
     "rounds": "--rounds", "requests": "--requests", "duration_s": "--duration", "max_tokens": "--max-tokens",
     "seed": "--seed", "salt_mode": "--salt-mode", "max_failure_rate": "--max-failure-rate",
-    "timeout_s": "--timeout",
+    "timeout_s": "--timeout", "slos": "--slo", "slo_share": "--slo-share", "sweep": "--sweep",
+    "sweep_max_concurrency": "--sweep-max-concurrency", "sweep_max_steps": "--sweep-max-steps",
 }
 
 
@@ -55,6 +58,13 @@ def _bounded(kind: Callable[[str], float], low: float, high: float | None = None
         return value
 
     return parse
+
+
+def _slos(text: str) -> list[Slo]:
+    try:
+        return parse_slos(text)
+    except SloError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -95,6 +105,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="exit non-zero when a scenario's failure rate exceeds this (default 0)")
     p.add_argument("--timeout", type=_bounded(float, 1e-9, what="a positive number of seconds"), default=600.0,
                    help="per-request timeout in seconds (default 600)")
+    slo = p.add_argument_group("service-level objectives and the saturation sweep")
+    slo.add_argument("--slo", type=_slos, default=[], metavar="METRIC[:PCT]=LIMIT,...",
+                     help="latency objectives, e.g. ttft_ms=500,itl_ms=50,e2e_s=20 (each request) or ttft_ms:p90=500 "
+                          "(the scenario's p90; p50, p90, p95, p99); goodput counts requests meeting every per-request SLO")
+    slo.add_argument("--slo-share", type=_bounded(float, 1e-9, 1.0, "a number above 0 and at most 1"), default=1.0,
+                     help="share of requests that must meet every per-request SLO (default 1)")
+    slo.add_argument("--sweep", action="store_true",
+                     help="search the highest concurrency meeting the SLOs (doubling from 1, then bisection; stops "
+                          "once over-saturated) instead of the --concurrency grid; needs --slo and one --input-tokens")
+    slo.add_argument("--sweep-max-concurrency", type=_bounded(int, 1, 4096, "an integer from 1 to 4096"), default=256,
+                     help="highest concurrency the sweep tries (default 256)")
+    slo.add_argument("--sweep-max-steps", type=_bounded(int, 2, 40, "an integer from 2 to 40"), default=12,
+                     help="most scenarios the sweep runs (default 12)")
     p.add_argument("--output", metavar="DIR", help="write results.json, vllm/*.json, report.md and charts here")
     p.add_argument("--json", action="store_true", help="print the headline rows as JSON instead of a table")
     remote = p.add_argument_group("a deployed profile, measured from inside its VPC (run_benchmark through the REST API)")
@@ -129,6 +152,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         salt_mode=args.salt_mode,
         max_failure_rate=args.max_failure_rate,
         timeout_s=args.timeout,
+        slos=args.slo,
+        slo_share=args.slo_share,
+        sweep=args.sweep,
+        sweep_max_concurrency=args.sweep_max_concurrency,
+        sweep_max_steps=args.sweep_max_steps,
     )
 
 
@@ -156,7 +184,8 @@ def _bench(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     try:
         with _progress(console) as progress:
-            run = asyncio.run(run_benchmark(config, api_key=args.api_key, headers=dict(args.header), progress=progress))
+            measure = run_sweep if config.sweep else run_benchmark
+            run = asyncio.run(measure(config, api_key=args.api_key, headers=dict(args.header), progress=progress))
     except EndpointUnreachable as exc:
         print(f"servingctl bench: error: {exc}", file=sys.stderr)
         return 1

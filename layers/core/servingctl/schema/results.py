@@ -22,7 +22,12 @@ CalibrationMethod = Literal["tokenize", "usage"]
 ErrorKind = Literal["http_status", "timeout", "connect", "stream_cut", "malformed_sse", "server_error", "other"]
 MismatchKind = Literal["prompt_tokens", "completion_tokens", "finish_reason"]
 
+SloMetric = Literal["ttft_ms", "itl_ms", "e2e_s"]
+SloPercentile = Literal["p50", "p90", "p95", "p99"]
+
 MODES: tuple[str, ...] = ("burst", "sustained", "rate")
+SLO_METRICS: tuple[str, ...] = ("ttft_ms", "itl_ms", "e2e_s")
+SLO_PERCENTILES: tuple[str, ...] = ("p50", "p90", "p95", "p99")
 SALT_MODES: tuple[str, ...] = ("cache-salt", "prompt-nonce", "none")
 # Header values never written to results (compared lower-case).
 SECRET_HEADERS: frozenset[str] = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
@@ -31,6 +36,20 @@ REDACTED = "<redacted>"
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class Slo(_Model):
+    """One latency objective. Without a percentile every request is judged on its own (vLLM's
+    --goodput): ttft_ms its TTFT, itl_ms its TPOT (vLLM's tpot), e2e_s its end-to-end time. With one,
+    the scenario's percentile of the metric is judged (itl_ms: the token-normalized ITL samples)."""
+
+    metric: SloMetric
+    limit: float = Field(gt=0, description="upper bound, in the metric's unit (ms or s)")
+    percentile: SloPercentile | None = Field(None, description="None: per request")
+
+    def label(self) -> str:
+        """As typed on the command line: ttft_ms=500 or ttft_ms:p90=500."""
+        return f"{self.metric}{':' + self.percentile if self.percentile else ''}={self.limit:g}"
 
 
 class RunConfig(_Model):
@@ -57,6 +76,13 @@ class RunConfig(_Model):
     salt_mode: SaltMode = "cache-salt"
     max_failure_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     timeout_s: float = Field(default=600.0, gt=0, description="per-request timeout")
+    # Service-level objectives: goodput counts requests meeting every per-request SLO.
+    slos: list[Slo] = Field(default_factory=list, description="latency objectives (empty: no goodput)")
+    slo_share: float = Field(default=1.0, gt=0, le=1, description="share of measured requests that must meet every per-request SLO")
+    # Saturation sweep: search the highest concurrency meeting the SLOs instead of a fixed grid.
+    sweep: bool = False
+    sweep_max_concurrency: int = Field(default=256, ge=1, le=4096, description="highest concurrency the sweep may try")
+    sweep_max_steps: int = Field(default=12, ge=2, le=40, description="most scenarios the sweep may run")
 
     @field_validator("endpoint")
     @classmethod
@@ -83,6 +109,16 @@ class RunConfig(_Model):
             raise ValueError("rate: required in mode rate (the arrival rate in requests per second)")
         if self.mode in ("sustained", "rate") and self.requests is None and self.duration_s is None:
             raise ValueError(f"requests or duration_s: mode {self.mode} needs one of them")
+        seen = [(slo.metric, slo.percentile) for slo in self.slos]
+        if len(set(seen)) != len(seen):
+            raise ValueError("slos: each metric and percentile at most once")
+        if self.sweep:
+            if not self.slos:
+                raise ValueError("slos: the sweep searches the highest concurrency meeting an SLO; give at least one")
+            if len(self.input_tokens) != 1:
+                raise ValueError(f"input_tokens: the sweep searches one input length; got {len(self.input_tokens)}")
+            if self.mode == "rate":
+                raise ValueError("mode: the sweep varies concurrency; use burst or sustained")
         return self
 
 
@@ -223,6 +259,30 @@ class ClientSelfCheck(_Model):
     reasons: list[str] = Field(default_factory=list)
 
 
+class SloCheck(_Model):
+    """One SLO judged on a scenario: per request, the share of measured requests meeting it; with a
+    percentile, the scenario's value of that percentile."""
+
+    slo: Slo
+    value: float | None = Field(description="per request: share meeting it (0..1); percentile: the measured value")
+    met: bool
+
+
+class SloResult(_Model):
+    """A scenario against the run's SLOs, and its goodput: requests (and their output tokens) that
+    met every per-request SLO, per second of the measured duration (vLLM's request_goodput)."""
+
+    checks: list[SloCheck]
+    good_requests: int = Field(description="measured requests meeting every per-request SLO (failed requests never do)")
+    good_share: float = Field(description="good_requests / measured requests")
+    share_required: float
+    met: bool = Field(description="good_share >= share_required and every percentile SLO held")
+    duration_s: float = Field(description="burst: sum of measured rounds' wall time; else first send to last end")
+    goodput_rps: float
+    goodput_tok_s: float
+    throughput_rps: float = Field(description="every successful request per second over the same duration")
+
+
 class ScenarioSummary(_Model):
     """Headline numbers of one scenario (one input length x one concurrency x one mode)."""
 
@@ -260,6 +320,7 @@ class ScenarioSummary(_Model):
     server: ServerChecks
     client: ClientSelfCheck
     client_bound: bool
+    slo: SloResult | None = Field(None, description="against the run's SLOs (None: none given)")
 
 
 class ServerSample(_Model):
@@ -314,6 +375,33 @@ class RunMetadata(_Model):
     finished_at: datetime | None = None
 
 
+SweepStop = Literal["slo-missed", "over-saturated", "max-concurrency", "max-steps", "converged", "failed-at-1"]
+
+
+class SweepStep(_Model):
+    """One scenario the saturation sweep ran, with the figures it decided on."""
+
+    concurrency: int
+    scenario: str
+    met: bool
+    goodput_rps: float
+    goodput_tok_s: float
+    aggregate_tok_s: float | None
+    ttft_median_ms: float | None
+    saturated: bool = Field(False, description="queueing grew: TTFT rose while throughput flattened, or goodput fell")
+
+
+class SweepResult(_Model):
+    """The saturation sweep's search: doubling from 1 until the SLO fails or the server saturates,
+    then bisection between the highest concurrency that held and the lowest that did not."""
+
+    steps: list[SweepStep] = Field(default_factory=list)
+    found: int | None = Field(None, description="highest concurrency meeting the SLOs (None: not even 1)")
+    scenario: str | None = Field(None, description="the scenario measured at `found`")
+    stop: SweepStop | None = None
+    reason: str | None = None
+
+
 class RunResult(_Model):
     """A whole sweep: the results file (results.json) is this model's JSON."""
 
@@ -323,6 +411,7 @@ class RunResult(_Model):
     calibrations: list[Calibration] = Field(default_factory=list)
     scenarios: list[ScenarioResult] = Field(default_factory=list)
     failed_scenarios: list[str] = Field(default_factory=list, description="failure rate above max_failure_rate")
+    sweep: SweepResult | None = Field(None, description="the saturation sweep's search (config.sweep)")
 
     @property
     def exit_code(self) -> int:

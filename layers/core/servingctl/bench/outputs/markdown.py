@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from servingctl.bench.outputs.capacity import GOODPUT_HEADER, goodput_rows, slo_text, sweep_lines
 from servingctl.schema.results import RunResult, ScenarioSummary, ServerChecks
 from servingctl.bench.bootstrap import MIN_UNITS, RESAMPLES
 from servingctl.bench.outputs.fingerprint import FingerprintRow, compare_fingerprints
@@ -342,6 +343,19 @@ def comparison_section(compared: Sequence[ComparedScenario], baseline_id: str, r
     return lines
 
 
+def capacity_section(run: RunResult) -> list[str]:
+    """## Goodput at the SLO (and the saturation sweep); nothing without SLOs."""
+    if not run.config.slos:
+        return []
+    sweep = sweep_lines(run)
+    lines = ["## Goodput at the SLO", "", f"SLOs: {slo_text(run)}. Goodput: requests meeting every per-request SLO "
+             "(and their output tokens) per second of the measured duration, as `vllm bench serve --goodput`.", ""]
+    lines += [*table([h.replace("\n", " ") for h in GOODPUT_HEADER], goodput_rows(run), right_from=2), ""]
+    if sweep:
+        lines += [sweep[0], "", *(f"- {line}" for line in sweep[1:]), ""]
+    return lines
+
+
 def render_report(
     run: RunResult,
     *,
@@ -358,6 +372,7 @@ def render_report(
     lines += ["Aggregate: " + ("median over measured rounds of completion tokens / round wall time." if run.config.mode == "burst" else "completion tokens in the steady window / its length (ramp and drain excluded).")]
     lines += ["Per-request figures are medians over successful measured requests; TTFT counts from the first content or reasoning chunk.", ""]
     lines += [*results_table(run), ""]
+    lines += capacity_section(run)
     if baseline is not None:
         lines += comparison_section(compare_runs(baseline, run), baseline.metadata.run_id, run.metadata.run_id,
                                     compare_fingerprints(baseline, run))

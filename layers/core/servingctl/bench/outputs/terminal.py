@@ -23,6 +23,7 @@ from servingctl import render
 from servingctl.schema.results import RunResult
 from servingctl.bench.outputs.markdown import fmt, fmt_pct, warnings
 from servingctl.bench.bootstrap import MIN_UNITS, RESAMPLES
+from servingctl.bench.outputs.capacity import GOODPUT_HEADER, goodput_rows, slo_text, sweep_lines
 from servingctl.bench.outputs.fingerprint import compare_fingerprints
 from servingctl.bench.outputs.rows import ComparedFigure, ScenarioRow, compare_runs, scenario_rows
 from servingctl.bench.stats import min_samples
@@ -150,6 +151,19 @@ def costs_table(comparisons: Mapping[str, Comparison], run: RunResult | None = N
     return "\n".join(lines)
 
 
+def capacity_text(run: RunResult) -> str:
+    """Goodput at the SLOs per scenario and the saturation sweep's answer ('' without SLOs)."""
+    if not run.config.slos:
+        return ""
+    lines = [render.note(f"Goodput at the SLO: {slo_text(run)}")]
+    lines.append(render.columns(GOODPUT_HEADER, goodput_rows(run), right=range(2, 6), upper=False))
+    sweep = sweep_lines(run)
+    if sweep:
+        lines.append(render.note(sweep[0]))
+        lines += [render.note(line, "  - ") for line in sweep[1:]]
+    return "\n".join(lines)
+
+
 def print_run(
     run: RunResult,
     *,
@@ -161,6 +175,8 @@ def print_run(
     """Print the results table, the comparison and costs when given (priced against `api`), then every warning."""
     out = file or sys.stdout
     print(results_table(run), file=out)
+    if capacity := capacity_text(run):
+        print("\n" + capacity, file=out)
     if baseline is not None:
         print("\n" + comparison_table(baseline, run) + "\n", file=out)
         # Rich colours the differing fields on a terminal and writes plain text to a pipe.
@@ -186,6 +202,10 @@ def run_json(
         "warnings": [w.replace("**", "") for w in warnings(run)],
         "scenarios": [r.as_dict() for r in scenario_rows(run)],
     }
+    if run.config.slos:
+        out["slo"] = {s.summary.name: s.summary.slo.model_dump(mode="json") for s in run.scenarios if s.summary.slo}
+    if run.sweep is not None:
+        out["sweep"] = run.sweep.model_dump(mode="json")
     if baseline is not None:
         out["baseline_run_id"] = baseline.metadata.run_id
         out["comparison"] = [c.as_dict() for c in compare_runs(baseline, run)]

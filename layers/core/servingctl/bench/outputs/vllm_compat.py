@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from servingctl.bench.metrics import NS_PER_S, chunk_gaps_ms, itl_samples_ms
+from servingctl.bench.slo import measured_duration_s
 from servingctl.schema.results import RequestRecord, RunResult, ScenarioResult
 from servingctl.bench.stats import percentile
 
@@ -45,6 +46,8 @@ NOTES: dict[str, str] = {
     "generated_texts": "empty: servingctl does not keep generated text",
     "queue_times": "burst and sustained: 0.0 (a request is sent as soon as its slot is free); "
     "rate mode: absent (servingctl does not record the wait for the concurrency cap)",
+    "request_goodput": "requests meeting every per-request SLO (servingctl --slo; itl_ms = vLLM's tpot) per "
+    "second of duration, as --goodput; null without an SLO; percentile SLOs and the share: servingctl.slo",
     "spec_decode_acceptance_rate": "percent, from the server's /metrics deltas over the scenario incl. warm-ups",
 }
 
@@ -60,17 +63,6 @@ def _stats_ms(name: str, values_s: list[float]) -> dict[str, float]:
     }
     out.update({f"p{p}_{name}_ms": percentile(ms, p / 100) for p in PERCENTILES})
     return out
-
-
-def _duration_s(scenario: ScenarioResult, measured: list[RequestRecord]) -> float:
-    """Wall time the measured requests took (see the module docstring)."""
-    rounds = [r for r in scenario.rounds if not r.warmup]
-    if scenario.summary.mode == "burst" and rounds:
-        return sum(r.t_end_ns - r.t_start_ns for r in rounds) / NS_PER_S
-    if not measured:
-        return 0.0
-    end = max((r.t_end_ns if r.t_end_ns is not None else r.t_start_ns) for r in measured)
-    return (end - min(r.t_start_ns for r in measured)) / NS_PER_S
 
 
 def _peaks(scenario: ScenarioResult, ok: list[RequestRecord]) -> tuple[float, int]:
@@ -109,7 +101,7 @@ def to_vllm(run: RunResult, scenario: ScenarioResult) -> dict[str, Any]:
     summary = scenario.summary
     measured = sorted((r for r in scenario.records if not r.warmup), key=lambda r: r.index)
     ok = [r for r in measured if r.ok]
-    duration = _duration_s(scenario, measured)
+    duration = measured_duration_s(summary.mode, scenario.rounds, measured)
     output_lens = [(r.completion_tokens or 0) if r.ok else 0 for r in measured]
     total_input = summary.input_tokens * len(ok)
     total_output = sum(output_lens)
@@ -134,7 +126,7 @@ def to_vllm(run: RunResult, scenario: ScenarioResult) -> dict[str, Any]:
         "total_input_tokens": total_input,
         "total_output_tokens": total_output,
         "request_throughput": _per_second(len(ok), duration),
-        "request_goodput": None,
+        "request_goodput": summary.slo.goodput_rps if summary.slo is not None else None,
         "output_throughput": _per_second(total_output, duration),
         "total_token_throughput": _per_second(total_input + total_output, duration),
         "input_lens": [summary.input_tokens] * len(measured),
@@ -168,6 +160,7 @@ def to_vllm(run: RunResult, scenario: ScenarioResult) -> dict[str, Any]:
         "token_counts_exact": summary.token_counts_exact,
         "chunk_gaps_ms": [chunk_gaps_ms(r.chunks) for r in measured],
         "tokens_per_chunk": {str(k): v for k, v in summary.tokens_per_chunk.items()},
+        "slo": summary.slo.model_dump(mode="json") if summary.slo is not None else None,
         "notes": NOTES,
     }
     return result
