@@ -142,3 +142,37 @@ def test_a_session_is_priced_by_its_price_key_when_it_differs_from_the_instance_
     keyed = session_cost(catalog, **common, price_key="g7e.12xlarge")
     assert (keyed.instance_type, keyed.hourly_usd, keyed.cost_usd) == ("g7e.2xlarge", 12.17, pytest.approx(2 * 12.17))
     assert session_cost(catalog, **common).cost_usd is None  # g7e.2xlarge itself is not in the catalog
+
+
+def test_cli_compare_says_in_words_when_self_hosting_never_wins(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    args = "costs compare --hourly-usd 10 --aggregate-tok-s 100 --input-tokens 1000 --output-tokens 200"
+    assert main([*args.split(), "--api-input-usd-per-m", "0.22", "--api-output-usd-per-m", "0.66"]) == 0
+    out = capsys.readouterr().out
+    text = " ".join(out.split())
+    assert "%" not in out.split("break-even utilization")[1].split("\n")[0]  # no 1578 % for a share that cannot exist
+    assert "the managed API stays cheaper at any utilization" in text
+    # 7,300 USD a month for 262.8 M output tokens = 27.78 USD per 1M; 1,578 tok/s = 100 x 7,300 / 462.6
+    assert "if the API cost more than 27.78 USD per 1M output tokens for these requests (now 1.76)" in text
+    assert "sustained more than 1,578 output tok/s (measured 100)" in text
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_cli_compare_says_the_utilization_when_self_hosting_can_win(capsys):
+    args = "costs compare --hourly-usd 1 --aggregate-tok-s 1000 --input-tokens 1000 --output-tokens 200"
+    assert main([*args.split(), "--api-input-usd-per-m", "0.22", "--api-output-usd-per-m", "0.66"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "self-hosting is cheaper once more than 16% of the measured throughput is used during the 730 running hours" in text
+
+
+def test_cli_prices_fit_80_columns_and_keep_every_key_date_and_source(capsys, monkeypatch):
+    from servingctl.costs import load_catalog
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["costs", "prices"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    catalog = load_catalog(None)
+    text = " ".join(out.split())
+    for key, price in [*catalog.instances.items(), *catalog.infrastructure.items(), *catalog.managed_apis.items()]:
+        assert key in out and f"as of {price.as_of}, source: {' '.join(price.source.split())}" in text

@@ -103,14 +103,14 @@ def _compare(args: argparse.Namespace) -> int:
         ("self-hosted / API", f"{result.ratio_self_hosted_to_api:.2f}"),
         ("self-hosted USD per 1M output tokens", f"{result.self_hosted_usd_per_m_output:.2f}"),
         ("API USD per 1M output tokens (same requests)", f"{result.api_usd_per_m_output:.2f}"),
-        (
-            "break-even utilization",
-            f"{result.break_even_utilization:.0%}" + ("" if result.breaks_even else " (never: above 100 %)"),
-        ),
+        ("break-even utilization", f"{result.break_even_utilization:.0%}" if result.breaks_even else "never"),
     ]
     for name, value in rows:
         table.add_row(name, value)
     Console().print(table)
+    from servingctl import render
+
+    print(render.note("Break-even: " + result.break_even_words() + "."))
     return 0
 
 
@@ -124,21 +124,22 @@ def _prices(args: argparse.Namespace) -> int:
         return 0
     from servingctl import render
 
-    # Keys and sources are never cut: each source goes on its own wrapped line under its price.
-    rows: list[tuple[str, str, str, str]] = []
-    sources: list[str] = []
+    # Keys and sources are never cut: the date and source go on their own wrapped line under each
+    # price, so the three columns fit 80 characters.
+    rows: list[tuple[str, str, str]] = []
+    notes: list[str] = []
     for key, p in catalog.instances.items():
-        rows.append(("instance", key, f"{p.hourly_usd}/h" + (" (estimate)" if p.estimate else ""), p.as_of))
-        sources.append(f"source: {p.source}")
+        rows.append(("instance", key, f"{p.hourly_usd}/h" + (" (estimate)" if p.estimate else "")))
+        notes.append(f"as of {p.as_of}, source: {p.source}")
     for key, p in catalog.infrastructure.items():
         amount = next(f"{v}{unit}" for v, unit in ((p.hourly_usd, "/h"), (p.per_gb_usd, "/GB"), (p.monthly_usd, "/GB-month")) if v is not None)
-        rows.append(("infrastructure", key, amount, p.as_of))
-        sources.append(f"source: {p.source}")
+        rows.append(("infrastructure", key, amount))
+        notes.append(f"as of {p.as_of}, source: {p.source}")
     for key, p in catalog.managed_apis.items():
-        rows.append(("managed API", key, f"in {p.input_usd_per_m} / out {p.output_usd_per_m} per 1M", p.as_of))
-        sources.append(f"source: {p.source}")
+        rows.append(("managed API", key, f"in {p.input_usd_per_m} / out {p.output_usd_per_m} per 1M"))
+        notes.append(f"as of {p.as_of}, source: {p.source}")
     print(f"Price catalog ({catalog.currency})")
-    print(render.columns_with_notes(("kind", "key", "price", "as of"), rows, sources))
+    print(render.columns_with_notes(("kind", "key", "price"), rows, notes))
     return 0
 
 

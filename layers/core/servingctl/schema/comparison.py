@@ -53,3 +53,15 @@ class Comparison(BaseModel):
     def breaks_even(self) -> bool:
         """True when some utilization up to 100 % makes self-hosting as cheap as the API."""
         return self.break_even_utilization <= 1.0
+
+    def break_even_words(self) -> str:
+        """The break-even in words: the utilization at which self-hosting gets cheaper, or that the
+        managed API stays cheaper at any utilization and at which API price or throughput that flips."""
+        if self.breaks_even:
+            return (f"self-hosting is cheaper once more than {self.break_even_utilization:.0%} of the measured throughput "
+                    f"is used during the {self.inputs.hours:g} running hours")
+        return (f"the managed API stays cheaper at any utilization; self-hosting would win if the API cost more than "
+                f"{self.self_hosted_usd_per_m_output:,.2f} USD per 1M output tokens for these requests (now "
+                f"{self.api_usd_per_m_output:,.2f}), or if the server sustained more than "
+                f"{self.inputs.aggregate_tok_s * self.break_even_utilization:,.0f} output tok/s "
+                f"(measured {self.inputs.aggregate_tok_s:,.0f})")

@@ -293,10 +293,11 @@ def costs_section(comparison: Comparison | Mapping[str, Comparison], client_boun
             fmt(c.api_monthly_usd, 0),
             fmt(c.ratio_self_hosted_to_api),
             fmt(c.self_hosted_usd_per_m_output),
-            f"{c.break_even_utilization:.0%}" + ("" if c.breaks_even else " (never)"),
+            f"{c.break_even_utilization:.0%}" if c.breaks_even else "never",
         )
         for name, c in items
     ]
+    best = min((c for _, c in items), key=lambda c: c.break_even_utilization, default=None)
     first = next(iter(c for _, c in items), None)
     assumption = (
         f"Assumes the measured aggregate throughput is sustained {first.inputs.hours:g} h a month; managed API at "
@@ -304,7 +305,8 @@ def costs_section(comparison: Comparison | Mapping[str, Comparison], client_boun
         if first
         else ""
     )
-    return ["## Cost per token", "", assumption, "", *table(header, rows), ""]
+    verdict = [f"Best scenario ({next(n for n, c in items if c is best)}): {best.break_even_words()}.", ""] if best else []
+    return ["## Cost per token", "", assumption, "", *table(header, rows), "", *verdict]
 
 
 def _interval(f: ComparedFigure) -> str:

@@ -142,12 +142,14 @@ def costs_table(comparisons: Mapping[str, Comparison], run: RunResult | None = N
     rows = [
         (n, fmt(c.inputs.aggregate_tok_s), fmt(c.self_hosted_monthly_usd, 0), fmt(c.api_monthly_usd, 0),
          fmt(c.ratio_self_hosted_to_api), fmt(c.self_hosted_usd_per_m_output),
-         f"{c.break_even_utilization:.0%}" + ("" if c.breaks_even else " (never)"))
+         f"{c.break_even_utilization:.0%}" if c.breaks_even else "never")
         for n, c in ((n, comparisons[n]) for n in names)
     ]
     header = ("scenario", "aggregate\ntok/s", "self-hosted\nUSD", "API\nUSD", "self-hosted\n/ API", "USD per 1M\noutput",
               "break-\neven")
     lines.append(render.columns(header, rows, right=range(1, 6), upper=False))
+    best = min(names, key=lambda n: comparisons[n].break_even_utilization)
+    lines.append(render.note(f"break-even, best scenario ({best}): {comparisons[best].break_even_words()}"))
     return "\n".join(lines)
 
 
