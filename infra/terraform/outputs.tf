@@ -64,3 +64,13 @@ output "capacity_provider_names" {
   description = "ECS capacity provider of every pool, keyed by pool name."
   value       = { for name, p in module.pool : name => p.capacity_provider_name }
 }
+
+output "launch_template_arns" {
+  description = "Launch template ARNs of every pool's instance types: the controller's capacity fallback launches through these only (SAM parameter LaunchTemplateArns)."
+  value       = flatten([for p in module.pool : p.launch_template_arns])
+}
+
+output "instance_role_arn" {
+  description = "Role of the GPU container instances, which the controller passes when it switches a pool's launch template (SAM parameter InstanceRoleArn)."
+  value       = module.cluster.instance_role_arn
+}

@@ -73,11 +73,14 @@ class World:
         self.sg = self.ec2.create_security_group(GroupName="tasks", Description="tasks", VpcId=vpc)["GroupId"]
         image = "ami-12c6146b"  # one of moto's default AMIs (describing them all takes ~20 s)
         for name, pool in doc["pools"].items():
-            self.ec2.create_launch_template(
-                LaunchTemplateName=name, LaunchTemplateData={"ImageId": image, "InstanceType": "t3.micro"}
-            )
+            # One launch template per instance type of the pool, as Terraform makes them.
+            for option in [pool, *pool.get("alternates", [])]:
+                option["launch_template_id"] = self.ec2.create_launch_template(
+                    LaunchTemplateName=f"{name}-{option['instance_type']}",
+                    LaunchTemplateData={"ImageId": image, "InstanceType": option["instance_type"]},
+                )["LaunchTemplate"]["LaunchTemplateId"]
             self.autoscaling.create_auto_scaling_group(
-                AutoScalingGroupName=pool["asg_name"], LaunchTemplate={"LaunchTemplateName": name},
+                AutoScalingGroupName=pool["asg_name"], LaunchTemplate={"LaunchTemplateId": pool["launch_template_id"]},
                 MinSize=0, MaxSize=1, DesiredCapacity=0, VPCZoneIdentifier=self.subnet,
             )
             pool["asg_arn"] = self.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[pool["asg_name"]])[
@@ -98,6 +101,7 @@ class World:
             profile["load_balancer_arn"] = lb["LoadBalancerArn"]
         self.registry: Registry = parse_registry(doc)
         self.container_instances: dict[str, str] = {}
+        self._failed: list[dict[str, Any]] = []
 
     def _record(self, model: Any, **_: Any) -> None:
         self.calls.append(model.name)
@@ -144,19 +148,22 @@ class World:
         if targets:
             self.elbv2.deregister_targets(TargetGroupArn=tg, Targets=[t["Target"] for t in targets])
 
-    def fail_launches(self, message: str) -> None:
-        """moto records no scaling activities: answer DescribeScalingActivities like AWS after a failed launch."""
+    def fail_launches(self, message: str, pool: str = "g7e-2gpu") -> None:
+        """moto records no scaling activities: answer DescribeScalingActivities like AWS after a failed
+        launch (each call adds one more failed activity, newest first)."""
         activity = {
-            "ActivityId": "a1", "AutoScalingGroupName": self.registry.pools["g7e-2gpu"].asg_name,
+            "ActivityId": f"a{len(self._failed) + 1}", "AutoScalingGroupName": self.registry.pools[pool].asg_name,
             "Description": "Launching a new EC2 instance.  Status Reason: " + message,
             "Cause": "At 2025-03-01T09:00:00Z an instance was started in response to a difference between desired and actual capacity",
             "StartTime": datetime.now(UTC), "StatusCode": "Failed", "StatusMessage": message, "Progress": 100,
         }
+        self._failed.insert(0, activity)
 
         def answer(**_: Any) -> tuple[AWSResponse, dict[str, Any]]:
-            return AWSResponse("https://autoscaling", 200, {}, None), {"Activities": [activity]}
+            return AWSResponse("https://autoscaling", 200, {}, None), {"Activities": list(self._failed)}
 
-        self.autoscaling.meta.events.register("before-call.auto-scaling.DescribeScalingActivities", answer)
+        if len(self._failed) == 1:
+            self.autoscaling.meta.events.register("before-call.auto-scaling.DescribeScalingActivities", answer)
 
     def record_termination(self, instance_id: str, started: datetime, ended: datetime, pool: str = "g7e-2gpu") -> None:
         """moto records no scaling activities: list the group's termination of the instance as AWS does."""

@@ -183,6 +183,65 @@ def test_a_retry_right_after_a_failed_launch_is_not_failed_by_the_old_activity(d
     assert step(deps, "check_capacity", retry, "capacity")["ready"] is False
 
 
+def _no_capacity(itype: str) -> str:
+    return f"Could not launch On-Demand Instances. InsufficientInstanceCapacity - We currently do not have sufficient {itype} capacity"
+
+
+def test_capacity_falls_back_to_each_alternate_in_order_and_records_why(deps: Deps, world: World) -> None:
+    state = started(deps, profile=OTHER)
+    pool = world.registry.pools["g7e-1gpu"]
+    template = lambda: world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"]  # noqa: E731
+    assert template() == pool.launch_template_id
+    world.fail_launches(_no_capacity("g7e.2xlarge"), pool="g7e-1gpu")
+    answer = step(deps, "check_capacity", state, "capacity")
+    assert answer["ready"] is False and "moved to g7e.4xlarge (option 2 of 3)" in answer["detail"]
+    assert template() == pool.alternates[0].launch_template_id
+    recorded = deps.store.get_profile(OTHER)
+    assert recorded.instance_type == "g7e.4xlarge" and "g7e.2xlarge: InsufficientInstanceCapacity" in (recorded.capacity_note or "")
+    session = deps.store.get_session(OTHER, recorded.session_id or "")
+    assert session is not None and (session.instance_type, session.price_key) == ("g7e.4xlarge", "g7e.4xlarge")
+    # The same activity does not move it twice; the next type's failure moves to the third.
+    assert step(deps, "check_capacity", state, "capacity")["ready"] is False
+    assert template() == pool.alternates[0].launch_template_id
+    world.fail_launches(_no_capacity("g7e.4xlarge"), pool="g7e-1gpu")
+    assert "moved to g7e.8xlarge (option 3 of 3)" in step(deps, "check_capacity", state, "capacity")["detail"]
+    assert template() == pool.alternates[1].launch_template_id
+    # The instance of the third type comes up: READY records the type and the fallbacks (the event's detail).
+    world.autoscaling.set_desired_capacity(AutoScalingGroupName=pool.asg_name, DesiredCapacity=1)
+    world.register_instances(OTHER)
+    assert step(deps, "check_capacity", state, "capacity")["ready"] is True
+    state["task"] = {"progress": {"marks": {"ready_at": state["capacity"]["progress"]["marks"]["ready_at"]}}}
+    state["targets"] = {"progress": {"marks": {"ready_at": state["capacity"]["progress"]["marks"]["ready_at"]}}}
+    ready = step(deps, "record_ready", state, "ready")
+    assert ready["instance_type"] == "g7e.8xlarge" and ready["warm_start"] is False
+    assert [f["instance_type"] for f in ready["capacity_fallbacks"]] == ["g7e.2xlarge", "g7e.4xlarge"]
+    assert deps.store.get_profile(OTHER).instance_type == "g7e.8xlarge"
+
+
+def test_every_option_without_capacity_fails_with_capacity_unavailable_naming_them_and_rolls_back(deps: Deps, world: World) -> None:
+    state = started(deps, profile=OTHER)
+    for n, itype in enumerate(("g7e.2xlarge", "g7e.4xlarge")):
+        world.fail_launches(_no_capacity(itype), pool="g7e-1gpu")
+        assert f"option {n + 2} of 3" in step(deps, "check_capacity", state, "capacity")["detail"]
+    world.fail_launches(_no_capacity("g7e.8xlarge"), pool="g7e-1gpu")
+    with pytest.raises(CapacityUnavailable, match=r"could not launch g7e.8xlarge: .*alternates tried before: g7e.2xlarge: .*; g7e.4xlarge: "):
+        step(deps, "check_capacity", state, "capacity")
+    step(deps, "roll_back", state | {"error": {"Error": "CapacityUnavailable", "Cause": "{}"}}, None)
+    assert world.asg("g7e-1gpu")["DesiredCapacity"] == 0 and world.service(OTHER)["desiredCount"] == 0
+    assert deps.store.get_profile(OTHER).phase == Phase.FAILED
+    # The next start goes back to the primary type's template.
+    started(deps, profile=OTHER)
+    assert world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"] == world.registry.pools["g7e-1gpu"].launch_template_id
+
+
+def test_a_failure_other_than_capacity_does_not_fall_back(deps: Deps, world: World) -> None:
+    state = started(deps, profile=OTHER)
+    world.fail_launches("The requested configuration is currently not supported. Launching EC2 instance failed.", pool="g7e-1gpu")
+    with pytest.raises(CapacityUnavailable, match="could not launch g7e.2xlarge: The requested configuration"):
+        step(deps, "check_capacity", state, "capacity")
+    assert world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"] == world.registry.pools["g7e-1gpu"].launch_template_id
+
+
 def test_tasks_stopped_before_the_start_are_not_counted(deps: Deps, world: World) -> None:
     earlier = started(deps)
     world.register_instances()

@@ -13,6 +13,11 @@ output "instance_profile_arn" {
   value       = aws_iam_instance_profile.instance.arn
 }
 
+output "instance_role_arn" {
+  description = "Role of the GPU container instances (the controller passes it when it switches a pool's launch template)."
+  value       = aws_iam_role.instance.arn
+}
+
 output "task_security_group_id" {
   description = "Security group of the model server tasks."
   value       = aws_security_group.tasks.id

@@ -18,6 +18,11 @@ output "launch_template_id" {
   value       = aws_launch_template.this["primary"].id
 }
 
+output "launch_template_arns" {
+  description = "ARNs of every launch template of the pool (primary and alternates): the controller may launch through these only."
+  value       = [for t in aws_launch_template.this : t.arn]
+}
+
 output "alternates" {
   description = "The alternate instance types in order, each with its launch template id (the controller's capacity fallback)."
   value       = [for t in var.alternate_instance_types : { instance_type = t, launch_template_id = aws_launch_template.this[t].id }]

@@ -12,6 +12,12 @@ FAILED_ACTIVITY_CODES = frozenset({"Failed", "Cancelled"})
 GONE_TARGET_STATES = frozenset({"unused"})
 # EC2 stops billing an instance once it is shutting down.
 GONE_INSTANCE_STATES = frozenset({"shutting-down", "terminated"})
+# A stopped instance costs its volumes only: back in a warm pool and stopped, it counts as released.
+PARKED_INSTANCE_STATES = frozenset({"stopped"})
+# Warm pool lifecycle states of an instance a scale-out can take (Warmed:Pending* still initialises).
+TAKEABLE_WARM_STATES = frozenset({"Warmed:Stopped", "Warmed:Running", "Warmed:Hibernated"})
+# The EC2 error of a launch (or a warm instance's start) refused for want of capacity of the type.
+INSUFFICIENT_CAPACITY = "InsufficientInstanceCapacity"
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class AsgView:
     min_size: int
     max_size: int
     instances: tuple[AsgInstance, ...]
+    launch_template_id: str | None = None
 
     def in_service(self) -> list[str]:
         """Ids of InService instances."""
@@ -71,7 +78,24 @@ def describe_asg(autoscaling: Any, name: str) -> AsgView:
         AsgInstance(i["InstanceId"], i.get("LifecycleState", ""), bool(i.get("ProtectedFromScaleIn")))
         for i in g.get("Instances", [])
     )
-    return AsgView(name, g["DesiredCapacity"], g["MinSize"], g["MaxSize"], instances)
+    template = (g.get("LaunchTemplate") or {}).get("LaunchTemplateId")
+    return AsgView(name, g["DesiredCapacity"], g["MinSize"], g["MaxSize"], instances, template)
+
+
+def warm_instances(autoscaling: Any, name: str) -> tuple[AsgInstance, ...]:
+    """Instances in the group's warm pool with their Warmed:* lifecycle state (none without a pool)."""
+    answer = autoscaling.describe_warm_pool(AutoScalingGroupName=name)
+    return tuple(
+        AsgInstance(i["InstanceId"], i.get("LifecycleState", ""), bool(i.get("ProtectedFromScaleIn")))
+        for i in answer.get("Instances", [])
+    )
+
+
+def use_launch_template(autoscaling: Any, name: str, template_id: str) -> None:
+    """Point the group's next launches at another launch template (another instance type); MinSize stays 0."""
+    autoscaling.update_auto_scaling_group(
+        AutoScalingGroupName=name, MinSize=0, LaunchTemplate={"LaunchTemplateId": template_id, "Version": "$Latest"}
+    )
 
 
 def set_asg_desired(autoscaling: Any, name: str, count: int) -> None:
@@ -98,12 +122,12 @@ def failed_activity_ids(autoscaling: Any, name: str) -> list[str]:
     return [a["ActivityId"] for a in activities if a.get("StatusCode") in FAILED_ACTIVITY_CODES]
 
 
-def failed_launch(autoscaling: Any, name: str, known: set[str]) -> str | None:
-    """AWS's status message of a failed or cancelled scaling activity not among the known ids."""
+def failed_launch(autoscaling: Any, name: str, known: set[str]) -> tuple[str, str] | None:
+    """(activity id, AWS's status message) of a failed or cancelled scaling activity not among the known ids."""
     activities = autoscaling.describe_scaling_activities(AutoScalingGroupName=name, MaxRecords=20)["Activities"]
     for activity in activities:
         if activity.get("StatusCode") in FAILED_ACTIVITY_CODES and activity["ActivityId"] not in known:
-            return activity.get("StatusMessage") or activity.get("Description") or activity["StatusCode"]
+            return activity["ActivityId"], activity.get("StatusMessage") or activity.get("Description") or activity["StatusCode"]
     return None
 
 

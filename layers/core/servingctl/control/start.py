@@ -96,6 +96,7 @@ def scale_out(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
     deps.store.set_phase(
         config.profile, Phase.STARTING, now, execution,
         session_id=session_id, last_error=None, ready_at=None, stopped_at=None, phase_seconds={}, lease_deadline=None,
+        instance_type=pool.instance_type, warm_start=None, capacity_note=None,
         # Who asked; a keepalive or a benchmark hold of an earlier session does not carry over.
         started_by=config.requested_by, kept_alive_by=None, kept_alive_at=None, held_by=None, held_until=None,
     )
@@ -107,39 +108,83 @@ def scale_out(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
     )
     # What failed before this start is not this start's failure: remember it by id, not by time
     # (a retry right after an InsufficientInstanceCapacity must not fail on the old activity).
+    # The warm pool's stopped instances now: the one the group takes into service is a warm start.
+    warm = aws.warm_instances(deps.autoscaling, pool.asg_name) if pool.warm_pool else ()
     baseline = {
         "failed_activities": aws.failed_activity_ids(deps.autoscaling, pool.asg_name),
         "stopped_tasks": [t["taskArn"] for t in aws.service_tasks(deps.ecs, spec.cluster, spec.service, "STOPPED")],
+        "warm_instances": [i.instance_id for i in warm if i.lifecycle in aws.TAKEABLE_WARM_STATES],
     }
     aws.set_service_desired(deps.ecs, spec.cluster, spec.service, 1)
-    asg_scaled = aws.describe_asg(deps.autoscaling, pool.asg_name).desired == 0
+    group = aws.describe_asg(deps.autoscaling, pool.asg_name)
+    asg_scaled = group.desired == 0
     if asg_scaled:
+        # An earlier start's capacity fallback may have left the group on an alternate's template.
+        if pool.launch_template_id and group.launch_template_id not in (None, pool.launch_template_id):
+            aws.use_launch_template(deps.autoscaling, pool.asg_name, pool.launch_template_id)
         aws.set_asg_desired(deps.autoscaling, pool.asg_name, 1)
     return {"at": iso(now), "asg_scaled": asg_scaled, "session_id": session_id, "start_id": start_id, "baseline": baseline}
 
 
+def fall_back(deps: Deps, config: StartConfig, progress: Progress, activity: str, message: str) -> str:
+    """After a failed launch: point the group at the next instance type when the failure is
+    InsufficientInstanceCapacity and an option is left, recording why (profile record, ledger
+    session, the check's marks); CapacityUnavailable naming every option tried otherwise."""
+    pool = deps.pool(config.pool)
+    options = pool.options()
+    index = int(progress.marks.get("option", 0))
+    tried = progress.marks.setdefault("fallbacks", [])
+    tried.append({"instance_type": options[index][0], "activity": activity, "reason": message, "at": iso(deps.clock.now())})
+    if aws.INSUFFICIENT_CAPACITY not in message or index + 1 >= len(options):
+        earlier = "; ".join(f"{t['instance_type']}: {t['reason']}" for t in tried[:-1])
+        raise CapacityUnavailable(
+            f"{pool.asg_name} could not launch {options[index][0]}: {message}"
+            + (f"; alternates tried before: {earlier}" if earlier else "")
+        )
+    next_type, template = options[index + 1]
+    assert template is not None, "the registry requires a launch template per option"
+    aws.use_launch_template(deps.autoscaling, pool.asg_name, template)
+    progress.marks["option"], progress.marks["instance_type"] = index + 1, next_type
+    note = f"{options[index][0]}: {aws.INSUFFICIENT_CAPACITY}; moved to {next_type} (option {index + 2} of {len(options)})"
+    now = deps.clock.now()
+    recorded = deps.store.update_profile(config.profile, now, instance_type=next_type, capacity_note=note)
+    if recorded.session_id:
+        deps.store.retype_session(config.profile, recorded.session_id, next_type, next_type, note)
+    return note
+
+
 def check_capacity(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
-    """An InService instance registered as a container instance; a failed launch fails fast."""
+    """An InService instance registered as a container instance. A launch refused for capacity moves
+    to the pool's next instance type; any other failed launch, or the last option's, fails fast."""
     config = _config(state)
     spec, pool = deps.profile(config.profile), deps.pool(config.pool)
-    known = set(state["scale"]["baseline"]["failed_activities"])
+    baseline = state["scale"]["baseline"]
+    warm = set(baseline.get("warm_instances", []))
 
     def probe(progress: Progress) -> tuple[bool, str]:
         hold_locks(deps, config, execution)
         raise_if_stop_requested(deps, config.profile)
-        failure = aws.failed_launch(deps.autoscaling, pool.asg_name, known)
+        handled = {t["activity"] for t in progress.marks.get("fallbacks", [])}
+        failure = aws.failed_launch(deps.autoscaling, pool.asg_name, set(baseline["failed_activities"]) | handled)
         if failure:
-            raise CapacityUnavailable(f"{pool.asg_name} could not launch {pool.instance_type}: {failure}")
-        in_service = aws.describe_asg(deps.autoscaling, pool.asg_name).in_service()
+            return False, fall_back(deps, config, progress, *failure)
+        group = aws.describe_asg(deps.autoscaling, pool.asg_name)
+        in_service = group.in_service()
         if in_service:
             progress.mark_once("in_service_at", iso(deps.clock.now()))
+        # A warm instance passes Pending, Pending:Wait, Pending:Proceed (EC2 start) to InService.
+        from_pool = [i for i in group.instances if i.instance_id in warm]
+        if from_pool:
+            progress.mark_once("warm_instance", from_pool[0].instance_id)
         registered = sorted(set(in_service) & aws.registered_instances(deps.ecs, spec.cluster))
         if registered:
             progress.mark_once("instance_id", registered[0])
         progress.marks["timeline"] = _observe(deps, config, state)
+        states = "; ".join(f"{i.instance_id} {i.lifecycle}" + (" (from the warm pool)" if i.instance_id in warm else "")
+                           for i in group.instances if i.lifecycle != "InService")  # fmt: skip
         return bool(registered), (
             f"{len(in_service)} instance(s) InService in {pool.asg_name}, "
-            f"{len(registered)} registered in cluster {spec.cluster}"
+            f"{len(registered)} registered in cluster {spec.cluster}" + (f"; {states}" if states else "")
         )
 
     return run_check(
@@ -250,12 +295,19 @@ def record_ready(deps: Deps, state: dict[str, Any], execution: str) -> dict[str,
     now = deps.clock.now()
     seconds = phase_seconds(state, iso(now) or "")
     lease = now + timedelta(minutes=config.settings.lease_minutes)
+    marks = state["capacity"]["progress"]["marks"]
+    capacity = {
+        "instance_type": marks.get("instance_type", deps.pool(config.pool).instance_type),
+        "warm_start": "warm_instance" in marks,
+        "capacity_fallbacks": [{k: t[k] for k in ("instance_type", "reason", "at")} for t in marks.get("fallbacks", [])],
+    }
     deps.store.set_phase(
         config.profile, Phase.READY, now, execution,
         ready_at=now, phase_seconds=seconds, lease_deadline=lease, last_error=None,
+        instance_type=capacity["instance_type"], warm_start=capacity["warm_start"],
     )
     return {"phase": Phase.READY.value, "phase_seconds": seconds, "lease_deadline": iso(lease),
-            "timeline": _finish_timeline(deps, config, state, "READY", now)}
+            "timeline": _finish_timeline(deps, config, state, "READY", now)} | capacity
 
 
 def _finish_timeline(deps: Deps, config: StartConfig, state: dict[str, Any], outcome: str, now: Any, error: str | None = None) -> list[dict[str, Any]]:

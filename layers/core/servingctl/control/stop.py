@@ -134,7 +134,8 @@ def release_capacity(deps: Deps, state: dict[str, Any], execution: str) -> dict[
 
 
 def check_terminated(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
-    """The ASG has no instance left and the released ones are shutting down or terminated in EC2."""
+    """The ASG has no instance left and the released ones are shutting down or terminated in EC2, or
+    (a warm pool with reuse on scale-in) back in the warm pool and stopped."""
     config = _config(state)
     pool = deps.pool(config.pool)
     released = list(state.get("release", {}).get("instances", []))
@@ -142,10 +143,16 @@ def check_terminated(deps: Deps, state: dict[str, Any], execution: str) -> dict[
     def probe(progress: Progress) -> tuple[bool, str]:
         hold_locks(deps, config, execution)
         in_group = [f"{i.instance_id} {i.lifecycle}" for i in aws.describe_asg(deps.autoscaling, pool.asg_name).instances]
+        warm = {i.instance_id: i.lifecycle for i in aws.warm_instances(deps.autoscaling, pool.asg_name)} if pool.warm_pool else {}
         states = aws.instance_states(deps.ec2, released)
-        running = [f"{i} {s}" for i, s in states.items() if s not in aws.GONE_INSTANCE_STATES]
+        parked = [i for i, s in states.items() if i in warm and s in aws.PARKED_INSTANCE_STATES]
+        if parked:
+            progress.mark_once("returned_to_warm_pool", parked)
+        running = [f"{i} {s}" + (f" ({warm[i]})" if i in warm else "") for i, s in states.items()
+                   if s not in aws.GONE_INSTANCE_STATES and i not in parked]  # fmt: skip
         return not in_group and not running, (
             f"in {pool.asg_name}: {', '.join(in_group) or 'none'}; EC2 not yet gone: {', '.join(running) or 'none'}"
+            + (f"; stopped in the warm pool: {', '.join(parked)}" if parked else "")
         )
 
     return run_check(

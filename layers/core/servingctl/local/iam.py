@@ -51,6 +51,12 @@ PERMISSION_ONLY = {
     "logs:ListLogDeliveries": "vended-log delivery setup, done by Step Functions itself",
     "dynamodb:ConditionCheckItem": "the condition check of one TransactWriteItems item",
 }
+# Dependent actions: AWS also authorises these when the key action's call names a launch template
+# (Amazon EC2 Auto Scaling user guide, API permissions: a launch template's launch, its tag
+# specifications and its instance profile's role).
+DEPENDENT_ACTIONS = {
+    "autoscaling:UpdateAutoScalingGroup": ("ec2:RunInstances", "ec2:CreateTags", "iam:PassRole"),
+}
 # Calls IAM does not authorise (GetCallerIdentity works even under an explicit deny).
 UNAUTHORISED_CALLS = {("sts", "GetCallerIdentity")}
 # The error code each protocol family answers a refused call with.
@@ -197,7 +203,14 @@ def _autoscaling(operation: str, params: Mapping[str, Any], names: Names) -> lis
     for size in ("MinSize", "MaxSize"):
         if operation == "UpdateAutoScalingGroup" and size in params:
             context[f"autoscaling:{size}"] = (str(params[size]),)
-    return [Request(action, names.asg_arn(group), context)]
+    requests = [Request(action, names.asg_arn(group), context)]
+    template = (params.get("LaunchTemplate") or {}).get("LaunchTemplateId") if operation == "UpdateAutoScalingGroup" else None
+    if template:
+        # The group's next launch goes through this template: the caller must be allowed to launch
+        # through it (the twin checks the launch itself; tagging and the role pass follow from it).
+        arn = names.asg_arn(group).split(":autoScalingGroup:")[0].replace(":autoscaling:", ":ec2:") + f":launch-template/{template}"
+        requests.append(Request("ec2:RunInstances", "*", {"ec2:LaunchTemplate": (arn,)}))
+    return requests
 
 
 def _states(operation: str, params: Mapping[str, Any], names: Names) -> list[Request]:

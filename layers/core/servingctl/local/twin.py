@@ -721,6 +721,8 @@ class Twin:
             "ServiceArns": [arn("ecs", f"service/{p.cluster}/{p.service}") for p in registry.profiles.values()],
             "AsgArns": [p.asg_arn for p in registry.pools.values()],
             "ModelLogGroupArns": [arn("logs", f"log-group:{model_log_group(p.service)}:*") for p in registry.profiles.values()],
+            "LaunchTemplateArns": [arn("ec2", f"launch-template/{t}") for p in registry.pools.values() for _, t in p.options() if t],
+            "InstanceRoleArn": f"arn:aws:iam::{ACCOUNT_ID}:role/servingctl-instance",
             "PrivateSubnetIds": [], "LambdaSecurityGroupId": "", "BenchImageUri": "", "AlarmEmail": "",
             "StateTable": self.table_name, "StateTable.Arn": arn("dynamodb", f"table/{self.table_name}"),
             "RecordsBucket": self.bucket_name, "RecordsBucket.Arn": f"arn:aws:s3:::{self.bucket_name}",

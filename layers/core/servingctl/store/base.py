@@ -93,6 +93,10 @@ class Store(Protocol):
         """Stamp stopped_at and uptime once; closing again returns the closed session unchanged."""
         ...
 
+    def retype_session(self, profile: str, session_id: str, instance_type: str, price_key: str, note: str) -> Session:
+        """Bill an open session at another instance type (a capacity fallback), with why; a closed one is left as is."""
+        ...
+
     def get_session(self, profile: str, session_id: str) -> Session | None:
         """One session, None when absent."""
         ...

@@ -282,6 +282,23 @@ class DynamoStore:
         assert stored is not None
         return stored
 
+    def retype_session(self, profile: str, session_id: str, instance_type: str, price_key: str, note: str) -> Session:
+        """Bill an open session at another instance type (a capacity fallback), with why; a closed one is left as is."""
+        try:
+            self._table.update_item(
+                Key={"pk": f"session#{profile}", "sk": session_id},
+                UpdateExpression="SET instance_type = :t, price_key = :p, capacity_note = :n",
+                ConditionExpression=Attr("pk").exists() & Attr("stopped_at").not_exists(),
+                ExpressionAttributeValues={":t": instance_type, ":p": price_key, ":n": note},
+            )
+        except ClientError as exc:
+            if not _conditional_failure(exc):
+                raise
+        stored = self.get_session(profile, session_id)
+        if stored is None:
+            raise KeyError(f"no session {session_id!r} for profile {profile!r}")
+        return stored
+
     def get_session(self, profile: str, session_id: str) -> Session | None:
         """One session, None when absent."""
         item = self._table.get_item(Key={"pk": f"session#{profile}", "sk": session_id}, ConsistentRead=True).get("Item")

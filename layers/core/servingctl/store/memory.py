@@ -131,6 +131,17 @@ class MemoryStore:
                 self._sessions[(profile, session_id)] = session
             return session.model_copy()
 
+    def retype_session(self, profile: str, session_id: str, instance_type: str, price_key: str, note: str) -> Session:
+        """Bill an open session at another instance type (a capacity fallback), with why; a closed one is left as is."""
+        with self._mutex:
+            session = self._sessions.get((profile, session_id))
+            if session is None:
+                raise KeyError(f"no session {session_id!r} for profile {profile!r}")
+            if session.open:
+                session = session.model_copy(update={"instance_type": instance_type, "price_key": price_key, "capacity_note": note})
+                self._sessions[(profile, session_id)] = session
+            return session.model_copy()
+
     def get_session(self, profile: str, session_id: str) -> Session | None:
         """One session, None when absent."""
         with self._mutex:

@@ -64,6 +64,9 @@ class ProfileState(_Record):
     lease_deadline: datetime | None = None
     last_error: str | None = None
     session_id: str | None = Field(default=None, description="open ledger session")
+    instance_type: str | None = Field(default=None, description="instance type of the current or last start")
+    warm_start: bool | None = Field(default=None, description="the last start took a stopped instance from the warm pool")
+    capacity_note: str | None = Field(default=None, description="why the start moved to an alternate instance type")
     stop_requested_by: str | None = None
     stop_requested_until: datetime | None = None
     # Who did it: the IAM ARN of the caller of the last start, stop and keepalive (the sweep's own for its stops).
@@ -114,6 +117,7 @@ class Session(_Record):
     start_execution: str | None = None
     stop_execution: str | None = None
     close_reason: str | None = None
+    capacity_note: str | None = Field(default=None, description="why the session runs on an alternate instance type")
 
     @property
     def open(self) -> bool:
