@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from servingctl.cli.client import EXIT_FAILED, clear_twin_state, read_twin_state, twin_state_path, write_twin_state
 from servingctl.cli.main import summary
-from servingctl.local.faults import FAULTS
+from servingctl.local.faults import FAULTS, check_fault
 from servingctl.local.simserver import command as simserver_command
 
 if TYPE_CHECKING:
@@ -60,8 +60,9 @@ def _register_up(local_sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--model-server", choices=["sim", "vllm"], default="sim",
                         help="model server started when a task runs: the simulator or vLLM on CPU (default sim)")
-    parser.add_argument("--fault", action="append", default=[], choices=sorted(FAULTS), metavar="NAME",
-                        help="inject a fault (repeatable): " + ", ".join(sorted(FAULTS)))
+    parser.add_argument("--fault", action="append", default=[], type=_fault, metavar="NAME",
+                        help="inject a fault (repeatable): " + ", ".join(sorted(FAULTS))
+                        + "; capacity-unavailable=TYPE fails only that instance type")
     parser.add_argument("--time-scale", type=_positive_float, default=10.0,
                         help="divide AWS's delays by this factor (default 10)")
     parser.add_argument("--port", type=int, default=DEFAULT_AWS_PORT,
@@ -75,6 +76,13 @@ def _register_up(local_sub: argparse._SubParsersAction) -> None:
                         "Step Functions status-change events to the reconciler")
     parser.add_argument("--verbose", action="store_true", help="also print the Lambda handlers' logs and warnings")
     parser.set_defaults(func=_run_up)
+
+
+def _fault(text: str) -> str:
+    try:
+        return check_fault(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_float(text: str) -> float:

@@ -1,7 +1,10 @@
 """The faults the local twin's world simulator can inject (names shared by the CLI and the world)."""
 
+import re
+
 FAULTS: dict[str, str] = {
-    "capacity-unavailable": "every instance launch fails with InsufficientInstanceCapacity; Fargate RunTask places nothing",
+    "capacity-unavailable": "every instance launch fails with InsufficientInstanceCapacity; Fargate RunTask places nothing "
+    "(capacity-unavailable=TYPE: only launches and warm starts of that instance type fail)",
     "task-crash": "every task stops soon after RUNNING: Essential container in task exited",
     "never-healthy": "the target never passes its health check",
     "protected-instance": "instances launch protected from scale-in",
@@ -10,3 +13,18 @@ FAULTS: dict[str, str] = {
     "roll-back-fails": "every RollBack of start_profile fails (its DynamoDB writes answer an internal error)",
     "prepare-stop-fails-once": "the next PrepareStop of stop_profile fails (its DynamoDB read answers an internal error)",
 }
+# Faults that may name what they apply to after "=": the pattern of the argument and what it is.
+FAULT_ARGUMENTS: dict[str, tuple[str, str]] = {
+    "capacity-unavailable": (r"^[a-z0-9-]+\.[a-z0-9]+$", "an EC2 instance type, e.g. g7e.2xlarge"),
+}
+
+
+def check_fault(raw: str) -> str:
+    """The fault as given when known (NAME, or NAME=ARG where the fault takes one); ValueError naming the allowed values."""
+    name, sep, argument = raw.partition("=")
+    if name not in FAULTS or (sep and name not in FAULT_ARGUMENTS):
+        allowed = list(FAULTS) + [f"{n}=<{meaning}>" for n, (_, meaning) in FAULT_ARGUMENTS.items()]
+        raise ValueError(f"fault: unknown {raw!r}; allowed values: {allowed}")
+    if sep and not re.match(FAULT_ARGUMENTS[name][0], argument):
+        raise ValueError(f"fault {name}: {argument!r} is not {FAULT_ARGUMENTS[name][1]}")
+    return raw

@@ -3,7 +3,8 @@
 moto emulates the AWS APIs but not AWS's behaviour over time: its Lambda without Docker echoes the
 payload, target health is always `healthy`, an ECS service reports running = desired at once, a
 ListTasks call ignores serviceName, an ASG launches InService instances synchronously and
-DescribeScalingActivities is always empty; its Step Functions interpreter does not map the
+DescribeScalingActivities is always empty, DescribeWarmPool lists no instance (moto keeps only the
+warm pool's configuration); its Step Functions interpreter does not map the
 PascalCase Parameters of `states:` Tasks (startExecution.sync:2) to boto3's names, and its
 `ecs:runTask.sync` does not map them either, nor fail with AmazonECS.Unknown when RunTask answers
 with Failures; and its StopExecution leaves the execution RUNNING until the state in flight ends,
@@ -71,6 +72,7 @@ PATCHED: dict[str, tuple[object, str, tuple[str, ...]]] = {
     ),
     "FakeAutoScalingGroup.set_desired_capacity": (FakeAutoScalingGroup, "set_desired_capacity", ("self", "new_capacity")),
     "AutoScalingResponse.describe_scaling_activities": (AutoScalingResponse, "describe_scaling_activities", ("self",)),
+    "AutoScalingResponse.describe_warm_pool": (AutoScalingResponse, "describe_warm_pool", ("self",)),
     "AmazonStateLanguageParser.parse": (AmazonStateLanguageParser, "parse", ("definition",)),
     "StateTaskServiceSfn._normalise_parameters": (
         StateTaskServiceSfn, "_normalise_parameters", ("self", "parameters", "boto_service_name", "service_action_name")
@@ -130,6 +132,9 @@ _lambda_router: LambdaRouter | None = None
 _target_health: dict[tuple[str, str], tuple[str, str | None, str | None]] = {}
 # ASG name -> scaling activities, newest first, written by the world simulator.
 _activities: dict[str, list[Activity]] = {}
+# ASG name -> instance id -> (moto's instance state, Warmed:* lifecycle state): the warm pool's
+# instances, kept out of the group's instance list as AWS keeps them, written by the world simulator.
+_warm: dict[str, dict[str, tuple[Any, str]]] = {}
 
 
 class MotoVersionError(RuntimeError):
@@ -162,6 +167,7 @@ def apply() -> None:
             "EC2ContainerServiceBackend.list_tasks": _list_tasks,
             "FakeAutoScalingGroup.set_desired_capacity": _set_desired_capacity,
             "AutoScalingResponse.describe_scaling_activities": _describe_scaling_activities,
+            "AutoScalingResponse.describe_warm_pool": _describe_warm_pool,
             "AmazonStateLanguageParser.parse": staticmethod(_parse_definition),
             "StateTaskServiceSfn._normalise_parameters": _sfn_normalise_parameters,
             "StateTaskServiceSfn._normalise_response": _sfn_normalise_response,
@@ -185,6 +191,7 @@ def reset_world_state() -> None:
     """Forget target health and scaling activities (moto's own reset does not know them)."""
     _target_health.clear()
     _activities.clear()
+    _warm.clear()
 
 
 def set_lambda_router(router: LambdaRouter | None) -> None:
@@ -261,6 +268,20 @@ def _describe_scaling_activities(self: AutoScalingResponse) -> ActionResult:
     with _lock:
         found = list(_activities.get(name, [])) if name else [a for acts in _activities.values() for a in acts]
     return ActionResult({"Activities": found[: int(self._get_param("MaxRecords") or 100)]})
+
+
+def _describe_warm_pool(self: AutoScalingResponse) -> ActionResult:
+    """The warm pool's configuration (moto's) and its instances with their Warmed:* states (the world's)."""
+    name = self._get_param("AutoScalingGroupName")
+    config = self.autoscaling_backend.describe_warm_pool(group_name=name)
+    with _lock:
+        warm = list(_warm.get(name, {}).values())
+    instances = [
+        {"InstanceId": state.instance.id, "InstanceType": state.instance.instance_type, "AvailabilityZone": state.availability_zone,
+         "LifecycleState": lifecycle, "HealthStatus": "Healthy"}
+        for state, lifecycle in warm
+    ]
+    return ActionResult({"WarmPoolConfiguration": config, "Instances": instances})
 
 
 def _parse_definition(definition: str) -> tuple[Any, Any]:
@@ -412,6 +433,70 @@ def launch_instance(b: Backends, name: str, *, protected: bool) -> str:
     state.lifecycle_state = "Pending"
     state.protected_from_scale_in = protected
     return state.instance.id
+
+
+def warm_pool(b: Backends, name: str) -> Any:
+    """The group's warm pool configuration (min_size, pool_state, instance_reuse_policy), None without one."""
+    return asg(b, name).warm_pool
+
+
+def warm_instances(name: str) -> dict[str, str]:
+    """Instance id -> Warmed:* lifecycle state of the group's warm pool instances."""
+    with _lock:
+        return {i: lifecycle for i, (_, lifecycle) in _warm.get(name, {}).items()}
+
+
+def launch_into_warm_pool(b: Backends, name: str) -> str:
+    """Launch one instance of the group's launch template into its warm pool (Warmed:Pending); return its id."""
+    instance_id = launch_instance(b, name, protected=False)
+    to_warm_pool(b, name, instance_id)
+    return instance_id
+
+
+def to_warm_pool(b: Backends, name: str, instance_id: str) -> None:
+    """Move an instance out of the group into its warm pool, Warmed:Pending (reuse on scale-in, or a new one)."""
+    group = asg(b, name)
+    state = next(s for s in group.instance_states if s.instance.id == instance_id)
+    group.instance_states = [s for s in group.instance_states if s is not state]
+    with _lock:
+        _warm.setdefault(name, {})[instance_id] = (state, "Warmed:Pending")
+
+
+def set_warm_lifecycle(b: Backends, name: str, instance_id: str, lifecycle_state: str) -> None:
+    """Move a warm pool instance to a Warmed:* state; Warmed:Stopped stops it in EC2."""
+    with _lock:
+        state, _ = _warm[name][instance_id]
+        _warm[name][instance_id] = (state, lifecycle_state)
+    if lifecycle_state == "Warmed:Stopped":
+        b.autoscaling.ec2_backend.stop_instances([instance_id])
+
+
+def take_from_warm_pool(b: Backends, name: str, instance_id: str) -> None:
+    """The group takes a warm instance into service: EC2 starts it, lifecycle Pending."""
+    with _lock:
+        state, _ = _warm[name].pop(instance_id)
+    b.autoscaling.ec2_backend.start_instances([instance_id])
+    state.lifecycle_state = "Pending"
+    asg(b, name).instance_states.append(state)
+
+
+def terminate_warm_instance(b: Backends, name: str, instance_id: str) -> None:
+    """Terminate a warm pool instance in EC2 and forget it."""
+    with _lock:
+        _warm[name].pop(instance_id, None)
+    b.autoscaling.ec2_backend.terminate_instances([instance_id])
+
+
+def launch_template_id(b: Backends, name: str) -> str:
+    """Id of the launch template the group's next launch uses."""
+    return str(asg(b, name).ec2_launch_template.id)
+
+
+def set_agent_connected(b: Backends, cluster: str, container_instance_arn: str, connected: bool) -> None:
+    """The ECS agent of a container instance (dis)connects: it stops with a stopped instance and reconnects at start."""
+    for instance in b.ecs.container_instances.get(cluster, {}).values():
+        if instance.container_instance_arn == container_instance_arn:
+            instance.agent_connected = connected
 
 
 def set_lifecycle(b: Backends, name: str, instance_id: str, lifecycle_state: str) -> None:

@@ -552,14 +552,15 @@ class Twin:
         image = ec2.describe_images(Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*"]}])["Images"][0]["ImageId"]
 
         for name, pool in document["pools"].items():
-            template = f"servingctl-{name}"
-            ec2.create_launch_template(
-                LaunchTemplateName=template,
-                LaunchTemplateData={"ImageId": image, "InstanceType": pool["instance_type"], "SecurityGroupIds": [sg]},
-            )
+            # One launch template per instance type of the pool (primary, then alternates), as Terraform makes them.
+            for option in [pool, *pool.get("alternates", [])]:
+                option["launch_template_id"] = ec2.create_launch_template(
+                    LaunchTemplateName=f"servingctl-{name}-{option['instance_type']}",
+                    LaunchTemplateData={"ImageId": image, "InstanceType": option["instance_type"], "SecurityGroupIds": [sg]},
+                )["LaunchTemplate"]["LaunchTemplateId"]
             asg.create_auto_scaling_group(
                 AutoScalingGroupName=pool["asg_name"],
-                LaunchTemplate={"LaunchTemplateName": template, "Version": "$Latest"},
+                LaunchTemplate={"LaunchTemplateId": pool["launch_template_id"], "Version": "$Latest"},
                 MinSize=0,
                 MaxSize=1,
                 DesiredCapacity=0,
@@ -568,6 +569,12 @@ class Twin:
                 Tags=[{"Key": "AmazonECSManaged", "Value": "true", "PropagateAtLaunch": True},
                       {"Key": "servingctl:pool", "Value": name, "PropagateAtLaunch": True}],
             )
+            if pool.get("warm_pool"):
+                warm = pool["warm_pool"]
+                asg.put_warm_pool(
+                    AutoScalingGroupName=pool["asg_name"], PoolState=warm.get("pool_state", "Stopped"), MinSize=warm.get("min_size", 0),
+                    InstanceReusePolicy={"ReuseOnScaleIn": bool(warm.get("reuse_on_scale_in"))},
+                )
             group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[pool["asg_name"]])["AutoScalingGroups"][0]
             pool["asg_arn"] = group["AutoScalingGroupARN"]
             ecs.create_capacity_provider(

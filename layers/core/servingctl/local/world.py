@@ -1,13 +1,24 @@
 """The world simulator: plays AWS's part over time in the local twin, with delays scaled down.
 
 Owns what AWS does on its own after an API call: the capacity provider and the ASG launching or
-terminating an instance (honouring max size and scale-in protection), container instance
+terminating an instance (honouring max size and scale-in protection, and the instance type of the
+launch template the group points at), the ASG's warm pool (see below), container instance
 registration, the ECS service scheduler placing and stopping tasks (PROVISIONING -> PENDING ->
 RUNNING -> ... -> STOPPED, and replacing a task whose target stays unhealthy past the service's
 health check grace period), ALB target registration, health checks and draining, and a real model
 server process per RUNNING task. It also publishes the ALB RequestCount metric from the model
 server's request counter, and injects faults. Reads and writes go through the public APIs where
 they can express it, and through servingctl.local.moto_patches where they cannot.
+
+Warm pools (a pool whose group has one): the group keeps max size - desired (at least min size)
+instances beside it. A new one launches into the pool (Warmed:Pending: launch, first boot, user
+data; the ECS agent does not register, ECS_WARM_POOLS_CHECK) and stops (Warmed:Stopped). A
+scale-out takes a stopped one first: EC2 starts it (Pending, warm_start_s) instead of launching and
+booting a new one. With reuse on scale-in, a scale-in stops the instance back into the pool
+(Warmed:Pending, park_s, then Warmed:Stopped; its ECS agent disconnects and reconnects at the next
+start) and its volume keeps what earlier tasks put there: the image layers (a task's pull takes
+warm_pull_s), the weights and the vLLM compile cache (the load is shorter by weights_sync_s and
+compile_cache_s). Without reuse a scale-in terminates and the pool is refilled with a fresh instance.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ import httpx
 from botocore.config import Config
 
 from servingctl.local import moto_patches as mp
-from servingctl.local.faults import FAULTS
+from servingctl.local.faults import check_fault
 from servingctl.local.modelserver import ModelServerProcess, simulator_server, tiny_model_dir, vllm_server
 from servingctl.registry.models import Registry
 
@@ -89,6 +100,16 @@ class Delays:
     terminate_s: float = 60.0  # instance Terminating -> terminated
     crash_after_s: float = 30.0  # task-crash: RUNNING -> STOPPED
     capacity_retry_s: float = 120.0  # capacity-unavailable: interval of failed launch attempts
+    # Warm pools. EC2 starts a stopped instance in well under a minute and skips the first boot
+    # (AMI, cloud-init, user data) a launch pays: Stopped -> InService.
+    warm_start_s: float = 40.0
+    park_s: float = 30.0  # reuse on scale-in: InService -> Warmed:Stopped (EC2 stop)
+    warm_pull_s: float = 5.0  # task PENDING -> RUNNING when the image layers are on the volume (manifest check)
+    # Parts of load_s a warm volume saves: the 168 GB reference checkpoint's sync from S3 through gp3
+    # at 1000 MiB/s (the registry's weights_pass_s, 161 s), and the torch.compile run a kept
+    # VLLM_CACHE_ROOT replaces with a cache read (vLLM logs tens of seconds to minutes for it).
+    weights_sync_s: float = 161.0
+    compile_cache_s: float = 60.0
     metric_period_s: float = 60.0  # RequestCount datapoint period
     # The service's health check grace period (the reference's 1800 s): ECS ignores ELB health
     # checks that long after a task starts, then replaces a task whose target is unhealthy.
@@ -106,9 +127,12 @@ class _Instance:
     pool: str
     asg_name: str
     cluster: str
-    state: str  # Pending, InService, Registered, Terminating
+    state: str  # Warming, Parking, Warm (warm pool), Pending, InService, Registered, Terminating
     due: float
     container_instance_arn: str | None = None
+    instance_type: str = ""
+    # Profiles whose image layers, weights and compile cache are on the instance's volume.
+    cached: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -251,7 +275,8 @@ class World:
         now = time.monotonic()
         for pool_name, pool in self.registry.pools.items():
             self._capacity_provider(pool_name, pool.asg_name, now)
-            self._auto_scaling(pool_name, pool.asg_name, pool.instance_type, now)
+            self._auto_scaling(pool_name, pool.asg_name, now)
+            self._warm_pool(pool_name, pool.asg_name, now)
         for name in self.registry.profiles:
             self._scheduler(name, now)
         for task in list(self._tasks.values()):
@@ -293,12 +318,30 @@ class World:
             )
             self._log("scale-out", f"{pool_name}: capacity provider set desired 1")
 
-    def _auto_scaling(self, pool_name: str, asg_name: str, itype: str, now: float) -> None:
+    def _no_capacity(self, itype: str) -> bool:
+        return "capacity-unavailable" in self.faults or f"capacity-unavailable={itype}" in self.faults
+
+    def _launch_type(self, pool_name: str, asg_name: str) -> str:
+        """The instance type of the launch template the group points at (the pool's options)."""
+        pool = self.registry.pools[pool_name]
+        by_template = {template: itype for itype, template in pool.options()}
+        return by_template.get(mp.launch_template_id(self.b, asg_name), pool.instance_type)
+
+    def _cluster(self, pool_name: str) -> str:
+        return self.registry.profiles[self._pool_profiles(pool_name)[0]].cluster
+
+    def _takeable_warm(self, asg_name: str) -> str | None:
+        return next((i for i, state in mp.warm_instances(asg_name).items() if state == "Warmed:Stopped"), None)
+
+    def _auto_scaling(self, pool_name: str, asg_name: str, now: float) -> None:
         group = mp.asg(self.b, asg_name)
         live = self._live_instances(asg_name)
         desired = min(group.desired_capacity or 0, group.max_size)
         if desired > len(live) and now >= self._next_launch_attempt.get(asg_name, 0.0):
-            if "capacity-unavailable" in self.faults:
+            warm = self._takeable_warm(asg_name)
+            # Starting a stopped instance needs capacity of its type as much as a launch does.
+            itype = self._instances[warm].instance_type if warm else self._launch_type(pool_name, asg_name)
+            if self._no_capacity(itype):
                 self._next_launch_attempt[asg_name] = self._after(self.delays.capacity_retry_s)
                 zones = [f"{self.registry.region}{z}" for z in "abc"]
                 message = INSUFFICIENT_CAPACITY.format(itype=itype, az=zones[0], others=", ".join(zones[1:]))
@@ -308,23 +351,41 @@ class World:
                     cause=f"At {_stamp()} an instance was started in response to a difference between desired "
                     f"and actual capacity, increasing the capacity from {len(live)} to {desired}.",
                 )
-                self._log("launch-failed", f"{pool_name}: InsufficientInstanceCapacity")
+                self._log("launch-failed", f"{pool_name}: InsufficientInstanceCapacity ({itype})")
+            elif warm:
+                mp.take_from_warm_pool(self.b, asg_name, warm)
+                self._instances[warm].state, self._instances[warm].due = "Pending", self._after(self.delays.warm_start_s)
+                mp.record_activity(
+                    self.b, asg_name, status_code="Successful",
+                    description=f"Launching a new EC2 instance from warm pool: {warm}",
+                    cause=f"At {_stamp()} an instance was started in response to a difference between desired "
+                    f"and actual capacity, increasing the capacity from {len(live)} to {desired}.",
+                )
+                self._log("launch-warm", f"{pool_name}: {warm} Warmed:Stopped -> Pending")
             else:
                 instance_id = mp.launch_instance(self.b, asg_name, protected="protected-instance" in self.faults)
-                cluster = self.registry.profiles[self._pool_profiles(pool_name)[0]].cluster
-                self._instances[instance_id] = _Instance(pool_name, asg_name, cluster, "Pending", self._after(self.delays.launch_s))
+                self._instances[instance_id] = _Instance(pool_name, asg_name, self._cluster(pool_name), "Pending",
+                                                         self._after(self.delays.launch_s), instance_type=itype)
                 mp.record_activity(
                     self.b, asg_name, status_code="Successful",
                     description=f"Launching a new EC2 instance: {instance_id}",
                     cause=f"At {_stamp()} an instance was started in response to a difference between desired "
                     f"and actual capacity, increasing the capacity from {len(live)} to {desired}.",
                 )
-                self._log("launch", f"{pool_name}: {instance_id} Pending")
+                self._log("launch", f"{pool_name}: {instance_id} Pending ({itype})")
         elif desired < len(live):
             protected = {i for i, _, p in mp.asg_instances(self.b, asg_name) if p}
+            config = mp.warm_pool(self.b, asg_name)
+            reuse = config is not None and bool((config.instance_reuse_policy or {}).get("ReuseOnScaleIn"))
             for instance_id in [i for i in live if i not in protected][: len(live) - desired]:
-                mp.set_lifecycle(self.b, asg_name, instance_id, "Terminating")
                 info = self._instances.get(instance_id)
+                if reuse and info is not None:
+                    self._stop_tasks_on(instance_id, now)
+                    mp.to_warm_pool(self.b, asg_name, instance_id)
+                    info.state, info.due = "Parking", self._after(self.delays.park_s)
+                    self._log("to-warm-pool", f"{pool_name}: {instance_id} Warmed:Pending")
+                    continue
+                mp.set_lifecycle(self.b, asg_name, instance_id, "Terminating")
                 if info is not None:
                     info.state, info.due = "Terminating", self._after(self.delays.terminate_s)
                 self._log("terminating", f"{pool_name}: {instance_id}")
@@ -336,16 +397,22 @@ class World:
                 info.state, info.due = "InService", self._after(self.delays.register_s)
                 self._log("in-service", f"{pool_name}: {instance_id}")
             elif info.state == "InService":
-                document = json.dumps({"instanceId": instance_id, "region": self.registry.region})
-                answer = self.ecs.register_container_instance(cluster=info.cluster, instanceIdentityDocument=document)
-                info.container_instance_arn = answer["containerInstance"]["containerInstanceArn"]
+                if info.container_instance_arn:  # back from the warm pool: the agent reconnects
+                    mp.set_agent_connected(self.b, info.cluster, info.container_instance_arn, True)
+                else:
+                    document = json.dumps({"instanceId": instance_id, "region": self.registry.region})
+                    answer = self.ecs.register_container_instance(cluster=info.cluster, instanceIdentityDocument=document)
+                    info.container_instance_arn = answer["containerInstance"]["containerInstanceArn"]
                 info.state, info.due = "Registered", float("inf")
                 self._log("registered", f"{pool_name}: {instance_id}")
+            elif info.state in ("Warming", "Parking"):
+                if info.container_instance_arn:
+                    mp.set_agent_connected(self.b, info.cluster, info.container_instance_arn, False)
+                mp.set_warm_lifecycle(self.b, asg_name, instance_id, "Warmed:Stopped")
+                info.state, info.due = "Warm", float("inf")
+                self._log("warm-stopped", f"{pool_name}: {instance_id} Warmed:Stopped")
             elif info.state == "Terminating":
-                for task in self._tasks.values():
-                    if task.instance_id == instance_id and task.phase != "STOPPED":
-                        self._begin_stop(task, f"Host EC2 (instance {instance_id}) terminated.", "TerminationNotice", now)
-                        self._finish_stop(task)
+                self._stop_tasks_on(instance_id, now)
                 if info.container_instance_arn:
                     self.ecs.deregister_container_instance(cluster=info.cluster, containerInstance=info.container_instance_arn, force=True)
                 mp.terminate_instance(self.b, asg_name, instance_id)
@@ -356,6 +423,45 @@ class World:
                 )
                 del self._instances[instance_id]
                 self._log("terminated", f"{pool_name}: {instance_id}")
+
+    def _stop_tasks_on(self, instance_id: str, now: float) -> None:
+        """The instance is going away (terminated or stopped): its tasks stop with it."""
+        for task in self._tasks.values():
+            if task.instance_id == instance_id and task.phase != "STOPPED":
+                self._begin_stop(task, f"Host EC2 (instance {instance_id}) terminated.", "TerminationNotice", now)
+                self._finish_stop(task)
+
+    def _warm_pool(self, pool_name: str, asg_name: str, now: float) -> None:
+        """Keep max size - desired (at least min size) instances in the group's warm pool."""
+        config = mp.warm_pool(self.b, asg_name)
+        if config is None:
+            return
+        group = mp.asg(self.b, asg_name)
+        desired = group.desired_capacity or 0
+        prepared = config.max_group_prepared_capacity or group.max_size
+        wanted = max(int(config.min_size or 0), prepared - desired)
+        warm = mp.warm_instances(asg_name)
+        if len(warm) < wanted and now >= self._next_launch_attempt.get(asg_name, 0.0):
+            itype = self._launch_type(pool_name, asg_name)
+            if self._no_capacity(itype):
+                self._next_launch_attempt[asg_name] = self._after(self.delays.capacity_retry_s)
+                return
+            instance_id = mp.launch_into_warm_pool(self.b, asg_name)
+            self._instances[instance_id] = _Instance(pool_name, asg_name, self._cluster(pool_name), "Warming",
+                                                     self._after(self.delays.launch_s), instance_type=itype)
+            mp.record_activity(
+                self.b, asg_name, status_code="Successful", description=f"Launching a new EC2 instance into warm pool: {instance_id}",
+                cause=f"At {_stamp()} an instance was launched in response to a difference between desired and actual "
+                f"warm pool capacity, increasing the capacity from {len(warm)} to {wanted}.",
+            )
+            self._log("launch-into-warm-pool", f"{pool_name}: {instance_id} Warmed:Pending ({itype})")
+        elif len(warm) > wanted and desired == len(self._live_instances(asg_name)):
+            # More stopped instances than the pool keeps (a reused one came back beside a spare).
+            surplus = next((i for i, state in warm.items() if state == "Warmed:Stopped"), None)
+            if surplus is not None:
+                mp.terminate_warm_instance(self.b, asg_name, surplus)
+                self._instances.pop(surplus, None)
+                self._log("terminated", f"{pool_name}: {surplus} (warm pool surplus)")
 
     def _scheduler(self, profile: str, now: float) -> None:
         """The ECS service scheduler: place tasks up to desired, stop the surplus."""
@@ -389,7 +495,9 @@ class World:
         if now < task.due:
             return
         if task.phase == "PROVISIONING":
-            task.phase, task.due = "PENDING", self._after(self.delays.pull_s)
+            instance = self._instances.get(task.instance_id)
+            cached = instance is not None and task.profile in instance.cached
+            task.phase, task.due = "PENDING", self._after(self.delays.warm_pull_s if cached else self.delays.pull_s)
             mp.set_task_status(task.task, "PENDING")
             task.task.pull_started_at = datetime.now(timezone.utc)
         elif task.phase == "PENDING":
@@ -423,10 +531,16 @@ class World:
             mp.set_target_health(self._tg(task), task.target_id, "initial", "Elb.InitialHealthChecking",
                                  "Initial health checks in progress")
         task.running_at = time.monotonic()  # the grace period runs from here (after the server process spawned)
-        task.loaded_at = self._after(self.delays.load_s)
+        instance = self._instances.get(task.instance_id)
+        warm = instance is not None and task.profile in instance.cached
+        saved = self.delays.weights_sync_s + self.delays.compile_cache_s if warm else 0.0
+        task.loaded_at = self._after(max(0.0, self.delays.load_s - saved))
+        if instance is not None:
+            instance.cached.add(task.profile)  # the prefetch and the compile write to the instance's volume
         task.next_check = self._after(self.delays.health_interval_s)
         task.next_metric = self._after(self.delays.metric_period_s)
-        self._log("task-running", f"{task.profile}: {task.arn} ip {task.target_id}")
+        self._log("task-running", f"{task.profile}: {task.arn} ip {task.target_id} on {task.instance_id} "
+                  f"({'warm volume: weights and compile cache kept' if warm else 'cold volume'})")
 
     def _begin_stop(self, task: _Task, reason: str, code: str, now: float, exit_code: int | None = None) -> None:
         if task.phase in ("DEACTIVATING", "STOPPING", "STOPPED"):
@@ -654,9 +768,8 @@ def model_log_group(service: str) -> str:
 
 def _check_faults(faults: Sequence[str], model_server: str) -> None:
     """ValueError naming an unknown fault, or one the model server cannot play."""
-    unknown = sorted(set(faults) - set(FAULTS))
-    if unknown:
-        raise ValueError(f"fault: unknown {unknown}; allowed values: {list(FAULTS)}")
+    for fault in faults:
+        check_fault(fault)
     if "smoke-fails-once" in faults and model_server != "sim":
         raise ValueError("fault: smoke-fails-once needs the simulator model server (model_server 'sim')")
 
