@@ -35,6 +35,10 @@ PROFILE, BENCHED = "nemotron-nano", "deepseek-v4-flash"
 # Statements the runs never need, each with the reason it is still granted.
 NEVER_USED = {
     "sweep/DeadLetterQueuePolicy/0": "Lambda itself sends a failed asynchronous sweep to the queue (SAM's DeadLetterQueue)",
+    # AWS checks both when the capacity fallback's UpdateAutoScalingGroup names a launch template (its
+    # tag specifications, its instance profile's role); the twin evaluates the RunInstances part only.
+    "profile_steps/ProfileStepsFunctionRolePolicy0/TagPoolLaunches": "the launch template's tag specifications, checked by AWS",
+    "profile_steps/ProfileStepsFunctionRolePolicy0/PassInstanceRole": "the launch template's instance profile, checked by AWS",
 }
 
 
