@@ -106,10 +106,10 @@ def scale_out(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
             price_key=pool.price_key or pool.instance_type, started_at=now, start_execution=execution,
         )
     )
-    # What failed before this start is not this start's failure: remember it by id, not by time
-    # (a retry right after an InsufficientInstanceCapacity must not fail on the old activity).
     # The warm pool's stopped instances now: the one the group takes into service is a warm start.
     warm = aws.warm_instances(deps.autoscaling, pool.asg_name) if pool.warm_pool else ()
+    # What failed before this start is not this start's failure: remember it by id, not by time
+    # (a retry right after an InsufficientInstanceCapacity must not fail on the old activity).
     baseline = {
         "failed_activities": aws.failed_activity_ids(deps.autoscaling, pool.asg_name),
         "stopped_tasks": [t["taskArn"] for t in aws.service_tasks(deps.ecs, spec.cluster, spec.service, "STOPPED")],
