@@ -259,3 +259,52 @@ def test_a_shard_waits_for_the_common_start_and_numbers_its_requests_apart() -> 
     assert late.late_start_s >= 2.0 and [r.index for r in late.records] == [INDEX_STRIDE + i for i in range(4)]
     salts = [s["body"]["cache_salt"] for s in seen]
     assert len(salts) == len(set(salts)) == 8  # no salt repeats across the shards
+
+
+def _sweep_loop(deps: WorkerDeps, **given) -> tuple[dict, list[dict]]:
+    """Plan, calibrate, then SweepNext / RunSweepScenario as run_benchmark loops them, until no next."""
+    _ready(deps, "deepseek-v4-flash")
+    plan = _plan(deps, **{**SMALL, "concurrencies": [1], "sweep": True, **given})
+    state = {"profile": "deepseek-v4-flash", "plan": plan}
+    run_action({"action": "calibrate", "state": state, "execution": EXECUTION}, deps)
+    answers = []
+    while True:
+        answer = run_action({"action": "sweep_next", "state": state, "execution": EXECUTION}, deps)
+        answers.append(answer)
+        if answer["next"] is None:
+            return plan, answers
+        run_action({"action": "run_scenario", "state": {"run_id": plan["run_id"], "scenario": answer["scenario"]},
+                    "execution": EXECUTION}, deps)
+
+
+def test_sweep_next_doubles_to_the_bound_and_records_the_stop(deps: WorkerDeps) -> None:
+    plan, answers = _sweep_loop(deps, slos=[{"metric": "e2e_s", "limit": 600}], sweep_max_concurrency=3)
+    assert plan["scenarios"] == [] and plan["sweep"] is True  # no matrix: the steps come from sweep_next
+    assert [a["next"] for a in answers] == [1, 2, 3, None]  # the bound itself is tried, never passed
+    assert [a["scenario"]["position"] for a in answers[:-1]] == [0, 1, 2]
+    assert answers[-1] | {"reason": ""} == {"next": None, "scenario": None, "found": 3, "stop": "max-concurrency",
+                                            "reason": "", "steps": 3}
+    run = deps.runs.get_run(plan["run_id"])
+    assert run.scenarios == ["in100-c1", "in100-c2", "in100-c3"] and run.sweep.found == 3
+    assert [s.summary.slo.met for s in deps.runs.list_scenarios(plan["run_id"])] == [True, True, True]
+
+
+def test_sweep_next_stops_at_the_step_budget(deps: WorkerDeps) -> None:
+    plan, answers = _sweep_loop(deps, slos=[{"metric": "e2e_s", "limit": 600}], sweep_max_concurrency=64, sweep_max_steps=2)
+    assert [a["next"] for a in answers] == [1, 2, None] and answers[-1]["stop"] == "max-steps"
+
+
+def test_sweep_input_errors_name_the_field(deps: WorkerDeps) -> None:
+    _ready(deps, "deepseek-v4-flash")
+    with pytest.raises(InvalidInput, match="slos: the sweep searches the highest concurrency meeting an SLO"):
+        _plan(deps, **SMALL, sweep=True)
+    with pytest.raises(InvalidInput, match=r"sweep_max_concurrency: Input should be less than or equal to 256"):
+        _plan(deps, **SMALL, sweep=True, slos=[{"metric": "ttft_ms", "limit": 1}], sweep_max_concurrency=257)
+    with pytest.raises(InvalidInput, match="slos.0.metric: Input should be 'ttft_ms', 'itl_ms' or 'e2e_s'"):
+        _plan(deps, **SMALL, slos=[{"metric": "ttft", "limit": 1}])
+    with pytest.raises(InvalidInput, match="sweep_max_concurrency 256: about .* more than the 780 s a Lambda worker"):
+        _plan(deps, **{**SMALL, "max_tokens": 4000}, sweep=True, slos=[{"metric": "ttft_ms", "limit": 1}],
+              sweep_max_concurrency=256)
+    plan = _plan(deps, **SMALL)
+    with pytest.raises(InvalidInput, match="sweep: run .* was not asked to sweep"):
+        run_action({"action": "sweep_next", "state": {"plan": plan}, "execution": EXECUTION}, deps)

@@ -90,3 +90,17 @@ def test_the_contract_catches_a_renamed_error():
                                               "Retry": [{"ErrorEquals": ["SmokeTestFailure"]}]}}}
     custom = {e for e in error_names(definition) if not e.startswith(AWS_PREFIXES)}
     assert custom - RAISED == {"SmokeTestFailure"}
+
+
+def test_the_sweep_steps_retry_throttling_and_catch_the_workers_errors_into_the_failure_record():
+    # sweep_next raises InvalidInput (a run that did not ask to sweep) and RunNotFound; both must end in
+    # RecordFailure (the written scenarios stay), Throttled is retried; RunSweepScenario the same.
+    states = json.loads((ROOT / "statemachine/run_benchmark.asl.json").read_text())["States"]
+    assert {"InvalidInput", "RunNotFound", "Throttled", "ProfileNotReady"} <= RAISED
+    for name in ("SweepNext", "RunSweepScenario"):
+        task = states[name]
+        assert any("Throttled" in rule["ErrorEquals"] for rule in task["Retry"]), name
+        assert [(c["ErrorEquals"], c["Next"]) for c in task["Catch"]] == [(["States.ALL"], "RecordFailure")], name
+    assert states["SweepNext"]["Parameters"]["Payload"]["action"] == "sweep_next"
+    assert states["RunSweepScenario"]["Next"] == "SweepNext"  # the loop; sweep_next bounds it
+    assert states["BranchOnSweepDone"]["Choices"] == [{"Variable": "$.sweep.next", "IsNull": True, "Next": "Compare"}]

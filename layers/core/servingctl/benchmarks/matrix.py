@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from servingctl.schema.results import Mode, RunConfig, SaltMode, scenario_name
+from servingctl.schema.results import Mode, RunConfig, SaltMode, Slo, scenario_name
 from servingctl.bench.selfcheck import CPU_SHARE_LIMIT, LAG_P99_LIMIT_MS
 from servingctl.shared.errors import InvalidInput
 from servingctl.registry.models import ServingProfile
@@ -57,6 +57,12 @@ class BenchmarkInput(BaseModel):
     salt_mode: SaltMode = "cache-salt"
     max_failure_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     timeout_s: float = Field(default=600.0, gt=0, le=LAMBDA_BUDGET_S, description="per-request timeout")
+    # Service-level objectives, and the saturation sweep instead of the concurrencies.
+    slos: list[Slo] = Field(default_factory=list, max_length=9, description="latency objectives: goodput per scenario")
+    slo_share: float = Field(default=1.0, gt=0, le=1, description="share of requests that must meet every per-request SLO")
+    sweep: bool = Field(default=False, description="search the highest concurrency meeting the SLOs (concurrencies ignored)")
+    sweep_max_concurrency: int = Field(default=64, ge=1, le=MAX_CONCURRENCY, description="highest concurrency the sweep tries")
+    sweep_max_steps: int = Field(default=10, ge=2, le=20, description="most scenarios the sweep runs")
     # Around the matrix.
     start: bool = Field(default=False, description="start the profile first when it is not READY")
     stop: bool = Field(default=False, description="stop the profile at the end (also after a failure)")
@@ -89,6 +95,13 @@ class BenchmarkInput(BaseModel):
             raise ValueError(f"requests or duration_s: mode {self.mode} needs one of them")
         if self.mode == "burst" and (self.requests is not None or self.duration_s is not None):
             raise ValueError("requests, duration_s: only for modes sustained and rate (burst uses warmup and rounds)")
+        if self.sweep:
+            if not self.slos:
+                raise ValueError("slos: the sweep searches the highest concurrency meeting an SLO; give at least one")
+            if len(self.input_tokens) != 1:
+                raise ValueError(f"input_tokens: the sweep searches one input length; got {self.input_tokens}")
+            if self.mode == "rate":
+                raise ValueError("mode: the sweep varies concurrency; use burst or sustained")
         return self
 
 
@@ -178,6 +191,14 @@ def _runner_for(given: BenchmarkInput, name: str, estimate: float, ecs_available
     return "lambda"
 
 
+def sweep_scenario(given: BenchmarkInput, concurrency: int, position: int) -> PlannedScenario:
+    """The sweep's next scenario (on Lambda: plan_scenarios checked the largest fits)."""
+    tokens = given.input_tokens[0]
+    return PlannedScenario(name=scenario_name(tokens, concurrency, given.mode, given.rate), position=position,
+                           input_tokens=tokens, concurrency=concurrency, runner="lambda",
+                           estimate_s=round(estimate_seconds(given, tokens, concurrency), 1))
+
+
 def plan_scenarios(given: BenchmarkInput, profile: ServingProfile, *, ecs_available: bool) -> list[PlannedScenario]:
     """The matrix in run order (input length, then concurrency), each scenario with its runner."""
     limit = profile.serving.max_model_len
@@ -188,6 +209,15 @@ def plan_scenarios(given: BenchmarkInput, profile: ServingProfile, *, ecs_availa
                 f"invalid input: input_tokens {too_long} + max_tokens {given.max_tokens} exceed the profile's "
                 f"max_model_len {limit}; allowed input_tokens: 1..{max(1, limit - given.max_tokens)}"
             )
+    if given.sweep:  # sweep_next plans each step; every step must fit a Lambda worker, the largest too
+        tokens, top = given.input_tokens[0], given.sweep_max_concurrency
+        estimate = estimate_seconds(given, tokens, top)
+        if estimate > LAMBDA_BUDGET_S:
+            raise InvalidInput(
+                f"invalid input: sweep_max_concurrency {top}: about {estimate:.0f} s a scenario at {given.expected_tok_s:g} "
+                f"tok/s per request, more than the {LAMBDA_BUDGET_S} s a Lambda worker may take (the sweep's steps run on "
+                "Lambda); lower sweep_max_concurrency, rounds or max_tokens, or raise expected_tok_s")
+        return []
     count = len(given.input_tokens) * len(given.concurrencies)
     if count > MAX_SCENARIOS:
         raise InvalidInput(f"invalid input: input_tokens x concurrencies is {count} scenarios; allowed: at most {MAX_SCENARIOS}")
@@ -221,4 +251,9 @@ def run_config(given: BenchmarkInput, profile: ServingProfile) -> RunConfig:
         salt_mode=given.salt_mode,
         max_failure_rate=given.max_failure_rate,
         timeout_s=given.timeout_s,
+        slos=given.slos,
+        slo_share=given.slo_share,
+        sweep=given.sweep,
+        sweep_max_concurrency=given.sweep_max_concurrency,
+        sweep_max_steps=given.sweep_max_steps,
     )

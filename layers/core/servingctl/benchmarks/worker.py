@@ -9,6 +9,8 @@ Actions (event = {"action", "state", "execution"}; plan also gets "started_at"):
                 whether the client was the bottleneck and, if so, the shards to measure it with
   run_shard     one worker's share of a split scenario, started at the common instant
   merge_shards  the shards merged into one scenario, judged against the server's counters
+  sweep_next    the saturation sweep's next concurrency from the scenarios written so far (bench.sweep),
+                or its stop, recorded with the run
   compare       self-hosted vs managed API for every written scenario
   finish        the run's final status (after a failure too: what was written stays)
 """
@@ -30,7 +32,15 @@ import httpx
 
 import servingctl
 from servingctl.bench.backend import Backend, Connection
-from servingctl.benchmarks.matrix import BenchmarkInput, PlannedScenario, parse_benchmark_input, plan_scenarios, run_config
+from servingctl.bench.sweep import decide, result_of, step_of
+from servingctl.benchmarks.matrix import (
+    BenchmarkInput,
+    PlannedScenario,
+    parse_benchmark_input,
+    plan_scenarios,
+    run_config,
+    sweep_scenario,
+)
 from servingctl.schema.results import SCHEMA_VERSION, Calibration, ClientSelfCheck, ScenarioSummary, ServerSample
 from servingctl.bench.runner import Measurement, Shard, connection_for, measure_scenario, prepare, settled_snapshot, summarize_measurement
 from servingctl.bench.server_metrics import ServerMetrics, Snapshot, thinned
@@ -230,6 +240,7 @@ def plan(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
         "start_execution": {"name": execution_name("start", given.profile, run_id), "input": start_input},
         "stop_execution": {"name": execution_name("stop", given.profile, run_id), "input": stop_input},
         "scenarios": [s.model_dump() for s in scenarios],
+        "sweep": given.sweep,
         "ecs": None if deps.ecs is None else {
             "cluster": deps.ecs.cluster, "task_definition": deps.ecs.task_definition, "subnets": deps.ecs.subnets,
             "security_groups": deps.ecs.security_groups, "container": deps.ecs.container,
@@ -359,6 +370,29 @@ def merge(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     return _answer(result.summary) | {"shards": len(parts)}
 
 
+def sweep_next(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
+    """The sweep's next scenario from the steps written so far (in run order), or its stop; the
+    stop is recorded with the run. Bounded by sweep_max_concurrency and sweep_max_steps."""
+    run = _run(deps, (_state(event).get("plan") or {}).get("run_id"))
+    given = _given(run)
+    if not given.sweep:
+        raise InvalidInput(f"sweep: run {run.run_id} was not asked to sweep")
+    steps = []
+    for scenario in sorted(deps.runs.list_scenarios(run.run_id), key=lambda s: s.position):
+        steps.append(step_of(scenario.summary, steps))
+    decision = decide(steps, given.sweep_max_concurrency, given.sweep_max_steps)
+    if decision.next is None:
+        sweep = result_of(steps, decision)
+        deps.runs.update_run(run.run_id, deps.clock.now(), sweep=sweep)
+        return {"next": None, "scenario": None, "found": sweep.found, "stop": sweep.stop, "reason": sweep.reason,
+                "steps": len(steps)}
+    planned = sweep_scenario(given, decision.next, len(steps))
+    if planned.name not in run.scenarios:
+        deps.runs.update_run(run.run_id, deps.clock.now(), scenarios=[*run.scenarios, planned.name])
+    return {"next": decision.next, "scenario": planned.model_dump(), "found": decision.found, "stop": None,
+            "reason": decision.reason, "steps": len(steps)}
+
+
 def compare_run(deps: WorkerDeps, run: BenchmarkRun) -> dict[str, Any]:
     """Cost comparison of every written scenario with the profile's instance price from the catalog."""
     catalog = deps.catalog()
@@ -419,6 +453,7 @@ ACTIONS: dict[str, Action] = {
     "run_scenario": run_scenario,
     "run_shard": run_shard,
     "merge_shards": merge,
+    "sweep_next": sweep_next,
     "compare": compare_action,
     "finish": finish,
 }

@@ -49,6 +49,7 @@ FIELDS = {
     "input_tokens": "input_tokens", "concurrency": "concurrencies", "mode": "mode", "rate": "rate", "warmup": "warmup",
     "rounds": "rounds", "requests": "requests", "duration": "duration_s", "max_tokens": "max_tokens", "seed": "seed",
     "salt_mode": "salt_mode", "max_failure_rate": "max_failure_rate", "timeout": "timeout_s", "max_workers": "max_workers",
+    "slo_share": "slo_share", "sweep_max_concurrency": "sweep_max_concurrency", "sweep_max_steps": "sweep_max_steps",
 }
 
 
@@ -87,6 +88,10 @@ def request_body(args: argparse.Namespace, client: Client) -> dict[str, Any]:
     run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     body: dict[str, Any] = {"profile": args.profile, "start": args.start, "stop": args.stop, "run_id": run_id}
     body |= {field: getattr(args, flag) for flag, field in FIELDS.items() if getattr(args, flag) is not None}
+    if args.slo:
+        body["slos"] = [slo.model_dump(exclude_none=True) for slo in args.slo]
+    if args.sweep:
+        body["sweep"] = True
     if args.label:
         body["label"] = args.label
     if client.poll:  # the twin runs AWS's delays faster: its flows should poll as fast
@@ -177,7 +182,7 @@ def load_run(ref: str, args: argparse.Namespace) -> LoadedRun:
 
 # run_benchmark input field -> the flag of `bench --profile`.
 FLAGS = {field: "--" + flag.replace("_", "-") for flag, field in FIELDS.items()} | {
-    "profile": "--profile", "label": "--label", "start": "--start", "stop": "--stop"}
+    "profile": "--profile", "label": "--label", "start": "--start", "stop": "--stop", "slos": "--slo", "sweep": "--sweep"}
 
 
 def _remote(args: argparse.Namespace, client: Client) -> int:
@@ -204,7 +209,9 @@ def _remote(args: argparse.Namespace, client: Client) -> int:
                        exc.field) from None
     try:
         Console(stderr=True).print(
-            f"run {ref['run_id']}: {len(ref['scenarios'])} scenario{'s' if len(ref['scenarios']) != 1 else ''} on {ref['profile']}"
+            f"run {ref['run_id']}: " + ("a saturation sweep" if body.get("sweep") else
+                                        f"{len(ref['scenarios'])} scenario{'s' if len(ref['scenarios']) != 1 else ''}")
+            + f" on {ref['profile']}"
             + (" (starting it first)" if ref["start"] else "") + (", stopping it afterwards" if ref["stop"] else ""),
             highlight=False)
         if args.no_wait:

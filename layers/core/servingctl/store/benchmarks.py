@@ -23,6 +23,7 @@ from servingctl.schema.results import (
     ScenarioResult,
     ScenarioSummary,
     ServerSample,
+    SweepResult,
 )
 from servingctl.schema.comparison import Comparison
 from servingctl.store.models import _Record
@@ -79,6 +80,7 @@ class BenchmarkRun(_Record):
     metadata: RunMetadata | None = None
     reproducibility: Reproducibility
     scenarios: list[str] = Field(default_factory=list, description="planned scenario names, in run order")
+    sweep: SweepResult | None = Field(default=None, description="the saturation sweep's search, once it stopped")
     error: str | None = None
 
 
@@ -197,6 +199,7 @@ def run_result(run: BenchmarkRun, store: BenchmarkStore, records: RecordStore | 
         metadata=metadata,
         calibrations=run.reproducibility.calibrations,
         scenarios=scenarios,
+        sweep=run.sweep,
     )
     result.failed_scenarios = [
         s.summary.name for s in scenarios if s.summary.failure_rate > run.config.max_failure_rate
