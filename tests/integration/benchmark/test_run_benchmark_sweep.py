@@ -13,21 +13,20 @@ SWEEP = {"input_tokens": [64], "warmup": 1, "rounds": 2, "max_tokens": 24, "max_
 
 def test_the_sweep_runs_step_by_step_up_to_its_bound(bench: Bench, ready_profile: str) -> None:
     result = bench.run("sweep", profile=READY, **SWEEP, slos=[{"metric": "ttft_ms", "limit": 60000}],
-                       sweep_max_concurrency=4, sweep_max_steps=6)
+                       sweep_max_concurrency=2, sweep_max_steps=6)
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     entered = result.states_entered()
     # the matrix is empty; each step is SweepNext -> BranchOnSweepDone -> RunSweepScenario, the last SweepNext stops
-    assert entered.count("RunSweepScenario") == 3 and entered.count("SweepNext") == 4
+    assert entered.count("RunSweepScenario") == 2 and entered.count("SweepNext") == 3
     assert entered[-5:] == ["BranchOnSweepDone", "Compare", "BranchOnStop", "RecordSuccess", "Done"]
     run_id = result.output["plan"]["run_id"]
     run = bench.runs.get_run(run_id)
     scenarios = sorted(bench.runs.list_scenarios(run_id), key=lambda s: s.position)
-    assert [s.name for s in scenarios] == run.scenarios == ["in64-c1", "in64-c2", "in64-c4"]
+    assert [s.name for s in scenarios] == run.scenarios == ["in64-c1", "in64-c2"]
     assert all(s.summary.slo is not None and s.summary.slo.met for s in scenarios)  # a minute of TTFT: always met
-    assert run.sweep is not None and [s.concurrency for s in run.sweep.steps] == [1, 2, 4]
-    if run.sweep.stop == "max-concurrency":
-        assert run.sweep.found == 4 and run.sweep.scenario == "in64-c4"
-    else:  # the simulator may already queue at 4 (its max_num_seqs): then the sweep says so
+    assert run.sweep is not None and [s.concurrency for s in run.sweep.steps] == [1, 2]
+    assert run.sweep.found == 2 and run.sweep.scenario == "in64-c2"
+    if run.sweep.stop != "max-concurrency":  # timings of a busy machine may look like queueing: then it says so
         assert run.sweep.stop == "over-saturated" and run.sweep.steps[-1].saturated
     assert result.output["sweep"]["next"] is None and result.output["sweep"]["found"] == run.sweep.found
     assert {c.scenario for c in bench.runs.list_comparisons(run_id)} == {s.name for s in scenarios}

@@ -261,6 +261,14 @@ def test_a_shard_waits_for_the_common_start_and_numbers_its_requests_apart() -> 
     assert len(salts) == len(set(salts)) == 8  # no salt repeats across the shards
 
 
+@pytest.fixture
+def never_saturated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake answers at once: on a busy machine its timings may look like queueing, and
+    saturation is tested on its own (tests/unit/bench/test_sweep.py): here only the bounds count."""
+    monkeypatch.setattr("servingctl.bench.sweep.SATURATION_TTFT_RISE", float("inf"))
+    monkeypatch.setattr("servingctl.bench.sweep.GOODPUT_DROP", 0.0)
+
+
 def _sweep_loop(deps: WorkerDeps, **given) -> tuple[dict, list[dict]]:
     """Plan, calibrate, then SweepNext / RunSweepScenario as run_benchmark loops them, until no next."""
     _ready(deps, "deepseek-v4-flash")
@@ -277,6 +285,7 @@ def _sweep_loop(deps: WorkerDeps, **given) -> tuple[dict, list[dict]]:
                     "execution": EXECUTION}, deps)
 
 
+@pytest.mark.usefixtures("never_saturated")
 def test_sweep_next_doubles_to_the_bound_and_records_the_stop(deps: WorkerDeps) -> None:
     plan, answers = _sweep_loop(deps, slos=[{"metric": "e2e_s", "limit": 600}], sweep_max_concurrency=3)
     assert plan["scenarios"] == [] and plan["sweep"] is True  # no matrix: the steps come from sweep_next
@@ -289,6 +298,7 @@ def test_sweep_next_doubles_to_the_bound_and_records_the_stop(deps: WorkerDeps) 
     assert [s.summary.slo.met for s in deps.runs.list_scenarios(plan["run_id"])] == [True, True, True]
 
 
+@pytest.mark.usefixtures("never_saturated")
 def test_sweep_next_stops_at_the_step_budget(deps: WorkerDeps) -> None:
     plan, answers = _sweep_loop(deps, slos=[{"metric": "e2e_s", "limit": 600}], sweep_max_concurrency=64, sweep_max_steps=2)
     assert [a["next"] for a in answers] == [1, 2, None] and answers[-1]["stop"] == "max-steps"
