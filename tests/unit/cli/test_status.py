@@ -48,3 +48,16 @@ def test_a_hold_and_the_starter_are_shown_and_a_plain_profile_has_neither() -> N
     assert "arn:aws:iam::123456789012:user/ana" in held
     plain = status_text(_detail(), local=True)
     assert not any(word in plain for word in ("next stop", "held by", "started by"))
+
+
+def test_status_shows_the_warm_pool_the_last_start_and_a_capacity_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    text = status_text(_detail(
+        warm_instances=[{"instance_id": "i-0abc", "lifecycle": "Warmed:Stopped", "protected": False}], warm_start=True,
+        capacity_note="g7e.2xlarge: InsufficientInstanceCapacity; moved to g7e.4xlarge (option 2 of 3)",
+    ))
+    assert "i-0abc Warmed:Stopped" in text and "(stopped: only the volume is billed)" in text
+    assert "warm (an instance from the warm pool)" in text
+    assert "moved to g7e.4xlarge (option 2 of 3)" in text
+    plain = status_text(_detail())
+    assert "warm pool" not in plain and "last start" not in plain and "capacity" not in plain

@@ -133,6 +133,11 @@ class ProfileDetail(ProfileSummary):
     accrued_cost_usd: float | None = Field(default=None, description="open session uptime x hourly price")
     phase_seconds: dict[str, float] = Field(default_factory=dict)
     stop_requested: bool = False
+    warm_instances: list[Instance] = Field(
+        default_factory=list, description="the pool's warm pool instances (Warmed:Stopped ones cost their volume only)"
+    )
+    warm_start: bool | None = Field(default=None, description="the last start took a stopped instance from the warm pool")
+    capacity_note: str | None = Field(default=None, description="why the last start runs on an alternate instance type")
 
 
 class PhaseMark(BaseModel):
@@ -186,12 +191,23 @@ class MonthlyTotal(BaseModel):
     cost_usd: float | None
 
 
+class WarmPoolCost(BaseModel):
+    """A pool's warm (stopped) instances and what their gp3 volumes cost standing, whether or not anything runs."""
+
+    pool: str
+    instances: int = Field(description="instances in the warm pool now")
+    volume_gib: int
+    volume_monthly_usd: float | None = Field(description="one volume a month: GB-month plus throughput and IOPS above gp3's baseline")
+    standing_monthly_usd: float | None = Field(description="instances x volume_monthly_usd")
+
+
 class Ledger(BaseModel):
     """GET /ledger."""
 
     sessions: list[LedgerSession]
     monthly: list[MonthlyTotal]
     total_cost_usd: float | None
+    warm_pools: list[WarmPoolCost] = Field(default_factory=list, description="standing cost of the pools' warm instances")
 
 
 class KeepaliveAnswer(ProfileSummary):

@@ -38,6 +38,7 @@ from servingctl.api.models import (
     ProfileDetail,
     ProfileSummary,
     ServiceEvent,
+    WarmPoolCost,
     StartRequest,
     StopRequest,
     lower_bound,
@@ -48,7 +49,7 @@ from servingctl.control.autostop import request_counts
 from servingctl.control.config import limit_problems
 from servingctl.control.executions import Action, canonical, execution_name, latest_execution, running_execution
 from servingctl.control.sweep import decide
-from servingctl.costs import PriceCatalog, monthly_totals, session_cost
+from servingctl.costs import PriceCatalog, monthly_totals, session_cost, volume_monthly_usd
 from servingctl.registry.models import Registry, ServingProfile
 from servingctl.store.base import Store
 from servingctl.store.models import Phase, ProfileState, iso
@@ -208,7 +209,9 @@ def get_profile(deps: ApiDeps, name: str) -> ProfileDetail:
         )
     summary = _summary(deps, name, state, with_requests=True).model_dump()
     if cost is not None:
-        summary["hourly_usd"] = cost.hourly_usd  # the open session's price
+        # The open session's type and price: an alternate when the start fell back to one.
+        summary["hourly_usd"], summary["instance_type"] = cost.hourly_usd, cost.instance_type
+    warm = aws.warm_instances(deps.autoscaling, pool.asg_name) if pool.warm_pool else ()
     return ProfileDetail(
         **summary,
         desired_count=service.get("desiredCount", 0),
@@ -224,6 +227,9 @@ def get_profile(deps: ApiDeps, name: str) -> ProfileDetail:
         accrued_cost_usd=round(cost.cost_usd, 4) if cost and cost.cost_usd is not None else None,
         phase_seconds=state.phase_seconds,
         stop_requested=state.stop_requested(now),
+        warm_instances=[Instance(instance_id=i.instance_id, lifecycle=i.lifecycle, protected=i.protected) for i in warm],
+        warm_start=state.warm_start,
+        capacity_note=state.capacity_note,
     )
 
 
@@ -530,4 +536,20 @@ def ledger(deps: ApiDeps, profile: str | None = None) -> Ledger:
         for (p, m), t in sorted(monthly_totals(costs).items())
     ]
     total = None if any(c.cost_usd is None for c in costs) else round(sum(c.cost_usd or 0.0 for c in costs), 4)
-    return Ledger(sessions=rows, monthly=monthly, total_cost_usd=total)
+    return Ledger(sessions=rows, monthly=monthly, total_cost_usd=total, warm_pools=warm_pool_costs(deps))
+
+
+def warm_pool_costs(deps: ApiDeps) -> list[WarmPoolCost]:
+    """Every pool with a warm pool: its instances now and their volumes' standing cost a month."""
+    found = []
+    for name, pool in sorted(deps.registry.pools.items()):
+        if pool.warm_pool is None or pool.volume is None:
+            continue
+        count = len(aws.warm_instances(deps.autoscaling, pool.asg_name))
+        each = volume_monthly_usd(deps.catalog, deps.registry.region, pool.volume)
+        found.append(WarmPoolCost(
+            pool=name, instances=count, volume_gib=pool.volume.size_gib,
+            volume_monthly_usd=None if each is None else round(each, 2),
+            standing_monthly_usd=None if each is None else round(count * each, 2),
+        ))
+    return found

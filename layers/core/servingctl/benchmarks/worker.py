@@ -48,7 +48,7 @@ from servingctl.benchmarks.split import ShardPlan, earliest_snapshot, merge_shar
 from servingctl.shared.clock import Clock, SystemClock
 from servingctl.shared.errors import ControlError, InvalidInput, action_of, error_reason, throttling_as_error
 from servingctl.control.config import resolve_profile, start_config, stop_config
-from servingctl.costs import CompareInput, PriceCatalog, compare, load_catalog
+from servingctl.costs import CompareInput, PriceCatalog, compare, load_catalog, warm_pool_monthly_usd
 from servingctl.registry.models import Registry, ServingProfile
 from servingctl.store.base import Store
 from servingctl.store.benchmarks import BenchmarkRun, BenchmarkStore, Reproducibility, RunStatus, Split, StoredComparison, StoredScenario
@@ -406,6 +406,8 @@ def compare_run(deps: WorkerDeps, run: BenchmarkRun) -> dict[str, Any]:
         api = catalog.managed_api(api_name)
     except KeyError as exc:
         raise InvalidInput(f"managed_api: {exc.args[0]}") from None
+    # A warm pool's stopped volume stands all month (unpriced: left out rather than guessed).
+    standing = warm_pool_monthly_usd(catalog, deps.registry.region, pool) or 0.0
     compared = []
     for scenario in deps.runs.list_scenarios(run.run_id):
         summary = scenario.summary
@@ -414,6 +416,7 @@ def compare_run(deps: WorkerDeps, run: BenchmarkRun) -> dict[str, Any]:
         comparison = compare(CompareInput(
             aggregate_tok_s=summary.aggregate_tok_s, input_tokens=summary.input_tokens, output_tokens=summary.max_tokens,
             api_input_usd_per_m=api.input_usd_per_m, api_output_usd_per_m=api.output_usd_per_m, hourly_usd=price.hourly_usd,
+            standing_monthly_usd=standing,
         ))
         deps.runs.put_comparison(StoredComparison(
             run_id=run.run_id, scenario=summary.name, api=str(api_name), instance_type=pool.instance_type,

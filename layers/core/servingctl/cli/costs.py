@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from pydantic import ValidationError
 from rich.console import Console
@@ -25,7 +26,10 @@ _FLAGS = {
     "hours": "--hours",
     "self_hosted_monthly_usd": "--self-hosted-monthly-usd",
     "hourly_usd": "--hourly-usd",
+    "standing_monthly_usd": "--standing-monthly-usd",
 }
+# Unit of a monthly infrastructure price, by the part of its key before "-month".
+MONTHLY_UNITS = {"gb": "GB", "mibps": "MiB/s", "iops": "IOPS"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,6 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cmp.add_argument("--api-input-usd-per-m", type=float, help="overrides the catalog's input price")
     cmp.add_argument("--api-output-usd-per-m", type=float, help="overrides the catalog's output price")
     cmp.add_argument("--hours", type=float, default=730, help="hours a month the server runs (default 730)")
+    cmp.add_argument("--standing-monthly-usd", type=float, default=0.0,
+                     help="costs that run all month whatever --hours is, e.g. the warm pool's volumes (`costs ledger` shows them)")
     cmp.add_argument("--prices", help="price file overriding the packaged catalog")
     cmp.add_argument("--json", action="store_true", help="machine-readable output")
     cmp.set_defaults(func=_compare)
@@ -85,6 +91,7 @@ def _compare(args: argparse.Namespace) -> int:
             hours=args.hours,
             self_hosted_monthly_usd=args.self_hosted_monthly_usd,
             hourly_usd=args.hourly_usd,
+            standing_monthly_usd=args.standing_monthly_usd,
         )
     except ValidationError as exc:
         return _error(for_flags(exc.errors(), _FLAGS))
@@ -98,7 +105,8 @@ def _compare(args: argparse.Namespace) -> int:
     rows = [
         ("output tokens / month", f"{result.output_tokens_per_month / 1e6:,.1f} M"),
         ("input tokens / month", f"{result.input_tokens_per_month / 1e6:,.1f} M"),
-        ("self-hosted cost", f"{result.self_hosted_monthly_usd:,.0f} USD"),
+        ("self-hosted cost", f"{result.self_hosted_monthly_usd:,.0f} USD"
+         + (f" (of which {inputs.standing_monthly_usd:,.0f} standing)" if inputs.standing_monthly_usd else "")),
         ("managed API cost", f"{result.api_monthly_usd:,.0f} USD"),
         ("self-hosted / API", f"{result.ratio_self_hosted_to_api:.2f}"),
         ("self-hosted USD per 1M output tokens", f"{result.self_hosted_usd_per_m_output:.2f}"),
@@ -132,7 +140,8 @@ def _prices(args: argparse.Namespace) -> int:
         rows.append(("instance", key, f"{p.hourly_usd}/h" + (" (estimate)" if p.estimate else "")))
         notes.append(f"as of {p.as_of}, source: {p.source}")
     for key, p in catalog.infrastructure.items():
-        amount = next(f"{v}{unit}" for v, unit in ((p.hourly_usd, "/h"), (p.per_gb_usd, "/GB"), (p.monthly_usd, "/GB-month")) if v is not None)
+        monthly = f"/{MONTHLY_UNITS.get(key.split('-')[-2], 'GB')}-month"
+        amount = next(f"{v}{unit}" for v, unit in ((p.hourly_usd, "/h"), (p.per_gb_usd, "/GB"), (p.monthly_usd, monthly)) if v is not None)
         rows.append(("infrastructure", key, amount))
         notes.append(f"as of {p.as_of}, source: {p.source}")
     for key, p in catalog.managed_apis.items():
@@ -169,4 +178,17 @@ def _ledger(args: argparse.Namespace, client: Client) -> int:
     print(render.columns(("profile", "month", "hours", "cost USD"), monthly, right=(2,)))
     total = ledger["total_cost_usd"]
     print(f"\ntotal: {_usd(total)}" + (" USD" if total is not None else " (a session's instance type has no price in the catalog)"))
+    _print_warm_pools(ledger.get("warm_pools") or [])
     return 0
+
+
+def _print_warm_pools(pools: list[dict[str, Any]]) -> None:
+    """The standing cost of warm (stopped) instances: their volumes bill whether or not anything runs."""
+    from servingctl import render
+
+    if not pools:
+        return
+    rows = [(p["pool"], str(p["instances"]), f"{p['volume_gib']} GiB", _usd(p["volume_monthly_usd"]), _usd(p["standing_monthly_usd"]))
+            for p in pools]
+    print("\nwarm pools (stopped instances: gp3 volume, throughput and IOPS billed all month)")
+    print(render.columns(("pool", "warm\ninstances", "volume", "USD/month\neach", "standing\nUSD/month"), rows, right=(1, 3, 4)))

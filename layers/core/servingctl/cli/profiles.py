@@ -303,6 +303,7 @@ def status_text(detail: dict[str, Any], *, local: bool = False) -> str:
         ("model", detail["model"]),
         ("instances", "\n".join(f"{i['instance_id']} {i['lifecycle']}" + (" (protected)" if i["protected"] else "")
                                 for i in detail["instances"]) or "none"),
+        *_warm_rows(detail),
         ("service", f"desired {detail['desired_count']}, running {detail['running_count']}, pending {detail['pending_count']}"),
         ("targets", "\n".join(f"{k} {v}" for k, v in detail["target_health"].items()) or "none"),
         ("lease until", render.when(detail["lease_deadline"])),
@@ -314,6 +315,19 @@ def status_text(detail: dict[str, Any], *, local: bool = False) -> str:
     rows += [("event", f"{render.when(e['at'])}: {e['message']}") for e in detail["service_events"]]
     title = f"{detail['name']}  ({detail['instance_type']}, pool {detail['pool']}, {render.per_hour(detail.get('hourly_usd'))})"
     return title + "\n" + render.details(rows)
+
+
+def _warm_rows(detail: dict[str, Any]) -> list[tuple[str, str]]:
+    """The pool's warm (stopped) instances, whether the last start took one, and a capacity fallback's reason."""
+    rows = []
+    if detail.get("warm_instances"):
+        rows.append(("warm pool", "\n".join(f"{i['instance_id']} {i['lifecycle']}" for i in detail["warm_instances"])
+                     + "\n(stopped: only the volume is billed)"))
+    if detail.get("warm_start") is not None:
+        rows.append(("last start", "warm (an instance from the warm pool)" if detail["warm_start"] else "cold (a new instance)"))
+    if detail.get("capacity_note"):
+        rows.append(("capacity", detail["capacity_note"]))
+    return rows
 
 
 def _planned_stop_rows(detail: dict[str, Any]) -> list[tuple[str, str]]:

@@ -2,7 +2,7 @@
 
 from servingctl.costs.catalog import CatalogError, PriceCatalog, load_catalog, priced_api
 from servingctl.costs.compare import CompareInput, Comparison, compare, cost_comparisons
-from servingctl.costs.ledger import SessionCost, monthly_totals, session_cost
+from servingctl.costs.ledger import SessionCost, monthly_totals, session_cost, volume_monthly_usd, warm_pool_monthly_usd
 
 __all__ = [
     "CatalogError",
@@ -16,4 +16,6 @@ __all__ = [
     "monthly_totals",
     "priced_api",
     "session_cost",
+    "volume_monthly_usd",
+    "warm_pool_monthly_usd",
 ]

@@ -1,7 +1,7 @@
 """Self-hosted vs managed API: what the same tokens cost each way, per month and per 1M tokens.
 
 The model of the reference article: the measured aggregate throughput is sustained for `hours` a
-month, every request has the same input and output length, and the managed API bills the same
+month (plus what stands all month, e.g. the volumes of warm instances), every request has the same input and output length, and the managed API bills the same
 input and output tokens at its per-1M prices. cost_comparisons prices every scenario of a run.
 """
 
@@ -15,7 +15,8 @@ SECONDS_PER_HOUR = 3600
 
 def compare(inputs: CompareInput) -> Comparison:
     """Compute the monthly costs both ways, their ratio, cost per 1M output tokens and break-even."""
-    self_monthly = inputs.self_hosted_monthly_usd or inputs.hourly_usd * inputs.hours  # type: ignore[operator]
+    running = inputs.self_hosted_monthly_usd or inputs.hourly_usd * inputs.hours  # type: ignore[operator]
+    self_monthly = running + inputs.standing_monthly_usd
     output_tokens = inputs.aggregate_tok_s * inputs.hours * SECONDS_PER_HOUR
     requests = output_tokens / inputs.output_tokens
     input_tokens = requests * inputs.input_tokens
@@ -44,6 +45,7 @@ def cost_comparisons(
     self_hosted_monthly_usd: float | None = None,
     hourly_usd: float | None = None,
     hours: float = HOURS_PER_MONTH,
+    standing_monthly_usd: float = 0.0,
 ) -> dict[str, Comparison]:
     """Self-hosted vs managed API for every scenario with a measured aggregate (keyed by scenario name):
     that aggregate sustained for `hours`, each request the scenario's input tokens and max_tokens out."""
@@ -62,6 +64,7 @@ def cost_comparisons(
                 hours=hours,
                 self_hosted_monthly_usd=self_hosted_monthly_usd,
                 hourly_usd=hourly_usd,
+                standing_monthly_usd=standing_monthly_usd,
             )
         )
     return comparisons

@@ -1,4 +1,5 @@
-"""Ledger arithmetic: what a serving session cost (uptime x hourly price) and monthly totals."""
+"""Ledger arithmetic: what a serving session cost (uptime x hourly price), monthly totals, and the
+standing cost of warm (stopped) instances, which pay for their gp3 volume whether or not anything runs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,12 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from servingctl.costs.catalog import PriceCatalog
+from servingctl.registry.models import ComputePool, PoolVolume
+from servingctl.schema.comparison import HOURS_PER_MONTH
+
+# gp3 includes this much throughput and IOPS in its GB-month price; more is billed per unit-month.
+GP3_BASELINE_MIBPS = 125
+GP3_BASELINE_IOPS = 3000
 
 
 class SessionCost(BaseModel):
@@ -61,3 +68,31 @@ def monthly_totals(sessions: Iterable[SessionCost]) -> dict[tuple[str, str], dic
         row["uptime_hours"] = (row["uptime_hours"] or 0.0) + s.uptime_hours
         row["cost_usd"] = None if row["cost_usd"] is None or s.cost_usd is None else row["cost_usd"] + s.cost_usd
     return dict(totals)
+
+
+def volume_monthly_usd(catalog: PriceCatalog, region: str, volume: PoolVolume) -> float | None:
+    """A gp3 volume's cost a month: size x GB-month, plus throughput above 125 MiB/s and IOPS above
+    3000 at their unit-month prices; None when the catalog lacks one of the three for the region."""
+    prices = [catalog.infrastructure.get(f"{region}/ebs-gp3-{unit}-month") for unit in ("gb", "mibps", "iops")]
+    monthly = [p.monthly_usd if p is not None else None for p in prices]
+    if any(m is None for m in monthly):
+        return None
+    gb, mibps, iops = (float(m or 0.0) for m in monthly)
+    return (
+        volume.size_gib * gb
+        + max(0, volume.throughput_mibps - GP3_BASELINE_MIBPS) * mibps
+        + max(0, volume.iops - GP3_BASELINE_IOPS) * iops
+    )
+
+
+def warm_pool_monthly_usd(catalog: PriceCatalog, region: str, pool: ComputePool, running_hours: float = HOURS_PER_MONTH) -> float | None:
+    """What a pool's warm pool adds to a month in which the server runs running_hours: the stopped
+    instance's volume for the rest of the month (the running price already covers the volume in
+    use), and with min_size 1 a spare's volume while it runs. 0 without a warm pool; None unpriced."""
+    if pool.warm_pool is None:
+        return 0.0
+    each = volume_monthly_usd(catalog, region, pool.volume) if pool.volume is not None else None
+    if each is None:
+        return None
+    share = max(0.0, 1 - running_hours / HOURS_PER_MONTH) + (running_hours / HOURS_PER_MONTH if pool.warm_pool.min_size else 0.0)
+    return each * share

@@ -22,6 +22,9 @@ class CompareInput(BaseModel):
     hours: float = Field(default=HOURS_PER_MONTH, gt=0, le=744, description="hours a month the server runs")
     self_hosted_monthly_usd: float | None = Field(default=None, gt=0)
     hourly_usd: float | None = Field(default=None, gt=0, description="all-in self-hosted cost per running hour")
+    standing_monthly_usd: float = Field(
+        default=0.0, ge=0, description="self-hosted costs that run whether or not the server does: warm instances' volumes"
+    )
 
     @model_validator(mode="after")
     def _one_self_hosted_price(self) -> CompareInput:
