@@ -35,6 +35,7 @@ from moto.autoscaling.responses import AutoScalingResponse
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core.responses import ActionResult
 from moto.dynamodb.responses import DynamoHandler
+from moto.ec2.models.instances import InstanceBackend
 from moto.ecs.models import EC2ContainerServiceBackend, Service, Task, ecs_backends
 from moto.elbv2.models import ELBv2Backend, FakeHealthStatus, FakeTargetGroup, elbv2_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
@@ -115,6 +116,9 @@ USED: dict[str, tuple[object, str, tuple[str, ...]]] = {
         FakeHealthStatus, "__init__", ("self", "instance_id", "port", "health_port", "status", "reason", "description")
     ),
     "ThreadedMotoServer._server_entry": (ThreadedMotoServer, "_server_entry", ("self",)),
+    # A warm pool's instances stop and start in EC2.
+    "InstanceBackend.start_instances": (InstanceBackend, "start_instances", ("self", "instance_ids")),
+    "InstanceBackend.stop_instances": (InstanceBackend, "stop_instances", ("self", "instance_ids")),
     "Preprocessor.visit": (Preprocessor, "visit", ("self", "tree")),
     "S3Backend.get_object": (
         S3Backend, "get_object", ("self", "bucket_name", "key_name", "version_id", "part_number", "return_delete_marker")
