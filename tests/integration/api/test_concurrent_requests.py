@@ -92,9 +92,11 @@ def test_an_integration_failure_is_a_502_and_its_exception_is_logged(
     def broken(*_: Any, **__: Any) -> Any:
         raise RuntimeError("the table is gone")
 
-    monkeypatch.setattr(service, "list_profiles", broken)  # the handlers run in this process
+    monkeypatch.setattr(service, "list_profiles", broken)
     caplog.set_level(logging.ERROR, logger="servingctl.local.apigw")
-    answer = httpx.get(f"{twin.api_url}/profiles", timeout=60)
+    assert twin.router is not None
+    with twin.router.in_process():  # so the handlers see the patch
+        answer = httpx.get(f"{twin.api_url}/profiles", timeout=60)
     assert answer.status_code == 502 and answer.json() == {"message": "Internal server error"}
     [logged] = _gateway_log(caplog)
     assert logged.startswith("integration failure on GET /profiles: RuntimeError: the table is gone")

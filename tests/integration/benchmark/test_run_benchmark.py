@@ -81,8 +81,10 @@ def test_a_worker_failing_mid_matrix_keeps_the_scenarios_already_written(
             raise ConnectionResetError("the worker lost the model server")
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(bench_worker, "measure_scenario", crashing)  # the handlers run in this process
-    result = bench.run("crash", profile=READY, **MATRIX)
+    monkeypatch.setattr(bench_worker, "measure_scenario", crashing)
+    assert bench.twin.router is not None
+    with bench.twin.router.in_process():  # so the handlers see the patch
+        result = bench.run("crash", profile=READY, **MATRIX)
     assert result.status == "FAILED" and result.error == "ConnectionResetError"
     assert json.loads(result.cause)["errorMessage"] == "the worker lost the model server"
     entered = result.states_entered()
@@ -157,7 +159,9 @@ def test_a_failed_run_still_stops_the_profile_when_asked(bench: Bench, monkeypat
         raise KeyError("no /version")
 
     monkeypatch.setattr(bench_worker, "prepare", broken)  # calibration fails after the start
-    result = bench.run("failstop", profile=OTHER, start=True, stop=True, **MATRIX)
+    assert bench.twin.router is not None
+    with bench.twin.router.in_process():  # so the handlers see the patch
+        result = bench.run("failstop", profile=OTHER, start=True, stop=True, **MATRIX)
     assert result.status == "FAILED" and result.error == "KeyError"
     entered = result.states_entered()
     assert entered.index("StartProfile") < entered.index("Calibrate") < entered.index("RecordFailure") < entered.index("StopAfterFailure")

@@ -29,7 +29,7 @@ SHARED = "qwen3-coder"
 # One profile on its own pool per fault case: a start counts failed launches and stopped tasks from
 # 30 s (clock skew) before its scale-out, which on the twin's compressed clock reaches into the
 # previous test's.
-ISOLATED = ("t-cap", "t-crash", "t-sick", "t-prot", "t-protfail", "t-thr", "t-bug", "t-dead")
+ISOLATED = ("t-cap", "t-crash", "t-sick", "t-prot", "t-protfail", "t-thr", "t-bug", "t-dead", "t-hang", "t-abort", "t-kill")
 TIME_SCALE = 10.0
 DELAYS = Delays().scaled(0.1)
 

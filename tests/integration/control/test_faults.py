@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from servingctl.local.twin import ExecutionResult, Twin
+from servingctl.local.twin import ExecutionResult, Twin, function_name
 
 Probe = Any  # conftest.Probe (conftest modules are not importable under --import-mode=importlib)
 
@@ -110,8 +114,10 @@ def test_an_unexpected_handler_error_is_caught_and_rolled_back(
     def broken(task: dict[str, Any]) -> str:
         raise KeyError("attachments")  # e.g. an API answer without the expected field
 
-    monkeypatch.setattr(aws, "task_ip", broken)  # the handlers run in this process
-    result = probe.start(profile, "bug")
+    monkeypatch.setattr(aws, "task_ip", broken)
+    assert twin.router is not None
+    with twin.router.in_process():  # so the handlers see the patch
+        result = probe.start(profile, "bug")
     _assert_rolled_back(probe, result, "KeyError", "attachments", profile)
 
 
@@ -141,3 +147,62 @@ def test_a_start_right_after_a_dead_owner_takes_its_lock_at_once(twin: Twin, pro
     assert stopped.status == "SUCCEEDED", (stopped.error, stopped.cause)
     probe.assert_nothing_running(profile)
     assert json.dumps(stopped.output)  # JSON-safe output (moto breaks on datetimes)
+
+
+@contextlib.contextmanager
+def _smoke_timeout(twin: Twin, timeout_s: int) -> Iterator[None]:
+    """The smoke test deployed with another Timeout (template.yaml's 30 s would make the test slow)."""
+    lam, name = twin.client("lambda"), function_name("smoke_test")
+    deployed = lam.get_function_configuration(FunctionName=name)["Timeout"]
+    lam.update_function_configuration(FunctionName=name, Timeout=timeout_s)
+    try:
+        yield
+    finally:
+        lam.update_function_configuration(FunctionName=name, Timeout=deployed)
+
+
+def _smoke_in_flight(twin: Twin) -> list[Any]:
+    assert twin.router is not None
+    return [w for w in twin.router.workers("smoke_test") if w.busy]
+
+
+def test_a_smoke_test_past_its_timeout_is_killed_and_rolled_back(twin: Twin, probe: Probe) -> None:
+    profile = "t-hang"
+    twin.set_faults("smoke-test-hangs")
+    with _smoke_timeout(twin, 2):
+        result = probe.start(profile, "hang")
+    _assert_rolled_back(probe, result, "Sandbox.Timedout", "Task timed out after 2.00 seconds", profile)
+    failed = [e["taskFailedEventDetails"] for e in result.history if "taskFailedEventDetails" in e]
+    assert [f["error"] for f in failed] == ["Sandbox.Timedout"]  # not retried: a hang would hang again
+    assert _smoke_in_flight(twin) == []  # the hung handler was killed, not left running
+
+
+def test_an_abort_during_a_hung_smoke_test_leaves_nothing_running_after_a_stop(twin: Twin, probe: Probe) -> None:
+    profile = "t-abort"
+    sfn = twin.client("stepfunctions")
+    twin.set_faults("smoke-test-hangs")
+    with _smoke_timeout(twin, 5):
+        arn = twin.start_execution("start_profile", probe.start_input(profile), name=f"start-{profile}-1")
+        probe.wait_for("the smoke test is in flight", lambda: _smoke_in_flight(twin))
+        [hung] = _smoke_in_flight(twin)
+        sfn.stop_execution(executionArn=arn, cause="aborted from the console")
+        assert twin.wait_execution(arn, timeout_s=1).status == "ABORTED"  # at once, not after the Lambda
+        assert hung.process.is_alive()  # Lambda does not cancel an invocation whose caller went away
+        probe.wait_for("Lambda's timeout ended the invocation", lambda: not hung.process.is_alive(), timeout_s=30)
+    twin.set_faults()
+    stopped = probe.stop(profile, "after-abort")
+    assert stopped.status == "SUCCEEDED", (stopped.error, stopped.cause)
+    probe.assert_nothing_running(profile)
+    assert probe.state(profile).phase == "STOPPED" and probe.locks(profile) == []
+
+
+def test_a_worker_killed_mid_invocation_fails_the_step_with_runtime_exit_error(twin: Twin, probe: Probe) -> None:
+    profile = "t-kill"
+    twin.set_faults("smoke-test-hangs")  # holds the invocation (30 s timeout) until the kill
+    arn = twin.start_execution("start_profile", probe.start_input(profile), name=f"start-{profile}-1")
+    probe.wait_for("the smoke test is in flight", lambda: _smoke_in_flight(twin))
+    [worker] = _smoke_in_flight(twin)
+    assert worker.pid is not None
+    os.kill(worker.pid, signal.SIGKILL)  # the execution environment dies (out of memory, say)
+    result = twin.wait_execution(arn)
+    _assert_rolled_back(probe, result, "Runtime.ExitError", "Runtime exited with error: signal: killed", profile)

@@ -164,27 +164,29 @@ def test_a_sweep_where_the_first_profile_raises_still_stops_the_other_two(
             raise RuntimeError("ECS answered garbage")
         return original(ecs, cluster, service)
 
-    monkeypatch.setattr(aws, "service_counts", broken)  # the handlers run in this process
-    assert twin.eventbridge is not None
-    with twin.eventbridge.held():  # no sweep sees one profile changed and not the next
-        for profile in SWEPT:  # capacity nobody recorded (a start from outside servingctl, say)
-            spec = probe.registry.profiles[profile]
-            probe.ecs.update_service(cluster=spec.cluster, service=spec.service, desiredCount=1)
-        fault_at = time.monotonic()
+    monkeypatch.setattr(aws, "service_counts", broken)
+    assert twin.router is not None
+    with twin.router.in_process():  # so the handlers see the patch
+        assert twin.eventbridge is not None
+        with twin.eventbridge.held():  # no sweep sees one profile changed and not the next
+            for profile in SWEPT:  # capacity nobody recorded (a start from outside servingctl, say)
+                spec = probe.registry.profiles[profile]
+                probe.ecs.update_service(cluster=spec.cluster, service=spec.service, desiredCount=1)
+            fault_at = time.monotonic()
 
-    def first_sweep_after_the_fault() -> Any:
-        # Invoked after the fault, whenever it was queued (one delivery at a time: the first is done first).
-        after = [d for d in twin.eventbridge.deliveries_of("schedule") if d.started is not None and d.started >= fault_at]
-        return after[0] if after and after[0].done else None
+        def first_sweep_after_the_fault() -> Any:
+            # Invoked after the fault, whenever it was queued (one delivery at a time: the first is done first).
+            after = [d for d in twin.eventbridge.deliveries_of("schedule") if d.started is not None and d.started >= fault_at]
+            return after[0] if after and after[0].done else None
 
-    probe.wait_for("a scheduled sweep ran", lambda: first_sweep_after_the_fault() is not None, timeout_s=_interval(twin) + 30)
-    sweep = first_sweep_after_the_fault()
-    assert sweep.error is None, sweep.answer
-    repairs = {r["profile"]: r for r in sweep.answer["repairs"] if r["profile"] in SWEPT}
-    assert repairs[SWEPT[0]]["action"] == "error" and repairs[SWEPT[0]]["detail"] == "RuntimeError: ECS answered garbage"
-    for profile in SWEPT[1:]:
-        assert (repairs[profile]["reason"], repairs[profile]["action"]) == ("capacity-unexplained", "stop-started")
-        _assert_reconciled(probe, profile, fault_at, "capacity-unexplained")
-    monkeypatch.undo()
+        probe.wait_for("a scheduled sweep ran", lambda: first_sweep_after_the_fault() is not None, timeout_s=_interval(twin) + 30)
+        sweep = first_sweep_after_the_fault()
+        assert sweep.error is None, sweep.answer
+        repairs = {r["profile"]: r for r in sweep.answer["repairs"] if r["profile"] in SWEPT}
+        assert repairs[SWEPT[0]]["action"] == "error" and repairs[SWEPT[0]]["detail"] == "RuntimeError: ECS answered garbage"
+        for profile in SWEPT[1:]:
+            assert (repairs[profile]["reason"], repairs[profile]["action"]) == ("capacity-unexplained", "stop-started")
+            _assert_reconciled(probe, profile, fault_at, "capacity-unexplained")
+        monkeypatch.undo()
     assert _capacity(probe, SWEPT[0])[0] == 1  # the one that raised was left for the next sweep
     _assert_reconciled(probe, SWEPT[0], time.monotonic(), "capacity-unexplained")

@@ -60,6 +60,12 @@ def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
 _TemplateLoader.add_multi_constructor("!", _intrinsic)
 
 
+def load_template(template: Path) -> dict[str, Any]:
+    """template.yaml as a document, its short-form intrinsics in long form."""
+    document: dict[str, Any] = yaml.load(template.read_text(), Loader=_TemplateLoader)
+    return document
+
+
 @dataclass(frozen=True)
 class Wiring:
     """The schedule and the rule of template.yaml, with the twin's ARNs in place of the references."""
@@ -79,7 +85,7 @@ def rate_seconds(expression: str) -> float:
 
 def read_wiring(template: Path, machines: Mapping[str, str]) -> Wiring:
     """The sweep's schedule and status-change rule from template.yaml; machines: ASL file stem -> twin ARN."""
-    resources = yaml.load(template.read_text(), Loader=_TemplateLoader)["Resources"]
+    resources = load_template(template)["Resources"]
     by_logical_id = {
         name: machines[Path(r["Properties"]["DefinitionUri"]).name.removesuffix(".asl.json")]
         for name, r in resources.items() if r["Type"] == "AWS::Serverless::StateMachine"

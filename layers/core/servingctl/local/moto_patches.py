@@ -32,7 +32,7 @@ import moto
 from botocore import xform_name
 from moto.autoscaling.models import Activity, AutoScalingBackend, FakeAutoScalingGroup, autoscaling_backends
 from moto.autoscaling.responses import AutoScalingResponse
-from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.awslambda_simple.models import LambdaSimpleBackend, lambda_simple_backends
 from moto.core.responses import ActionResult
 from moto.dynamodb.responses import DynamoHandler
 from moto.ec2.models.instances import InstanceBackend
@@ -120,6 +120,7 @@ USED: dict[str, tuple[object, str, tuple[str, ...]]] = {
     "InstanceBackend.start_instances": (InstanceBackend, "start_instances", ("self", "instance_ids")),
     "InstanceBackend.stop_instances": (InstanceBackend, "stop_instances", ("self", "instance_ids")),
     "Preprocessor.visit": (Preprocessor, "visit", ("self", "tree")),
+    "LambdaSimpleBackend.get_function": (LambdaSimpleBackend, "get_function", ("self", "function_name_or_arn", "qualifier")),
     "S3Backend.get_object": (
         S3Backend, "get_object", ("self", "bucket_name", "key_name", "version_id", "part_number", "return_delete_marker")
     ),
@@ -421,6 +422,12 @@ def asg_tags(b: Backends, name: str) -> dict[str, str]:
 def object_exists(account_id: str, bucket: str, key: str) -> bool:
     """True when the S3 bucket of account_id holds an object under key (current version)."""
     return s3_backends[account_id]["aws"].get_object(bucket, key) is not None
+
+
+def function_configuration(account_id: str, region: str, name: str) -> tuple[float, int, dict[str, str]]:
+    """(Timeout, MemorySize, environment variables) of the Lambda function as configured now."""
+    function = lambda_simple_backends[account_id][region].get_function(name)
+    return float(function.timeout), int(function.memory_size), dict(function.environment_vars)
 
 
 def asg_instances(b: Backends, name: str) -> list[tuple[str, str, bool]]:

@@ -11,22 +11,22 @@ moto's backends and the Step Functions interpreter's endpoint (MOTO_PORT) are pr
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
 import io
 import json
 import logging
 import os
+import pickle
 import re
 import shutil
 import tempfile
 import threading
 import time
-import traceback
 import uuid
 import zipfile
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
@@ -40,9 +40,9 @@ from aws_lambda_powertools.utilities.parameters import secrets as parameters_sec
 from aws_lambda_powertools.utilities.parameters import ssm as parameters_ssm
 from botocore.config import Config
 
-from servingctl.local import iam, moto_patches
+from servingctl.local import iam, lambda_runtime, moto_patches
 from servingctl.local.apigw import ApiGateway
-from servingctl.local.eventbridge import EventBridge, read_wiring
+from servingctl.local.eventbridge import EventBridge, load_template, read_wiring
 from servingctl.local.modelserver import free_port
 from servingctl.local.faults import FAULTS
 from servingctl.local.world import PREFETCH_CONTAINER, Delays, World, model_log_group
@@ -54,9 +54,10 @@ REFERENCE_REGISTRY = Path(__file__).with_name("reference_registry.json")
 ACCOUNT_ID = "123456789012"
 # Every Lambda function of the control-plane contract: name -> in a VPC (documentation only here).
 FUNCTIONS = ("profile_steps", "smoke_test", "sweep", "api", "bench_worker")
-# Timeouts as template.yaml deploys them (the handlers size their in-invocation polling from them).
-TIMEOUTS_S = {"profile_steps": 180, "smoke_test": 30}
-DEFAULT_TIMEOUT_S = 60
+# Variables of every twin function that Lambda's runtime (credentials, region) or the twin's pacing
+# (SERVINGCTL_STOP_POLL) provides; each function also gets the ones template.yaml gives it.
+RUNTIME_VARIABLES = ("SERVINGCTL_STOP_POLL", "POWERTOOLS_TRACE_DISABLED", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
+                     "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_REGION")
 SSM_PARAMETER = "/servingctl/registry"
 TABLE = "servingctl"
 BUCKET = "servingctl-bench-records"
@@ -80,42 +81,15 @@ def substitution_key(kind: str, stem: str) -> str:
     return "".join(part.capitalize() for part in stem.split("_")) + kind + "Arn"
 
 
-@dataclass
-class LambdaContext:
-    """The attributes of AWS Lambda's context object that handlers and Powertools read."""
-
-    function_name: str
-    invoked_function_arn: str
-    memory_limit_in_mb: int = 256
-    function_version: str = "$LATEST"
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    _started: float = field(default_factory=time.monotonic)
-
-    @property
-    def log_group_name(self) -> str:
-        """/aws/lambda/<function name>."""
-        return f"/aws/lambda/{self.function_name}"
-
-    @property
-    def log_stream_name(self) -> str:
-        """A log stream name shaped like Lambda's."""
-        return f"{time.strftime('%Y/%m/%d')}/[$LATEST]{self.aws_request_id.replace('-', '')}"
-
-    def get_remaining_time_in_millis(self) -> int:
-        """Milliseconds left before the function's timeout."""
-        return max(0, int((self.timeout_s - (time.monotonic() - self._started)) * 1000))
-
-
 # The twin container whose handler runs in this thread (None: the twin itself, a test, the CLI).
 _CONTAINER: ContextVar[str | None] = ContextVar("servingctl_twin_container", default=None)
 
 
 class _ProvidersPerContainer(MutableMapping[str, Any]):
-    """Powertools' DEFAULT_PROVIDERS (the parameter providers with their caches), one set per twin
-    container, as each Lambda container is a process of its own: a read of the registry in SSM is
-    made under the reading function's role and cached for that container alone. (Clearing the one
-    shared cache at each invocation raced with reads in flight: KeyError inside Powertools, a 502.)"""
+    """Powertools' DEFAULT_PROVIDERS (the parameter providers with their caches), one set per
+    in-process container (see HandlerRouter.in_process), as each Lambda container is a process of its
+    own: a read of the registry in SSM is made under the reading function's role and cached for that
+    container alone. (Clearing the one shared cache at each invocation raced with reads in flight.)"""
 
     def __init__(self) -> None:
         self._sets: dict[str | None, dict[str, Any]] = {}
@@ -152,85 +126,196 @@ def _isolate_parameter_caches() -> None:
         module.DEFAULT_PROVIDERS = isolated  # type: ignore[attr-defined]
 
 
-class HandlerRouter:
-    """Runs functions/<name>/app.py:lambda_handler in-process, concurrently, like separate Lambdas.
+class _HandlerGlobals:
+    """Writes to a function's handler module in every execution environment, now and later
+    (tests move the sweep's CLOCK with `router.module("sweep").CLOCK = ...`); values must pickle."""
 
-    Like Lambda, a loaded handler module (a "container", with its module-level clients and caches)
-    serves one invocation at a time: concurrent invocations each get an idle container or a new
-    one (a cold start). Every twin function has the same environment, which the twin sets
-    process-wide while it runs (os.environ cannot differ per thread).
+    def __init__(self, router: HandlerRouter, name: str) -> None:
+        object.__setattr__(self, "_router", router)
+        object.__setattr__(self, "_name", name)
+
+    def __setattr__(self, attribute: str, value: Any) -> None:
+        router: HandlerRouter = object.__getattribute__(self, "_router")
+        with router._lock:
+            router._overrides.setdefault(object.__getattribute__(self, "_name"), {})[(None, attribute)] = value
+
+
+class HandlerRouter:
+    """Runs functions/<name>/app.py:lambda_handler like Lambda: each invocation in an execution
+    environment of the function (a worker process, servingctl.local.lambda_runtime), warm ones reused.
+
+    Inside in_process(), invocations run in the twin's own process instead, each loaded handler module
+    (a "container") serving one at a time: for tests that replace code a handler calls (monkeypatch),
+    which a worker process would not see.
     """
 
-    def __init__(self, functions_dir: Path, region: str) -> None:
+    def __init__(
+        self,
+        functions_dir: Path,
+        region: str,
+        config_of: Callable[[str], lambda_runtime.FunctionConfig],
+        *,
+        log_dir: Path | None = None,
+        faults: Callable[[], frozenset[str]] = frozenset,
+    ) -> None:
         _isolate_parameter_caches()
         self.functions_dir = functions_dir
         self.region = region
+        self.config_of = config_of
+        self.log_dir = log_dir
+        self.faults = faults
+        # The twin's Enforcer when IAM is on: workers decide with its policies and record into it.
+        self.enforcer: iam.Enforcer | None = None
         self.invocations: list[tuple[str, str | None]] = []  # (function, errorType or None)
         self._idle: dict[str, list[ModuleType]] = {}
+        self._idle_workers: dict[str, list[lambda_runtime.Worker]] = {}
+        self._workers: set[lambda_runtime.Worker] = set()
+        self._overrides: dict[str, dict[tuple[str | None, str], Any]] = {}
+        self._in_process = 0
         self._loaded = 0
+        self._closed = False
         self._lock = threading.Lock()
         self._tag = uuid.uuid4().hex[:8]
 
+    # ---- in-process containers ------------------------------------------------------------------
+    @contextlib.contextmanager
+    def in_process(self) -> Iterator[None]:
+        """Invocations made meanwhile run in this process (tests that monkeypatch handler code)."""
+        with self._lock:
+            self._in_process += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_process -= 1
+
     def _container(self, name: str) -> ModuleType:
-        """An idle container of the function, or a freshly loaded one."""
+        """An idle in-process container of the function, or a freshly loaded one."""
         with self._lock:
             if self._idle.get(name):
                 return self._idle[name].pop()
             self._loaded += 1
             serial = self._loaded
-        path = self.functions_dir / name / "app.py"
-        if not path.is_file():
-            raise ModuleNotFoundError(f"Unable to import module 'app': no {path}")
-        spec = importlib.util.spec_from_file_location(f"_servingctl_twin_{self._tag}_{name}_{serial}", path)
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+        return lambda_runtime.load_handler(self.functions_dir, name, f"_servingctl_twin_{self._tag}_{name}_{serial}")
 
     def _release(self, name: str, container: ModuleType) -> None:
         with self._lock:
             self._idle.setdefault(name, []).append(container)
 
-    def module(self, name: str) -> ModuleType:
-        """The container the function's next invocation gets (tests move the sweep's CLOCK on it)."""
-        container = self._container(name)
-        self._release(name, container)
-        return container
-
-    def __call__(self, deployed_name: str, payload: bytes) -> tuple[bytes, str | None]:
-        """Invoke the handler behind deployed_name; an exception becomes Lambda's error payload."""
-        name = next((f for f in FUNCTIONS if function_name(f) == deployed_name), deployed_name)
-        context = LambdaContext(
-            function_name=deployed_name,
-            invoked_function_arn=f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{deployed_name}",
-            timeout_s=TIMEOUTS_S.get(name, DEFAULT_TIMEOUT_S),
-        )
+    def _call_in_process(self, name: str, context: lambda_runtime.LambdaContext, payload: bytes) -> tuple[bytes, str | None]:
         container = None
         try:
             event = json.loads(payload or b"{}")
             container = self._container(name)
+            with self._lock:
+                lambda_runtime.set_attributes(container, self._overrides.get(name, {}))
             token = _CONTAINER.set(container.__name__)
             try:
                 with iam.calling(name):
                     result = container.lambda_handler(event, context)
             finally:
                 _CONTAINER.reset(token)
-            body = json.dumps(result).encode()
-            self.invocations.append((name, None))
-            return body, None
+            return json.dumps(result).encode(), None
         except Exception as exc:  # the handler's failure is the invocation's answer, like Lambda
-            error_type = "Runtime.ImportModuleError" if isinstance(exc, ModuleNotFoundError) else type(exc).__name__
-            self.invocations.append((name, error_type))
-            error = {
-                "errorMessage": str(exc),
-                "errorType": error_type,
-                "requestId": context.aws_request_id,
-                "stackTrace": traceback.format_tb(exc.__traceback__),
-            }
-            return json.dumps(error).encode(), "Unhandled"
+            return lambda_runtime.handler_error(exc, context.aws_request_id)
         finally:
             if container is not None:
                 self._release(name, container)
+
+    # ---- execution environments -------------------------------------------------------------------
+    def module(self, name: str) -> _HandlerGlobals:
+        """The function's handler globals: attributes set on it apply in every environment."""
+        return _HandlerGlobals(self, name)
+
+    def workers(self, name: str) -> list[lambda_runtime.Worker]:
+        """The function's live execution environments, busy or idle."""
+        with self._lock:
+            return [w for w in self._workers if w.spec.name == name and not w.dead]
+
+    def _acquire(self, name: str, deployed_name: str, config: lambda_runtime.FunctionConfig) -> lambda_runtime.Worker:
+        """A warm environment of this configuration, or a new one (a cold start)."""
+        key = config.key()
+        stale: list[lambda_runtime.Worker] = []
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the twin's Lambda service is stopped")
+            idle = self._idle_workers.setdefault(name, [])
+            stale = [w for w in idle if w.config_key != key or not w.process.is_alive()]
+            idle[:] = [w for w in idle if w not in stale]
+            worker = idle.pop() if idle else None
+        for old in stale:  # a configuration change retires the old environments, as on Lambda
+            self._forget(old)
+        if worker is not None:
+            return worker
+        enforcer = self.enforcer
+        setup = None if enforcer is None else lambda_runtime.IamSetup(
+            enforcer.policies, enforcer.names.account, enforcer.names.region, enforcer.names.partition_keys
+        )
+        log_path = None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log_path = self.log_dir / f"{name}.log"
+        spec = lambda_runtime.WorkerSpec(self.functions_dir, name, deployed_name, self.region, ACCOUNT_ID, config, setup, log_path)
+        worker = lambda_runtime.Worker(spec)
+        with self._lock:
+            self._workers.add(worker)
+        return worker
+
+    def _forget(self, worker: lambda_runtime.Worker) -> None:
+        worker.kill()
+        with self._lock:
+            self._workers.discard(worker)
+
+    def _answer(self, question: str, args: tuple[Any, ...]) -> Any:
+        """A worker's question about the twin's state for an IAM decision."""
+        enforcer = self.enforcer
+        assert enforcer is not None, f"a worker asked {question} with IAM off"
+        if question == "object_exists":
+            return enforcer.object_exists(*args)
+        return getattr(enforcer.names, question)(*args)
+
+    def _record(self, call: iam.Call) -> None:
+        enforcer = self.enforcer
+        if enforcer is not None:
+            with enforcer._lock:
+                enforcer.calls.append(call)
+
+    def __call__(self, deployed_name: str, payload: bytes) -> tuple[bytes, str | None]:
+        """Invoke the handler behind deployed_name; a failure becomes Lambda's error payload."""
+        name = next((f for f in FUNCTIONS if function_name(f) == deployed_name), deployed_name)
+        config = self.config_of(deployed_name)
+        request_id = str(uuid.uuid4())
+        if self._in_process:
+            context = lambda_runtime.LambdaContext(
+                function_name=deployed_name, aws_request_id=request_id, memory_limit_in_mb=config.memory_mb,
+                invoked_function_arn=f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{deployed_name}",
+                timeout_s=config.timeout_s,
+            )
+            body, error_type = self._call_in_process(name, context, payload)
+        else:
+            worker = self._acquire(name, deployed_name, config)
+            with self._lock:
+                overrides = pickle.dumps(self._overrides.get(name, {}))
+            hang = name == "smoke_test" and "smoke-test-hangs" in self.faults()
+            try:
+                body, error_type = worker.invoke(payload, request_id, overrides, hang=hang, answer=self._answer, record=self._record)
+            finally:
+                if worker.dead:
+                    self._forget(worker)
+                else:
+                    with self._lock:
+                        self._idle_workers.setdefault(name, []).append(worker)
+        self.invocations.append((name, error_type))
+        return body, ("Unhandled" if error_type else None)
+
+    def close(self) -> None:
+        """End every execution environment (an invocation in flight answers Runtime.ExitError)."""
+        with self._lock:
+            self._closed = True
+            workers = list(self._workers)
+            self._idle_workers.clear()
+        for worker in workers:
+            self._forget(worker)
 
 
 @dataclass(frozen=True)
@@ -376,6 +461,8 @@ class Twin:
         if self.iam_template is not None:
             self.iam = self._enforcer(self.iam_template)
             iam.activate(self.iam)
+            assert self.router is not None
+            self.router.enforcer = self.iam
         self.world.start()
         self._start_eventbridge()
         if self.api_port is not None:
@@ -415,6 +502,8 @@ class Twin:
             if self.iam is not None:
                 iam.activate(None)
             moto_patches.set_lambda_router(None)
+            if self.router is not None:
+                self.router.close()
             if self._server is not None:
                 self._server.stop()
                 self._server = None
@@ -681,15 +770,27 @@ class Twin:
         archive = io.BytesIO()
         with zipfile.ZipFile(archive, "w") as zf:
             zf.writestr("app.py", "def lambda_handler(event, context):\n    raise RuntimeError('routed by the twin')\n")
+        deployed = function_settings(self.repo_root)
         for name in FUNCTIONS:
+            timeout_s, memory_mb, variables = deployed[name]
+            given = {key: environment[key] for key in (*variables, *RUNTIME_VARIABLES) if key in environment}
             self.functions[name] = lam.create_function(
                 FunctionName=function_name(name), Runtime="python3.12", Role=role, Handler="app.lambda_handler",
-                Code={"ZipFile": archive.getvalue()}, Timeout=TIMEOUTS_S.get(name, DEFAULT_TIMEOUT_S), MemorySize=256,
-                Environment={"Variables": environment},
+                Code={"ZipFile": archive.getvalue()}, Timeout=timeout_s, MemorySize=memory_mb,
+                Environment={"Variables": given},
             )["FunctionArn"]
+        # The twin's shell and in-process handlers (HandlerRouter.in_process) see every variable.
         self._saved_environment = {key: os.environ.get(key) for key in environment}
         os.environ.update(environment)
-        self.router = HandlerRouter(self.repo_root / "functions", self.region)
+        region = self.region
+
+        def config_of(deployed_name: str) -> lambda_runtime.FunctionConfig:
+            return lambda_runtime.FunctionConfig(*moto_patches.function_configuration(ACCOUNT_ID, region, deployed_name))
+
+        self.router = HandlerRouter(
+            self.repo_root / "functions", self.region, config_of, log_dir=self.workdir / "logs" / "lambda",
+            faults=lambda: self.world.faults if self.world is not None else frozenset(),
+        )
         moto_patches.set_lambda_router(self.router)
         substitutions = {substitution_key("Function", n): arn for n, arn in self.functions.items()}
         substitutions |= {substitution_key("StateMachine", s): arn for s, arn in self.state_machines.items()}
@@ -745,6 +846,24 @@ class Twin:
             elif resource["Type"] == "AWS::IAM::Role":
                 refs[f"{logical}.Arn"] = f"arn:aws:iam::{ACCOUNT_ID}:role/servingctl-{logical}"
         return refs
+
+
+def function_settings(repo_root: Path) -> dict[str, tuple[int, int, list[str]]]:
+    """Contract name -> (Timeout, MemorySize, environment variable names) as template.yaml deploys each
+    function (Globals under its own properties); a repository without a template gets the project's."""
+    template = repo_root / "template.yaml"
+    document = load_template(template if template.is_file() else REPO_ROOT / "template.yaml")
+    defaults = document.get("Globals", {}).get("Function", {})
+    found: dict[str, tuple[int, int, list[str]]] = {}
+    for resource in document["Resources"].values():
+        if resource["Type"] != "AWS::Serverless::Function":
+            continue
+        properties = resource["Properties"]
+        variables = [*defaults.get("Environment", {}).get("Variables", {}), *properties.get("Environment", {}).get("Variables", {})]
+        found[Path(properties["CodeUri"]).name] = (
+            int(properties.get("Timeout", defaults.get("Timeout", 3))), int(properties.get("MemorySize", defaults.get("MemorySize", 128))), variables
+        )
+    return found
 
 
 def substitute(definition: str, substitutions: Mapping[str, str]) -> str:
