@@ -30,6 +30,14 @@ def test_the_sweep_runs_step_by_step_up_to_its_bound(bench: Bench, ready_profile
         assert run.sweep.stop == "over-saturated" and run.sweep.steps[-1].saturated
     assert result.output["sweep"]["next"] is None and result.output["sweep"]["found"] == run.sweep.found
     assert {c.scenario for c in bench.runs.list_comparisons(run_id)} == {s.name for s in scenarios}
+    # the cost at the SLO: from the goodput at the concurrency found, the day from the ledger and the start history
+    cost, found = run.slo_cost, scenarios[-1].summary.slo
+    assert cost is not None and (cost.scenario, cost.concurrency) == ("in64-c2", 2)
+    assert (cost.goodput_rps, cost.goodput_tok_s) == (found.goodput_rps, found.goodput_tok_s)
+    assert cost.hourly_usd == bench.runs.list_comparisons(run_id)[0].hourly_usd
+    assert cost.day.cold_start_s > 0 and "1 starts" in cost.day.source  # the module's own start of the profile
+    assert cost.day.idle_minutes == bench.registry.profiles[READY].idle.window_minutes
+    assert cost.self_hosted_usd_per_m_output == cost.daily_usd / (cost.goodput_tok_s * cost.day.serving_hours * 3600 / 1e6)
 
 
 def test_an_slo_missed_at_one_stops_after_one_step(bench: Bench, ready_profile: str) -> None:

@@ -176,3 +176,56 @@ def test_cli_prices_fit_80_columns_and_keep_every_key_date_and_source(capsys, mo
     text = " ".join(out.split())
     for key, price in [*catalog.instances.items(), *catalog.infrastructure.items(), *catalog.managed_apis.items()]:
         assert key in out and f"as of {price.as_of}, source: {' '.join(price.source.split())}" in text
+
+
+def _at_slo(goodput_rps: float = 2.0, goodput_tok_s: float = 200.0):
+    from servingctl.schema.results import ScenarioSummary, SloResult
+
+    slo = SloResult(checks=[], good_requests=10, good_share=1.0, share_required=1.0, met=True, duration_s=5.0,
+                    goodput_rps=goodput_rps, goodput_tok_s=goodput_tok_s, throughput_rps=goodput_rps)
+    return ScenarioSummary.model_construct(name="in1000-c4", concurrency=4, input_tokens=1000, slo=slo)
+
+
+def test_cost_at_the_slo_amortizes_cold_starts_and_idle_windows_hand_computed():
+    from servingctl.costs import slo_cost
+    from servingctl.schema.comparison import DayUse
+
+    day = DayUse(running_hours=8, starts=1, cold_start_s=360, idle_minutes=30, source="test")
+    assert day.overhead_hours == pytest.approx(0.6) and day.serving_hours == pytest.approx(7.4)
+    cost = slo_cost(_at_slo(), hourly_usd=12.0, api_input_usd_per_m=0.22, api_output_usd_per_m=0.66, day=day)
+    # 96 USD a day; 7.4 h x 3600 x 200 tok/s = 5.328 M tokens at the SLO; the API: (1000 x 0.22 + 100 x 0.66) / 1e6 a request
+    assert cost.daily_usd == pytest.approx(96.0) and cost.output_tokens == pytest.approx(100.0)
+    assert cost.self_hosted_usd_per_m_output == pytest.approx(96 / 5.328)
+    assert cost.api_usd_per_m_output == pytest.approx(2.86)
+    assert cost.capacity_requests_per_day == pytest.approx(53_280)
+    assert cost.break_even_requests_per_day == pytest.approx(96 / 2.86e-4)
+    assert not cost.breaks_even
+    assert "the managed API stays cheaper: self-hosting would need 335,664 requests a day, more than the 53,280" in cost.words()
+    dear = slo_cost(_at_slo(), hourly_usd=12.0, api_input_usd_per_m=0.22, api_output_usd_per_m=20.0, day=day)
+    assert dear.breaks_even and "self-hosting is cheaper from 43,243 requests a day" in dear.words()
+    # raw throughput would flatter self-hosting: half the goodput doubles the cost per token at the SLO
+    half = slo_cost(_at_slo(1.0, 100.0), hourly_usd=12.0, api_input_usd_per_m=0.22, api_output_usd_per_m=0.66, day=day)
+    assert half.self_hosted_usd_per_m_output == pytest.approx(2 * cost.self_hosted_usd_per_m_output)
+
+
+def test_no_serving_hours_left_means_no_cost_per_token_and_no_break_even():
+    from servingctl.costs import slo_cost
+    from servingctl.schema.comparison import DayUse
+
+    day = DayUse(running_hours=1, starts=2, cold_start_s=1800, idle_minutes=30, source="test")  # 2 h of overhead in 1 h
+    cost = slo_cost(_at_slo(), hourly_usd=12.0, api_input_usd_per_m=0.22, api_output_usd_per_m=0.66, day=day)
+    assert day.serving_hours == 0 and cost.self_hosted_usd_per_m_output is None and cost.capacity_requests_per_day == 0
+    assert not cost.breaks_even
+
+
+def test_the_day_comes_from_the_ledger_and_start_history_or_is_assumed_under_a_day():
+    from servingctl.costs import day_use
+
+    now = datetime(2026, 12, 11, 0, 0, tzinfo=UTC)
+    sessions = [(now - timedelta(days=d, hours=3), now - timedelta(days=d, hours=1)) for d in range(1, 11)]  # 2 h a day
+    day = day_use(sessions, [300.0, 500.0], now=now, idle_minutes=30)
+    assert day.running_hours == pytest.approx(2.0, rel=0.02) and day.starts == pytest.approx(1.0, rel=0.02)
+    assert day.cold_start_s == 400.0 and "ledger: 10 sessions over 10.1 days" in day.source
+    fresh = day_use([(now - timedelta(minutes=5), None)], [], now=now, idle_minutes=30)
+    assert (fresh.running_hours, fresh.starts, fresh.cold_start_s) == (24.0, 1.0, 0.0)
+    assert "assumed always on" in fresh.source and "no start history" in fresh.source

@@ -48,7 +48,8 @@ from servingctl.benchmarks.split import ShardPlan, earliest_snapshot, merge_shar
 from servingctl.shared.clock import Clock, SystemClock
 from servingctl.shared.errors import ControlError, InvalidInput, action_of, error_reason, throttling_as_error
 from servingctl.control.config import resolve_profile, start_config, stop_config
-from servingctl.costs import CompareInput, PriceCatalog, compare, load_catalog, warm_pool_monthly_usd
+from servingctl.costs import CompareInput, PriceCatalog, compare, day_use, load_catalog, slo_cost, warm_pool_monthly_usd
+from servingctl.schema.comparison import SloCost
 from servingctl.registry.models import Registry, ServingProfile
 from servingctl.store.base import Store
 from servingctl.store.benchmarks import BenchmarkRun, BenchmarkStore, Reproducibility, RunStatus, Split, StoredComparison, StoredScenario
@@ -423,7 +424,29 @@ def compare_run(deps: WorkerDeps, run: BenchmarkRun) -> dict[str, Any]:
             hourly_usd=price.hourly_usd, price_source=price.source, comparison=comparison, written_at=deps.clock.now(),
         ))
         compared.append({"scenario": summary.name, "ratio_self_hosted_to_api": round(comparison.ratio_self_hosted_to_api, 3)})
+    cost = cost_at_slo(deps, run, price.hourly_usd, api.input_usd_per_m, api.output_usd_per_m)
+    if cost is not None:
+        deps.runs.update_run(run.run_id, deps.clock.now(), slo_cost=cost)
     return {"compared": compared, "skipped": None}
+
+
+def cost_at_slo(deps: WorkerDeps, run: BenchmarkRun, hourly_usd: float, api_in: float, api_out: float) -> SloCost | None:
+    """Cost per 1M output tokens at the SLO: at the sweep's concurrency found, else the scenario with
+    the most goodput among those meeting the SLOs; the day from the profile's ledger and starts."""
+    summaries = {s.name: s.summary for s in deps.runs.list_scenarios(run.run_id)}
+    if run.sweep is not None:
+        at = summaries.get(run.sweep.scenario or "")
+    else:
+        met = [s for s in summaries.values() if s.slo is not None and s.slo.met]
+        at = max(met, key=lambda s: s.slo.goodput_tok_s if s.slo else 0.0, default=None)
+    if at is None:
+        return None
+    profile = deps.registry.profiles[run.profile]
+    starts = [(s.ended_at - s.requested_at).total_seconds() for s in deps.profiles.list_starts(run.profile)
+              if s.outcome == "READY" and s.ended_at is not None]
+    day = day_use([(s.started_at, s.stopped_at) for s in deps.profiles.list_sessions(run.profile)], starts,
+                  now=deps.clock.now(), idle_minutes=profile.idle.window_minutes if profile.idle.enabled else 0.0)
+    return slo_cost(at, hourly_usd=hourly_usd, api_input_usd_per_m=api_in, api_output_usd_per_m=api_out, day=day)
 
 
 def compare_action(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Costs: the price catalog, the session ledger and the self-hosted vs managed API comparison."""
 
 from servingctl.costs.catalog import CatalogError, PriceCatalog, load_catalog, priced_api
-from servingctl.costs.compare import CompareInput, Comparison, compare, cost_comparisons
-from servingctl.costs.ledger import SessionCost, monthly_totals, session_cost, volume_monthly_usd, warm_pool_monthly_usd
+from servingctl.costs.compare import CompareInput, Comparison, compare, cost_comparisons, slo_cost
+from servingctl.costs.ledger import SessionCost, day_use, monthly_totals, session_cost, volume_monthly_usd, warm_pool_monthly_usd
 
 __all__ = [
     "CatalogError",
@@ -12,10 +12,12 @@ __all__ = [
     "SessionCost",
     "compare",
     "cost_comparisons",
+    "day_use",
     "load_catalog",
     "monthly_totals",
     "priced_api",
     "session_cost",
+    "slo_cost",
     "volume_monthly_usd",
     "warm_pool_monthly_usd",
 ]

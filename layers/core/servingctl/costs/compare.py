@@ -7,8 +7,8 @@ input and output tokens at its per-1M prices. cost_comparisons prices every scen
 
 from __future__ import annotations
 
-from servingctl.schema.comparison import HOURS_PER_MONTH, CompareInput, Comparison
-from servingctl.schema.results import RunResult
+from servingctl.schema.comparison import HOURS_PER_MONTH, CompareInput, Comparison, DayUse, SloCost
+from servingctl.schema.results import RunResult, ScenarioSummary
 
 SECONDS_PER_HOUR = 3600
 
@@ -68,3 +68,31 @@ def cost_comparisons(
             )
         )
     return comparisons
+
+
+def slo_cost(
+    summary: ScenarioSummary,
+    *,
+    hourly_usd: float,
+    api_input_usd_per_m: float,
+    api_output_usd_per_m: float,
+    day: DayUse,
+) -> SloCost | None:
+    """Cost per 1M output tokens at the SLO from a scenario's goodput (None without goodput)."""
+    slo = summary.slo
+    if slo is None or slo.goodput_rps <= 0 or slo.goodput_tok_s <= 0:
+        return None
+    output_tokens = slo.goodput_tok_s / slo.goodput_rps
+    daily = hourly_usd * day.running_hours
+    serving_s = day.serving_hours * SECONDS_PER_HOUR
+    api_per_request = (summary.input_tokens * api_input_usd_per_m + output_tokens * api_output_usd_per_m) / 1e6
+    return SloCost(
+        scenario=summary.name, concurrency=summary.concurrency, goodput_rps=slo.goodput_rps, goodput_tok_s=slo.goodput_tok_s,
+        input_tokens=summary.input_tokens, output_tokens=output_tokens, hourly_usd=hourly_usd,
+        api_input_usd_per_m=api_input_usd_per_m, api_output_usd_per_m=api_output_usd_per_m, day=day, daily_usd=daily,
+        capacity_requests_per_day=slo.goodput_rps * serving_s,
+        self_hosted_usd_per_m_output=daily / (slo.goodput_tok_s * serving_s / 1e6) if serving_s > 0 else None,
+        api_usd_per_m_output=api_per_request / output_tokens * 1e6,
+        api_usd_per_request=api_per_request,
+        break_even_requests_per_day=daily / api_per_request if api_per_request > 0 else None,
+    )

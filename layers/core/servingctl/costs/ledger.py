@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
 from servingctl.costs.catalog import PriceCatalog
 from servingctl.registry.models import ComputePool, PoolVolume
-from servingctl.schema.comparison import HOURS_PER_MONTH
+from servingctl.schema.comparison import HOURS_PER_MONTH, DayUse
 
 # gp3 includes this much throughput and IOPS in its GB-month price; more is billed per unit-month.
 GP3_BASELINE_MIBPS = 125
 GP3_BASELINE_IOPS = 3000
+HOURS_PER_DAY = 24.0
 
 
 class SessionCost(BaseModel):
@@ -96,3 +97,31 @@ def warm_pool_monthly_usd(catalog: PriceCatalog, region: str, pool: ComputePool,
         return None
     share = max(0.0, 1 - running_hours / HOURS_PER_MONTH) + (running_hours / HOURS_PER_MONTH if pool.warm_pool.min_size else 0.0)
     return each * share
+
+
+def day_use(
+    sessions: Iterable[tuple[datetime, datetime | None]],
+    cold_starts_s: Iterable[float],
+    *,
+    now: datetime,
+    idle_minutes: float,
+    window_days: float = 30.0,
+) -> DayUse:
+    """A day of instance time from the ledger's sessions (start, end; open ones until now) of the
+    last `window_days` and the start history's cold starts. Under a day of history the profile is
+    assumed always on (24 h, one start a day): a short history says nothing of a day's pattern."""
+    spans = [(start, end or now) for start, end in sessions]
+    colds = list(cold_starts_s)
+    cold = sum(colds) / len(colds) if colds else 0.0
+    cold_words = f"cold start {cold:.0f} s (mean of {len(colds)} starts)" if colds else "no start history: cold start 0 s"
+    first = min((start for start, _ in spans), default=now)
+    days = min(window_days, (now - first).total_seconds() / 86400)
+    if days < 1.0:
+        return DayUse(running_hours=HOURS_PER_DAY, starts=1.0, cold_start_s=cold, idle_minutes=idle_minutes,
+                      source=f"assumed always on, one start a day (under a day of ledger history); {cold_words}")
+    since = now - timedelta(days=days)
+    hours = sum(max(0.0, (end - max(start, since)).total_seconds()) for start, end in spans if end > since) / 3600
+    starts = sum(1 for start, _ in spans if start >= since)
+    return DayUse(running_hours=min(HOURS_PER_DAY, max(hours / days, 1e-6)), starts=starts / days, cold_start_s=cold,
+                  idle_minutes=idle_minutes,
+                  source=f"ledger: {len(spans)} sessions over {days:.1f} days; {cold_words}")

@@ -68,3 +68,73 @@ class Comparison(BaseModel):
                 f"{self.api_usd_per_m_output:,.2f}), or if the server sustained more than "
                 f"{self.inputs.aggregate_tok_s * self.break_even_utilization:,.0f} output tok/s "
                 f"(measured {self.inputs.aggregate_tok_s:,.0f})")
+
+
+class DayUse(BaseModel):
+    """A day of the profile's instance time, from its ledger and start history (or assumed when the
+    history covers less than a day): hours running, how many starts, each start's cold start and
+    the idle window an idle stop waits before it stops."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    running_hours: float = Field(gt=0, le=24, description="instance hours a day (cold starts and idle included)")
+    starts: float = Field(ge=0, description="starts a day")
+    cold_start_s: float = Field(ge=0, description="mean seconds from a start's request to READY")
+    idle_minutes: float = Field(ge=0, description="idle window paid before each idle stop (0: no idle stop)")
+    source: str = Field(description="where the figures come from, in words")
+
+    @property
+    def overhead_hours(self) -> float:
+        """Hours a day the instance is paid but serves nothing: cold starts and idle windows."""
+        return self.starts * (self.cold_start_s / 3600 + self.idle_minutes / 60)
+
+    @property
+    def serving_hours(self) -> float:
+        """Hours a day the profile can serve (never below 0)."""
+        return max(0.0, self.running_hours - self.overhead_hours)
+
+
+class SloCost(BaseModel):
+    """Cost per 1M output tokens at the SLO: the day's instance cost over what the profile serves at
+    its goodput (not its raw throughput) in the day's serving hours, next to the managed API's price
+    for the same requests, and the requests a day from which self-hosting is cheaper."""
+
+    model_config = ConfigDict(frozen=True)
+
+    scenario: str
+    concurrency: int
+    goodput_rps: float
+    goodput_tok_s: float
+    input_tokens: int
+    output_tokens: float = Field(description="output tokens per good request")
+    hourly_usd: float
+    api_input_usd_per_m: float
+    api_output_usd_per_m: float
+    day: DayUse
+    daily_usd: float
+    capacity_requests_per_day: float = Field(description="good requests the serving hours hold at the SLO")
+    self_hosted_usd_per_m_output: float | None = Field(description="at full use of the serving hours (None: no serving hours)")
+    api_usd_per_m_output: float
+    api_usd_per_request: float
+    break_even_requests_per_day: float | None = Field(description="requests a day whose API bill equals the day's cost")
+
+    @property
+    def breaks_even(self) -> bool:
+        """True when the profile can serve, within the SLO, the requests a day that make it cheaper."""
+        return self.break_even_requests_per_day is not None and self.break_even_requests_per_day <= self.capacity_requests_per_day
+
+    def words(self) -> str:
+        """The cost at the SLO and the break-even line, in words."""
+        per_m = "-" if self.self_hosted_usd_per_m_output is None else f"{self.self_hosted_usd_per_m_output:,.2f}"
+        head = (f"at the SLO ({self.scenario}, concurrency {self.concurrency}, goodput {self.goodput_tok_s:,.1f} output tok/s) "
+                f"self-hosting costs {per_m} USD per 1M output tokens, the managed API {self.api_usd_per_m_output:,.2f} "
+                f"({self.daily_usd:,.2f} USD a day for {self.day.running_hours:g} h, of which "
+                f"{self.day.overhead_hours:.2f} h cold starts and idle windows; {self.day.source})")
+        if self.break_even_requests_per_day is None:
+            return head + "; the managed API costs nothing for these requests: self-hosting never wins"
+        need = f"{self.break_even_requests_per_day:,.0f} requests a day"
+        if self.breaks_even:
+            return head + (f"; self-hosting is cheaper from {need} (it serves up to "
+                           f"{self.capacity_requests_per_day:,.0f} a day within the SLO)")
+        return head + (f"; the managed API stays cheaper: self-hosting would need {need}, more than the "
+                       f"{self.capacity_requests_per_day:,.0f} it serves within the SLO in {self.day.serving_hours:.1f} h")

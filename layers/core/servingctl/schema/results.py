@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from servingctl.schema.comparison import SloCost
+
 SCHEMA_VERSION = 1
 
 Mode = Literal["burst", "sustained", "rate"]
@@ -412,6 +414,7 @@ class RunResult(_Model):
     scenarios: list[ScenarioResult] = Field(default_factory=list)
     failed_scenarios: list[str] = Field(default_factory=list, description="failure rate above max_failure_rate")
     sweep: SweepResult | None = Field(None, description="the saturation sweep's search (config.sweep)")
+    slo_cost: SloCost | None = Field(None, description="cost per 1M output tokens at the SLO (a stored run of a priced profile)")
 
     @property
     def exit_code(self) -> int:

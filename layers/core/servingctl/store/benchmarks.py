@@ -25,7 +25,7 @@ from servingctl.schema.results import (
     ServerSample,
     SweepResult,
 )
-from servingctl.schema.comparison import Comparison
+from servingctl.schema.comparison import Comparison, SloCost
 from servingctl.store.models import _Record
 from servingctl.store.records import RecordStore
 
@@ -81,6 +81,7 @@ class BenchmarkRun(_Record):
     reproducibility: Reproducibility
     scenarios: list[str] = Field(default_factory=list, description="planned scenario names, in run order")
     sweep: SweepResult | None = Field(default=None, description="the saturation sweep's search, once it stopped")
+    slo_cost: SloCost | None = Field(default=None, description="cost per 1M output tokens at the SLO (compare step)")
     error: str | None = None
 
 
@@ -200,6 +201,7 @@ def run_result(run: BenchmarkRun, store: BenchmarkStore, records: RecordStore | 
         calibrations=run.reproducibility.calibrations,
         scenarios=scenarios,
         sweep=run.sweep,
+        slo_cost=run.slo_cost,
     )
     result.failed_scenarios = [
         s.summary.name for s in scenarios if s.summary.failure_rate > run.config.max_failure_rate

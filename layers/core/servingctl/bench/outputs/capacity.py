@@ -49,3 +49,8 @@ def sweep_lines(run: RunResult) -> list[str]:
              f"TTFT median {_one(s.ttft_median_ms)} ms, {_one(s.aggregate_tok_s)} tok/s"
              + (", over-saturated" if s.saturated else "") for s in sweep.steps]
     return [head, *steps]
+
+
+def cost_line(run: RunResult) -> str | None:
+    """Cost per 1M output tokens at the SLO next to the managed API's, and the break-even in requests a day."""
+    return None if run.slo_cost is None else "Cost at the SLO: " + run.slo_cost.words() + "."

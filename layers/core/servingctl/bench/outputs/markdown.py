@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from servingctl.bench.outputs.capacity import GOODPUT_HEADER, goodput_rows, slo_text, sweep_lines
+from servingctl.bench.outputs.capacity import GOODPUT_HEADER, cost_line, goodput_rows, slo_text, sweep_lines
 from servingctl.schema.results import RunResult, ScenarioSummary, ServerChecks
 from servingctl.bench.bootstrap import MIN_UNITS, RESAMPLES
 from servingctl.bench.outputs.fingerprint import FingerprintRow, compare_fingerprints
@@ -355,6 +355,8 @@ def capacity_section(run: RunResult) -> list[str]:
     lines += [*table([h.replace("\n", " ") for h in GOODPUT_HEADER], goodput_rows(run), right_from=2), ""]
     if sweep:
         lines += [sweep[0], "", *(f"- {line}" for line in sweep[1:]), ""]
+    if cost := cost_line(run):
+        lines += [cost, ""]
     return lines
 
 

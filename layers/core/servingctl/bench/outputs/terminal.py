@@ -23,7 +23,7 @@ from servingctl import render
 from servingctl.schema.results import RunResult
 from servingctl.bench.outputs.markdown import fmt, fmt_pct, warnings
 from servingctl.bench.bootstrap import MIN_UNITS, RESAMPLES
-from servingctl.bench.outputs.capacity import GOODPUT_HEADER, goodput_rows, slo_text, sweep_lines
+from servingctl.bench.outputs.capacity import GOODPUT_HEADER, cost_line, goodput_rows, slo_text, sweep_lines
 from servingctl.bench.outputs.fingerprint import compare_fingerprints
 from servingctl.bench.outputs.rows import ComparedFigure, ScenarioRow, compare_runs, scenario_rows
 from servingctl.bench.stats import min_samples
@@ -163,6 +163,8 @@ def capacity_text(run: RunResult) -> str:
     if sweep:
         lines.append(render.note(sweep[0]))
         lines += [render.note(line, "  - ") for line in sweep[1:]]
+    if cost := cost_line(run):
+        lines.append(render.note(cost))
     return "\n".join(lines)
 
 
@@ -208,6 +210,8 @@ def run_json(
         out["slo"] = {s.summary.name: s.summary.slo.model_dump(mode="json") for s in run.scenarios if s.summary.slo}
     if run.sweep is not None:
         out["sweep"] = run.sweep.model_dump(mode="json")
+    if run.slo_cost is not None:
+        out["slo_cost"] = run.slo_cost.model_dump(mode="json") | {"breaks_even": run.slo_cost.breaks_even}
     if baseline is not None:
         out["baseline_run_id"] = baseline.metadata.run_id
         out["comparison"] = [c.as_dict() for c in compare_runs(baseline, run)]
