@@ -134,3 +134,20 @@ def test_no_capacity_for_any_alternate_fails_with_capacity_unavailable_and_rolls
     assert state.phase == "FAILED" and "CapacityUnavailable" in (state.last_error or "")
     assert probe.locks(FALLBACK) == []
     assert len(_events(twin, "launch-failed", "g7e-1gpu")) >= 3
+
+
+def test_without_reuse_on_scale_in_the_stop_terminates_and_the_pool_refills_with_a_fresh_instance(twin: Twin, probe: Probe) -> None:
+    profile = "deepseek-v4-flash"  # the reference's g7e-2gpu: a warm pool with reuse on scale-in off (the default)
+    assert probe.registry.pool_of(profile).warm_pool.reuse_on_scale_in is False
+    probe.wait_for("a stopped instance in the warm pool", lambda: [i["LifecycleState"] for i in _warm(probe, profile)] == ["Warmed:Stopped"])
+    [taken] = [i["InstanceId"] for i in _warm(probe, profile)]
+    started = probe.start(profile, "no-reuse")
+    assert started.status == "SUCCEEDED", (started.error, started.cause)
+    assert probe.state(profile).warm_start is True and [i["InstanceId"] for i in probe.group(profile)["Instances"]] == [taken]
+    _stop_and_check(probe, profile, "no-reuse")
+    probe.wait_for(f"{taken} terminated", lambda: _ec2_state(twin, taken)[0] == "terminated")
+    # The group launches a new instance into the pool, which stops after its first boot: its volume is empty.
+    probe.wait_for("a fresh stopped instance in the warm pool", lambda: [i["LifecycleState"] for i in _warm(probe, profile)] == ["Warmed:Stopped"])
+    [fresh] = [i["InstanceId"] for i in _warm(probe, profile)]
+    assert fresh != taken and _ec2_state(twin, fresh)[0] == "stopped"
+    assert _events(twin, "launch-into-warm-pool", fresh)
