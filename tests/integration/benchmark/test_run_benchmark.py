@@ -210,3 +210,46 @@ def test_the_ecs_task_entry_point_runs_a_scenario_as_the_state_machine_hands_it(
     assert answer["name"] == "in64-c2" and answer["split"] is False  # an ECS task is never split
     [scenario] = bench.runs.list_scenarios(result.output["plan"]["run_id"])
     assert scenario.runner == "ecs" and scenario.records == 4 and scenario.summary.server.generation_tokens_equal is True
+
+
+ONE_SCENARIO = {"input_tokens": [64], "concurrencies": [2], "warmup": 1, "rounds": 2, "max_tokens": 24, "max_workers": 1}
+
+
+def _bench_tasks(bench: Bench) -> list[dict[str, Any]]:
+    """Every benchmark task the state machine ran, stopped or not."""
+    cluster = bench.twin.bench_ecs["SERVINGCTL_BENCH_ECS_CLUSTER"]
+    arns = [arn for status in ("RUNNING", "STOPPED")
+            for arn in bench.ecs.list_tasks(cluster=cluster, family="servingctl-bench", desiredStatus=status)["taskArns"]]
+    return bench.ecs.describe_tasks(cluster=cluster, tasks=arns)["tasks"] if arns else []
+
+
+def test_a_scenario_on_the_ecs_runner_runs_as_a_bench_task_from_start_to_exit(bench: Bench, ready_profile: str) -> None:
+    before = {t["taskArn"] for t in _bench_tasks(bench)}
+    result = bench.run("ecs", profile=READY, runner="ecs", **ONE_SCENARIO)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert "RunScenarioOnEcs" in result.states_entered() and "RunScenario" not in result.states_entered()
+    [task] = [t for t in _bench_tasks(bench) if t["taskArn"] not in before]
+    [container] = task["containers"]
+    assert (task["lastStatus"], task["stoppedReason"], container["exitCode"]) == ("STOPPED", "Essential container in task exited", 0)
+    assert task["launchType"] == "FARGATE" and task["startedBy"] == "AWS Step Functions"
+    # The process had the task definition's environment and the state machine's override (the event).
+    [override] = task["overrides"]["containerOverrides"]
+    assert override["name"] == "bench" and [v["name"] for v in override["environment"]] == ["SERVINGCTL_BENCH_EVENT"]
+    run_id = result.output["plan"]["run_id"]
+    [scenario] = bench.runs.list_scenarios(run_id)  # written by the task itself, through the twin's AWS
+    assert scenario.name == "in64-c2" and scenario.summary.requests == 4 and scenario.summary.failed == 0
+    assert scenario.summary.server.generation_tokens_equal is True
+    assert bench.runs.get_run(run_id).status.value == "SUCCEEDED"
+
+
+def test_a_bench_task_exiting_non_zero_fails_the_run_with_the_ecs_error(bench: Bench, ready_profile: str) -> None:
+    bench.twin.set_faults("bench-task-exits")
+    try:
+        result = bench.run("ecsfail", profile=READY, runner="ecs", **ONE_SCENARIO)
+    finally:
+        bench.twin.set_faults()
+    assert result.status == "FAILED" and result.error == "States.TaskFailed", (result.error, result.cause)
+    cause = json.loads(result.cause)
+    assert cause["StopCode"] == "EssentialContainerExited" and [c["ExitCode"] for c in cause["Containers"]] == [1]
+    run = next(r for r in bench.runs.list_runs(profile=READY) if r.execution == result.arn)
+    assert bench.runs.get_run(run.run_id).status.value == "FAILED"

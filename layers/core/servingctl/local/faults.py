@@ -9,6 +9,7 @@ FAULTS: dict[str, str] = {
     "never-healthy": "the target never passes its health check",
     "protected-instance": "instances launch protected from scale-in",
     "smoke-test-hangs": "every smoke_test invocation hangs until the function's Timeout: Lambda kills it (Sandbox.Timedout)",
+    "bench-task-exits": "every ECS benchmark task's container exits with code 1 at once (a broken image)",
     "smoke-fails-once": "the first GET /v1/models of each task answers 503 (simulator model server only)",
     "throttle-once": "the first call of each of a few APIs answers a throttling error",
     "roll-back-fails": "every RollBack of start_profile fails (its DynamoDB writes answer an internal error)",

@@ -42,6 +42,9 @@ from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from moto.s3.models import S3Backend, s3_backends
 from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
+from moto.stepfunctions.parser.asl.component.common.error_name.error_name import ErrorName
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import iteration_worker
+from moto.stepfunctions.parser.asl.component.state.fail import state_fail
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent, FailureEventException
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import ResourceCondition
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_ecs import StateTaskServiceEcs
@@ -66,6 +69,15 @@ PATCHED: dict[str, tuple[object, str, tuple[str, ...]]] = {
     "EC2ContainerServiceBackend.update_service": (
         EC2ContainerServiceBackend, "update_service", ("self", "service_properties")
     ),
+    "EC2ContainerServiceBackend.run_task": (
+        EC2ContainerServiceBackend,
+        "run_task",
+        ("self", "cluster_str", "task_definition_str", "count", "overrides", "started_by", "tags", "launch_type",
+         "networking_configuration", "group", "platform_version", "capacity_provider_strategy"),
+    ),
+    "StateTaskServiceEcs._build_sync_resolver": (
+        StateTaskServiceEcs, "_build_sync_resolver", ("self", "env", "resource_runtime_part", "normalised_parameters", "state_credentials")
+    ),
     "EC2ContainerServiceBackend.list_tasks": (
         EC2ContainerServiceBackend,
         "list_tasks",
@@ -86,6 +98,8 @@ PATCHED: dict[str, tuple[object, str, tuple[str, ...]]] = {
     ),
     "SfnExecution.stop": (SfnExecution, "stop", ("self", "stop_date", "error", "cause")),
     "DynamoHandler.call_action": (DynamoHandler, "call_action", ("self",)),
+    "state_fail.CustomErrorName": (state_fail, "CustomErrorName", ("error_name",)),
+    "iteration_worker.CustomErrorName": (iteration_worker, "CustomErrorName", ("error_name",)),
     "BaseExecutionWorkerCommunication._reflect_execution_status": (
         BaseExecutionWorkerCommunication, "_reflect_execution_status", ("self",)
     ),
@@ -133,6 +147,9 @@ _parse_trees: dict[str, Any] = {}
 # Lambda invoke router: (function_name, payload bytes) -> (payload bytes, function error or None).
 LambdaRouter = Callable[[str, bytes], tuple[bytes, str | None]]
 _lambda_router: LambdaRouter | None = None
+# Called with each task RunTask placed (servingctl.local.ecs_tasks runs the ones it knows).
+TaskRunner = Callable[[Task], None]
+_task_runner: TaskRunner | None = None
 # (target group ARN, target id) -> (state, reason, description), written by the world simulator.
 _target_health: dict[tuple[str, str], tuple[str, str | None, str | None]] = {}
 # ASG name -> scaling activities, newest first, written by the world simulator.
@@ -170,6 +187,8 @@ def apply() -> None:
             "FakeTargetGroup.health_for": _health_for,
             "EC2ContainerServiceBackend.update_service": _update_service,
             "EC2ContainerServiceBackend.list_tasks": _list_tasks,
+            "EC2ContainerServiceBackend.run_task": _run_task,
+            "StateTaskServiceEcs._build_sync_resolver": _ecs_build_sync_resolver,
             "FakeAutoScalingGroup.set_desired_capacity": _set_desired_capacity,
             "AutoScalingResponse.describe_scaling_activities": _describe_scaling_activities,
             "AutoScalingResponse.describe_warm_pool": _describe_warm_pool,
@@ -179,6 +198,8 @@ def apply() -> None:
             "StateTaskServiceEcs._eval_service_task": _ecs_eval_service_task,
             "SfnExecution.stop": _stop_execution,
             "DynamoHandler.call_action": _dynamodb_call_action,
+            "state_fail.CustomErrorName": _CarriedErrorName,
+            "iteration_worker.CustomErrorName": _CarriedErrorName,
             "BaseExecutionWorkerCommunication._reflect_execution_status": _reflect_execution_status,
         }
         for label, new in replacements.items():
@@ -203,6 +224,12 @@ def set_lambda_router(router: LambdaRouter | None) -> None:
     """Route Lambda Invoke to router (None: moto's echo again)."""
     global _lambda_router
     _lambda_router = router
+
+
+def set_task_runner(runner: TaskRunner | None) -> None:
+    """Hand every task RunTask places to runner (None: tasks stay as moto made them)."""
+    global _task_runner
+    _task_runner = runner
 
 
 # ---- the patches --------------------------------------------------------------------------------
@@ -259,6 +286,15 @@ def _list_tasks(
     )
     if service_name:
         tasks = [t for t in tasks if t.group == f"service:{service_name.split('/')[-1]}"]
+    return tasks
+
+
+def _run_task(self: EC2ContainerServiceBackend, *args: Any, **kwargs: Any) -> list[Task]:
+    """RunTask as moto does it, then the twin's runner starts what it knows how to run."""
+    tasks: list[Task] = _ORIGINALS["EC2ContainerServiceBackend.run_task"](self, *args, **kwargs)
+    if _task_runner is not None:
+        for task in tasks:
+            _task_runner(task)
     return tasks
 
 
@@ -330,6 +366,15 @@ def _sfn_normalise_response(
 ECS_RUN_TASK_FAILED = "AmazonECS.Unknown"
 
 
+def _ecs_output(task: StateTaskServiceEcs, ecs: Any, answer: dict[str, Any], operation: str) -> dict[str, Any]:
+    """An ECS answer as Step Functions outputs it: PascalCase names (TaskArn, Containers[].ExitCode) and
+    times as epoch milliseconds (moto 5.2.5 left ECS answers camelCase, so .sync found no "Tasks")."""
+    answer.pop("ResponseMetadata", None)
+    task._from_boto_response(answer, ecs.meta.service_model.operation_model(operation).output_shape)
+    converted: dict[str, Any] = json.loads(json.dumps(answer, default=lambda t: int(t.timestamp() * 1000)))
+    return converted
+
+
 def _ecs_eval_service_task(
     self: StateTaskServiceEcs, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any
 ) -> None:
@@ -346,25 +391,56 @@ def _ecs_eval_service_task(
     answer = ecs.run_task(**normalised_parameters)
     if answer.get("failures") or not answer.get("tasks"):
         cause = json.dumps({"Tasks": [], "Failures": answer.get("failures", [])})
-        raise FailureEventException(
-            failure_event=FailureEvent(
-                env=env,
-                error_name=CustomErrorName(ECS_RUN_TASK_FAILED),
-                event_type=HistoryEventType.TaskFailed,
-                event_details=EventDetails(
-                    taskFailedEventDetails=TaskFailedEventDetails(
-                        error=ECS_RUN_TASK_FAILED, cause=cause,
-                        resource=self._get_sfn_resource(), resourceType=self._get_sfn_resource_type(),
-                    )
-                ),
-            )
+        _fail_task(self, env, ECS_RUN_TASK_FAILED, cause)
+    [placed] = answer["tasks"]
+    described = ecs.describe_tasks(cluster=placed["clusterArn"], tasks=[placed["taskArn"]])
+    env.stack.append(_ecs_output(self, ecs, described, "DescribeTasks"))
+
+
+def _fail_task(task: StateTaskServiceEcs, env: Any, error: str, cause: str) -> None:
+    """Fail the Task state with error and cause (a TaskFailed event, as Step Functions records it)."""
+    raise FailureEventException(
+        failure_event=FailureEvent(
+            env=env,
+            error_name=CustomErrorName(error) if not error.startswith("States.") else _CarriedErrorName(error),
+            event_type=HistoryEventType.TaskFailed,
+            event_details=EventDetails(
+                taskFailedEventDetails=TaskFailedEventDetails(
+                    error=error, cause=cause, resource=task._get_sfn_resource(), resourceType=task._get_sfn_resource_type(),
+                )
+            ),
         )
-    answer.pop("ResponseMetadata", None)
-    self._normalise_response(response=answer, service_action_name="run_task")
-    described = ecs.describe_tasks(cluster=answer["Tasks"][0]["ClusterArn"], tasks=[answer["Tasks"][0]["TaskArn"]])
-    described.pop("ResponseMetadata", None)
-    self._normalise_response(response=described, service_action_name="describe_tasks")
-    env.stack.append(described)
+    )
+
+
+class _CarriedErrorName(ErrorName):
+    """An error carried on by a Fail state's ErrorPath or out of a Map item: a caught States.TaskFailed
+    (or States.Timeout) keeps its name, as in Step Functions; moto refused any "States." name there."""
+
+
+# The error Step Functions reports when a .sync task's container exits with a non-zero code.
+ECS_TASK_FAILED = "States.TaskFailed"
+
+
+def _ecs_build_sync_resolver(
+    self: StateTaskServiceEcs, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any
+) -> Callable[[], Any]:
+    """runTask.sync as Step Functions does it: the task's description (PascalCase) once it STOPPED; a
+    container's non-zero exit code fails the state with States.TaskFailed and that description as
+    the cause (moto would succeed whatever the exit code)."""
+    ecs = boto_client_for(service="ecs", region=resource_runtime_part.region, state_credentials=state_credentials)
+    [submitted] = env.stack.pop()["Tasks"]
+
+    def resolver() -> Any:
+        described = ecs.describe_tasks(cluster=submitted["ClusterArn"], tasks=[submitted["TaskArn"]])
+        if described["tasks"][0]["lastStatus"] != "STOPPED":
+            return None
+        [task] = _ecs_output(self, ecs, described, "DescribeTasks")["Tasks"]
+        if any(c.get("ExitCode") for c in task.get("Containers", [])):
+            _fail_task(self, env, ECS_TASK_FAILED, json.dumps(task))
+        return task
+
+    return resolver
 
 
 # ---- the server ---------------------------------------------------------------------------------
@@ -570,6 +646,12 @@ def create_service_task(b: Backends, service: Service, container_instance_arn: s
     task.created_at = datetime.now(timezone.utc)
     b.ecs.tasks.setdefault(cluster.name, {})[task.task_arn] = task
     return task
+
+
+def task_container_definition(task: Task) -> dict[str, Any]:
+    """The task definition's (first) container definition, as registered (camelCase)."""
+    definition: dict[str, Any] = task._backend.describe_task_definition(task.task_definition_arn).container_definitions[0]
+    return definition
 
 
 def task_ip(task: Task) -> str | None:

@@ -40,7 +40,7 @@ from aws_lambda_powertools.utilities.parameters import secrets as parameters_sec
 from aws_lambda_powertools.utilities.parameters import ssm as parameters_ssm
 from botocore.config import Config
 
-from servingctl.local import iam, lambda_runtime, moto_patches
+from servingctl.local import ecs_tasks, iam, lambda_runtime, moto_patches
 from servingctl.local.apigw import ApiGateway
 from servingctl.local.eventbridge import EventBridge, load_template, read_wiring
 from servingctl.local.modelserver import free_port
@@ -59,6 +59,9 @@ FUNCTIONS = ("profile_steps", "smoke_test", "sweep", "api", "bench_worker")
 RUNTIME_VARIABLES = ("SERVINGCTL_STOP_POLL", "POWERTOOLS_TRACE_DISABLED", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
                      "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_REGION")
 SSM_PARAMETER = "/servingctl/registry"
+# template.yaml's benchmark task (BenchTaskDefinition) and the image whose command it runs.
+BENCH_TASK = "BenchTaskDefinition"
+BENCH_DOCKERFILE = Path("infra/bench/Dockerfile")
 TABLE = "servingctl"
 BUCKET = "servingctl-bench-records"
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -413,6 +416,10 @@ class Twin:
         # self.iam records every call.
         self.iam_template = iam_template
         self.iam: iam.Enforcer | None = None
+        # SERVINGCTL_BENCH_ECS_* of the benchmark task the twin registered (empty without template.yaml),
+        # and what runs its tasks.
+        self.bench_ecs: dict[str, str] = {}
+        self.tasks: ecs_tasks.TaskRunner | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------
     def start(self) -> Twin:
@@ -463,6 +470,14 @@ class Twin:
             iam.activate(self.iam)
             assert self.router is not None
             self.router.enforcer = self.iam
+        if self.bench_ecs:
+            self.tasks = ecs_tasks.TaskRunner(
+                {self.bench_ecs["SERVINGCTL_BENCH_ECS_TASK_DEFINITION"]: ecs_tasks.image_command(self.repo_root / BENCH_DOCKERFILE)},
+                {key: self.environment()[key] for key in RUNTIME_VARIABLES if key.startswith("AWS_")}
+                | {"PYTHONPATH": str(self.repo_root / "layers" / "core"), "PYTHONUNBUFFERED": "1"},
+                self.workdir / "logs" / "ecs", faults=lambda: self.world.faults if self.world is not None else frozenset(),
+            )
+            moto_patches.set_task_runner(self.tasks)
         self.world.start()
         self._start_eventbridge()
         if self.api_port is not None:
@@ -497,6 +512,9 @@ class Twin:
                 self.eventbridge = None
             if self._server is not None and self.state_machines:
                 self._stop_executions()
+            moto_patches.set_task_runner(None)
+            if self.tasks is not None:
+                self.tasks.stop()
             if self.world is not None:
                 self.world.stop()
             if self.iam is not None:
@@ -585,6 +603,7 @@ class Twin:
             "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
             "AWS_DEFAULT_REGION": self.region,
             "AWS_REGION": self.region,
+            **self.bench_ecs,
             **{
                 # START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, RUN_BENCHMARK_STATE_MACHINE_ARN (template.yaml's names)
                 stem.removesuffix("_profile").upper() + "_STATE_MACHINE_ARN": arn
@@ -744,6 +763,7 @@ class Twin:
             )
 
         self.registry = parse_registry(document)
+        self._register_bench_task(ecs, subnets, sg)
         self.registry_path.parent.mkdir(parents=True, exist_ok=True)
         self.registry_path.write_text(json.dumps(document, indent=2))
         self.client("ssm").put_parameter(Name=SSM_PARAMETER, Value=json.dumps(document), Type="String", Tier="Advanced", Overwrite=True)
@@ -756,6 +776,37 @@ class Twin:
         dynamodb.update_time_to_live(TableName=self.table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
         self.client("s3").create_bucket(Bucket=self.bucket_name)
         self._bootstrap_control_plane()
+
+    def _register_bench_task(self, ecs: Any, subnets: list[str], security_group: str) -> None:
+        """Register template.yaml's BenchTaskDefinition as deployed (its environment rendered with the
+        twin's names) and note where run_benchmark's long scenarios run (SERVINGCTL_BENCH_ECS_*)."""
+        template_path = self.repo_root / "template.yaml"
+        if not template_path.is_file():
+            return
+        template = load_template(template_path)
+        refs = self.template_refs(template) | {"BenchImageUri": "servingctl-bench:twin"}
+        conditions = iam.evaluate_conditions(template, refs) | {"HasBenchImage": True}
+        properties = {key: iam.resolve(value, refs, conditions) for key, value in template["Resources"][BENCH_TASK]["Properties"].items()
+                      if key in ("Family", "NetworkMode", "RequiresCompatibilities", "Cpu", "Memory")}
+        definitions = [{key: c[key] for key in ("Name", "Image", "Essential", "Environment") if key in c}
+                       for c in template["Resources"][BENCH_TASK]["Properties"]["ContainerDefinitions"]]
+        containers = [
+            # moto places a task by its containers' sizes: the one container gets the task's.
+            {"name": c["Name"], "image": c["Image"], "essential": c.get("Essential", True),
+             "cpu": int(properties["Cpu"]), "memory": int(properties["Memory"]),
+             "environment": [{"name": v["Name"], "value": v["Value"]} for v in c.get("Environment", [])]}
+            for c in iam.resolve(definitions, refs, conditions)
+        ]
+        registered = ecs.register_task_definition(
+            family=properties["Family"], networkMode=properties["NetworkMode"], requiresCompatibilities=properties["RequiresCompatibilities"],
+            cpu=properties["Cpu"], memory=properties["Memory"], containerDefinitions=containers,
+        )["taskDefinition"]
+        self.bench_ecs = {
+            "SERVINGCTL_BENCH_ECS_TASK_DEFINITION": registered["family"],
+            "SERVINGCTL_BENCH_ECS_CLUSTER": refs["ClusterArn"],
+            "SERVINGCTL_BENCH_ECS_SUBNETS": ",".join(subnets),
+            "SERVINGCTL_BENCH_ECS_SECURITY_GROUPS": security_group,
+        }
 
     def _bootstrap_control_plane(self) -> None:
         iam, lam, sfn = self.client("iam"), self.client("lambda"), self.client("stepfunctions")

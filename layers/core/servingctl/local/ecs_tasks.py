@@ -1,0 +1,113 @@
+"""ECS's part for standalone tasks on the twin: a task of a runnable task definition runs as a local process.
+
+moto records RunTask and nothing more. The twin runs the benchmark task (template.yaml's
+BenchTaskDefinition) as ECS would run its container: infra/bench's image command (its Dockerfile's
+ENTRYPOINT, with this interpreter and the servingctl package as the image holds them), the task
+definition's environment with the RunTask container overrides applied, and the task moving
+PROVISIONING -> RUNNING -> STOPPED with the container's exit code and ECS's stop reason. The output
+goes to the task's log file (its awslogs stream).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from servingctl.local import moto_patches
+
+# What ECS reports when the essential container exits (whatever its code).
+STOPPED_REASON = "Essential container in task exited"
+STOP_CODE = "EssentialContainerExited"
+# The interpreter's own variables a container process needs on this machine (the image has its own).
+INHERITED_ENV = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL")
+
+
+def image_command(dockerfile: Path) -> list[str]:
+    """The ENTRYPOINT of a Dockerfile (exec form), with `python` as this interpreter."""
+    found = re.search(r"^ENTRYPOINT\s+(\[.*\])\s*$", dockerfile.read_text(), re.M)
+    if found is None:
+        raise ValueError(f"{dockerfile}: no ENTRYPOINT in exec form ([\"python\", ...])")
+    command: list[str] = json.loads(found.group(1))
+    return [sys.executable if command[0] == "python" else command[0], *command[1:]]
+
+
+def container_environment(definition: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, str]:
+    """The container's variables: the task definition's, then RunTask's containerOverrides for it."""
+    variables = {v["name"]: v["value"] for v in definition.get("environment") or []}
+    for override in overrides.get("containerOverrides") or []:
+        if override.get("name") == definition["name"]:
+            variables |= {v["name"]: v["value"] for v in override.get("environment") or []}
+    return variables
+
+
+class TaskRunner:
+    """Runs the tasks of the families it knows (family -> command) as processes; ignores the others."""
+
+    def __init__(
+        self,
+        commands: Mapping[str, Sequence[str]],
+        runtime_env: Mapping[str, str],
+        logdir: Path,
+        faults: Callable[[], frozenset[str]] = frozenset,
+    ) -> None:
+        self.commands = {family: list(command) for family, command in commands.items()}
+        self.runtime_env = dict(runtime_env)
+        self.logdir = logdir
+        self.faults = faults
+        self.exit_codes: dict[str, int] = {}  # task ARN -> exit code, once stopped
+        self._processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._stopping = False
+
+    def __call__(self, task: Any) -> None:
+        """RunTask placed `task`: run it if its family is one of ours (called inside moto's RunTask)."""
+        family = task.task_definition_arn.rsplit("/", 1)[1].split(":")[0]
+        if family not in self.commands:
+            return
+        moto_patches.set_task_status(task, "PROVISIONING")
+        thread = threading.Thread(target=self._run, args=(task, family), name=f"ecs-task-{task.id[:8]}", daemon=True)
+        with self._lock:
+            if self._stopping:
+                return
+            self._threads.append(thread)
+        thread.start()
+
+    def _run(self, task: Any, family: str) -> None:
+        definition = moto_patches.task_container_definition(task)
+        command = self.commands[family]
+        if "bench-task-exits" in self.faults():  # a broken image: the container exits 1 at once
+            command = [sys.executable, "-c", "raise SystemExit(1)"]
+        env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ} | self.runtime_env
+        env |= container_environment(definition, task.overrides)
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        with open(self.logdir / f"{definition['name']}-{task.id}.log", "ab") as log:
+            with self._lock:
+                if self._stopping:
+                    return
+                process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                self._processes[task.task_arn] = process
+            moto_patches.set_task_status(task, "RUNNING")
+            code = process.wait()
+        with self._lock:
+            self._processes.pop(task.task_arn, None)
+            self.exit_codes[task.task_arn] = code
+        moto_patches.set_task_status(task, "STOPPED", stopped_reason=STOPPED_REASON, stop_code=STOP_CODE, exit_code=code)
+
+    def stop(self) -> None:
+        """Kill every running task's process and wait for their threads."""
+        with self._lock:
+            self._stopping = True
+            processes = list(self._processes.values())
+            threads = list(self._threads)
+        for process in processes:
+            process.kill()
+        for thread in threads:
+            thread.join(10)
