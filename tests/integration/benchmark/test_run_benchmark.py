@@ -5,9 +5,6 @@ model server behind the profile's endpoint."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -176,42 +173,6 @@ def test_bad_input_fails_at_once_naming_the_field(bench: Bench) -> None:
     assert result.states_entered() == ["Plan", "FailRun"] and bench.running(OTHER) == (0, 0)
 
 
-def _evaluate(template: Any, state: dict[str, Any], context: dict[str, Any]) -> Any:
-    """Apply an ASL Parameters/ItemSelector template ("key.$": "$.path" / "$$.path") to a state."""
-    if not isinstance(template, dict):
-        return template
-    out = {}
-    for key, value in template.items():
-        if key.endswith(".$"):
-            root, path = (context, value[3:]) if value.startswith("$$.") else (state, value[2:])
-            for part in path.split("."):
-                root = root[part]
-            out[key[:-2]] = root
-        else:
-            out[key] = _evaluate(value, state, context)
-    return out
-
-
-def test_the_ecs_task_entry_point_runs_a_scenario_as_the_state_machine_hands_it(bench: Bench, ready_profile: str) -> None:
-    # The twin cannot run ecs:runTask.sync: run the image's entry point the way the task would,
-    # with the event built by the definition's own ItemSelector and BuildEcsEvent state.
-    result = bench.run("ecs", profile=READY, input_tokens=[64], concurrencies=[2], warmup=0, rounds=2, max_tokens=16, max_workers=1)
-    assert result.status == "SUCCEEDED", (result.error, result.cause)
-    definition = json.loads((ROOT / "statemachine/run_benchmark.asl.json").read_text())["States"]
-    scenarios = definition["RunScenarios"]
-    planned = dict(result.output["plan"]["scenarios"][0], runner="ecs")  # as if too long for Lambda
-    item = _evaluate(scenarios["ItemSelector"], result.output, {"Map": {"Item": {"Value": planned}}, "Execution": {"Id": result.arn}})
-    event = _evaluate(scenarios["ItemProcessor"]["States"]["BuildEcsEvent"]["Parameters"], item, {})
-    environment = {**os.environ, **bench.twin.environment(), "SERVINGCTL_BENCH_EVENT": json.dumps(event)}
-    done = subprocess.run([sys.executable, "-m", "servingctl.benchmarks.worker"], env=environment, capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    answer = json.loads(done.stdout.splitlines()[-1])
-    assert answer["name"] == "in64-c2" and answer["split"] is False  # an ECS task is never split
-    [scenario] = bench.runs.list_scenarios(result.output["plan"]["run_id"])
-    assert scenario.runner == "ecs" and scenario.records == 4 and scenario.summary.server.generation_tokens_equal is True
-
-
 ONE_SCENARIO = {"input_tokens": [64], "concurrencies": [2], "warmup": 1, "rounds": 2, "max_tokens": 24, "max_workers": 1}
 
 
@@ -225,7 +186,7 @@ def _bench_tasks(bench: Bench) -> list[dict[str, Any]]:
 
 def test_a_scenario_on_the_ecs_runner_runs_as_a_bench_task_from_start_to_exit(bench: Bench, ready_profile: str) -> None:
     before = {t["taskArn"] for t in _bench_tasks(bench)}
-    result = bench.run("ecs", profile=READY, runner="ecs", **ONE_SCENARIO)
+    result = bench.run("ecs-task", profile=READY, runner="ecs", **ONE_SCENARIO)
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert "RunScenarioOnEcs" in result.states_entered() and "RunScenario" not in result.states_entered()
     [task] = [t for t in _bench_tasks(bench) if t["taskArn"] not in before]
@@ -237,7 +198,8 @@ def test_a_scenario_on_the_ecs_runner_runs_as_a_bench_task_from_start_to_exit(be
     assert override["name"] == "bench" and [v["name"] for v in override["environment"]] == ["SERVINGCTL_BENCH_EVENT"]
     run_id = result.output["plan"]["run_id"]
     [scenario] = bench.runs.list_scenarios(run_id)  # written by the task itself, through the twin's AWS
-    assert scenario.name == "in64-c2" and scenario.summary.requests == 4 and scenario.summary.failed == 0
+    assert scenario.name == "in64-c2" and scenario.runner == "ecs" and scenario.records == (1 + 2) * 2
+    assert scenario.summary.requests == 4 and scenario.summary.failed == 0
     assert scenario.summary.server.generation_tokens_equal is True
     assert bench.runs.get_run(run_id).status.value == "SUCCEEDED"
 
