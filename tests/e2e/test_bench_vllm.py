@@ -93,3 +93,22 @@ def test_speculative_chunks_carry_several_tokens_counted_exactly(vllm_spec_serve
     # token-normalized ITL has one sample per token after the first chunk, not one per chunk
     measured = [r for r in scenario.records if not r.warmup]
     assert s.itl_ms.count == sum(MAX_TOKENS - r.chunks[0][1] for r in measured) > s.chunk_gap_ms.count
+
+
+def test_saturation_sweep_with_an_slo_finds_a_concurrency_and_its_goodput(vllm_server, tmp_path, capsys):
+    # A loose SLO on 2 CPU cores: the sweep stops at its bound or once queueing shows, never by a miss.
+    code = main(["bench", "--endpoint", vllm_server.url, "--model", vllm_server.model, "--input-tokens", "128",
+                 "--warmup", "1", "--rounds", "2", "--max-tokens", str(MAX_TOKENS), "--sweep", "--slo", "e2e_s=120,ttft_ms:p90=60000",
+                 "--sweep-max-concurrency", "4", "--output", str(tmp_path)])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 0
+    run = read_results(tmp_path)
+    steps = run.sweep.steps
+    assert [s.concurrency for s in steps] == [1, 2, 4][:len(steps)] and all(s.met for s in steps)
+    assert run.sweep.stop in ("max-concurrency", "over-saturated") and run.sweep.found == steps[-1].concurrency
+    at = next(s.summary for s in run.scenarios if s.summary.name == run.sweep.scenario)
+    assert at.slo.goodput_rps > 0 and at.slo.goodput_tok_s == pytest.approx(at.slo.goodput_rps * MAX_TOKENS)
+    assert f"highest concurrency meeting the SLOs = {run.sweep.found}, goodput {at.slo.goodput_rps:.2f} req/s" in out
+    print(f"\nsweep on vLLM CPU: found c={run.sweep.found} ({run.sweep.stop}), goodput {at.slo.goodput_rps:.2f} req/s, "
+          f"{at.slo.goodput_tok_s:.1f} tok/s; steps " + ", ".join(f"c{s.concurrency}: TTFT {s.ttft_median_ms:.0f} ms, "
+                                                             f"{s.aggregate_tok_s:.1f} tok/s" for s in steps))

@@ -19,7 +19,8 @@ def test_the_demo_runs_the_main_path_and_leaves_nothing_running(tmp_path: Path, 
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     summary = json.loads((tmp_path / "work/demo.json").read_text())
-    assert summary["steps"] == {"status": 0, "start": 0, "bench": 0, "bench again": 0, "compare": 0, "stop": 0, "ledger": 0}
+    assert summary["steps"] == {"status": 0, "start": 0, "bench": 0, "bench again": 0, "compare": 0, "sweep": 0, "stop": 0,
+                                "ledger": 0}
     assert summary["left_running"] == []
     for step in ("$ servingctl start deepseek-v4-flash --wait", "$ servingctl bench --profile deepseek-v4-flash",
                  "$ servingctl stop deepseek-v4-flash --wait", "$ servingctl costs ledger --profile deepseek-v4-flash"):
@@ -42,3 +43,12 @@ def test_the_demo_runs_the_main_path_and_leaves_nothing_running(tmp_path: Path, 
     assert (tmp_path / "out/compare/compare.png").is_file()
     # the profile serves with MTP (the simulator drafts): its acceptance is said under the table
     assert "spec-decode acceptance: in256-c1 " in out
+    # the saturation sweep with an SLO: the concurrency found, its goodput and the cost per 1M at the SLO
+    swept = read_results(tmp_path / "out/sweep")
+    assert swept.sweep is not None and swept.sweep.found is not None and swept.slo_cost is not None
+    at = next(s.summary for s in swept.scenarios if s.summary.name == swept.sweep.scenario)
+    said = " ".join(out.split())
+    assert f"highest concurrency meeting the SLOs = {swept.sweep.found}, goodput {at.slo.goodput_rps:.2f} req/s" in said
+    assert f"self-hosting costs {swept.slo_cost.self_hosted_usd_per_m_output:,.2f} USD per 1M output tokens" in said
+    report = (tmp_path / "out/sweep/report.md").read_text()
+    assert "## Goodput at the SLO" in report and "Cost at the SLO:" in report

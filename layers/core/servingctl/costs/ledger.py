@@ -113,7 +113,7 @@ def day_use(
     spans = [(start, end or now) for start, end in sessions]
     colds = list(cold_starts_s)
     cold = sum(colds) / len(colds) if colds else 0.0
-    cold_words = f"cold start {cold:.0f} s (mean of {len(colds)} starts)" if colds else "no start history: cold start 0 s"
+    cold_words = f"cold start {cold:.0f} s (mean of {len(colds)} start{'s' if len(colds) != 1 else ''})" if colds else "no start history: cold start 0 s"
     first = min((start for start, _ in spans), default=now)
     days = min(window_days, (now - first).total_seconds() / 86400)
     if days < 1.0:

@@ -5,7 +5,8 @@ its output in a log file), then runs the commands a person would type: status, s
 (phases shown as they pass), bench --profile (2 input lengths x 2 concurrencies, measured by the
 worker "inside the VPC"; the report table, the cost comparison, report.md, vLLM-compatible files and
 charts, the server's metrics over time), one scenario measured again and `report --compare` of the
-two stored runs (intervals, verdicts, fingerprints), stop --wait, and the ledger. Whatever happens, it stops the twin (which stops every model
+two stored runs (intervals, verdicts, fingerprints), a saturation sweep with an SLO (the concurrency
+found, its goodput, the cost per 1M output tokens at the SLO), stop --wait, and the ledger. Whatever happens, it stops the twin (which stops every model
 server), checks that none of its processes is left, and says where the files are.
 
     python -m servingctl.local.demo [--model-server vllm|sim] [--output DIR]
@@ -39,6 +40,11 @@ MATRIX = ["--input-tokens", "256,1024", "--concurrency", "1,4", "--warmup", "1",
 # rounds are too few for output tok/s, and the comparison says so).
 AGAIN = ["--input-tokens", "256", "--concurrency", "4", "--warmup", "1", "--rounds", "3", "--max-tokens", "128",
          "--max-workers", "1"]
+# The saturation sweep: the highest concurrency (up to 16) at which 90 % of requests get their first
+# token within 1 s and finish within 10 s, and the p90 TTFT stays under 1 s; short answers keep it
+# under a minute on this machine's vLLM.
+SWEEP = ["--input-tokens", "256", "--sweep", "--slo", "ttft_ms=1000,e2e_s=10,ttft_ms:p90=1000", "--slo-share", "0.9",
+         "--sweep-max-concurrency", "16", "--warmup", "1", "--rounds", "2", "--max-tokens", "32", "--max-workers", "1"]
 UP_TIMEOUT_S = 180.0
 STOP_GRACE_S = 60.0
 
@@ -182,6 +188,10 @@ def run_demo(output: Path, *, model_server: str = "vllm", time_scale: float = 20
                 if steps[-1][1] == 0:
                     first, second = (_run_id(path) for path in (output, again))
                     steps.append(("compare", _run("report", second, "--compare", first, "--output", str(output / "compare"))))
+            _say("saturation sweep with an SLO: the highest concurrency meeting it (doubling, then bisection, stopping "
+                 "once the server is over-saturated), its goodput and the cost per 1M output tokens at the SLO")
+            steps.append(("sweep", _run("bench", "--profile", PROFILE, *SWEEP, "--label", "demo sweep",
+                                        "--output", str(output / "sweep"))))
         _say(f"stop {PROFILE}: drain, release the pool, wait for termination, close the ledger session")
         steps.append(("stop", _run("stop", PROFILE, "--wait")))
         _say("what the session cost (uptime x the instance's hourly price)")
@@ -198,7 +208,7 @@ def run_demo(output: Path, *, model_server: str = "vllm", time_scale: float = 20
     failed = [name for name, code in steps if code != 0]
     print(f"\nnothing left running: {'yes' if not left else f'no, killed {left}'}")
     print(f"files: {output.resolve()} (report.md, results.json, vllm/*.json, aggregate_tok_s.png, ttft.png, "
-          f"server_metrics.png; compare/: the second run against the first); "
+          f"server_metrics.png; compare/: the second run against the first; sweep/: the saturation sweep); "
           f"twin log: {twin.log_path}")
     print(f"demo wall time: {wall:.0f} s; steps: " + ", ".join(f"{n} {'ok' if c == 0 else 'FAILED'}" for n, c in steps))
     (workdir / "demo.json").write_text(json.dumps({"wall_s": wall, "steps": dict(steps), "left_running": left}))

@@ -126,7 +126,7 @@ class SloCost(BaseModel):
     def words(self) -> str:
         """The cost at the SLO and the break-even line, in words."""
         per_m = "-" if self.self_hosted_usd_per_m_output is None else f"{self.self_hosted_usd_per_m_output:,.2f}"
-        head = (f"at the SLO ({self.scenario}, concurrency {self.concurrency}, goodput {self.goodput_tok_s:,.1f} output tok/s) "
+        head = (f"{self.scenario} (concurrency {self.concurrency}, goodput {self.goodput_tok_s:,.1f} output tok/s): "
                 f"self-hosting costs {per_m} USD per 1M output tokens, the managed API {self.api_usd_per_m_output:,.2f} "
                 f"({self.daily_usd:,.2f} USD a day for {self.day.running_hours:g} h, of which "
                 f"{self.day.overhead_hours:.2f} h cold starts and idle windows; {self.day.source})")
