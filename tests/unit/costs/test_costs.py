@@ -229,3 +229,22 @@ def test_the_day_comes_from_the_ledger_and_start_history_or_is_assumed_under_a_d
     fresh = day_use([(now - timedelta(minutes=5), None)], [], now=now, idle_minutes=30)
     assert (fresh.running_hours, fresh.starts, fresh.cold_start_s) == (24.0, 1.0, 0.0)
     assert "assumed always on" in fresh.source and "no start history" in fresh.source
+
+
+def test_cli_slo_prices_a_goodput_by_hand_and_names_every_bad_flag(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    args = ("costs slo --goodput-rps 2 --goodput-tok-s 200 --input-tokens 1000 --hourly-usd 12 --running-hours 8 "
+            "--cold-start-s 360 --idle-minutes 30 --api-input-usd-per-m 0.22 --api-output-usd-per-m 0.66").split()
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    text = " ".join(out.split())
+    assert "self-hosting costs 18.02 USD per 1M output tokens, the managed API 2.86" in text
+    assert "self-hosting would need 335,664 requests a day, more than the 53,280 it serves within the SLO in 7.4 h" in text
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["capacity_requests_per_day"] == pytest.approx(53_280)
+    bad = [a if a not in ("8", "2") else {"8": "24.5", "2": "0"}[a] for a in args]  # one past 24 h; no goodput
+    assert main(bad) == 2
+    assert "error: --running-hours must be at most 24; --goodput-rps must be greater than 0" in capsys.readouterr().err
+    assert main([*args[:-4], "--running-hours", "24", "--api", "nope"]) == 2  # 24 h itself is allowed; the API is named
+    assert "--api: unknown managed API 'nope'" in capsys.readouterr().err

@@ -13,7 +13,8 @@ from rich.table import Table
 
 from servingctl.cli.main import summary
 from servingctl.cli.client import Client, add_api_arguments, api_command
-from servingctl.costs import CatalogError, CompareInput, compare, load_catalog
+from servingctl.costs import CatalogError, CompareInput, compare, load_catalog, slo_cost_of
+from servingctl.schema.comparison import DayUse, SloCostInput
 from servingctl.wording import for_flags
 
 # pydantic field -> the flag a user typed, so errors name what they can fix.
@@ -55,6 +56,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cmp.add_argument("--json", action="store_true", help="machine-readable output")
     cmp.set_defaults(func=_compare)
 
+    at = sub.add_parser("slo", help="cost per 1M output tokens at the SLO from goodput, cold starts and idle time amortized")
+    at.add_argument("--goodput-rps", type=float, required=True, help="requests/s meeting the SLO (a sweep's goodput)")
+    at.add_argument("--goodput-tok-s", type=float, required=True, help="their output tokens/s")
+    at.add_argument("--input-tokens", type=int, required=True, help="input tokens per request")
+    at.add_argument("--hourly-usd", type=float, required=True, help="all-in self-hosted cost per running hour")
+    at.add_argument("--running-hours", type=float, default=24.0, help="instance hours a day, cold starts and idle included (default 24)")
+    at.add_argument("--starts", type=float, default=1.0, help="starts a day (default 1)")
+    at.add_argument("--cold-start-s", type=float, default=0.0, help="seconds from a start's request to READY (default 0)")
+    at.add_argument("--idle-minutes", type=float, default=0.0, help="idle window paid before each idle stop (default 0)")
+    at.add_argument("--api", help="managed API from the price catalog (default: the catalog's default)")
+    at.add_argument("--api-input-usd-per-m", type=float, help="overrides the catalog's input price")
+    at.add_argument("--api-output-usd-per-m", type=float, help="overrides the catalog's output price")
+    at.add_argument("--prices", help="price file overriding the packaged catalog")
+    at.add_argument("--json", action="store_true", help="machine-readable output")
+    at.set_defaults(func=_slo)
+
     prices = sub.add_parser("prices", help="show the price catalog with sources and dates")
     prices.add_argument("--prices", help="price file overriding the packaged catalog")
     prices.add_argument("--json", action="store_true", help="machine-readable output")
@@ -73,14 +90,11 @@ def _error(message: str) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     try:
-        catalog = load_catalog(args.prices)
-        api = catalog.managed_api(args.api) if args.api or catalog.default_managed_api else None
+        api_in, api_out = _api_prices(args)
     except CatalogError as exc:
         return _error(f"--prices: {exc}")
     except KeyError as exc:
         return _error(f"--api: {exc.args[0]}")
-    api_in = args.api_input_usd_per_m if args.api_input_usd_per_m is not None else (api and api.input_usd_per_m)
-    api_out = args.api_output_usd_per_m if args.api_output_usd_per_m is not None else (api and api.output_usd_per_m)
     try:
         inputs = CompareInput(
             aggregate_tok_s=args.aggregate_tok_s,
@@ -119,6 +133,53 @@ def _compare(args: argparse.Namespace) -> int:
     from servingctl import render
 
     print(render.note("Break-even: " + result.break_even_words() + "."))
+    return 0
+
+
+def _api_prices(args: argparse.Namespace) -> tuple[float | None, float | None]:
+    """The managed API's input and output prices per 1M: the flags, else the catalog's API (CatalogError, KeyError)."""
+    catalog = load_catalog(args.prices)
+    api = catalog.managed_api(args.api) if args.api or catalog.default_managed_api else None
+    api_in = args.api_input_usd_per_m if args.api_input_usd_per_m is not None else (api and api.input_usd_per_m)
+    api_out = args.api_output_usd_per_m if args.api_output_usd_per_m is not None else (api and api.output_usd_per_m)
+    return api_in, api_out
+
+
+_SLO_FLAGS = {
+    "running_hours": "--running-hours", "starts": "--starts", "cold_start_s": "--cold-start-s", "idle_minutes": "--idle-minutes",
+    "goodput_rps": "--goodput-rps", "goodput_tok_s": "--goodput-tok-s", "input_tokens": "--input-tokens",
+    "hourly_usd": "--hourly-usd", "api_input_usd_per_m": "--api-input-usd-per-m", "api_output_usd_per_m": "--api-output-usd-per-m",
+}
+
+
+def _slo(args: argparse.Namespace) -> int:
+    from servingctl import render
+
+    try:
+        api_in, api_out = _api_prices(args)
+    except CatalogError as exc:
+        return _error(f"--prices: {exc}")
+    except KeyError as exc:
+        return _error(f"--api: {exc.args[0]}")
+    errors: list[Any] = []
+    built: list[Any] = []
+    for model, fields in ((DayUse, {"running_hours": args.running_hours, "starts": args.starts, "cold_start_s": args.cold_start_s,
+                                    "idle_minutes": args.idle_minutes, "source": "as given"}),
+                          (SloCostInput, {"goodput_rps": args.goodput_rps, "goodput_tok_s": args.goodput_tok_s,
+                                          "input_tokens": args.input_tokens, "hourly_usd": args.hourly_usd,
+                                          "api_input_usd_per_m": api_in, "api_output_usd_per_m": api_out})):
+        try:  # both models checked, so every bad flag is named at once
+            built.append(model.model_validate(fields))
+        except ValidationError as exc:
+            errors += exc.errors()
+    if errors:
+        return _error(for_flags(errors, _SLO_FLAGS))
+    day, inputs = built
+    cost = slo_cost_of(inputs, day)
+    if args.json:
+        print(json.dumps(cost.model_dump(mode="json") | {"breaks_even": cost.breaks_even}, indent=2))
+        return 0
+    print(render.note("Cost at the SLO: " + cost.words() + "."))
     return 0
 
 

@@ -1,7 +1,7 @@
 """Costs: the price catalog, the session ledger and the self-hosted vs managed API comparison."""
 
 from servingctl.costs.catalog import CatalogError, PriceCatalog, load_catalog, priced_api
-from servingctl.costs.compare import CompareInput, Comparison, compare, cost_comparisons, slo_cost
+from servingctl.costs.compare import CompareInput, Comparison, compare, cost_comparisons, slo_cost, slo_cost_of
 from servingctl.costs.ledger import SessionCost, day_use, monthly_totals, session_cost, volume_monthly_usd, warm_pool_monthly_usd
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "priced_api",
     "session_cost",
     "slo_cost",
+    "slo_cost_of",
     "volume_monthly_usd",
     "warm_pool_monthly_usd",
 ]

@@ -7,7 +7,7 @@ input and output tokens at its per-1M prices. cost_comparisons prices every scen
 
 from __future__ import annotations
 
-from servingctl.schema.comparison import HOURS_PER_MONTH, CompareInput, Comparison, DayUse, SloCost
+from servingctl.schema.comparison import HOURS_PER_MONTH, CompareInput, Comparison, DayUse, SloCost, SloCostInput
 from servingctl.schema.results import RunResult, ScenarioSummary
 
 SECONDS_PER_HOUR = 3600
@@ -82,16 +82,24 @@ def slo_cost(
     slo = summary.slo
     if slo is None or slo.goodput_rps <= 0 or slo.goodput_tok_s <= 0:
         return None
-    output_tokens = slo.goodput_tok_s / slo.goodput_rps
-    daily = hourly_usd * day.running_hours
+    inputs = SloCostInput(goodput_rps=slo.goodput_rps, goodput_tok_s=slo.goodput_tok_s, input_tokens=summary.input_tokens,
+                          hourly_usd=hourly_usd, api_input_usd_per_m=api_input_usd_per_m, api_output_usd_per_m=api_output_usd_per_m)
+    return slo_cost_of(inputs, day, scenario=summary.name, concurrency=summary.concurrency)
+
+
+def slo_cost_of(inputs: SloCostInput, day: DayUse, *, scenario: str | None = None, concurrency: int | None = None) -> SloCost:
+    """The day's instance cost over what the goodput serves in its serving hours, against the API."""
+    output_tokens = inputs.goodput_tok_s / inputs.goodput_rps
+    daily = inputs.hourly_usd * day.running_hours
     serving_s = day.serving_hours * SECONDS_PER_HOUR
-    api_per_request = (summary.input_tokens * api_input_usd_per_m + output_tokens * api_output_usd_per_m) / 1e6
+    api_per_request = (inputs.input_tokens * inputs.api_input_usd_per_m + output_tokens * inputs.api_output_usd_per_m) / 1e6
     return SloCost(
-        scenario=summary.name, concurrency=summary.concurrency, goodput_rps=slo.goodput_rps, goodput_tok_s=slo.goodput_tok_s,
-        input_tokens=summary.input_tokens, output_tokens=output_tokens, hourly_usd=hourly_usd,
-        api_input_usd_per_m=api_input_usd_per_m, api_output_usd_per_m=api_output_usd_per_m, day=day, daily_usd=daily,
-        capacity_requests_per_day=slo.goodput_rps * serving_s,
-        self_hosted_usd_per_m_output=daily / (slo.goodput_tok_s * serving_s / 1e6) if serving_s > 0 else None,
+        scenario=scenario, concurrency=concurrency, goodput_rps=inputs.goodput_rps, goodput_tok_s=inputs.goodput_tok_s,
+        input_tokens=inputs.input_tokens, output_tokens=output_tokens, hourly_usd=inputs.hourly_usd,
+        api_input_usd_per_m=inputs.api_input_usd_per_m, api_output_usd_per_m=inputs.api_output_usd_per_m, day=day,
+        daily_usd=daily,
+        capacity_requests_per_day=inputs.goodput_rps * serving_s,
+        self_hosted_usd_per_m_output=daily / (inputs.goodput_tok_s * serving_s / 1e6) if serving_s > 0 else None,
         api_usd_per_m_output=api_per_request / output_tokens * 1e6,
         api_usd_per_request=api_per_request,
         break_even_requests_per_day=daily / api_per_request if api_per_request > 0 else None,

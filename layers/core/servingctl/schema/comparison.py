@@ -94,6 +94,19 @@ class DayUse(BaseModel):
         return max(0.0, self.running_hours - self.overhead_hours)
 
 
+class SloCostInput(BaseModel):
+    """What the cost at the SLO needs besides the day: the goodput, the request's input and the prices."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    goodput_rps: float = Field(gt=0, description="requests/s meeting the SLOs")
+    goodput_tok_s: float = Field(gt=0, description="their output tokens/s")
+    input_tokens: int = Field(ge=0, description="input tokens per request")
+    hourly_usd: float = Field(gt=0, description="all-in self-hosted cost per running hour")
+    api_input_usd_per_m: float = Field(ge=0)
+    api_output_usd_per_m: float = Field(ge=0)
+
+
 class SloCost(BaseModel):
     """Cost per 1M output tokens at the SLO: the day's instance cost over what the profile serves at
     its goodput (not its raw throughput) in the day's serving hours, next to the managed API's price
@@ -101,8 +114,8 @@ class SloCost(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    scenario: str
-    concurrency: int
+    scenario: str | None = Field(description="the scenario at the SLO (None: figures given by hand)")
+    concurrency: int | None
     goodput_rps: float
     goodput_tok_s: float
     input_tokens: int
@@ -126,7 +139,8 @@ class SloCost(BaseModel):
     def words(self) -> str:
         """The cost at the SLO and the break-even line, in words."""
         per_m = "-" if self.self_hosted_usd_per_m_output is None else f"{self.self_hosted_usd_per_m_output:,.2f}"
-        head = (f"{self.scenario} (concurrency {self.concurrency}, goodput {self.goodput_tok_s:,.1f} output tok/s): "
+        at = f"{self.scenario} (concurrency {self.concurrency}, goodput " if self.scenario else "at a goodput of "
+        head = (f"{at}{self.goodput_tok_s:,.1f} output tok/s{')' if self.scenario else ''}: "
                 f"self-hosting costs {per_m} USD per 1M output tokens, the managed API {self.api_usd_per_m_output:,.2f} "
                 f"({self.daily_usd:,.2f} USD a day for {self.day.running_hours:g} h, of which "
                 f"{self.day.overhead_hours:.2f} h cold starts and idle windows; {self.day.source})")
