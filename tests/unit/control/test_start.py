@@ -133,6 +133,23 @@ def test_scale_out_sets_service_and_asg_only_when_at_zero(deps: Deps, world: Wor
     assert world.calls.count("SetDesiredCapacity") == 1
 
 
+def test_the_capacity_wait_reads_the_warm_pools_lifecycle_states(deps: Deps, world: World) -> None:
+    from botocore.awsrequest import AWSResponse
+
+    warm = [{"InstanceId": "i-0pending", "LifecycleState": "Warmed:Pending"}, {"InstanceId": "i-0stopped", "LifecycleState": "Warmed:Stopped"}]
+    world.autoscaling.meta.events.register(
+        "before-call.auto-scaling.DescribeWarmPool", lambda **_: (AWSResponse("https://autoscaling", 200, {}, None), {"Instances": warm})
+    )
+    state = started(deps)
+    # Only a stopped (takeable) instance counts as the warm start's; one still initialising does not.
+    assert state["scale"]["baseline"]["warm_instances"] == ["i-0stopped"]
+    # moto launches at once; AWS has nothing in the group yet: the wait says what the warm pool holds.
+    world.autoscaling.set_desired_capacity(AutoScalingGroupName=world.registry.pools["g7e-2gpu"].asg_name, DesiredCapacity=0)
+    answer = step(deps, "check_capacity", state, "capacity")
+    assert answer["ready"] is False
+    assert answer["detail"].endswith("; warm pool: i-0pending Warmed:Pending, i-0stopped Warmed:Stopped")
+
+
 @pytest.mark.parametrize(("price_key", "recorded"), [("g7e.48xlarge", "g7e.48xlarge"), (None, "g7e.12xlarge")])
 def test_the_session_is_priced_by_the_pools_price_key_when_it_has_one(deps: Deps, price_key: str | None, recorded: str) -> None:
     document = deps.registry.model_dump(mode="json")

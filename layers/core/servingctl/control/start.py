@@ -182,6 +182,10 @@ def check_capacity(deps: Deps, state: dict[str, Any], execution: str) -> dict[st
         progress.marks["timeline"] = _observe(deps, config, state)
         states = "; ".join(f"{i.instance_id} {i.lifecycle}" + (" (from the warm pool)" if i.instance_id in warm else "")
                            for i in group.instances if i.lifecycle != "InService")  # fmt: skip
+        if not group.instances and pool.warm_pool:
+            # Nothing in the group yet: say what the warm pool holds (Warmed:Pending still initialises).
+            pooled = ", ".join(f"{i.instance_id} {i.lifecycle}" for i in aws.warm_instances(deps.autoscaling, pool.asg_name))
+            states = f"warm pool: {pooled or 'empty (a new instance launches)'}"
         return bool(registered), (
             f"{len(in_service)} instance(s) InService in {pool.asg_name}, "
             f"{len(registered)} registered in cluster {spec.cluster}" + (f"; {states}" if states else "")
