@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from servingctl.schema.results import RunConfig, RunResult
+from servingctl.bench.metrics import per_read
 from servingctl.bench.outputs import read_results
 from servingctl.bench.runner import run_benchmark
 from servingctl.cli.main import main
@@ -59,11 +60,15 @@ def test_cli_sweep_counts_equal_the_server_counters(vllm_server, tmp_path, capsy
         measured = [r for r in scenario.records if not r.warmup]
         spread = [r for r in measured if r.t_last_ns > r.t_first_ns]
         for r in measured:
-            expected = (MAX_TOKENS - 1) * 1e9 / (r.t_last_ns - r.t_first_ns) if r in spread else None
+            first = sum(tokens for t, tokens in r.chunks if t == r.t_first_ns)  # what arrived with the first token
+            expected = (MAX_TOKENS - first) * 1e9 / (r.t_last_ns - r.t_first_ns) if r in spread else None
             assert r.decode_tok_s == pytest.approx(expected)
         assert s.decode_tok_s.count == len(spread)
         if len(spread) < len(measured):
             assert s.client_bound and any("late" in reason for reason in s.client.reasons), s.client
+            assert any(reason.startswith("decode_tok_s:") for reason in s.unmeasured), s.unmeasured
+        # TTFC (vLLM's: the role chunk) <= TTFT (first token) <= TTFOT (first answer token)
+        assert all(r.ttfc_ms <= r.ttft_ms <= r.ttfot_ms for r in measured)
 
 
 def test_salts_keep_the_prefix_cache_cold_and_none_lets_it_hit(vllm_server):
@@ -92,7 +97,9 @@ def test_speculative_chunks_carry_several_tokens_counted_exactly(vllm_spec_serve
                                             for p in scenario.server_timeline)
     # token-normalized ITL has one sample per token after the first chunk, not one per chunk
     measured = [r for r in scenario.records if not r.warmup]
-    assert s.itl_ms.count == sum(MAX_TOKENS - r.chunks[0][1] for r in measured) > s.chunk_gap_ms.count
+    # (chunks of one network read are coalesced: their tokens count with the read, their gaps are reported)
+    assert s.itl_ms.count == sum(MAX_TOKENS - per_read(r.chunks)[0][1] for r in measured) > s.chunk_gap_ms.count
+    assert s.coalesced_gaps == sum(len(r.chunks) - len(per_read(r.chunks)) for r in measured)
 
 
 def test_saturation_sweep_with_an_slo_finds_a_concurrency_and_its_goodput(vllm_server, tmp_path, capsys):

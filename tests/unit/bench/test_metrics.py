@@ -7,9 +7,11 @@ from servingctl.bench.metrics import (
     chunk_gaps_ms,
     count_mismatches,
     itl_samples_ms,
+    per_read,
     round_result,
     steady_window,
     tokens_per_chunk,
+    unmeasured,
     with_request_metrics,
 )
 from servingctl.schema.results import RequestRecord
@@ -23,6 +25,7 @@ def record(index=0, start_ms=0, chunks_ms=((100, 1), (110, 2), (130, 1)), end_ms
         scenario="in256-c1", round=0, index=index, ok=ok,
         t_start_ns=int(start_ms * MS),
         t_first_ns=chunks[0][0] if chunks else None,
+        t_first_answer_ns=extra.pop("t_first_answer_ns", chunks[0][0] if chunks else None),
         t_last_ns=chunks[-1][0] if chunks else None,
         t_end_ns=int(end_ms * MS),
         completion_tokens=sum(k for _, k in chunks),
@@ -37,6 +40,44 @@ def test_per_request_metrics():
     assert r.e2e_tok_s == pytest.approx(4 / 0.140)   # 28.57 tok/s
     assert r.decode_tok_s == pytest.approx(3 / 0.030)  # (n-1) / (t_last - t_first) = 100 tok/s
     assert r.tpot_ms == pytest.approx(40 / 3)        # (E2E - TTFT) / (n-1)
+
+
+def test_ttfc_ttft_and_ttfot_from_their_own_chunks():
+    r = with_request_metrics(record(t_first_chunk_ns=90 * MS, t_first_answer_ns=130 * MS))
+    assert (r.ttfc_ms, r.ttft_ms, r.ttfot_ms) == (90.0, 100.0, 130.0)
+
+
+def test_decode_rate_leaves_out_every_token_of_the_first_chunk_under_mtp():
+    # the first chunk carries k = 3 tokens (multi-token prediction): only 6 - 3 = 3 were decoded in 30 ms
+    r = with_request_metrics(record(chunks_ms=((100, 3), (110, 2), (130, 1))))
+    assert r.decode_tok_s == pytest.approx(3 / 0.030)
+    assert r.coalesced_gaps == 0
+
+
+def test_chunks_of_one_read_are_coalesced_not_zero_gaps():
+    chunks_ms = ((100, 1), (100, 1), (120, 1), (120, 1), (130, 1))
+    r = with_request_metrics(record(chunks_ms=chunks_ms))
+    assert r.coalesced_gaps == 2
+    assert per_read(r.chunks) == [(100 * MS, 2), (120 * MS, 2), (130 * MS, 1)]
+    assert chunk_gaps_ms(r.chunks) == [20.0, 10.0]          # no 0 ms gaps
+    assert itl_samples_ms(r.chunks) == [10.0, 10.0, 10.0]   # one sample per token after the first read
+    assert r.decode_tok_s == pytest.approx(3 / 0.030)        # the first read brought k = 2
+    assert "itl_ms: 2 of 4 chunk gaps" in unmeasured([r])[0]
+
+
+def test_a_whole_answer_in_one_read_says_why_decode_is_unmeasured():
+    whole = with_request_metrics(record(chunks_ms=((100, 1), (100, 1), (100, 2))))
+    fine = with_request_metrics(record(index=1))
+    assert whole.decode_tok_s is None and fine.decode_tok_s is not None
+    reasons = unmeasured([whole, fine])
+    assert reasons[0].startswith("decode_tok_s: 1 of 2 requests got all their tokens in one network read")
+    assert unmeasured([fine]) == []
+
+
+def test_reasoning_only_answer_has_no_ttfot_and_says_so():
+    r = with_request_metrics(record(t_first_chunk_ns=90 * MS, t_first_answer_ns=None))
+    assert r.ttfot_ms is None
+    assert unmeasured([r]) == ["ttfot_ms: 1 of 1 requests ended before any answer token (reasoning only)"]
 
 
 def test_single_token_has_no_decode_rate_nor_tpot():

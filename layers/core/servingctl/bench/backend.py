@@ -68,13 +68,15 @@ class _StreamState:
     """Accumulates one SSE stream: chunk timing, cumulative usage, finish reason, [DONE]."""
 
     __slots__ = (
-        "parser", "chunks", "t_done", "cumulative", "exact", "prompt_tokens",
+        "parser", "chunks", "t_first_chunk", "t_first_answer", "t_done", "cumulative", "exact", "prompt_tokens",
         "completion_tokens", "finish_reason", "done", "malformed", "server_error",
     )
 
     def __init__(self) -> None:
         self.parser = SSEParser()
         self.chunks: list[tuple[int, int]] = []
+        self.t_first_chunk: int | None = None
+        self.t_first_answer: int | None = None
         self.t_done: int | None = None
         self.cumulative = 0
         self.exact = True
@@ -122,14 +124,22 @@ class _StreamState:
         if not choices:
             return  # the final usage-only chunk
         choice = choices[0]
+        if self.t_first_chunk is None:
+            self.t_first_chunk = t
         finish = choice.get("finish_reason")
         if finish:
             self.finish_reason = finish
+        delta = None
+        if self.t_first_answer is None:  # until the answer starts: reasoning or answer?
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self.t_first_answer = t
         if completion is not None:
             tokens = completion - self.cumulative
             self.cumulative = completion
         else:
-            delta = choice.get("delta") or {}
+            if delta is None:
+                delta = choice.get("delta") or {}
             tokens = 1 if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") else 0
             self.exact = self.exact and not tokens
         if tokens > 0:
@@ -141,7 +151,9 @@ class _StreamState:
             completion = sum(tokens for _, tokens in self.chunks)
         chunks = self.chunks
         return {
+            "t_first_chunk_ns": self.t_first_chunk - t0 if self.t_first_chunk is not None else None,
             "t_first_ns": chunks[0][0] - t0 if chunks else None,
+            "t_first_answer_ns": self.t_first_answer - t0 if self.t_first_answer is not None else None,
             "t_last_ns": chunks[-1][0] - t0 if chunks else None,
             "t_end_ns": (self.t_done if self.t_done is not None else t_end) - t0,
             "prompt_tokens": self.prompt_tokens,

@@ -1,12 +1,17 @@
 """Metric arithmetic: per-request figures from chunk timings, and per-scenario aggregates.
 
 Definitions (n = completion tokens, times from the monotonic clock):
-- TTFT = first token-bearing chunk - send time (the empty role chunk does not count).
+- TTFC = first chunk - send time, the empty role chunk included (what `vllm bench serve` calls TTFT).
+- TTFT = first token-bearing chunk - send time (reasoning tokens count).
+- TTFOT = first answer-content chunk - send time (for reasoning models: after the reasoning).
 - E2E = end of stream - send time; E2E tok/s = n / E2E.
-- decode tok/s = (n - 1) / (t_last - t_first); TPOT = (E2E - TTFT) / (n - 1).
-- token-normalized ITL: each gap between token-bearing chunks divided by the tokens of the later
-  chunk, one sample per token (so a 2-token MTP chunk gives two samples of half the gap).
-- raw chunk gaps, and a histogram of tokens per chunk.
+- decode tok/s = (n - k) / (t_last - t_first), k = the tokens that arrived at t_first (a multi-token
+  prediction chunk carries k > 1); TPOT = (E2E - TTFT) / (n - 1).
+- Chunks of one network read share its arrival stamp: the gaps between them are "coalesced" (the
+  client cannot see when the server sent them), counted, and left out of ITL and chunk gaps.
+- token-normalized ITL: each gap between reads divided by the tokens of the later read, one sample
+  per token (so a 2-token MTP chunk gives two samples of half the gap).
+- raw chunk gaps (between reads), and a histogram of tokens per chunk.
 - burst aggregate = completion tokens of a round / round wall time (first send to last end).
 - steady-window aggregate (sustained, rate) = tokens of chunks arriving inside the window / its
   length, the window running from the first completion (ramp over) to the last send (drain begins).
@@ -38,37 +43,76 @@ MAX_MISMATCH_EXAMPLES = 5
 
 def with_request_metrics(record: RequestRecord) -> RequestRecord:
     """Return the record with ttft_ms, e2e_ms, e2e_tok_s, decode_tok_s and tpot_ms filled in."""
-    update: dict[str, float | None] = {}
+    update: dict[str, float | int | None] = {}
     n = record.completion_tokens or 0
-    if record.t_first_ns is not None:
-        update["ttft_ms"] = (record.t_first_ns - record.t_start_ns) / NS_PER_MS
+    for name, t in (("ttfc_ms", record.t_first_chunk_ns), ("ttft_ms", record.t_first_ns), ("ttfot_ms", record.t_first_answer_ns)):
+        if t is not None:
+            update[name] = (t - record.t_start_ns) / NS_PER_MS
     if record.t_end_ns is not None:
         e2e_ns = record.t_end_ns - record.t_start_ns
         update["e2e_ms"] = e2e_ns / NS_PER_MS
         if e2e_ns > 0 and n > 0:
             update["e2e_tok_s"] = n * NS_PER_S / e2e_ns
+    reads = per_read(record.chunks)
+    update["coalesced_gaps"] = len(record.chunks) - len(reads)
     if n >= 2 and record.t_first_ns is not None and record.t_last_ns is not None:
         decode_ns = record.t_last_ns - record.t_first_ns
-        if decode_ns > 0:
-            update["decode_tok_s"] = (n - 1) * NS_PER_S / decode_ns
+        first = reads[0][1] if reads else 1
+        if decode_ns > 0 and n > first:
+            update["decode_tok_s"] = (n - first) * NS_PER_S / decode_ns
         if "e2e_ms" in update and "ttft_ms" in update:
-            update["tpot_ms"] = (update["e2e_ms"] - update["ttft_ms"]) / (n - 1)
+            update["tpot_ms"] = (update["e2e_ms"] - update["ttft_ms"]) / (n - 1)  # type: ignore[operator]
     return record.model_copy(update=update)
 
 
+def per_read(chunks: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Token chunks merged per network read (the chunks of one read share its arrival stamp)."""
+    reads: list[tuple[int, int]] = []
+    for t, tokens in chunks:
+        if reads and reads[-1][0] == t:
+            reads[-1] = (t, reads[-1][1] + tokens)
+        else:
+            reads.append((t, tokens))
+    return reads
+
+
 def chunk_gaps_ms(chunks: Sequence[tuple[int, int]]) -> list[float]:
-    """Raw gaps between consecutive token-bearing chunks, in ms."""
-    return [(chunks[i][0] - chunks[i - 1][0]) / NS_PER_MS for i in range(1, len(chunks))]
+    """Raw gaps between the network reads that brought token-bearing chunks, in ms."""
+    reads = per_read(chunks)
+    return [(reads[i][0] - reads[i - 1][0]) / NS_PER_MS for i in range(1, len(reads))]
 
 
 def itl_samples_ms(chunks: Sequence[tuple[int, int]]) -> list[float]:
-    """Token-normalized inter-token latencies: gap / tokens, repeated once per token of the chunk."""
+    """Token-normalized inter-token latencies: gap between reads / tokens of the later read, once per token."""
+    reads = per_read(chunks)
     samples: list[float] = []
-    for i in range(1, len(chunks)):
-        tokens = chunks[i][1]
+    for i in range(1, len(reads)):
+        tokens = reads[i][1]
         if tokens > 0:
-            samples.extend([(chunks[i][0] - chunks[i - 1][0]) / NS_PER_MS / tokens] * tokens)
+            samples.extend([(reads[i][0] - reads[i - 1][0]) / NS_PER_MS / tokens] * tokens)
     return samples
+
+
+def unmeasured(ok: Sequence[RequestRecord]) -> list[str]:
+    """What the successful requests could not measure, and why (instead of a bare empty figure)."""
+    found = []
+    one_read = sum(1 for r in ok if (r.completion_tokens or 0) >= 2 and r.decode_tok_s is None)
+    if one_read:
+        found.append(
+            f"decode_tok_s: {one_read} of {len(ok)} requests got all their tokens in one network read "
+            "(the client read late, or the server flushed them at once): no decode rate for them"
+        )
+    coalesced = sum(r.coalesced_gaps for r in ok)
+    if coalesced:
+        gaps = sum(max(len(r.chunks) - 1, 0) for r in ok)
+        found.append(
+            f"itl_ms: {coalesced} of {gaps} chunk gaps fell inside one network read (coalesced): "
+            "their timing is unknown, left out of ITL and chunk gaps"
+        )
+    no_answer = sum(1 for r in ok if r.t_first_ns is not None and r.t_first_answer_ns is None)
+    if no_answer:
+        found.append(f"ttfot_ms: {no_answer} of {len(ok)} requests ended before any answer token (reasoning only)")
+    return found
 
 
 def tokens_per_chunk(records: Iterable[RequestRecord]) -> dict[int, int]:
@@ -198,13 +242,18 @@ def scenario_summary(
         aggregate_tok_s_rounds=round_rates,
         steady_window=window,
         achieved_rate_rps=achieved_rate,
+        ttfc_ms=summarize(_values(ok, "ttfc_ms")),
         ttft_ms=summarize(_values(ok, "ttft_ms")),
+        ttfot_ms=summarize(_values(ok, "ttfot_ms")),
         e2e_ms=summarize(_values(ok, "e2e_ms")),
         e2e_tok_s=summarize(_values(ok, "e2e_tok_s")),
         decode_tok_s=summarize(_values(ok, "decode_tok_s")),
         tpot_ms=summarize(_values(ok, "tpot_ms")),
         itl_ms=summarize(sample for r in ok for sample in itl_samples_ms(r.chunks)),
         chunk_gap_ms=summarize(gap for r in ok for gap in chunk_gaps_ms(r.chunks)),
+        coalesced_gaps=sum(r.coalesced_gaps for r in ok),
+        chunk_gaps=sum(max(len(r.chunks) - 1, 0) for r in ok),
+        unmeasured=unmeasured(ok),
         tokens_per_chunk=tokens_per_chunk(ok),
         token_counts_exact=bool(ok) and all(r.token_counts_exact for r in ok),
         mismatches=count_mismatches(ok, calibration.actual_tokens, config.max_tokens),

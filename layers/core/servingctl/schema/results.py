@@ -152,7 +152,9 @@ class RequestRecord(_Model):
     http_status: int | None = None
     # Monotonic ns relative to the scenario start: sent, first token chunk, last token chunk, done.
     t_start_ns: int
+    t_first_chunk_ns: int | None = Field(None, description="first chunk with choices, even the empty role chunk (vLLM's TTFT)")
     t_first_ns: int | None = None
+    t_first_answer_ns: int | None = Field(None, description="first chunk with answer content (after any reasoning)")
     t_last_ns: int | None = None
     t_end_ns: int | None = None
     # Server-reported usage and end of generation.
@@ -165,11 +167,14 @@ class RequestRecord(_Model):
     token_counts_exact: bool = Field(False, description="per-chunk counts from continuous usage stats; else 1 per content chunk")
     malformed_lines: int = 0
     # Derived per-request metrics (None when not computable, e.g. one token or a failure).
+    ttfc_ms: float | None = Field(None, description="time to first chunk, as vLLM's bench counts TTFT")
     ttft_ms: float | None = None
+    ttfot_ms: float | None = Field(None, description="time to first answer token (reasoning models: after the reasoning)")
     e2e_ms: float | None = None
     e2e_tok_s: float | None = None
-    decode_tok_s: float | None = None
+    decode_tok_s: float | None = Field(None, description="(n - k) / (t_last - t_first), k = tokens that arrived with the first")
     tpot_ms: float | None = None
+    coalesced_gaps: int = Field(0, description="gaps between token chunks that arrived in one network read")
 
 
 class MetricSummary(_Model):
@@ -308,13 +313,20 @@ class ScenarioSummary(_Model):
     steady_window: SteadyWindow | None = None
     achieved_rate_rps: float | None = Field(None, description="rate mode: measured arrivals per second")
     # Per-request distributions (successful measured requests).
+    ttfc_ms: MetricSummary = Field(default_factory=MetricSummary, description="time to first chunk (vLLM's TTFT)")
     ttft_ms: MetricSummary
+    ttfot_ms: MetricSummary = Field(default_factory=MetricSummary, description="time to first answer token")
     e2e_ms: MetricSummary
     e2e_tok_s: MetricSummary
     decode_tok_s: MetricSummary
     tpot_ms: MetricSummary
-    itl_ms: MetricSummary = Field(description="token-normalized: each chunk gap / its tokens, one sample per token")
-    chunk_gap_ms: MetricSummary = Field(description="raw gaps between token-bearing chunks")
+    itl_ms: MetricSummary = Field(
+        description="token-normalized: each gap between reads / the tokens of the later read, one sample per token"
+    )
+    chunk_gap_ms: MetricSummary = Field(description="raw gaps between token-bearing chunks of different reads")
+    coalesced_gaps: int = Field(0, description="chunk gaps inside one network read: left out of ITL and chunk gaps")
+    chunk_gaps: int = Field(0, description="every gap between token-bearing chunks, coalesced ones included")
+    unmeasured: list[str] = Field(default_factory=list, description="what could not be measured, and why")
     tokens_per_chunk: dict[int, int] = Field(default_factory=dict, description="tokens in a chunk -> chunks")
     token_counts_exact: bool = Field(description="every measured request had exact per-chunk counts")
     # Checks.

@@ -120,3 +120,14 @@ def test_single_comparison_is_rendered_too(run):
     comparisons = cost_comparisons(run, api_input_usd_per_m=0.22, api_output_usd_per_m=0.66, hourly_usd=12.0)
     text = render_report(run, comparison=comparisons["in256-c1"])
     assert re.search(r"\| – \| 254 \| 4 \| 30\.53 \| 8,760 \|", _section(text, "Cost per token"))
+
+
+def test_unmeasured_figures_are_warned_and_ttfc_ttfot_and_coalesced_gaps_shown(run):
+    s = run.scenarios[0].summary
+    s.unmeasured = ["decode_tok_s: 1 of 1 requests got all their tokens in one network read"]
+    s.ttfc_ms, s.ttfot_ms = s.ttft_ms.model_copy(update={"median": 99.0}), s.ttft_ms.model_copy(update={"median": 123.0})
+    s.coalesced_gaps, s.chunk_gaps = 3, 8
+    text = render_report(run)
+    assert f"UNMEASURED {s.name}: decode_tok_s: 1 of 1 requests" in _section(text, "Warnings")
+    latency = next(line for line in text.splitlines() if line.startswith(f"| {s.name} ") and "(3 of 8)" in line)
+    assert f"99.0 / {s.ttft_ms.median:.1f} / 123.0" in latency

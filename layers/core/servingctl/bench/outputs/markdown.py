@@ -73,6 +73,7 @@ def warnings(run: RunResult) -> list[str]:
             )
         if not s.token_counts_exact:
             out.append(f"{s.name}: per-chunk token counts are approximate (no continuous usage stats).")
+        out += [f"UNMEASURED {s.name}: {reason}" for reason in s.unmeasured]
     return out
 
 
@@ -101,9 +102,10 @@ def latency_table(summaries: Sequence[ScenarioSummary]) -> list[str]:
     header = (
         "scenario",
         "TTFT min / mean / max ms",
+        "TTFC / TTFT / TTFOT median ms",
         "E2E median / p99 ms",
         "TPOT median ms",
-        "ITL median / p99 ms",
+        "ITL median / p99 ms (coalesced gaps)",
         "chunk gap median ms",
         "tokens per chunk",
         "aggregate per round tok/s",
@@ -118,9 +120,10 @@ def latency_table(summaries: Sequence[ScenarioSummary]) -> list[str]:
             (
                 s.name,
                 f"{fmt(s.ttft_ms.min, 1)} / {fmt(s.ttft_ms.mean, 1)} / {fmt(s.ttft_ms.max, 1)}",
+                f"{fmt(s.ttfc_ms.median, 1)} / {fmt(s.ttft_ms.median, 1)} / {fmt(s.ttfot_ms.median, 1)}",
                 f"{fmt(s.e2e_ms.median, 1)} / {fmt(s.e2e_ms.p99, 1)}",
                 fmt(s.tpot_ms.median),
-                f"{fmt(s.itl_ms.median)} / {fmt(s.itl_ms.p99)}",
+                f"{fmt(s.itl_ms.median)} / {fmt(s.itl_ms.p99)} ({s.coalesced_gaps} of {s.chunk_gaps})",
                 fmt(s.chunk_gap_ms.median),
                 chunks,
                 rounds,

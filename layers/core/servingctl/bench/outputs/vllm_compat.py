@@ -8,8 +8,9 @@ seconds (`ttfts`, `itls`, `latencies`, `start_times`), summary figures in ms
 throughputs per second over `duration`. Measured requests only (warm-ups excluded).
 
 Where our meaning differs, the file says so under `servingctl.notes` (see NOTES):
-- `itls` / `*_itl_ms` are token-normalized (a chunk gap split over the tokens it carried, one
-  sample per token) where vLLM pools raw chunk gaps; raw gaps are in `servingctl.chunk_gaps_ms`.
+- `itls` / `*_itl_ms` are token-normalized (a gap between reads split over the tokens the later
+  read carried, one sample per token; chunks of one read are coalesced, their gaps left out) where
+  vLLM pools raw chunk gaps; raw gaps are in `servingctl.chunk_gaps_ms`.
 - `ttfts` count from the first chunk carrying content or reasoning, not the empty role chunk.
 - `duration`: burst = sum of measured rounds' wall time; sustained/rate = first send to last end
   of the measured requests (like vLLM, ramp and drain included). Our own aggregate (median of
@@ -34,8 +35,9 @@ from servingctl.bench.stats import percentile
 BACKEND = "openai-chat"
 PERCENTILES: tuple[int, ...] = (90, 95, 99)
 NOTES: dict[str, str] = {
-    "itls": "token-normalized: each gap between token-bearing chunks divided by the tokens of the "
-    "later chunk, one sample per token (vLLM pools raw chunk gaps); raw gaps: servingctl.chunk_gaps_ms",
+    "itls": "token-normalized: each gap between the network reads that brought tokens divided by the tokens of "
+    "the later read, one sample per token; gaps inside one read are unknown and left out (vLLM pools raw chunk "
+    "gaps, zeros included); raw gaps: servingctl.chunk_gaps_ms",
     "ttfts": "seconds to the first chunk carrying content or reasoning (vLLM counts the role-only first chunk)",
     "tpot": "(E2E - TTFT) / (completion_tokens - 1) from the server's usage (exact under speculative decoding)",
     "duration": "burst: sum of measured rounds' wall time; sustained/rate: first send to last end of measured "
