@@ -53,8 +53,11 @@ def test_the_step_budget_stops_at_the_limit():
 def test_over_saturation_stops_the_doubling_with_what_held():
     steps = [step(1, True), step(2, True), step(4, True, sat=True)]
     decision = decide(steps, 256, 12)
-    assert (decision.next, decision.found, decision.stop) == (None, 4, "over-saturated")
-    assert result_of(steps, decision).scenario == "in100-c4"
+    # 4 still met the SLO, but only by queueing: the answer is the highest concurrency before it
+    assert (decision.next, decision.found, decision.stop) == (None, 2, "over-saturated")
+    assert decision.reason.endswith("2 is the highest before it")
+    assert result_of(steps, decision).scenario == "in100-c2"
+    assert decide([step(1, True), step(2, True, sat=True)], 256, 12).found == 1
 
 
 def test_saturated_when_ttft_rises_while_throughput_flattens_or_goodput_falls():

@@ -2,7 +2,8 @@
 
 The search doubles the concurrency from 1 until a scenario misses the SLOs, the server is
 over-saturated or the bound is reached, then bisects between the highest concurrency that held and
-the lowest that did not. Over-saturated means more concurrency only queues: against the nearest
+the lowest that did not. Once over-saturated, the answer is the highest concurrency that met the SLOs
+before the server saturated (beyond it requests only queue, even where they still meet the SLOs). Over-saturated means more concurrency only queues: against the nearest
 lower concurrency measured, TTFT rose by SATURATION_TTFT_RISE while throughput grew by less than
 SATURATION_THROUGHPUT_GAIN, or goodput fell by more than GOODPUT_DROP.
 
@@ -80,8 +81,10 @@ def decide(steps: Sequence[SweepStep], max_concurrency: int, max_steps: int) -> 
             return Decision(None, found, "converged", f"met at {found}, missed at {high}")
         nxt, why = (found + high) // 2, f"bisect between {found} (met) and {high} (missed)"
     elif last.saturated:
-        return Decision(None, found, "over-saturated", f"over-saturated at {last.concurrency}: queueing grows "
-                        "(TTFT rising while throughput flattens, or goodput falling)")
+        # Past the knee more concurrency only queues: the answer is the highest that held before it.
+        knee = max((s.concurrency for s in steps if s.met and not s.saturated), default=found)
+        return Decision(None, knee, "over-saturated", f"over-saturated at {last.concurrency}: queueing grows "
+                        f"(TTFT rising while throughput flattens, or goodput falling); {knee} is the highest before it")
     elif last.concurrency >= max_concurrency:
         return Decision(None, found, "max-concurrency", f"met at the bound sweep_max_concurrency={max_concurrency}")
     else:
