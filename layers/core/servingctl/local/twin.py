@@ -2,7 +2,9 @@
 
 Owns the moto server harness (in-process, 127.0.0.1), the bootstrap of every AWS resource the
 registry names (ECS, Auto Scaling, ELBv2, SSM, DynamoDB, S3, Lambda, Step Functions), the routing
-of Lambda invokes to the real handlers in functions/<name>/app.py, and helpers to run executions.
+of Lambda invokes to the real handlers in functions/<name>/app.py, each run in an execution
+environment of its function (servingctl.local.lambda_runtime) configured as template.yaml deploys it,
+the benchmark task definition whose tasks servingctl.local.ecs_tasks runs, and helpers to run executions.
 The world simulator (servingctl.local.world) plays AWS's part over time; servingctl.local.eventbridge
 plays the sweep's schedule and the status-change rule of template.yaml (with sweep=True) and aborts
 a .sync child with its parent. One twin per process:
