@@ -29,6 +29,12 @@ def test_the_demo_runs_the_main_path_and_leaves_nothing_running(tmp_path: Path, 
     assert "Self-hosted vs managed API" in out and "nothing left running: yes" in out
     run = read_results(tmp_path / "out")
     assert sorted(s.summary.name for s in run.scenarios) == ["in1024-c1", "in1024-c4", "in256-c1", "in256-c4"]
+    # A CLIENT-BOUND row is explained from the run's own self-check: the worker's CPU and the host's load.
+    bound = [s.summary for s in run.scenarios if s.summary.client.client_bound]
+    assert ("==> why CLIENT-BOUND: " in out) == bool(bound), out[-3000:]
+    if bound:
+        assert f"{len(bound)} of 4 scenarios client-bound: the worker" in out
+        assert f"{max(s.client.cpu_share for s in bound):.0%} of a core" in out
     assert {p.name for p in (tmp_path / "out").iterdir()} >= {"report.md", "results.json", "aggregate_tok_s.png", "ttft.png", "vllm"}
     assert "g7e.12xlarge" in out and "12.17" in out  # the ledger entry at the instance's hourly price
     # the second run against the first, through the API: in256-c4 with intervals, the rest only in the baseline

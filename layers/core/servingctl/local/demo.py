@@ -27,8 +27,10 @@ from pathlib import Path
 
 import httpx
 
+from servingctl.bench.selfcheck import CPU_SHARE_LIMIT
 from servingctl.cli.main import main as servingctl
 from servingctl.local.modelserver import free_port, vllm_available
+from servingctl.schema.results import RunResult
 
 PROFILE = "deepseek-v4-flash"  # priced in the catalog: the run gets its cost comparison
 # The tiny model serves 2048 tokens of context: inputs and answers stay inside it. One worker per
@@ -154,6 +156,27 @@ def _run(*argv: str) -> int:
     return servingctl([*argv, "--local"])
 
 
+def client_bound_why(results: Path) -> str | None:
+    """Why the run's rows are client-bound, from its own self-check and client host (None when none is):
+    the bench worker has a process of its own, so a lagging event loop that used little CPU was
+    starved by the rest of this machine (the model server, other work), not busy with the load."""
+    run = RunResult.model_validate_json(results.read_text())
+    bound = [s.summary for s in run.scenarios if s.summary.client.client_bound]
+    if not bound:
+        return None
+    busiest = max(s.client.cpu_share for s in bound)
+    lag = max(s.client.loop_lag_ms.p99 or 0.0 for s in bound)
+    host = run.metadata.client_host
+    load = (host.load_average_end or host.load_average_start) if host else None
+    where = f"load average {load[0]:.1f} on {host.cpus} CPUs" if host and load else "its load not recorded"
+    if busiest < CPU_SHARE_LIMIT / 2:
+        return (f"{len(bound)} of {len(run.scenarios)} scenarios client-bound: the worker (a process of its own) used at most "
+                f"{busiest:.0%} of a core, yet its event loop woke up to {lag:.0f} ms late: this machine was busy ({where}), "
+                "not the client: measure on an idle machine (in AWS each worker has a vCPU of its own)")
+    return (f"{len(bound)} of {len(run.scenarios)} scenarios client-bound: the worker used up to {busiest:.0%} of a core "
+            f"(event-loop lag p99 up to {lag:.0f} ms; {where}): the client set the pace")
+
+
 def run_demo(output: Path, *, model_server: str = "vllm", time_scale: float = 20.0, workdir: Path | None = None) -> int:
     """The whole demo; returns 0 when every step succeeded and nothing was left running."""
     began = time.monotonic()
@@ -179,6 +202,8 @@ def run_demo(output: Path, *, model_server: str = "vllm", time_scale: float = 20
         if steps[-1][1] == 0:
             _say("benchmark 2 input lengths x 2 concurrencies from inside the VPC (run_benchmark), then the report")
             steps.append(("bench", _run("bench", "--profile", PROFILE, *MATRIX, "--label", "demo", "--output", str(output))))
+            if steps[-1][1] == 0 and (why := client_bound_why(output / "results.json")):
+                _say(f"why CLIENT-BOUND: {why}")
             if steps[-1][1] == 0:
                 _say("measure one scenario again and compare the two stored runs: each change with its 95 % interval, "
                      "a verdict only when the interval says so, and both runs' fingerprints")
