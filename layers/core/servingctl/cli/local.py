@@ -174,7 +174,7 @@ def _run_up(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGTERM, _on_signal)
     twin = Twin(args.registry, model_server=args.model_server, faults=args.fault, time_scale=args.time_scale, port=args.port,
-                api_port=args.api_port, sweep=args.sweep)
+                api_port=args.api_port, sweep=args.sweep, lambda_logs_to_terminal=args.verbose)
     try:
         twin.start()
         assert twin.api_url is not None

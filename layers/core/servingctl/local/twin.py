@@ -374,6 +374,7 @@ class Twin:
         sweep: bool = False,
         execution_timeouts_s: Mapping[str, int] | None = None,
         iam_template: Mapping[str, Any] | None = None,
+        lambda_logs_to_terminal: bool = False,
     ) -> None:
         if model_server not in ("sim", "vllm"):
             raise ValueError(f"model_server: {model_server!r} is not one of 'sim', 'vllm'")
@@ -418,6 +419,8 @@ class Twin:
         # self.iam records every call.
         self.iam_template = iam_template
         self.iam: iam.Enforcer | None = None
+        # The handlers' output: <workdir>/logs/lambda/<function>.log, or this process's terminal.
+        self.lambda_logs_to_terminal = lambda_logs_to_terminal
         # SERVINGCTL_BENCH_ECS_* of the benchmark task the twin registered (empty without template.yaml),
         # and what runs its tasks.
         self.bench_ecs: dict[str, str] = {}
@@ -841,7 +844,8 @@ class Twin:
             return lambda_runtime.FunctionConfig(*moto_patches.function_configuration(ACCOUNT_ID, region, deployed_name))
 
         self.router = HandlerRouter(
-            self.repo_root / "functions", self.region, config_of, log_dir=self.workdir / "logs" / "lambda",
+            self.repo_root / "functions", self.region, config_of,
+            log_dir=None if self.lambda_logs_to_terminal else self.workdir / "logs" / "lambda",
             faults=lambda: self.world.faults if self.world is not None else frozenset(),
         )
         moto_patches.set_lambda_router(self.router)
