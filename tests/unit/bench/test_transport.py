@@ -43,11 +43,11 @@ def feed_reads(reads: list[bytes]) -> tuple[list[tuple[bytes, int]], _Connection
     got: list[tuple[bytes, int]] = []
 
     async def go():
-        pool = StreamTransport(max_connections=1, clock=itertools.count(1).__next__)
+        pool = StreamTransport(max_connections=1, clock=itertools.count(0).__next__)
         conn = _Connection(pool, ("h", 80), pool.clock)
         sock = FakeSocket()
         conn.connection_made(sock)
-        conn.send(b"GET / HTTP/1.1\r\n\r\n", None, False)
+        assert conn.send(b"GET / HTTP/1.1\r\n\r\n", None, False) == 0  # stamped at the write: the clock's 0
         for read in reads:
             conn.data_received(read)
         assert conn.stream is not None
@@ -313,3 +313,62 @@ def test_backend_maps_transport_failures_to_error_kinds(respond, kind):
 
     record = asyncio.run(go())
     assert (record.ok, record.error_kind) == (False, kind)
+
+
+def sse_answer(tokens: int) -> Respond:
+    """A streamed chat answer of `tokens` one-token chunks with usage, one network write each."""
+    async def respond(writer, n, request):
+        events = [b'data: {"choices":[{"delta":{"role":"assistant","content":""}}],"usage":{"completion_tokens":0}}\n\n']
+        events += [b'data: {"choices":[{"delta":{"content":"x"},"finish_reason":%s}],"usage":{"prompt_tokens":3,'
+                   b'"completion_tokens":%d}}\n\n' % (b'"length"' if i == tokens else b"null", i) for i in range(1, tokens + 1)]
+        writer.write(HEAD)
+        for event in [*events, b"data: [DONE]\n\n"]:
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+            await asyncio.sleep(0.002)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+    return respond
+
+
+def test_warm_connections_and_prebuilt_requests_stamped_at_the_write():
+    clock = itertools.count(1000).__next__  # every clock read advances 1
+
+    async def go():
+        server = Server(sse_answer(3))
+        async with server as url:
+            connection = Connection(url + "/v1", api_key="sk-x", headers={"X-LLM-Profile": "p"}, timeout_s=5)
+            async with Backend(connection, "m", max_connections=5, clock=clock) as backend:
+                await backend.warm(4)
+                warmed = server.connections
+                t0 = clock()
+                records = await asyncio.gather(*(
+                    backend.stream_chat(ChatRequest("s", 0, i, False, "hi"), max_tokens=3, seed=1, t0=t0) for i in range(4)
+                ))
+        return server, warmed, records, url
+
+    server, warmed, records, url = asyncio.run(go())
+    # four connections before the clock, and the four requests ran on them: no handshake in any TTFT
+    assert warmed == 4 and server.connections == 4 and sorted(n for n, _ in server.requests) == [1, 2, 3, 4]
+    assert all(r.ok and r.completion_tokens == 3 and r.prompt_tokens == 3 for r in records)
+    # each request reads the clock as it begins (its start if it never gets to write), then at the write:
+    # four requests written back to back after t0, each timed from its write
+    assert sorted(r.t_start_ns for r in records) == [2, 4, 6, 8]
+    head, body = server.requests[0][1].split(b"\r\n\r\n", 1)
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"POST /v1/chat/completions HTTP/1.1"
+    headers = dict(line.split(b": ", 1) for line in lines[1:])
+    assert headers[b"Host"] == url.removeprefix("http://").encode() and headers[b"Authorization"] == b"Bearer sk-x"
+    assert headers[b"X-LLM-Profile"] == b"p" and headers[b"Accept-Encoding"] == b"identity"
+    assert int(headers[b"Content-Length"]) == len(body) and json.loads(body)["stream"] is True
+
+
+def test_warm_never_opens_more_than_the_pool_holds():
+    async def go():
+        server = Server(ok())
+        async with server as url, Backend(Connection(url), "m", max_connections=2) as backend:
+            await backend.warm(8)
+            await backend.warm(8)  # already warm: nothing new
+            return server.connections
+
+    assert asyncio.run(go()) == 2

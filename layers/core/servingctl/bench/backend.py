@@ -23,7 +23,7 @@ import orjson
 
 from servingctl.schema.results import ErrorKind, RequestRecord
 from servingctl.bench.sse import SSEParser
-from servingctl.bench.transport import StreamTransport, timed_stream
+from servingctl.bench.transport import StreamTransport
 
 Clock = Callable[[], int]
 MAX_ERROR_CHARS = 300
@@ -68,12 +68,14 @@ class _StreamState:
     """Accumulates one SSE stream: chunk timing, cumulative usage, finish reason, [DONE]."""
 
     __slots__ = (
-        "parser", "chunks", "t_first_chunk", "t_first_answer", "t_done", "cumulative", "exact", "prompt_tokens",
+        "parser", "status", "t_sent", "chunks", "t_first_chunk", "t_first_answer", "t_done", "cumulative", "exact", "prompt_tokens",
         "completion_tokens", "finish_reason", "done", "malformed", "server_error",
     )
 
     def __init__(self) -> None:
         self.parser = SSEParser()
+        self.status: int | None = None
+        self.t_sent: int | None = None  # clock when the request bytes were written (raw path)
         self.chunks: list[tuple[int, int]] = []
         self.t_first_chunk: int | None = None
         self.t_first_answer: int | None = None
@@ -175,6 +177,13 @@ class _StreamState:
         return None
 
 
+def _request_head(url: httpx.URL, headers: dict[str, str]) -> bytes:
+    """The HTTP/1.1 head of every streamed chat request, encoded once, ending with "Content-Length: "."""
+    lines = [f"POST {url.raw_path.decode()} HTTP/1.1", f"Host: {url.netloc.decode()}",
+             *(f"{name}: {value}" for name, value in headers.items()), "Content-Type: application/json"]
+    return ("\r\n".join(lines) + "\r\nContent-Length: ").encode()
+
+
 class Backend:
     """An OpenAI-compatible server reached through one keep-alive connection pool."""
 
@@ -193,6 +202,9 @@ class Backend:
         if transport is None and httpx.URL(connection.endpoint).scheme == "http":
             transport = StreamTransport(max_connections=max_connections, clock=clock)
         self._chat_url = httpx.URL(base_url(connection.endpoint) + "/v1/chat/completions")  # merged once
+        self._stream = transport if isinstance(transport, StreamTransport) else None
+        self._address = (self._chat_url.host, self._chat_url.port or 80)
+        self._chat_head = _request_head(self._chat_url, connection.request_headers())
         self._client = httpx.AsyncClient(
             base_url=base_url(connection.endpoint),
             headers=connection.request_headers(),
@@ -200,6 +212,14 @@ class Backend:
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
             transport=transport,
         )
+
+    async def warm(self, connections: int) -> None:
+        """Open the connections a load will use before its clock starts (no-op through plain httpx)."""
+        if self._stream is not None:
+            try:
+                await self._stream.warm(*self._address, connections, min(self.connection.timeout_s, 30.0))
+            except httpx.HTTPError:
+                pass  # the requests will fail with their own connect error, each recorded
 
     async def __aenter__(self) -> Backend:
         return self
@@ -232,25 +252,12 @@ class Backend:
         """Send one streaming chat completion and time it; never raises for server or network faults."""
         body = self.chat_body(request.prompt, max_tokens, seed, request.cache_salt)
         state = _StreamState()
-        status: int | None = None
         failure: tuple[ErrorKind, str] | None = None
         t_start = self.clock()
         try:
-            content, headers = orjson.dumps(body), {"Content-Type": "application/json"}
-            async with self._client.stream("POST", self._chat_url, content=content, headers=headers) as response:
-                status = response.status_code
-                if status != 200:
-                    text = (await response.aread()).decode("utf-8", "replace")
-                    failure = ("http_status", f"HTTP {status}: {text[:MAX_ERROR_CHARS]}")
-                elif (timed := timed_stream(response)) is not None:
-                    timed.deliver(state.feed)  # parsed inside data_received, stamped on arrival
-                    await timed.finished()
-                    state.close(self.clock())
-                else:
-                    # Raw reads: the body is requested uncompressed, so no decoder pass per chunk.
-                    async for raw in response.aiter_raw():
-                        state.feed(raw, self.clock())
-                    state.close(self.clock())
+            content = orjson.dumps(body)
+            exchange = self._exchange if self._stream is not None else self._via_httpx
+            failure = await exchange(content, state)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             failure = ("connect", f"{type(exc).__name__}: {exc}")
         except httpx.TimeoutException as exc:
@@ -270,10 +277,45 @@ class Backend:
             ok=failure is None,
             error_kind=failure[0] if failure else None,
             error=failure[1][:MAX_ERROR_CHARS] if failure else None,
-            http_status=status,
-            t_start_ns=t_start - t0,
+            http_status=state.status,
+            t_start_ns=(state.t_sent if state.t_sent is not None else t_start) - t0,
             **state.record(t0, t_end),
         )
+
+    async def _via_httpx(self, content: bytes, state: _StreamState) -> tuple[ErrorKind, str] | None:
+        """https, proxies or an injected transport: httpx's request path, reads stamped as they come.
+        Returns the failure or None; raises httpx's errors."""
+        headers = {"Content-Type": "application/json"}
+        async with self._client.stream("POST", self._chat_url, content=content, headers=headers) as response:
+            state.status = response.status_code
+            if response.status_code != 200:
+                text = (await response.aread()).decode("utf-8", "replace")
+                return "http_status", f"HTTP {response.status_code}: {text[:MAX_ERROR_CHARS]}"
+            # Raw reads: the body is requested uncompressed, so no decoder pass per chunk.
+            async for raw in response.aiter_raw():
+                state.feed(raw, self.clock())
+            state.close(self.clock())
+            return None
+
+    async def _exchange(self, content: bytes, state: _StreamState) -> tuple[ErrorKind, str] | None:
+        """The plain-http streaming path: pre-encoded bytes on a warm connection, every read parsed
+        where it arrives. Returns the failure or None; raises httpx's errors."""
+        assert self._stream is not None
+        timeout = self.connection.timeout_s
+        request = b"%s%d\r\n\r\n%s" % (self._chat_head, len(content), content)
+        state.t_sent, state.status, timed = await self._stream.exchange(
+            *self._address, request, connect_timeout=min(timeout, 30.0), read_timeout=timeout
+        )
+        try:
+            if state.status != 200:
+                text = b"".join([block async for block in timed]).decode("utf-8", "replace")
+                return "http_status", f"HTTP {state.status}: {text[:MAX_ERROR_CHARS]}"
+            timed.deliver(state.feed)
+            await timed.finished()
+            state.close(self.clock())
+            return None
+        finally:
+            await timed.aclose()
 
     async def get_json(self, path: str) -> dict | None:
         """GET a JSON document; None when the server does not answer it with 200 and JSON."""

@@ -7,6 +7,9 @@ A streaming reader registers a sink with `TimedStream.deliver(sink)`: sink(block
 called from `data_received` for every read (no coroutine wake-up per chunk) and `await finished()`
 returns at the end of the body or raises the httpx error that ended it. Other responses are read
 through the ordinary async iterator, so httpx's client API (headers, auth, timeouts) is unchanged.
+The benchmark's streaming requests skip httpx altogether: `exchange()` writes request bytes the
+caller encoded once and returns the clock at that write, and `warm()` opens the connections before
+the clock starts, so no request's TTFT holds a TCP handshake or the request-building path.
 Errors are httpx's: ConnectError/ConnectTimeout, PoolTimeout, ReadTimeout, RemoteProtocolError for
 a cut or malformed response, ReadError for a reset connection. Requests are written whole into
 asyncio's buffer (no write timeout); a request body given as a stream is sent as one chunk.
@@ -133,18 +136,20 @@ class _Connection(asyncio.Protocol):
         """Keep the transport."""
         self.transport = transport  # type: ignore[assignment]
 
-    def send(self, request: bytes, read_timeout: float | None, no_body: bool) -> None:
-        """Write one request and expect its response."""
+    def send(self, request: bytes, read_timeout: float | None, no_body: bool) -> int:
+        """Write one request and expect its response; return the clock when its bytes were written."""
         assert self.transport is not None
         self.requests += 1
         self.state, self.buffer, self.trailer, self.skip, self.no_body = _HEAD, b"", False, 0, no_body
         self.stream = TimedStream(self)
         self.head = asyncio.get_running_loop().create_future()
+        t_sent = self.clock()
         self.transport.write(request)
         self.timeout = read_timeout
         self.last_read = time.monotonic()
         if read_timeout is not None:
             self.timer = asyncio.get_running_loop().call_later(read_timeout, self._check_timeout)
+        return t_sent
 
     def _check_timeout(self) -> None:
         assert self.timeout is not None
@@ -405,6 +410,38 @@ class StreamTransport(httpx.AsyncBaseTransport):
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason, TIMED_STREAM: conn.stream},
         )
 
+    async def exchange(
+        self, host: str, port: int, request: bytes, *, connect_timeout: float | None, read_timeout: float | None,
+    ) -> tuple[int, int, TimedStream]:
+        """The streaming path without httpx: write pre-encoded request bytes on a pooled connection.
+
+        Returns (the clock when the bytes were written, status, body stream) once the response head
+        arrived; raises httpx's errors like handle_async_request. The caller must aclose() the stream.
+        """
+        await self._acquire_slot(None)
+        try:
+            conn = await self._open(host, port, connect_timeout)
+            t_sent = conn.send(request, read_timeout, False)
+            assert conn.head is not None and conn.stream is not None
+            try:
+                status, _, _ = await conn.head
+            except BaseException:
+                conn.abort()
+                raise
+        except BaseException:
+            self.slots.release()
+            raise
+        return t_sent, status, conn.stream
+
+    async def warm(self, host: str, port: int, count: int, connect_timeout: float | None) -> None:
+        """Open up to `count` idle connections to host:port now, so no request pays for its own."""
+        missing = min(count - len(self.idle.get((host, port), ())), self.max_connections - len(self.open))
+        if missing <= 0:
+            return
+        conns = await asyncio.gather(*(self._dial(host, port, connect_timeout) for _ in range(missing)))
+        for conn in conns:
+            self.put_back(conn)
+
     async def _acquire_slot(self, timeout: float | None) -> None:
         if not self.slots.locked():
             await self.slots.acquire()
@@ -416,7 +453,10 @@ class StreamTransport(httpx.AsyncBaseTransport):
 
     async def _connection(self, request: httpx.Request, timeout: float | None) -> _Connection:
         """An idle pooled connection to the request's host, else a new one."""
-        host, port = request.url.host, request.url.port or 80
+        return await self._open(request.url.host, request.url.port or 80, timeout)
+
+    async def _open(self, host: str, port: int, timeout: float | None) -> _Connection:
+        """An idle pooled connection to host:port, else a new one."""
         idle = self.idle.get((host, port))
         while idle:
             conn = idle.pop()
@@ -429,6 +469,10 @@ class StreamTransport(httpx.AsyncBaseTransport):
                 if conns:
                     conns.pop().abort()
                     break
+        return await self._dial(host, port, timeout)
+
+    async def _dial(self, host: str, port: int, timeout: float | None) -> _Connection:
+        """A new connection to host:port, counted as open."""
         loop = asyncio.get_running_loop()
         try:
             _, conn = await asyncio.wait_for(
