@@ -1,11 +1,15 @@
 """--debug-timings: the simulator tells when each stream arrived and when its first chunks left, on
 the system-wide monotonic clock, so a client benchmark can measure its own TTFT error."""
 
+import asyncio
 import json
+import socket
 import time
 
 import httpx
 
+from servingctl.bench.backend import Backend, ChatRequest, Connection
+from servingctl.bench.metrics import chunk_gaps_ms, with_request_metrics
 from servingctl.local.simserver import SimConfig, running
 
 
@@ -38,3 +42,34 @@ def test_debug_timings_bracket_what_the_client_saw():
 def test_debug_timings_route_is_off_by_default():
     with running(SimConfig(model="m", speed=20)) as url:
         assert httpx.get(f"{url}/debug/timings").status_code == 404
+
+
+def test_received_is_when_the_first_bytes_arrived_not_when_the_app_ran():
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                       "ignore_eos": True, "stream": True, "cache_salt": "split"}).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    with running(SimConfig(model="m", speed=50, mtp_tokens=0, debug_timings=True)) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as sock:
+            sent = time.monotonic_ns()
+            sock.sendall(head % len(body))
+            time.sleep(0.2)  # the body comes later: the app cannot run before it
+            body_sent = time.monotonic_ns()
+            sock.sendall(body)
+            while not sock.recv(65536).endswith(b"0\r\n\r\n"):
+                pass
+        (s,) = httpx.get(f"{url}/debug/timings").json()["streams"]
+    assert sent <= s["received_ns"] < body_sent <= s["first_chunk_sent_ns"]
+
+
+def test_pace_sends_one_event_per_write_at_least_pace_apart():
+    async def stream(url):
+        async with Backend(Connection(url), "m", max_connections=1) as backend:
+            return await backend.stream_chat(ChatRequest("s", 0, 0, False, "hello"), max_tokens=6, seed=1, t0=0)
+
+    with running(SimConfig(model="m", speed=1000, mtp_tokens=0, pace_ms=25)) as url:
+        record = with_request_metrics(asyncio.run(stream(url)))
+    # the engine is done long before the stream: every token still comes in its own read, 25 ms apart
+    assert record.ok and record.completion_tokens == 6 and len(record.chunks) == 6
+    assert record.coalesced_gaps == 0
+    assert min(chunk_gaps_ms(record.chunks)) >= 24.0

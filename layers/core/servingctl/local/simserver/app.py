@@ -32,6 +32,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 SIMULATOR_VERSION = f"servingctl-simulator {servingctl.__version__}"
 # --debug-timings keeps this many finished streams (oldest dropped first).
 DEBUG_TIMINGS_KEPT = 100_000
+ARRIVAL_NS = "servingctl.arrival_ns"  # scope extension: monotonic ns when the request's first read arrived
 
 
 class StreamCut(Exception):
@@ -207,7 +208,8 @@ class SimServer:
 
     # ---- chat -----------------------------------------------------------------------------------
     async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
-        received_ns = time.monotonic_ns()
+        # The request's first bytes arrived then (server.py stamps them); the app's own clock otherwise.
+        received_ns = (scope.get("extensions") or {}).get(ARRIVAL_NS) or time.monotonic_ns()
         try:
             req = ChatRequest.model_validate(await _read_json(receive))
         except ValidationError as exc:
@@ -291,6 +293,7 @@ class _Stream:
         self.continuous = bool(opts and opts.include_usage and opts.continuous_usage_stats)
         self.cut, self.malformed = cut, malformed
         self.stall = server.config.faults.stall_s
+        self.pace_s = server.config.pace_ms / 1000
         self.head = (
             f'data: {{"id":"{request_id}","object":"chat.completion.chunk","created":{int(time.time())},'
             f'"model":{json.dumps(server.config.model)},"choices":'
@@ -311,7 +314,8 @@ class _Stream:
                 f"{tail}}}\n\n").encode()
 
     def _stamp(self, content: bool) -> None:
-        """Note the send time of the first body and of the first body carrying content."""
+        """Note the write time of the first body and of the first body carrying content (called
+        right after send: uvicorn writes to the socket inside it, so this is the write's moment)."""
         now = time.monotonic_ns()
         if self.first_chunk_ns is None:
             self.first_chunk_ns = now
@@ -351,8 +355,8 @@ class _Stream:
                     if self.include_usage:
                         body += f"{self.head}[],{self._usage(sent)}}}\n\n".encode()
                     body += b"data: [DONE]\n\n"
-                    self._stamp(True)
                     await send({"type": "http.response.body", "body": body})
+                    self._stamp(True)
                     return
                 if text:  # a step whose tokens decode to no text sends nothing (like vLLM)
                     body += self._chunk('{"content":%s}' % json.dumps(text), None, sent)
@@ -366,8 +370,10 @@ class _Stream:
                         self.server.engine.abort(seq)
                         raise StreamCut("injected fault: stream-cut")
                 if body:
-                    self._stamp(bool(text))
                     await send({"type": "http.response.body", "body": body, "more_body": True})
+                    self._stamp(bool(text))
+                    if self.pace_s:  # one event per write, spaced like a GPU server's steps
+                        await asyncio.sleep(self.pace_s)
                 if self.stall and not stalled and sent >= half:
                     stalled = True
                     await asyncio.sleep(self.stall)

@@ -83,6 +83,11 @@ class SimConfig(BaseModel):
         default=False,
         description="record when each stream's first chunks were sent (GET /debug/timings), for client benchmarks",
     )
+    pace_ms: float = Field(
+        default=0.0, ge=0, le=1000,
+        description="at least this long between a stream's writes, one event per write (a GPU server's "
+        "one event per read); 0 = as fast as the engine steps (many events per read under load)",
+    )
 
     @model_validator(mode="after")
     def _budget_covers_decodes(self) -> SimConfig:

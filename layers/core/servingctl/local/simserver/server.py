@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from servingctl.local.simserver.app import StreamCut, create_app
+from servingctl.local.simserver.app import ARRIVAL_NS, StreamCut, create_app
 from servingctl.local.simserver.config import SimConfig
 
 
@@ -19,6 +21,24 @@ class _HideInjectedCuts(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (record.exc_info and isinstance(record.exc_info[1], StreamCut))
+
+
+class _StampingProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol that stamps each read on arrival, before parsing, and hands a
+    request the stamp of the read that began it (scope extension ARRIVAL_NS): the TTFT reference
+    of --debug-timings then holds no parsing and no wait for the app task to be scheduled."""
+
+    arrival_ns = 0
+
+    def data_received(self, data: bytes) -> None:
+        """Stamp, then parse."""
+        self.arrival_ns = time.monotonic_ns()
+        super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        """A new request: carry the arrival stamp in its scope."""
+        super().on_message_begin()
+        self.scope["extensions"] = {ARRIVAL_NS: self.arrival_ns}  # type: ignore[typeddict-unknown-key]
 
 
 def _server(config: SimConfig, log_level: str) -> uvicorn.Server:
@@ -30,6 +50,7 @@ def _server(config: SimConfig, log_level: str) -> uvicorn.Server:
         lifespan="on",
         timeout_keep_alive=300,  # like the reference ALB idle timeout: benchmark pools stay warm
         backlog=4096,
+        http=_StampingProtocol,
     )
     return uvicorn.Server(uv_config)
 
