@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from servingctl.bench.calibration import build_prompt
+from servingctl.bench.metrics import per_read
 from servingctl.schema.results import RunConfig, RunResult
 from servingctl.bench.outputs import read_results
 from servingctl.bench.runner import run_benchmark
@@ -57,7 +58,10 @@ def test_burst_sweep_counts_agree_with_the_server(sim):
         assert s.server.prefix_cache_ok is True and s.server.prefix_cache_hits_delta == 0
         assert s.server.spec_decode_acceptance_rate is not None
         assert len(s.aggregate_tok_s_rounds) == 2 and s.aggregate_tok_s is not None
-        assert s.itl_ms.count == sum(MAX_TOKENS - r.chunks[0][1] for r in scenario.records if not r.warmup)
+        # one ITL sample per token after the first read; chunks of one read are coalesced and counted
+        measured = [r for r in scenario.records if not r.warmup]
+        assert s.itl_ms.count == sum(MAX_TOKENS - per_read(r.chunks)[0][1] for r in measured)
+        assert s.coalesced_gaps == sum(len(r.chunks) - len(per_read(r.chunks)) for r in measured)
 
 
 def test_without_salts_a_repeated_prompt_hits_the_prefix_cache(sim):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import msgspec
 import orjson
 
 from servingctl.schema.results import ErrorKind, RequestRecord
@@ -62,6 +63,33 @@ class ChatRequest:
     warmup: bool
     prompt: str
     cache_salt: str | None = None
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class _Chunk(msgspec.Struct):
+    """The fields of a chat completion chunk the metrics read; msgspec skips the rest unparsed."""
+
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    error: msgspec.Raw = msgspec.Raw()  # kept raw: only its text is reported
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
 
 
 class _StreamState:
@@ -108,19 +136,20 @@ class _StreamState:
             self.t_done = t
             return
         try:
-            obj = orjson.loads(data)
-            choices = obj.get("choices")
-        except (ValueError, AttributeError):  # not JSON, or JSON but not an object
+            chunk = _decode_chunk(data)
+        except (msgspec.DecodeError, msgspec.ValidationError):  # not JSON, or not a chunk's shape
             self.malformed += 1
             return
-        if not choices and "error" in obj:
-            self.server_error = str(obj["error"])[:MAX_ERROR_CHARS]
+        choices = chunk.choices
+        if not choices and chunk.error:
+            self.server_error = bytes(chunk.error).decode("utf-8", "replace")[:MAX_ERROR_CHARS]
             return
-        usage = obj.get("usage")
+        usage = chunk.usage
         completion = None
-        if usage:
-            self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
-            completion = usage.get("completion_tokens")
+        if usage is not None:
+            if usage.prompt_tokens is not None:
+                self.prompt_tokens = usage.prompt_tokens
+            completion = usage.completion_tokens
             if completion is not None:
                 self.completion_tokens = completion
         if not choices:
@@ -128,21 +157,16 @@ class _StreamState:
         choice = choices[0]
         if self.t_first_chunk is None:
             self.t_first_chunk = t
-        finish = choice.get("finish_reason")
-        if finish:
-            self.finish_reason = finish
-        delta = None
-        if self.t_first_answer is None:  # until the answer starts: reasoning or answer?
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                self.t_first_answer = t
+        if choice.finish_reason:
+            self.finish_reason = choice.finish_reason
+        delta = choice.delta
+        if self.t_first_answer is None and delta is not None and delta.content:
+            self.t_first_answer = t  # the answer starts (after any reasoning)
         if completion is not None:
             tokens = completion - self.cumulative
             self.cumulative = completion
         else:
-            if delta is None:
-                delta = choice.get("delta") or {}
-            tokens = 1 if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") else 0
+            tokens = 1 if delta is not None and (delta.content or delta.reasoning_content or delta.reasoning) else 0
             self.exact = self.exact and not tokens
         if tokens > 0:
             self.chunks.append((t, tokens))
