@@ -13,7 +13,7 @@ from cfnlint.api import lint_file
 ROOT = Path(__file__).resolve().parents[3]
 # Functions the contract puts in the VPC (they reach the internal ALB); every other one stays out.
 VPC_FUNCTIONS = {"smoke_test", "bench_worker", "sweep"}  # the sweep reads the model servers' gauges
-CLI_ONLY_DEPENDENCIES = {"rich", "matplotlib", "numpy"}
+CLI_ONLY_DEPENDENCIES = {"rich", "matplotlib", "numpy", "uvloop"}
 
 
 def _of_type(template: dict, resource_type: str) -> dict[str, dict]:

@@ -4,7 +4,6 @@ concurrencies), print the reference's table, write the results directory."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -15,6 +14,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from servingctl.bench import aio
 from servingctl.bench.calibration import CalibrationError, EndpointUnreachable
 from servingctl.schema.results import MODES, SALT_MODES, RunConfig, RunResult, Slo
 from servingctl.bench.slo import SloError, parse_slos
@@ -185,7 +185,7 @@ def _bench(args: argparse.Namespace) -> int:
     try:
         with _progress(console) as progress:
             measure = run_sweep if config.sweep else run_benchmark
-            run = asyncio.run(measure(config, api_key=args.api_key, headers=dict(args.header), progress=progress))
+            run = aio.run(measure(config, api_key=args.api_key, headers=dict(args.header), progress=progress))
     except EndpointUnreachable as exc:
         print(f"servingctl bench: error: {exc}", file=sys.stderr)
         return 1
