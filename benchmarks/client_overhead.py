@@ -300,10 +300,13 @@ def measure(args: argparse.Namespace, concurrencies: list[int], model: str, work
     flood_requests = max(2 * max(concurrencies), math.ceil(args.tokens_per_run / args.max_tokens))
     flood = run_both(args, model, work / "flood", 0.0, concurrencies, ["--requests", str(flood_requests)],
                      {c: flood_requests for c in concurrencies}, args.max_tokens)
-    # Paced: every stream slot sends about two requests (its own duration in ours, 2 x c in vLLM's).
+    # Paced: every stream slot keeps sending for --paced-seconds (ours: --duration; vLLM: as many
+    # requests as fit), so per-scenario fixed costs weigh alike on both clients.
     request_s = args.paced_max_tokens * args.pace_ms / 1000
-    paced = run_both(args, model, work / "paced", args.pace_ms, concurrencies, ["--duration", f"{1.5 * request_s:g}"],
-                     {c: 2 * c for c in concurrencies}, args.paced_max_tokens)
+    per_slot = max(1, math.ceil(args.paced_seconds / request_s))
+    paced = run_both(args, model, work / "paced", args.pace_ms, concurrencies,
+                     ["--duration", f"{(per_slot - 0.5) * request_s:g}"], {c: per_slot * c for c in concurrencies},
+                     args.paced_max_tokens)
     shapes = {"flood": ratio_rows(flood, concurrencies), "paced": ratio_rows(paced, concurrencies)}
     ttft_at = [c for c in args.ttft_concurrencies if c in concurrencies]
     ttft = ttft_rows(paced, ttft_at)
@@ -320,6 +323,7 @@ def measure(args: argparse.Namespace, concurrencies: list[int], model: str, work
         "command": " ".join([".venv/bin/python", "benchmarks/client_overhead.py", *sys.argv[1:]]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "settings": {"max_tokens": args.max_tokens, "paced_max_tokens": args.paced_max_tokens, "pace_ms": args.pace_ms,
+                     "paced_seconds": args.paced_seconds,
                      "input_tokens": args.input_tokens, "speed": args.speed, "flood_requests_per_concurrency": flood_requests,
                      "simulator": "mtp off, max-num-seqs 2 x max concurrency"},
         "wall_s": time.monotonic() - started,
@@ -383,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pace-ms", type=float, default=20.0,
                    help="paced load: ms between a stream's events, one per read (default 20: 50 tok/s per stream)")
     p.add_argument("--paced-max-tokens", type=int, default=128, help="output tokens per paced request (default 128)")
+    p.add_argument("--paced-seconds", type=float, default=20.0,
+                   help="how long each paced scenario streams, about (default 20)")
     p.add_argument("--ttft-concurrency", default="64,256", help="concurrencies whose TTFT error is reported (default 64,256)")
     p.add_argument("--vllm-python", default=os.environ.get("SERVINGCTL_VLLM_PYTHON", str(ROOT / ".venv-vllm/bin/python")))
     p.add_argument("--tokenizer", default=os.environ.get("SERVINGCTL_TINY_MODEL", str(ROOT / ".cache/tiny-llama")),

@@ -33,6 +33,10 @@ TIMELINE_NAMES = frozenset({RUNNING, WAITING, *KV_CACHE, GENERATION, PROMPT, SPE
 # fewer samples than this is reported without a verdict (the scenario was too short to sample).
 SAMPLE_INTERVAL_S = 0.1
 MIN_RUNNING_SAMPLES = 5
+# A long scenario needs no 10 scrapes a second (each costs the client a request and a parse, which
+# would dominate its CPU per token at low concurrency): the pace slows to about this many scrapes
+# per scenario, never slower than the timeline's one a second.
+RUNNING_SAMPLES_TARGET = 50
 # The metrics over time keep one scrape a second; a scrape unanswered this long is given up (the
 # sampler must never hold the scenario up, even when the server stops answering).
 TIMELINE_INTERVAL_S = 1.0
@@ -130,10 +134,12 @@ class ServerMetrics:
         return Snapshot(totals=totals)
 
     async def sample(self, stop: asyncio.Event, t0: int) -> None:
-        """Until `stop` is set, scrape /metrics: keep the peak of running requests, and about once a
-        second a ServerSample (time relative to the scenario's `t0` on the backend's clock).
+        """Until `stop` is set, scrape /metrics (every interval_s at first, slowing to about
+        RUNNING_SAMPLES_TARGET scrapes per scenario, at most 1 s apart): keep the peak of running
+        requests, and about once a second a ServerSample (time relative to the scenario's `t0` on the backend's clock).
         A failed or unanswered scrape is skipped; the next one is tried at the usual pace."""
         last_kept: int | None = None
+        started = self.backend.clock()
         while not stop.is_set():
             try:
                 status, text = await asyncio.wait_for(self.backend.get_text("/metrics"), SCRAPE_TIMEOUT_S)
@@ -148,8 +154,10 @@ class ServerMetrics:
                 if last_kept is None or now - last_kept >= TIMELINE_INTERVAL_S * 1e9:
                     last_kept = now
                     self.timeline.append(server_sample(totals, now - t0))
+            elapsed_s = (now - started) / 1e9
+            interval = max(self.interval_s, min(TIMELINE_INTERVAL_S, elapsed_s / RUNNING_SAMPLES_TARGET))
             try:
-                await asyncio.wait_for(stop.wait(), self.interval_s)
+                await asyncio.wait_for(stop.wait(), interval)
             except TimeoutError:
                 pass
 
