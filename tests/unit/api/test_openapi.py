@@ -16,7 +16,7 @@ def test_every_operation_documents_its_errors_and_iam_auth() -> None:
     document = openapi_document()
     operations = {(m.upper(), p): op for p, ops in document["paths"].items() for m, op in ops.items()}
     assert set(operations) == {
-        ("GET", "/profiles"), ("GET", "/profiles/{name}"), ("POST", "/profiles/{name}/start"),
+        ("GET", "/profiles"), ("GET", "/profiles/{name}"), ("GET", "/profiles/{name}/starts"), ("POST", "/profiles/{name}/start"),
         ("POST", "/profiles/{name}/stop"), ("POST", "/profiles/{name}/keepalive"),
         ("GET", "/executions/{execution_id}"), ("GET", "/ledger"),
         ("POST", "/benchmarks"), ("GET", "/benchmarks"), ("GET", "/benchmarks/{run_id}"),

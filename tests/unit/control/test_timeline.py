@@ -3,11 +3,16 @@ the controller's overhead, and the p50/p90 expectations from past starts."""
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from servingctl.control.timeline import (
+    FACTOR,
+    MARGIN_S,
+    MIN_HISTORY,
+    derived_wait,
     expected_ready,
     merge,
     next_mark,
@@ -116,3 +121,32 @@ def test_without_history_the_next_mark_is_the_next_in_order_with_no_time() -> No
     assert next_mark(_record({"requested": 0}), []) == ("instance_launched", None)
     assert expected_ready(_record({"requested": 0}), [], T0) is None
     assert next_mark(_record({"requested": 0, "ready": 5}), []) is None
+
+
+def _health_history(seconds: list[float], outcome: str = "READY") -> list[StartRecord]:
+    return [_record({"task_started": 100, "target_healthy": 100 + s}, outcome=outcome, start=T0 + timedelta(hours=i))
+            for i, s in enumerate(seconds)]
+
+
+SPAN = ("task_started", "target_healthy")
+
+
+def test_a_derived_wait_needs_enough_ready_starts_that_passed_both_marks() -> None:
+    assert derived_wait(_health_history([300.0] * (MIN_HISTORY - 1)), SPAN, 60, 7200) is None  # one short: the fixed guess
+    failed = _health_history([300.0], outcome="FAILED")
+    assert derived_wait(_health_history([300.0] * (MIN_HISTORY - 1)) + failed, SPAN, 60, 7200) is None
+    without = [_record({"task_started": 100}) for _ in range(MIN_HISTORY)]  # never reached health: says nothing
+    assert derived_wait(without, SPAN, 60, 7200) is None
+    assert derived_wait(_health_history([300.0] * MIN_HISTORY), SPAN, 60, 7200) == 300 * FACTOR + MARGIN_S
+
+
+def test_a_derived_wait_is_the_p90_with_its_margin_within_its_bounds() -> None:
+    history = _health_history([100.0, 200.0, 300.0, 400.0, 1000.0])
+    expected = math.ceil(percentile([100, 200, 300, 400, 1000], 90) * FACTOR + MARGIN_S)
+    assert derived_wait(history, SPAN, 60, 7200) == expected
+    # At the bounds and one past them.
+    assert derived_wait(history, SPAN, 60, expected) == expected
+    assert derived_wait(history, SPAN, 60, expected - 1) == expected - 1
+    assert derived_wait(history, SPAN, expected, 7200) == expected
+    assert derived_wait(history, SPAN, expected + 1, 7200) == expected + 1
+    assert derived_wait(_health_history([0.0] * MIN_HISTORY), SPAN, 60, 7200) == max(60, MARGIN_S)

@@ -120,6 +120,46 @@ class ProfileSummary(BaseModel):
     stopping_soon: bool = Field(default=False, description="next_stop is within the profile's autostop.warning_minutes")
 
 
+class TimelinePhase(BaseModel):
+    """One phase of a start: the mark that ends it, how long it took and what past starts took."""
+
+    mark: str = Field(description="e.g. instance_launched, pull_stopped, vllm_weights_loaded, target_healthy, ready")
+    label: str = Field(description="the phase that ends at the mark, in words")
+    at: datetime
+    seconds: float = Field(description="from the previous mark reached to this one")
+    since_request_s: float
+    source: str = Field(description="where the time comes from (EC2, ECS, CloudWatch Logs, the ALB, the controller)")
+    overhead_s: float | None = Field(default=None, description="from the mark to the controller recording it")
+    p50_s: float | None = Field(default=None, description="the phase's median over the profile's past READY starts")
+    p90_s: float | None = None
+
+
+class StartTimeline(BaseModel):
+    """One start of a profile as its timeline: the phases passed, and what it waits for now."""
+
+    start_id: str
+    execution: str
+    outcome: str = Field(description="STARTING, READY or FAILED")
+    requested_at: datetime
+    ended_at: datetime | None = None
+    error: str | None = None
+    phases: list[TimelinePhase]
+    waiting_for: str | None = Field(default=None, description="the phase in progress (STARTING only)")
+    waiting_expected_at: datetime | None = Field(default=None, description="when past starts (p50) ended that phase")
+    expected_ready_at: datetime | None = Field(default=None, description="when past starts (p50) say READY comes")
+    past_starts: int = Field(default=0, description="READY starts before this one the expectations come from")
+
+
+class StartHistory(BaseModel):
+    """GET /profiles/{name}/starts: the latest starts, oldest first, with per-phase p50 and p90."""
+
+    profile: str
+    starts: list[StartTimeline]
+    p50_s: dict[str, float] = Field(default_factory=dict, description="mark -> median seconds of its phase (READY starts)")
+    p90_s: dict[str, float] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict, description="mark -> the phase's words")
+
+
 class ProfileDetail(ProfileSummary):
     """GET /profiles/{name}: the summary plus what ECS, Auto Scaling, the ALB and the ledger say now."""
 
@@ -138,6 +178,7 @@ class ProfileDetail(ProfileSummary):
     )
     warm_start: bool | None = Field(default=None, description="the last start took a stopped instance from the warm pool")
     capacity_note: str | None = Field(default=None, description="why the last start runs on an alternate instance type")
+    start: StartTimeline | None = Field(default=None, description="the latest start's timeline")
 
 
 class PhaseMark(BaseModel):

@@ -35,6 +35,7 @@ from servingctl.api.models import (
     Ledger,
     ProfileDetail,
     ProfileSummary,
+    StartHistory,
     StartRequest,
     StopRequest,
 )
@@ -46,6 +47,7 @@ OPENAPI_PATH = FilePath(__file__).with_name("openapi.json")
 TITLE = "servingctl"
 VERSION = "1"
 IDEMPOTENCY_EXPIRY_S = 3600
+MAX_STARTS = 100  # GET /profiles/{name}/starts answers at most this many (one DynamoDB query page)
 ERRORS = {
     400: {"description": "Bad input: the message names the field and the allowed values",
           "content": {"application/json": {"model": ErrorBody}}},
@@ -140,6 +142,14 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
              responses={**_ok(ProfileDetail), 404: ERRORS[404]})
     def get_profile(name: ProfileName) -> ProfileDetail:
         return service.get_profile(deps(), name)
+
+    @app.get("/profiles/<name>/starts", summary="A profile's latest starts: per-phase timelines, p50 and p90", tags=["profiles"],
+             responses={**_ok(StartHistory), 400: ERRORS[400], 404: ERRORS[404]})
+    def get_starts(
+        name: ProfileName,
+        limit: Annotated[int, Query(ge=1, le=MAX_STARTS, description=f"how many of the latest starts (1..{MAX_STARTS})")] = 20,
+    ) -> StartHistory:
+        return service.starts(deps(), name, limit)
 
     @app.post(
         "/profiles/<name>/start", summary="Start a profile (202 with the execution)", tags=["profiles"], status_code=202,

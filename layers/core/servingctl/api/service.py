@@ -38,11 +38,13 @@ from servingctl.api.models import (
     ProfileDetail,
     ProfileSummary,
     ServiceEvent,
-    WarmPoolCost,
+    StartHistory,
     StartRequest,
     StopRequest,
+    WarmPoolCost,
     lower_bound,
 )
+from servingctl.api.starts import latest_start, start_history
 from servingctl.control import aws
 from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.autostop import request_counts
@@ -230,7 +232,14 @@ def get_profile(deps: ApiDeps, name: str) -> ProfileDetail:
         warm_instances=[Instance(instance_id=i.instance_id, lifecycle=i.lifecycle, protected=i.protected) for i in warm],
         warm_start=state.warm_start,
         capacity_note=state.capacity_note,
+        start=latest_start(deps.store, name, now),
     )
+
+
+def starts(deps: ApiDeps, name: str, limit: int) -> StartHistory:
+    """The profile's latest starts with their timelines and per-phase p50/p90."""
+    profile_spec(deps, name)
+    return start_history(deps.store, name, limit, deps.clock.now())
 
 
 # ---- starting and stopping ---------------------------------------------------------------------

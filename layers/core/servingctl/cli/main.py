@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("profiles", "every profile's phase, or one profile in detail"),
     "keepalive": ("profiles", "set a READY profile's lease to now + minutes"),
     "wait": ("profiles", "re-attach to a running start, stop or benchmark run and follow it"),
+    "starts": ("starts", "a profile's latest starts: time per phase, p50/p90 and a chart"),
     "bench": ("bench", "benchmark an OpenAI-compatible endpoint or a deployed profile"),
     "runs": ("benchmarks", "benchmark runs stored by the control plane, newest first"),
     "report": ("report", "report a stored benchmark run, optionally against a baseline"),

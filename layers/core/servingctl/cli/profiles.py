@@ -1,7 +1,9 @@
 """`servingctl start | stop | status | keepalive | wait`: profiles through the REST API (cli.client).
 
 --wait follows the execution (GET /executions/{id}) and shows each phase as it passes with the
-elapsed time: a rich live view on a terminal, one plain line per phase otherwise. Ctrl-C leaves
+elapsed time: a rich live view on a terminal, one plain line per phase otherwise. A start also
+shows its timeline (GET /profiles/{name}'s `start`): each phase as it completes, and what it waits
+for now with the ETA past starts give. Ctrl-C leaves
 the execution running and says so in one line: where it runs, what it costs, how to re-attach
 (`servingctl wait ID`) and how to stop it. Exit codes: 0 done, 1 the flow failed or the API
 refused (the reason is printed), 2 bad usage, 3 no API, 130 interrupted.
@@ -14,7 +16,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from servingctl import render
@@ -28,6 +30,7 @@ from servingctl.cli.client import (
 )
 from servingctl.cli.interrupt import interrupted, unanswered
 from servingctl.cli.main import summary
+from servingctl.cli.starts import eta_text, phase_line
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -194,13 +197,26 @@ def follow(client: Client, execution_id: str, *, plain: bool, quiet: bool = Fals
            sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """Poll the execution until it ends, showing phases as they pass; returns the last progress."""
     if plain:
-        shown = 0
+        shown, shown_marks, last_eta = 0, 0, None
         while True:
             progress = client.get(f"/executions/{execution_id}")
             phases = _with_offsets(progress)
-            for phase in phases[shown:]:
-                if not quiet:
-                    print(_line(phase), flush=True)
+            start = _timeline(client, progress)
+            # One time axis (since the execution started) for the flow's steps and the timeline's phases.
+            lines = [(phase["offset_s"], _line(phase)) for phase in phases[shown:]]
+            eta = None
+            if start is not None:
+                lines += [phase_line(p, datetime.fromisoformat(progress["started_at"])) for p in start["phases"][shown_marks:]]
+                eta = eta_text(start, datetime.now(UTC))
+                if not (start["phases"][shown_marks:] or last_eta is None):
+                    eta = None  # said again with each new phase only: the ETA moves with the phases
+                last_eta = eta or last_eta
+                shown_marks = len(start["phases"])
+            if not quiet:
+                for _, line in sorted(lines, key=lambda pair: pair[0]):
+                    print(line, flush=True)
+                if eta:
+                    print(render.note(eta, prefix=" " * 14), flush=True)
             shown = len(phases)
             if progress["status"] != "RUNNING":
                 break
@@ -215,12 +231,20 @@ def follow(client: Client, execution_id: str, *, plain: bool, quiet: bool = Fals
     with Live(console=console, refresh_per_second=4, transient=False) as live:
         while True:
             progress = client.get(f"/executions/{execution_id}")
-            live.update(_view(progress))
+            live.update(_view(progress, _timeline(client, progress)))
             if progress["status"] != "RUNNING":
                 break
             sleep(FOLLOW_INTERVAL_S)
     console.print(_summary(progress), highlight=False)
     return progress
+
+
+def _timeline(client: Client, progress: dict[str, Any]) -> dict[str, Any] | None:
+    """The start timeline of this execution (a start's only, once it recorded one)."""
+    if progress["action"] != "start" or not progress.get("profile"):
+        return None
+    start = client.get(f"/profiles/{progress['profile']}").get("start")
+    return start if start and start["execution"] == progress["execution_arn"] else None
 
 
 def _with_offsets(progress: dict[str, Any]) -> list[dict[str, Any]]:
@@ -229,22 +253,35 @@ def _with_offsets(progress: dict[str, Any]) -> list[dict[str, Any]]:
     return [p | {"offset_s": (datetime.fromisoformat(p["started_at"]) - started).total_seconds()} for p in progress["phases"]]
 
 
-def _view(progress: dict[str, Any]) -> RenderableType:
-    """The live view: a title line, the phases, and the last check's detail at the terminal's width."""
+def _view(progress: dict[str, Any], start: dict[str, Any] | None = None) -> RenderableType:
+    """The live view: a title line, the phases (a start's timeline once it has one, with the ETA),
+    and the last check's detail at the terminal's width."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
     table = Table(show_edge=False, box=None, padding=(0, 2))
-    table.add_column("phase")
-    table.add_column("elapsed", justify="right")
-    phases = progress["phases"]
-    for i, phase in enumerate(phases):
-        running = progress["status"] == "RUNNING" and i == len(phases) - 1
-        table.add_row(("> " if running else "  ") + phase["name"], f"{phase['elapsed_s']:.1f} s")
-    title = Text(f"{progress['action']} {progress['profile']}  {progress['status']}  {progress['elapsed_s']:.1f} s  "
-                 f"({progress['execution_id']})", style="bold")
-    parts: list[RenderableType] = [title, table]
+    parts: list[RenderableType] = [Text(f"{progress['action']} {progress['profile']}  {progress['status']}  "
+                                        f"{progress['elapsed_s']:.1f} s  ({progress['execution_id']})", style="bold"), table]
+    if start is not None and start["phases"]:
+        table.add_column("phase")
+        table.add_column("took", justify="right")
+        table.add_column("at", justify="right")
+        table.add_column("p50", justify="right")
+        for phase in start["phases"]:
+            p50 = "-" if phase.get("p50_s") is None else f"{phase['p50_s']:.1f} s"
+            at = (datetime.fromisoformat(phase["at"]) - datetime.fromisoformat(progress["started_at"])).total_seconds()
+            table.add_row("  " + phase["label"], f"{phase['seconds']:.1f} s", f"{at:.1f} s", p50)
+        eta = eta_text(start, datetime.now(UTC))
+        if eta and progress["status"] == "RUNNING":
+            parts.append(Text("> " + eta, overflow="fold"))
+    else:
+        table.add_column("phase")
+        table.add_column("elapsed", justify="right")
+        phases = progress["phases"]
+        for i, phase in enumerate(phases):
+            running = progress["status"] == "RUNNING" and i == len(phases) - 1
+            table.add_row(("> " if running else "  ") + phase["name"], f"{phase['elapsed_s']:.1f} s")
     if progress.get("detail"):
         parts.append(Text(progress["detail"], style="dim", overflow="fold"))
     return Group(*parts)
@@ -307,6 +344,7 @@ def status_text(detail: dict[str, Any], *, local: bool = False) -> str:
         ("service", f"desired {detail['desired_count']}, running {detail['running_count']}, pending {detail['pending_count']}"),
         ("targets", "\n".join(f"{k} {v}" for k, v in detail["target_health"].items()) or "none"),
         ("lease until", render.when(detail["lease_deadline"])),
+        *_start_rows(detail),
         *_planned_stop_rows(detail),
         ("cost so far", cost),
         ("last error", detail["last_error"] or "-"),
@@ -328,6 +366,24 @@ def _warm_rows(detail: dict[str, Any]) -> list[tuple[str, str]]:
     if detail.get("capacity_note"):
         rows.append(("capacity", detail["capacity_note"]))
     return rows
+
+
+def _start_rows(detail: dict[str, Any]) -> list[tuple[str, str]]:
+    """The latest start: while it runs, its current phase and the expected ends; after, how long it took."""
+    start = detail.get("start")
+    if not start:
+        return []
+    eta = eta_text(start, datetime.now(UTC))
+    if eta:
+        # EC2 stamps LaunchTime to the second: a launch may read as just before the request.
+        done = f"{start['phases'][-1]['label']} done at +{max(0.0, start['phases'][-1]['since_request_s']):.0f} s; " if start["phases"] else ""
+        return [("start", done + eta)]
+    if start["outcome"] == "STARTING":
+        return [("start", f"requested {render.when(start['requested_at'])}; no phase recorded yet")]
+    total = start["phases"][-1]["since_request_s"] if start["phases"] else 0.0
+    slowest = max(start["phases"], key=lambda p: p["seconds"], default=None)
+    longest = f"; longest phase {slowest['label']} {slowest['seconds']:.1f} s" if slowest else ""
+    return [("start took", f"{start['outcome']} after {total:.1f} s{longest} (servingctl starts {detail['name']})")]
 
 
 def _planned_stop_rows(detail: dict[str, Any]) -> list[tuple[str, str]]:

@@ -39,6 +39,22 @@ PHASES: tuple[tuple[str, str], ...] = (
 )
 ORDER = {name: index for index, (name, _) in enumerate(PHASES)}
 LABELS = dict(PHASES)
+# Past starts the expectations and the derived deadlines look back on (older ones describe an older
+# deployment less well), and how many READY ones it takes before history replaces the fixed guesses.
+HISTORY_STARTS = 20
+MIN_HISTORY = 3
+# A derived wait: the p90 of past starts x FACTOR + MARGIN_S (a slow start is slower than any seen),
+# bounded below by MIN_WAIT_S (AWS's own jitter) and above by the caller's limit.
+FACTOR, MARGIN_S, MIN_WAIT_S = 1.5, 120, 60
+# Each start wait loop's span: from the mark its wait begins at to the mark that ends it.
+LOOP_SPANS = {
+    "capacity_s": ("requested", "instance_registered"),
+    "task_s": ("instance_registered", "task_started"),
+    "health_s": ("task_started", "target_healthy"),
+}
+# ECS's health-check grace period runs from the task's start to a healthy target; Terraform's
+# bounds for it (model_load_s) bound the derived one too.
+GRACE_SPAN, GRACE_BOUNDS_S = ("task_started", "target_healthy"), (60, 7200)
 
 # vLLM's log lines that end a phase; searched anywhere in a line (the prefix, the logger's time and
 # file:line differ by version), first match wins, anything else is ignored. Versions 0.6 to 0.32
@@ -156,3 +172,18 @@ def expected_ready(record: StartRecord, history: Sequence[StartRecord], now: dat
     if not offsets:
         return None
     return max(now, record.requested_at + timedelta(seconds=percentile(offsets, 50)))
+
+
+def span_seconds(record: StartRecord, begin: str, end: str) -> float | None:
+    """Seconds from mark begin to mark end of one start, None when it lacks either."""
+    first, last = record.mark(begin), record.mark(end)
+    return None if first is None or last is None else max(0.0, (last.at - first.at).total_seconds())
+
+
+def derived_wait(history: Sequence[StartRecord], span: tuple[str, str], lower: int, upper: int) -> int | None:
+    """p90 of the span over past READY starts x FACTOR + MARGIN_S, within lower..upper; None with
+    fewer than MIN_HISTORY starts that passed both marks (the caller keeps its fixed guess)."""
+    values = [v for r in history if r.outcome == "READY" and (v := span_seconds(r, *span)) is not None]
+    if len(values) < MIN_HISTORY:
+        return None
+    return min(upper, max(lower, math.ceil(percentile(values, 90) * FACTOR + MARGIN_S)))
