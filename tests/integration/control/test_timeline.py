@@ -5,8 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from servingctl.control.timeline import ORDER, spans
+from servingctl.control.timeline import (
+    GRACE_BOUNDS_S,
+    GRACE_SPAN,
+    LOOP_SPANS,
+    MARGIN_S,
+    MIN_HISTORY,
+    MIN_WAIT_S,
+    ORDER,
+    derived_wait,
+    spans,
+)
 from servingctl.local.twin import Twin
+from servingctl.local.world import Delays
+
+DELAYS = Delays().scaled(0.1)  # the conftest's twin
 
 Probe = Any  # conftest.Probe (conftest modules are not importable under --import-mode=importlib)
 PROFILE = "nemotron-nano"
@@ -41,3 +54,30 @@ def test_a_start_records_its_timeline_from_every_source(twin: Twin, probe: Probe
         assert [row["mark"] for row in started.output["record"]["timeline"]] == [n for n in names if n != "requested"]
     finally:
         probe.stop(PROFILE, "timeline")
+
+
+def test_deadlines_and_the_grace_period_come_from_past_starts_once_there_are_enough(twin: Twin, probe: Probe) -> None:
+    profile = "deepseek-v4-flash"
+    spec = probe.registry.profiles[profile]
+    poll = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}
+    fixed = (spec.start.capacity_timeout_s, spec.start.task_timeout_s, spec.start.health_timeout_s)
+    for number in range(MIN_HISTORY + 1):
+        # No deadlines in the input: the registry's until MIN_HISTORY starts were READY, then history's;
+        # a deadline the input sets is kept.
+        given = {"health_s": 600} if number == MIN_HISTORY else {}
+        started = twin.run("start_profile", {"profile": profile, "poll": poll, "deadlines": given}, name=f"start-{profile}-h{number}")
+        assert started.status == "SUCCEEDED", (started.error, started.cause)
+        deadlines = started.output["config"]["settings"]["deadlines"]
+        grace = probe.service(profile)["healthCheckGracePeriodSeconds"]
+        if number < MIN_HISTORY:
+            assert (deadlines["capacity_s"], deadlines["task_s"], deadlines["health_s"]) == fixed and deadlines["derived"] == []
+            assert started.output["scale"]["health_grace_s"] is None and grace == int(DELAYS.health_grace_s)  # Terraform's, untouched
+        else:
+            # The READY starts before it set the waits (the formula and its bounds: tests/unit/control/test_timeline.py).
+            history = [r for r in probe.store.list_starts(profile) if r.execution != started.arn]
+            assert len(history) == MIN_HISTORY and deadlines["derived"] == ["capacity_s", "task_s"]
+            expected = [derived_wait(history, LOOP_SPANS[name], MIN_WAIT_S, spec.limits.max_start_deadline_s) for name in ("capacity_s", "task_s")]
+            assert [deadlines["capacity_s"], deadlines["task_s"], deadlines["health_s"]] == [*expected, 600]
+            assert MARGIN_S <= expected[0] < fixed[0]  # seconds-long twin starts: far below the fixed guess
+            assert started.output["scale"]["health_grace_s"] == grace == derived_wait(history, GRACE_SPAN, *GRACE_BOUNDS_S)
+        assert probe.stop(profile, f"h{number}").status == "SUCCEEDED"

@@ -71,7 +71,7 @@ def loop_until_ready(
 
 def test_prepare_merges_registry_defaults_and_names_bad_fields(deps: Deps) -> None:
     config = step(deps, "prepare_start", {"profile": PROFILE}, None)
-    assert config["settings"]["deadlines"] == {"capacity_s": 900, "task_s": 2400, "health_s": 2400}
+    assert config["settings"]["deadlines"] == {"capacity_s": 900, "task_s": 2400, "health_s": 2400, "derived": []}  # no past start: the registry's
     assert config["settings"]["poll"] == {"interval_s": 15, "max_interval_s": 60, "backoff": 1.5}
     assert config["smoke"]["header_value"] == PROFILE and config["pool"] == "g7e-2gpu"
     with pytest.raises(InvalidInput, match=r"poll\.interval_s: Input should be greater than or equal to 1"):

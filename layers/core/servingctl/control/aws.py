@@ -63,9 +63,10 @@ def service_counts(ecs: Any, cluster: str, service: str) -> ServiceCounts:
     return ServiceCounts(svc.get("desiredCount", 0), svc.get("runningCount", 0), svc.get("pendingCount", 0))
 
 
-def set_service_desired(ecs: Any, cluster: str, service: str, count: int) -> None:
-    """Set an ECS service's desired count."""
-    ecs.update_service(cluster=cluster, service=service, desiredCount=count)
+def set_service_desired(ecs: Any, cluster: str, service: str, count: int, health_grace_s: int | None = None) -> None:
+    """Set an ECS service's desired count (and its health-check grace period when given)."""
+    grace = {} if health_grace_s is None else {"healthCheckGracePeriodSeconds": health_grace_s}
+    ecs.update_service(cluster=cluster, service=service, desiredCount=count, **grace)
 
 
 def describe_asg(autoscaling: Any, name: str) -> AsgView:

@@ -22,7 +22,7 @@ from servingctl.control.flow import (
     take_locks,
 )
 from servingctl.control.polling import Progress, run_check
-from servingctl.control.timeline import spans
+from servingctl.control.timeline import GRACE_BOUNDS_S, GRACE_SPAN, HISTORY_STARTS, LOOP_SPANS, MIN_WAIT_S, derived_wait, spans
 from servingctl.shared.errors import CapacityUnavailable, LockHeld, TaskFailed, error_reason
 from servingctl.shared.settings import StartConfig
 from servingctl.store.base import LockConflict
@@ -46,8 +46,18 @@ def _observe(deps: Deps, config: StartConfig, state: dict[str, Any], *extra: Mar
 
 
 def prepare_start(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
-    """Validate the input (InvalidInput / ProfileNotFound) and merge the registry's defaults."""
-    return start_config(deps.registry, state).model_dump(mode="json")
+    """Validate the input (InvalidInput / ProfileNotFound) and merge the registry's defaults; a
+    deadline the input does not set comes from the profile's past starts once there are enough."""
+    config = start_config(deps.registry, state)
+    given = state.get("deadlines") if isinstance(state.get("deadlines"), dict) else {}
+    history = deps.store.list_starts(config.profile, limit=HISTORY_STARTS)
+    upper = deps.profile(config.profile).limits.max_start_deadline_s
+    fixed = config.settings.deadlines
+    derived = {name: wait for name, span in LOOP_SPANS.items()
+               if given.get(name) is None and (wait := derived_wait(history, span, MIN_WAIT_S, upper)) is not None}
+    deadlines = fixed.model_copy(update={**derived, "derived": sorted(derived)})
+    return config.model_copy(update={"settings": config.settings.model_copy(update={"deadlines": deadlines})}).model_dump(mode="json")
+
 
 
 def acquire_lock(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
@@ -85,6 +95,7 @@ def scale_out(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
         # still runs (a dead start's, a failed stop's) goes on: its hours are billed once.
         current, ended = settle_session(deps, config.profile, execution, "ended before this start", now)
     session_id = current.session_id if current is not None and not ended else session_id_for(now, execution)
+    history = deps.store.list_starts(config.profile, limit=HISTORY_STARTS)
     # This start's timeline; a retry of this step (its session opened by this execution) keeps it.
     start_id = session_id if current is not None and current.start_execution == execution else session_id_for(now, execution)
     if deps.store.get_start(config.profile, start_id) is None:
@@ -115,7 +126,9 @@ def scale_out(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
         "stopped_tasks": [t["taskArn"] for t in aws.service_tasks(deps.ecs, spec.cluster, spec.service, "STOPPED")],
         "warm_instances": [i.instance_id for i in warm if i.lifecycle in aws.TAKEABLE_WARM_STATES],
     }
-    aws.set_service_desired(deps.ecs, spec.cluster, spec.service, 1)
+    # ECS ignores the target's health this long after the task started: as long as past starts needed.
+    grace = derived_wait(history, GRACE_SPAN, *GRACE_BOUNDS_S)
+    aws.set_service_desired(deps.ecs, spec.cluster, spec.service, 1, health_grace_s=grace)
     group = aws.describe_asg(deps.autoscaling, pool.asg_name)
     asg_scaled = group.desired == 0
     if asg_scaled:
@@ -123,7 +136,8 @@ def scale_out(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
         if pool.launch_template_id and group.launch_template_id not in (None, pool.launch_template_id):
             aws.use_launch_template(deps.autoscaling, pool.asg_name, pool.launch_template_id)
         aws.set_asg_desired(deps.autoscaling, pool.asg_name, 1)
-    return {"at": iso(now), "asg_scaled": asg_scaled, "session_id": session_id, "start_id": start_id, "baseline": baseline}
+    return {"at": iso(now), "asg_scaled": asg_scaled, "session_id": session_id, "start_id": start_id, "baseline": baseline,
+            "health_grace_s": grace}
 
 
 def fall_back(deps: Deps, config: StartConfig, progress: Progress, activity: str, message: str) -> str:

@@ -260,12 +260,15 @@ def _health_for(self: FakeTargetGroup, target: dict[str, Any], ec2_backend: Any)
 
 
 def _update_service(self: EC2ContainerServiceBackend, service_properties: dict[str, Any]) -> Service:
-    """Change the desired count only: running/pending counts follow the world's tasks, not the request."""
+    """Change the desired count (and the health-check grace period, which moto drops) only:
+    running/pending counts follow the world's tasks, not the request."""
     cluster = self._get_cluster(service_properties.get("cluster", "default"))
     service = self._get_service(cluster.name, service_properties["service"].split("/")[-1])
     running, pending = service.running_count, service.pending_count
     result = _ORIGINALS["EC2ContainerServiceBackend.update_service"](self, service_properties)
     service.running_count, service.pending_count = running, pending
+    if service_properties.get("health_check_grace_period_seconds") is not None:
+        service.health_check_grace_period_seconds = int(service_properties["health_check_grace_period_seconds"])
     for deployment in service.deployments:
         deployment["desiredCount"] = service.desired_count
     return result

@@ -766,6 +766,9 @@ class Twin:
                 loadBalancers=[{"targetGroupArn": tg["TargetGroupArn"], "containerName": "vllm", "containerPort": 8000}],
                 healthCheckGracePeriodSeconds=int(self.delays.health_grace_s),
             )
+            # moto's CreateService drops the grace period; UpdateService (patched) keeps it for the world.
+            ecs.update_service(cluster=profile["cluster"], service=profile["service"],
+                               healthCheckGracePeriodSeconds=int(self.delays.health_grace_s))
 
         self.registry = parse_registry(document)
         self._register_bench_task(ecs, subnets, sg)

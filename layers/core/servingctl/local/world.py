@@ -155,6 +155,7 @@ class _Task:
     stop_code: str = ""
     requests_seen: float | None = None
     next_metric: float = 0.0
+    grace_real_s: float = 0.0  # the service's health-check grace period when the task started, real seconds
     log_offset: int = 0  # bytes of the model server's output already shipped to CloudWatch Logs
     next_ship: float = 0.0
 
@@ -193,8 +194,6 @@ class World:
         self.faults: frozenset[str] = frozenset(faults)
         self.time_scale = time_scale
         self.delays = delays or Delays()
-        grace_s = self.delays.health_grace_s / time_scale
-        self._grace_real_s = max(grace_s, REAL_SERVER_LOAD_S) if model_server == "vllm" else grace_s
         self.logdir = logdir
         self.events: list[Event] = []
         self._instances: dict[str, _Instance] = {}
@@ -531,6 +530,9 @@ class World:
             mp.set_target_health(self._tg(task), task.target_id, "initial", "Elb.InitialHealthChecking",
                                  "Initial health checks in progress")
         task.running_at = time.monotonic()  # the grace period runs from here (after the server process spawned)
+        # The service's grace period as UpdateService last set it, in the world's time.
+        grace_s = getattr(self._service(task.profile), "health_check_grace_period_seconds", self.delays.health_grace_s) / self.time_scale
+        task.grace_real_s = max(grace_s, REAL_SERVER_LOAD_S) if self.model_server == "vllm" else grace_s
         instance = self._instances.get(task.instance_id)
         warm = instance is not None and task.profile in instance.cached
         saved = self.delays.weights_sync_s + self.delays.compile_cache_s if warm else 0.0
@@ -642,7 +644,7 @@ class World:
             if task.failures >= self.delays.unhealthy_threshold or task.healthy:
                 task.healthy = False
                 mp.set_target_health(tg, task.target_id, "unhealthy", "Target.FailedHealthChecks", "Health checks failed")
-                if now - task.running_at >= self._grace_real_s:
+                if now - task.running_at >= task.grace_real_s:
                     # Past the grace period the service scheduler replaces the task (a new one follows).
                     self._begin_stop(task, ELB_UNHEALTHY_REASON.format(target_group=tg), "ServiceSchedulerInitiated", now)
                     self._log("task-unhealthy", f"{task.profile}: {task.arn} replaced after failed ELB health checks")

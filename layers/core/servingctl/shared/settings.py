@@ -72,11 +72,12 @@ class StopInput(_Input):
 
 
 class ResolvedDeadlines(_Input):
-    """Start deadlines after the registry's defaults were merged in."""
+    """Start deadlines after the registry's defaults (or the profile's start history) were merged in."""
 
     capacity_s: int
     task_s: int
     health_s: int
+    derived: list[str] = Field(default_factory=list, description="the deadlines derived from past starts' timelines")
 
 
 class StartSettings(_Input):
