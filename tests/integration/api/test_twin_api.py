@@ -90,8 +90,10 @@ def _received(twin: Twin, url: str) -> list[dict[str, Any]]:
 def test_start_wait_shows_phases_in_order_then_status_keepalive_and_stop(twin: Twin, cli: Any) -> None:
     code, out, err = cli("start", PROFILE, "--wait", "--lease", "30")
     assert code == 0, (out, err)
-    shown = [line.split("] ", 1)[1] for line in out.splitlines() if line.startswith("[")]
-    assert shown == START_PHASES, out
+    lines = [line.split("] ", 1)[1] for line in out.splitlines() if line.startswith("[")]
+    # The flow's steps, and between them (indented) the start timeline's phases as they completed.
+    assert [line for line in lines if not line.startswith(" ")] == START_PHASES, out
+    assert [line.split()[0] for line in lines if line.startswith("  ")][-3:] == ["ALB", "smoke", "READY"], out
     assert f"{PROFILE} READY in" in out
 
     code, out, _ = cli("status", PROFILE, "--json")

@@ -17,9 +17,6 @@ from servingctl.control.timeline import (
     spans,
 )
 from servingctl.local.twin import Twin
-from servingctl.local.world import Delays
-
-DELAYS = Delays().scaled(0.1)  # the conftest's twin
 
 Probe = Any  # conftest.Probe (conftest modules are not importable under --import-mode=importlib)
 PROFILE = "nemotron-nano"
@@ -71,7 +68,7 @@ def test_deadlines_and_the_grace_period_come_from_past_starts_once_there_are_eno
         grace = probe.service(profile)["healthCheckGracePeriodSeconds"]
         if number < MIN_HISTORY:
             assert (deadlines["capacity_s"], deadlines["task_s"], deadlines["health_s"]) == fixed and deadlines["derived"] == []
-            assert started.output["scale"]["health_grace_s"] is None and grace == int(DELAYS.health_grace_s)  # Terraform's, untouched
+            assert started.output["scale"]["health_grace_s"] is None and grace == twin.grace_s  # Terraform's, untouched
         else:
             # The READY starts before it set the waits (the formula and its bounds: tests/unit/control/test_timeline.py).
             history = [r for r in probe.store.list_starts(profile) if r.execution != started.arn]

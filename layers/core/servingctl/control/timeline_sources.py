@@ -28,8 +28,6 @@ _TASK_TIMES = (
     ("task_created", "createdAt"), ("pull_started", "pullStartedAt"),
     ("pull_stopped", "pullStoppedAt"), ("task_started", "startedAt"),
 )
-# Task definitions never change: their awslogs settings are read once per container.
-_log_settings: dict[str, list[tuple[str, str, bool]]] = {}
 
 
 def _mark(name: str, at: datetime | None, source: str) -> list[Mark]:
@@ -62,7 +60,7 @@ def _task_marks(deps: Deps, record: StartRecord, cluster: str, service: str) -> 
     if record.task_arn != task["taskArn"]:
         # A replaced task starts its own marks: the stopped one's no longer tell this start's story.
         record.marks = [m for m in record.marks if not _from_task(m.name)]
-        record.task_arn = task["taskArn"]
+        record.task_arn, record.log_streams = task["taskArn"], []
     marks = [m for name, key in _TASK_TIMES for m in _mark(name, task.get(key), f"ecs:DescribeTasks {key}")]
     return marks, task
 
@@ -71,27 +69,26 @@ def _from_task(name: str) -> bool:
     return name in dict(_TASK_TIMES) or name.startswith(("vllm_", "prefetch_"))
 
 
-def _streams(deps: Deps, task: dict[str, Any]) -> list[tuple[str, str, bool]]:
-    """(log group, stream, is the prefetch container) of the task's awslogs containers."""
-    definition = task["taskDefinitionArn"]
-    if definition not in _log_settings:
-        containers = deps.ecs.describe_task_definition(taskDefinition=definition)["taskDefinition"]["containerDefinitions"]
-        _log_settings[definition] = [
-            (c["logConfiguration"]["options"]["awslogs-group"], f"{c['logConfiguration']['options']['awslogs-stream-prefix']}/{c['name']}",
-             not c.get("essential", True))
+def _streams(deps: Deps, record: StartRecord, task: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """(log group, stream, is the prefetch container) of the task's awslogs containers, kept on the
+    record (a task definition never changes: it is read once per task)."""
+    if not record.log_streams:
+        containers = deps.ecs.describe_task_definition(taskDefinition=task["taskDefinitionArn"])["taskDefinition"]["containerDefinitions"]
+        task_id = task["taskArn"].rsplit("/", 1)[-1]
+        record.log_streams = [
+            (options["awslogs-group"], f"{options['awslogs-stream-prefix']}/{c['name']}/{task_id}", not c.get("essential", True))
             for c in containers
             if (c.get("logConfiguration") or {}).get("logDriver") == "awslogs"
-            and "awslogs-stream-prefix" in c["logConfiguration"].get("options", {})
+            and "awslogs-stream-prefix" in (options := c["logConfiguration"].get("options", {}))
         ]
-    task_id = task["taskArn"].rsplit("/", 1)[-1]
-    return [(group, f"{prefix}/{task_id}", prefetch) for group, prefix, prefetch in _log_settings[definition]]
+    return record.log_streams
 
 
-def _log_marks(deps: Deps, task: dict[str, Any]) -> list[Mark]:
+def _log_marks(deps: Deps, record: StartRecord, task: dict[str, Any]) -> list[Mark]:
     """vLLM's phases from the server container's stream, the prefetch run from its container's."""
     marks: list[Mark] = []
     since = task.get("createdAt")
-    for group, stream, prefetch in _streams(deps, task):
+    for group, stream, prefetch in _streams(deps, record, task):
         events = aws.log_events(deps.logs, group, stream, since)
         if prefetch:
             begin = next((at for at, line in events if PREFETCH_BEGIN in line), None)
@@ -110,19 +107,19 @@ def observe(deps: Deps, profile: str, pool: str, start_id: str, *extra: Mark) ->
     if record is None:
         return None
     spec, asg_name = deps.profile(profile), deps.pool(pool).asg_name
-    before = (record.instance_id, record.task_arn, len(record.marks))
+    before = (record.instance_id, record.task_arn, len(record.marks), len(record.log_streams))
     marks: list[Mark] = list(extra)
     try:
         marks += _instance_marks(deps, record, asg_name, spec.cluster)
         task_marks, task = _task_marks(deps, record, spec.cluster, spec.service)
         marks += task_marks
         if task is not None and deps.logs is not None:
-            marks += _log_marks(deps, task)
+            marks += _log_marks(deps, record, task)
     except (ClientError, BotoCoreError) as exc:
         log.warning("start timeline: a source could not be read: %s", exc)
     fresh = [m for m in marks if m.at >= record.requested_at - CLOCK_SKEW]
     changed = merge(record, fresh, deps.clock.now())
-    if changed or before != (record.instance_id, record.task_arn, len(record.marks)):
+    if changed or before != (record.instance_id, record.task_arn, len(record.marks), len(record.log_streams)):
         deps.store.put_start(record)
     return record
 

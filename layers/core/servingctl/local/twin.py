@@ -17,6 +17,7 @@ import contextlib
 import io
 import json
 import logging
+import math
 import os
 import pickle
 import re
@@ -588,6 +589,12 @@ class Twin:
             **CREDENTIALS,
         )
 
+    @property
+    def grace_s(self) -> int:
+        """The services' health-check grace period as the twin sets it: Delays.health_grace_s in the
+        twin's real seconds (whole, as ECS takes it)."""
+        return max(1, math.ceil(self.delays.health_grace_s / self.time_scale))
+
     def scaled_poll(self) -> dict[str, float]:
         """The flows' default pacing (15 s, x1.5, max 60 s) divided by the time scale, in whole seconds."""
         return {"interval_s": max(1, round(15 / self.time_scale)), "max_interval_s": max(1, round(60 / self.time_scale)), "backoff": 1.5}
@@ -767,8 +774,9 @@ class Twin:
                 healthCheckGracePeriodSeconds=int(self.delays.health_grace_s),
             )
             # moto's CreateService drops the grace period; UpdateService (patched) keeps it for the world.
+            # In the twin's seconds (AWS's / time scale), the clock the controller measures starts with.
             ecs.update_service(cluster=profile["cluster"], service=profile["service"],
-                               healthCheckGracePeriodSeconds=int(self.delays.health_grace_s))
+                               healthCheckGracePeriodSeconds=self.grace_s)
 
         self.registry = parse_registry(document)
         self._register_bench_task(ecs, subnets, sg)

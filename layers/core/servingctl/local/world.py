@@ -530,8 +530,9 @@ class World:
             mp.set_target_health(self._tg(task), task.target_id, "initial", "Elb.InitialHealthChecking",
                                  "Initial health checks in progress")
         task.running_at = time.monotonic()  # the grace period runs from here (after the server process spawned)
-        # The service's grace period as UpdateService last set it, in the world's time.
-        grace_s = getattr(self._service(task.profile), "health_check_grace_period_seconds", self.delays.health_grace_s) / self.time_scale
+        # The service's grace period as UpdateService last set it. It is in the twin's real seconds:
+        # the twin sets it so, and a controller deriving it from past starts measured real seconds.
+        grace_s = getattr(self._service(task.profile), "health_check_grace_period_seconds", self.delays.health_grace_s / self.time_scale)
         task.grace_real_s = max(grace_s, REAL_SERVER_LOAD_S) if self.model_server == "vllm" else grace_s
         instance = self._instances.get(task.instance_id)
         warm = instance is not None and task.profile in instance.cached

@@ -148,6 +148,8 @@ class StartRecord(_Record):
     error: str | None = None
     instance_id: str | None = None
     task_arn: str | None = None
+    # The task's awslogs streams (log group, stream, is the prefetch container), read once from its task definition.
+    log_streams: list[tuple[str, str, bool]] = Field(default_factory=list)
 
     def mark(self, name: str) -> Mark | None:
         """The mark of that name, None when not reached (yet)."""
