@@ -4,6 +4,7 @@ succeeds through the REST API, the report files are written, and nothing is left
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -19,13 +20,18 @@ def test_the_demo_runs_the_main_path_and_leaves_nothing_running(tmp_path: Path, 
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     summary = json.loads((tmp_path / "work/demo.json").read_text())
-    assert summary["steps"] == {"status": 0, "start": 0, "bench": 0, "bench again": 0, "compare": 0, "sweep": 0, "stop": 0,
-                                "ledger": 0}
+    assert summary["steps"] == {"status": 0, "start": 0, "starts": 0, "bench": 0, "bench again": 0, "compare": 0, "sweep": 0,
+                                "stop": 0, "ledger": 0}
     assert summary["left_running"] == []
     for step in ("$ servingctl start deepseek-v4-flash --wait", "$ servingctl bench --profile deepseek-v4-flash",
                  "$ servingctl stop deepseek-v4-flash --wait", "$ servingctl costs ledger --profile deepseek-v4-flash"):
         assert step in out
     assert "READY in" in out and "STOPPED in" in out  # the phases were followed to the end
+    # the start's timeline: one start, each phase with its p50/p90/last seconds, and its chart
+    assert "$ servingctl starts deepseek-v4-flash" in out and "deepseek-v4-flash: 1 start(s), 1 READY" in out
+    for phase in ("EC2 launch", "image pull", "weights prefetch", "ALB health checks", "smoke test first token"):
+        assert re.search(rf"^\s*\d+\.\d\s+\d+\.\d\s+\d+\.\d  {phase}$", out, re.M), phase
+    assert (tmp_path / "out/starts.png").read_bytes()[:4] == b"\x89PNG"
     assert "Self-hosted vs managed API" in out and "nothing left running: yes" in out
     run = read_results(tmp_path / "out")
     assert sorted(s.summary.name for s in run.scenarios) == ["in1024-c1", "in1024-c4", "in256-c1", "in256-c4"]

@@ -45,6 +45,7 @@ def _starts(args: argparse.Namespace, client: Client) -> int:
         return EXIT_OK
     print(history_text(history))
     chart = Path(args.chart or CHART.format(profile=args.name))
+    chart.parent.mkdir(parents=True, exist_ok=True)
     chart_figure(history).savefig(chart, dpi=100)
     print(f"chart: {chart}")
     return EXIT_OK

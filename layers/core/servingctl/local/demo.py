@@ -2,7 +2,7 @@
 
 Brings the local twin up in its own process (`servingctl local up`, real vLLM on CPU by default,
 its output in a log file), then runs the commands a person would type: status, start --wait
-(phases shown as they pass), bench --profile (2 input lengths x 2 concurrencies, measured by the
+(phases shown as they pass), starts (the start's timeline per phase, with a chart), bench --profile (2 input lengths x 2 concurrencies, measured by the
 worker "inside the VPC"; the report table, the cost comparison, report.md, vLLM-compatible files and
 charts, the server's metrics over time), one scenario measured again and `report --compare` of the
 two stored runs (intervals, verdicts, fingerprints), a saturation sweep with an SLO (the concurrency
@@ -199,6 +199,9 @@ def run_demo(output: Path, *, model_server: str = "vllm", time_scale: float = 20
         _say(f"start {PROFILE}: lock, scale out, wait for capacity, task, ALB health, smoke test")
         steps.append(("start", _run("start", PROFILE, "--wait")))
         twin.remember_children()
+        _say("the start's timeline: each phase from its source (EC2, ECS, the containers' CloudWatch Logs with "
+             "vLLM's own lines, the ALB, the smoke test), with a chart")
+        steps.append(("starts", _run("starts", PROFILE, "--chart", str(output / "starts.png"))))
         if steps[-1][1] == 0:
             _say("benchmark 2 input lengths x 2 concurrencies from inside the VPC (run_benchmark), then the report")
             steps.append(("bench", _run("bench", "--profile", PROFILE, *MATRIX, "--label", "demo", "--output", str(output))))
@@ -233,7 +236,7 @@ def run_demo(output: Path, *, model_server: str = "vllm", time_scale: float = 20
     failed = [name for name, code in steps if code != 0]
     print(f"\nnothing left running: {'yes' if not left else f'no, killed {left}'}")
     print(f"files: {output.resolve()} (report.md, results.json, vllm/*.json, aggregate_tok_s.png, ttft.png, "
-          f"server_metrics.png; compare/: the second run against the first; sweep/: the saturation sweep); "
+          f"server_metrics.png, starts.png; compare/: the second run against the first; sweep/: the saturation sweep); "
           f"twin log: {twin.log_path}")
     print(f"demo wall time: {wall:.0f} s; steps: " + ", ".join(f"{n} {'ok' if c == 0 else 'FAILED'}" for n, c in steps))
     (workdir / "demo.json").write_text(json.dumps({"wall_s": wall, "steps": dict(steps), "left_running": left}))
