@@ -2,7 +2,7 @@
 
 import asyncio
 
-from servingctl.bench.selfcheck import SelfCheck, judge
+from servingctl.bench.selfcheck import FAST_SAMPLES, SLOW_TICK_S, TICK_S, SelfCheck, judge
 
 
 def test_quiet_client_is_not_bound():
@@ -61,3 +61,21 @@ def test_a_benchmark_input_judges_with_the_same_defaults():
 
     given = BenchmarkInput(profile="p")
     assert (given.client_lag_limit_ms, given.client_cpu_limit) == (5.0, 0.8)
+
+
+def test_sampling_slows_after_the_first_samples_and_still_sees_lag():
+    async def go():
+        check = SelfCheck(lag_limit_ms=5.0)
+        check.start()
+        while len(check._lags_ms) < FAST_SAMPLES:  # the fast phase, however long a busy machine makes it
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)  # about 20 slow ticks
+        sum(range(3_000_000))  # a blocked loop is seen in the slow phase too
+        await asyncio.sleep(2 * SLOW_TICK_S)
+        return await check.stop()
+
+    result = asyncio.run(go())
+    lag = result.loop_lag_ms
+    # the wake-ups account for the wall time only with 50 ms ticks after the first FAST_SAMPLES
+    assert lag.count * TICK_S + lag.mean * lag.count / 1000 < result.wall_seconds - 0.5
+    assert lag.max > 5.0

@@ -1,7 +1,9 @@
 """Client self-check: is the benchmark client itself the bottleneck?
 
 While a scenario runs, a task sleeps 10 ms at a time and records how late it wakes up (event-loop
-lag: every chunk timestamp is late by about as much), and the process CPU time is compared with
+lag: every chunk timestamp is late by about as much); after FAST_SAMPLES wake-ups it sleeps 50 ms
+at a time (a wake-up at a random instant is late as a chunk would be, so fewer samples are not
+biased, and 100 wake-ups a second cost a paced low-concurrency client half its CPU), and the process CPU time is compared with
 the wall time. The scenario is `client_bound` when the lag p99 exceeds LAG_P99_LIMIT_MS (timings
 would be off by more than that) or the CPU share exceeds CPU_SHARE_LIMIT (the single-threaded
 event loop is close to saturation, so the client, not the server, sets the pace).
@@ -21,6 +23,8 @@ from servingctl.schema.results import ClientSelfCheck
 from servingctl.bench.stats import summarize
 
 TICK_S = 0.01
+SLOW_TICK_S = 0.05
+FAST_SAMPLES = 200
 LAG_P99_LIMIT_MS = 5.0
 CPU_SHARE_LIMIT = 0.8
 
@@ -42,10 +46,12 @@ class SelfCheck:
         self._task = asyncio.create_task(self._sample())
 
     async def _sample(self) -> None:
+        lags = self._lags_ms
         while True:
+            tick = TICK_S if len(lags) < FAST_SAMPLES else SLOW_TICK_S
             before = time.perf_counter()
-            await asyncio.sleep(TICK_S)
-            self._lags_ms.append(max(0.0, (time.perf_counter() - before - TICK_S) * 1000.0))
+            await asyncio.sleep(tick)
+            lags.append(max(0.0, (time.perf_counter() - before - tick) * 1000.0))
 
     async def stop(self) -> ClientSelfCheck:
         """Stop sampling and judge."""
