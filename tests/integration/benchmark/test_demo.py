@@ -29,7 +29,7 @@ def test_the_demo_runs_the_main_path_and_leaves_nothing_running(tmp_path: Path, 
     assert "READY in" in out and "STOPPED in" in out  # the phases were followed to the end
     # the start's timeline: one start, each phase with its p50/p90/last seconds, and its chart
     assert "$ servingctl starts deepseek-v4-flash" in out and "deepseek-v4-flash: 1 start(s), 1 READY" in out
-    for phase in ("EC2 launch", "image pull", "weights prefetch", "ALB health checks", "smoke test first token"):
+    for phase in ("instance boot and ECS registration", "image pull", "weights prefetch", "ALB health checks", "smoke test first token"):
         assert re.search(rf"^\s*\d+\.\d\s+\d+\.\d\s+\d+\.\d  {phase}$", out, re.M), phase
     assert (tmp_path / "out/starts.png").read_bytes()[:4] == b"\x89PNG"
     assert "Self-hosted vs managed API" in out and "nothing left running: yes" in out

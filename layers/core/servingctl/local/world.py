@@ -90,7 +90,7 @@ class Delays:
     register_s: float = 60.0  # InService -> ECS agent registers the container instance
     provision_s: float = 5.0  # task PROVISIONING -> PENDING
     pull_s: float = 120.0  # task PENDING: image pull
-    prefetch_s: float = 60.0  # task PENDING after the pull -> RUNNING: the prefetch container's S3 sync
+    prefetch_s: float = 60.0  # task PENDING after the pull -> RUNNING: the prefetch container's S3 sync (none on a warm volume)
     load_s: float = 540.0  # RUNNING -> the model answers /health (weights download and load)
     health_interval_s: float = 30.0  # target group health check interval
     healthy_threshold: int = 2
@@ -501,8 +501,12 @@ class World:
             task.task.pull_started_at = datetime.now(timezone.utc)
         elif task.phase == "PENDING":
             task.task.pull_stopped_at = datetime.now(timezone.utc)
-            task.phase, task.due = "PREFETCHING", self._after(self.delays.prefetch_s)
-            self._container_log(task, PREFETCH_CONTAINER, [PREFETCH_LINES[0].format(model=self.registry.profiles[task.profile].model)])
+            instance = self._instances.get(task.instance_id)
+            # A warm volume holds the synced revision's marker: the prefetch says so and exits at once.
+            warm = instance is not None and task.profile in instance.cached
+            task.phase, task.due = "PREFETCHING", self._after(0.0 if warm else self.delays.prefetch_s)
+            lines = [PREFETCH_LINES[0].format(model=self.registry.profiles[task.profile].model)]
+            self._container_log(task, PREFETCH_CONTAINER, [*lines, "weights already on the volume"] if warm else lines)
         elif task.phase == "PREFETCHING":
             self._container_log(task, PREFETCH_CONTAINER, [PREFETCH_LINES[1]])
             self._start_running(task, now)
