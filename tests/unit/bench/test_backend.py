@@ -151,16 +151,3 @@ def test_timeout_and_connect_errors_are_kinds_not_exceptions():
 def test_base_url_strips_v1():
     assert base_url("https://api.example.com/inference/v1/") == "https://api.example.com/inference"
     assert base_url("http://alb.internal") == "http://alb.internal"
-
-
-def test_mid_stream_chunks_read_without_decoding_count_as_the_decoded_ones():
-    # vLLM's key order (completion_tokens last: the fast path) and another order (the full decode)
-    fast = b'data: {"choices":[{"index":0,"delta":{"content":"b"},"finish_reason":null}],"usage":{"prompt_tokens":254,"completion_tokens":3}}\n\n'
-    other = b'data: {"choices":[{"index":0,"delta":{"content":"c"},"finish_reason":null}],"usage":{"completion_tokens":4,"prompt_tokens":254}}\n\n'
-    cut = b'data: {"choices":[{"index":0,"delta":{"content":"d"},"finish_reason":null}],"usage":{"completion_tokens":5}\n\n'
-    reads = [chunk("", role="assistant", usage=0), chunk("a", usage=1), fast, other, chunk("", usage=4, finish="length"), DONE]
-    record, _ = run(reads)
-    assert record.ok and [tokens for _, tokens in record.chunks] == [1, 2, 1]
-    assert record.completion_tokens == 4
-    broken, _ = run([chunk("a", usage=1), cut, chunk("", usage=5, finish="length"), DONE])
-    assert (broken.ok, broken.error_kind, broken.malformed_lines) == (False, "malformed_sse", 1)

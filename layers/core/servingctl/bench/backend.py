@@ -90,8 +90,6 @@ class _Chunk(msgspec.Struct):
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
-_COMPLETION = b'"completion_tokens":'
-_NO_FINISH = b'"finish_reason":null'
 
 
 class _StreamState:
@@ -137,8 +135,6 @@ class _StreamState:
             self.done = True
             self.t_done = t
             return
-        if self.t_first_answer is not None and self._mid_stream(data, t):
-            return
         try:
             chunk = _decode_chunk(data)
         except (msgspec.DecodeError, msgspec.ValidationError):  # not JSON, or not a chunk's shape
@@ -174,24 +170,6 @@ class _StreamState:
             self.exact = self.exact and not tokens
         if tokens > 0:
             self.chunks.append((t, tokens))
-
-    def _mid_stream(self, data: bytes, t: int) -> bool:
-        """The common mid-stream chunk (answer started, no finish, one cumulative completion count,
-        usage last) read without decoding it; False leaves the event to the full decode. Sound
-        because a quote inside a JSON string is escaped: `"finish_reason":null` and
-        `"completion_tokens":` can only be the keys themselves."""
-        at = data.find(_COMPLETION)
-        if at < 0 or data[-2:] != b"}}" or _NO_FINISH not in data or data.find(_COMPLETION, at + 1) >= 0:
-            return False
-        try:
-            completion = int(data[at + len(_COMPLETION): -2])
-        except ValueError:
-            return False
-        tokens = completion - self.cumulative
-        self.cumulative = self.completion_tokens = completion
-        if tokens > 0:
-            self.chunks.append((t, tokens))
-        return True
 
     def record(self, t0: int, t_end: int) -> dict[str, Any]:
         completion = self.completion_tokens
