@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 Bench = Any  # conftest.Bench (conftest modules are not importable under --import-mode=importlib)
 READY = "deepseek-v4-flash"
 SWEEP = {"input_tokens": [64], "warmup": 1, "rounds": 2, "max_tokens": 24, "max_workers": 1, "sweep": True}
@@ -38,7 +40,8 @@ def test_the_sweep_runs_step_by_step_up_to_its_bound(bench: Bench, ready_profile
     assert cost.hourly_usd == bench.runs.list_comparisons(run_id)[0].hourly_usd
     assert cost.day.cold_start_s > 0 and "(mean of 1 start)" in cost.day.source  # the module's own start of the profile
     assert cost.day.idle_minutes == bench.registry.profiles[READY].idle.window_minutes
-    assert cost.self_hosted_usd_per_m_output == cost.daily_usd / (cost.goodput_tok_s * cost.day.serving_hours * 3600 / 1e6)
+    assert cost.self_hosted_usd_per_m_output == pytest.approx(
+        cost.daily_usd / (cost.goodput_tok_s * cost.day.serving_hours * 3600 / 1e6), rel=1e-12)  # float order
 
 
 def test_an_slo_missed_at_one_stops_after_one_step(bench: Bench, ready_profile: str) -> None:

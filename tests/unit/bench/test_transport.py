@@ -81,6 +81,24 @@ def test_byte_by_byte_reads_keep_their_own_arrival_stamps():
     assert conn.stream.done
 
 
+def test_a_response_head_arriving_after_its_waiter_was_cancelled_closes_the_connection():
+    # Ctrl-C cancels the awaited head; the server's bytes may land in the same loop turn, before the
+    # waiter's own cleanup runs: that must not raise inside the transport's read callback.
+    async def go():
+        pool = StreamTransport(max_connections=1, clock=itertools.count(0).__next__)
+        conn = _Connection(pool, ("h", 80), pool.clock)
+        sock = FakeSocket()
+        conn.connection_made(sock)
+        conn.send(b"GET / HTTP/1.1\r\n\r\n", None, False)
+        assert conn.head is not None
+        conn.head.cancel()
+        conn.data_received(HEAD + CHUNKED)
+        return conn, sock
+
+    conn, sock = asyncio.run(go())
+    assert sock.closed and not conn.reusable
+
+
 def test_malformed_chunk_framing_is_a_protocol_error():
     got, conn, sock = feed_reads([HEAD + b"zz\r\nhello\r\n"])
 

@@ -194,8 +194,11 @@ class _Connection(asyncio.Protocol):
             name.lower() == b"connection" and b"close" in value.lower() for name, value in headers
         ):
             self.reusable = False
-        self.state = _BODY
         assert self.head is not None
+        if self.head.done():  # the waiter was cancelled (Ctrl-C, a deadline): nobody reads this response
+            self.abort()
+            return
+        self.state = _BODY
         self.head.set_result((status, reason, headers))
         if self.mode == "length" and self.left == 0:
             self._finish()
