@@ -318,6 +318,22 @@ def failed_scenarios(run: RunResult) -> list[str]:
     return [s.summary.name for s in run.scenarios if s.summary.failure_rate > run.config.max_failure_rate]
 
 
+async def begin_run(
+    config: RunConfig,
+    *,
+    api_key: str | None,
+    headers: dict[str, str] | None,
+    progress: ProgressFn | None,
+    run_id: str | None,
+    transport: httpx.AsyncBaseTransport | None,
+) -> tuple[RunResult, Connection, str]:
+    """Open a run from this machine: its id, its connection, and the run record with metadata and calibrations."""
+    run_id = run_id or new_run_id()
+    connection = connection_for(config, api_key, headers)
+    metadata, calibrations = await prepare(config, connection, run_id=run_id, progress=progress, transport=transport)
+    return RunResult(config=config, metadata=metadata, calibrations=calibrations), connection, run_id
+
+
 async def run_benchmark(
     config: RunConfig,
     *,
@@ -328,11 +344,9 @@ async def run_benchmark(
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> RunResult:
     """Run the whole sweep (input lengths x concurrencies) and return the results."""
-    run_id = run_id or new_run_id()
-    connection = connection_for(config, api_key, headers)
-    metadata, calibrations = await prepare(config, connection, run_id=run_id, progress=progress, transport=transport)
-    run = RunResult(config=config, metadata=metadata, calibrations=calibrations)
-    for calibration in calibrations:
+    run, connection, run_id = await begin_run(config, api_key=api_key, headers=headers, progress=progress,
+                                              run_id=run_id, transport=transport)
+    for calibration in run.calibrations:
         for concurrency in config.concurrencies:
             result = await run_scenario(config, connection, calibration, concurrency, run_id=run_id, progress=progress, transport=transport)
             run.scenarios.append(result)

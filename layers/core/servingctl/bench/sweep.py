@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from servingctl.bench.runner import ProgressFn, connection_for, finish_run, new_run_id, prepare, run_scenario
+from servingctl.bench.runner import ProgressFn, begin_run, finish_run, run_scenario
 from servingctl.schema.results import RunConfig, RunResult, ScenarioSummary, SweepResult, SweepStep, SweepStop
 
 SATURATION_TTFT_RISE = 1.5  # median TTFT x1.5 or more ...
@@ -111,14 +111,12 @@ async def run_sweep(
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> RunResult:
     """Run the saturation sweep from this machine: one scenario per step, in order."""
-    run_id = run_id or new_run_id()
-    connection = connection_for(config, api_key, headers)
-    metadata, calibrations = await prepare(config, connection, run_id=run_id, progress=progress, transport=transport)
-    run = RunResult(config=config, metadata=metadata, calibrations=calibrations)
+    run, connection, run_id = await begin_run(config, api_key=api_key, headers=headers, progress=progress,
+                                              run_id=run_id, transport=transport)
     steps: list[SweepStep] = []
     decision = decide(steps, config.sweep_max_concurrency, config.sweep_max_steps)
     while decision.next is not None:
-        result = await run_scenario(config, connection, calibrations[0], decision.next, run_id=run_id, progress=progress,
+        result = await run_scenario(config, connection, run.calibrations[0], decision.next, run_id=run_id, progress=progress,
                                     transport=transport)
         run.scenarios.append(result)
         steps.append(step_of(result.summary, steps))

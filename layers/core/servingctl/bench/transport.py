@@ -393,19 +393,10 @@ class StreamTransport(httpx.AsyncBaseTransport):
         timeouts = request.extensions.get("timeout", {})
         head, body = await _serialize(request)
         no_body = request.method == "HEAD"
-        await self._acquire_slot(timeouts.get("pool"))
-        try:
-            conn = await self._connection(request, timeouts.get("connect"))
-            conn.send(head + body, timeouts.get("read"), no_body)
-            assert conn.head is not None and conn.stream is not None
-            try:
-                status, reason, headers = await conn.head
-            except BaseException:
-                conn.abort()
-                raise
-        except BaseException:
-            self.slots.release()
-            raise
+        conn, _, (status, reason, headers) = await self._send(
+            request.url.host, request.url.port or 80, head + body, pool_timeout=timeouts.get("pool"),
+            connect_timeout=timeouts.get("connect"), read_timeout=timeouts.get("read"), no_body=no_body,
+        )
         return httpx.Response(
             status,
             headers=headers,
@@ -421,20 +412,34 @@ class StreamTransport(httpx.AsyncBaseTransport):
         Returns (the clock when the bytes were written, status, body stream) once the response head
         arrived; raises httpx's errors like handle_async_request. The caller must aclose() the stream.
         """
-        await self._acquire_slot(None)
+        conn, t_sent, (status, _, _) = await self._send(
+            host, port, request, pool_timeout=None, connect_timeout=connect_timeout, read_timeout=read_timeout,
+            no_body=False,
+        )
+        return t_sent, status, conn.stream
+
+    async def _send(
+        self, host: str, port: int, request: bytes, *, pool_timeout: float | None, connect_timeout: float | None,
+        read_timeout: float | None, no_body: bool,
+    ) -> tuple[_Connection, int, tuple[int, bytes, list[tuple[bytes, bytes]]]]:
+        """Take a slot and a pooled connection, write the request, wait for the response head.
+
+        Returns (connection, the clock at the write, the head); the slot is released on any failure.
+        """
+        await self._acquire_slot(pool_timeout)
         try:
             conn = await self._open(host, port, connect_timeout)
-            t_sent = conn.send(request, read_timeout, False)
+            t_sent = conn.send(request, read_timeout, no_body)
             assert conn.head is not None and conn.stream is not None
             try:
-                status, _, _ = await conn.head
+                head = await conn.head
             except BaseException:
                 conn.abort()
                 raise
         except BaseException:
             self.slots.release()
             raise
-        return t_sent, status, conn.stream
+        return conn, t_sent, head
 
     async def warm(self, host: str, port: int, count: int, connect_timeout: float | None) -> None:
         """Open up to `count` idle connections to host:port now, so no request pays for its own."""
@@ -453,10 +458,6 @@ class StreamTransport(httpx.AsyncBaseTransport):
             await asyncio.wait_for(self.slots.acquire(), timeout)
         except TimeoutError:
             raise httpx.PoolTimeout(f"no free connection of {self.max_connections} within {timeout:g} s") from None
-
-    async def _connection(self, request: httpx.Request, timeout: float | None) -> _Connection:
-        """An idle pooled connection to the request's host, else a new one."""
-        return await self._open(request.url.host, request.url.port or 80, timeout)
 
     async def _open(self, host: str, port: int, timeout: float | None) -> _Connection:
         """An idle pooled connection to host:port, else a new one."""
