@@ -347,8 +347,7 @@ class World:
                 mp.record_activity(
                     self.b, asg_name, status_code="Failed", status_message=message,
                     description="Launching a new EC2 instance.  Status Reason: " + message,
-                    cause=f"At {_stamp()} an instance was started in response to a difference between desired "
-                    f"and actual capacity, increasing the capacity from {len(live)} to {desired}.",
+                    cause=_launch_cause(len(live), desired),
                 )
                 self._log("launch-failed", f"{pool_name}: InsufficientInstanceCapacity ({itype})")
             elif warm:
@@ -357,8 +356,7 @@ class World:
                 mp.record_activity(
                     self.b, asg_name, status_code="Successful",
                     description=f"Launching a new EC2 instance from warm pool: {warm}",
-                    cause=f"At {_stamp()} an instance was started in response to a difference between desired "
-                    f"and actual capacity, increasing the capacity from {len(live)} to {desired}.",
+                    cause=_launch_cause(len(live), desired),
                 )
                 self._log("launch-warm", f"{pool_name}: {warm} Warmed:Stopped -> Pending")
             else:
@@ -368,8 +366,7 @@ class World:
                 mp.record_activity(
                     self.b, asg_name, status_code="Successful",
                     description=f"Launching a new EC2 instance: {instance_id}",
-                    cause=f"At {_stamp()} an instance was started in response to a difference between desired "
-                    f"and actual capacity, increasing the capacity from {len(live)} to {desired}.",
+                    cause=_launch_cause(len(live), desired),
                 )
                 self._log("launch", f"{pool_name}: {instance_id} Pending ({itype})")
         elif desired < len(live):
@@ -804,6 +801,12 @@ def _operation(environ: dict[str, Any]) -> tuple[str, str]:
         action = re.search(rb"(?:^|&)Action=([A-Za-z]+)", body)
         return service, action.group(1).decode() if action else ""
     return service, ""
+
+
+def _launch_cause(current: int, desired: int) -> str:
+    """The Cause text EC2 Auto Scaling writes on a scale-out activity."""
+    return (f"At {_stamp()} an instance was started in response to a difference between desired "
+            f"and actual capacity, increasing the capacity from {current} to {desired}.")
 
 
 def _stamp() -> str:
