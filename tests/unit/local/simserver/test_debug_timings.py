@@ -9,7 +9,7 @@ import time
 import httpx
 
 from servingctl.bench.backend import Backend, ChatRequest, Connection
-from servingctl.bench.metrics import chunk_gaps_ms, with_request_metrics
+from servingctl.bench.metrics import with_request_metrics
 from servingctl.local.simserver import SimConfig, running
 
 
@@ -69,7 +69,8 @@ def test_pace_sends_one_event_per_write_at_least_pace_apart():
 
     with running(SimConfig(model="m", speed=1000, mtp_tokens=0, pace_ms=25)) as url:
         record = with_request_metrics(asyncio.run(stream(url)))
-    # the engine is done long before the stream: every token still comes in its own read, 25 ms apart
+    # the engine is done within ~6 ms (1000 tok/s), yet each token leaves in its own event, 25 ms after
+    # the one before: the stream lasts at least 5 paces. Reads, not the server, decide how many events
+    # one read brings (a busy client coalesces them): the stream's length is what the client can check.
     assert record.ok and record.completion_tokens == 6 and len(record.chunks) == 6
-    assert record.coalesced_gaps == 0
-    assert min(chunk_gaps_ms(record.chunks)) >= 24.0
+    assert record.e2e_ms is not None and record.e2e_ms >= 5 * 25
