@@ -43,6 +43,9 @@ def test_totals_sum_label_sets_of_the_model_only():
 
 def test_name_filter():
     assert [s.name for s in parse_prometheus(TEXT, frozenset({GENERATION}))] == [GENERATION] * 3
+    # a longer name that begins with a wanted one is not it; indented and CRLF lines still count
+    text = "vllm:generation_tokens_total_x 5\r\n  vllm:generation_tokens_total 7\r\nvllm:generation_tokens_total{a=\"b\"} 1"
+    assert [(s.value, s.labels) for s in parse_prometheus(text, frozenset({GENERATION}))] == [(7.0, {}), (1.0, {"a": "b"})]
 
 
 def snap(generation, hits=0.0, draft=None, accepted=None):
@@ -157,6 +160,23 @@ def test_sampler_keeps_one_sample_per_interval_of_every_metric(monkeypatch, kv_n
     assert all(p.spec_accepted_tokens == 2 / 3 * p.spec_draft_tokens for p in timeline)
     # the peak still comes from every scrape (0.02 s apart), not only the kept ones
     assert metrics.running_samples > 3 * len(timeline) and metrics.peak_running == 2
+
+
+def test_sampler_slows_to_two_scrapes_per_timeline_interval_after_the_first_fast_ones(monkeypatch):
+    monkeypatch.setattr(server_metrics, "TIMELINE_INTERVAL_S", 0.2)
+    server = _Server()
+
+    async def go():
+        metrics = ServerMetrics(server, "tiny", interval_s=0.01)  # type: ignore[arg-type]
+        stop = asyncio.Event()
+        task = asyncio.create_task(metrics.sample(stop, server.clock()))
+        await asyncio.sleep(1.2)
+        stop.set()
+        await task
+
+    asyncio.run(go())
+    # FAST_SCRAPES 0.01 s apart (>= 0.2 s), then one every 0.1 s for the rest: not 120 scrapes
+    assert server_metrics.FAST_SCRAPES <= server.scrapes <= server_metrics.FAST_SCRAPES + 11
 
 
 def test_sampler_skips_failed_scrapes_and_stops_promptly_when_the_server_stops_answering(monkeypatch):

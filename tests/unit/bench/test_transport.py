@@ -390,3 +390,32 @@ def test_warm_never_opens_more_than_the_pool_holds():
             return server.connections
 
     assert asyncio.run(go()) == 2
+
+
+def test_get_text_on_the_plain_http_path_sends_the_headers_and_reuses_the_connection():
+    async def metrics(writer, n, request):
+        body = b"vllm:num_requests_running 3\n" if n < 3 else b"busy"
+        status = b"200 OK" if n < 3 else b"503 Service Unavailable"
+        writer.write(b"HTTP/1.1 %s\r\ncontent-length: %d\r\n\r\n%s" % (status, len(body), body))
+        await writer.drain()
+
+    async def go():
+        server = Server(metrics)
+        async with server as url:
+            connection = Connection(url + "/prefix/v1", api_key="sk-x", headers={"X-LLM-Profile": "p"}, timeout_s=5)
+            async with Backend(connection, "m", max_connections=2) as backend:
+                answers = [await backend.get_text("/metrics") for _ in range(3)]
+        refused = Backend(Connection(f"http://127.0.0.1:{free_port()}", timeout_s=1), "m", max_connections=1)
+        async with refused:
+            answers.append(await refused.get_text("/metrics"))
+        return server, answers, url
+
+    server, answers, url = asyncio.run(go())
+    assert answers[:3] == [(200, "vllm:num_requests_running 3\n")] * 2 + [(503, "busy")]
+    assert answers[3][0] is None and answers[3][1].startswith("ConnectError")
+    assert [n for n, _ in server.requests] == [1, 1, 1]  # one keep-alive connection for every scrape
+    lines = server.requests[0][1].split(b"\r\n\r\n", 1)[0].split(b"\r\n")
+    assert lines[0] == b"GET /prefix/metrics HTTP/1.1"
+    headers = dict(line.split(b": ", 1) for line in lines[1:])
+    assert headers[b"Host"] == url.removeprefix("http://").encode() and headers[b"Authorization"] == b"Bearer sk-x"
+    assert headers[b"X-LLM-Profile"] == b"p" and headers[b"Accept-Encoding"] == b"identity"

@@ -1,12 +1,12 @@
 """Client self-check: is the benchmark client itself the bottleneck?
 
-While a scenario runs, a task sleeps 10 ms at a time and records how late it wakes up (event-loop
-lag: every chunk timestamp is late by about as much); after FAST_SAMPLES wake-ups it sleeps 50 ms
-at a time (a wake-up at a random instant is late as a chunk would be, so fewer samples are not
-biased, and 100 wake-ups a second cost a paced low-concurrency client half its CPU), and the process CPU time is compared with
-the wall time. The scenario is `client_bound` when the lag p99 exceeds LAG_P99_LIMIT_MS (timings
-would be off by more than that) or the CPU share exceeds CPU_SHARE_LIMIT (the single-threaded
-event loop is close to saturation, so the client, not the server, sets the pace).
+While a scenario runs, a loop timer fires every 10 ms and records how late it fires (event-loop
+lag: every chunk timestamp is late by about as much); after FAST_SAMPLES firings, every 100 ms (a
+firing at a random instant is late as a chunk would be, so fewer samples are not biased, and 100
+firings a second cost a paced low-concurrency client a large share of its CPU). The process CPU
+time is compared with the wall time. The scenario is `client_bound` when the lag p99 exceeds
+LAG_P99_LIMIT_MS (timings would be off by more than that) or the CPU share exceeds CPU_SHARE_LIMIT
+(the single-threaded event loop is close to saturation, so the client, not the server, sets the pace).
 
 Between start() and stop() everything alive before the load is frozen out of the garbage collector
 (gc.freeze): a full collection then scans only what the load allocated, instead of stalling the
@@ -23,8 +23,8 @@ from servingctl.schema.results import ClientSelfCheck
 from servingctl.bench.stats import summarize
 
 TICK_S = 0.01
-SLOW_TICK_S = 0.05
-FAST_SAMPLES = 200
+SLOW_TICK_S = 0.1
+FAST_SAMPLES = 100
 LAG_P99_LIMIT_MS = 5.0
 CPU_SHARE_LIMIT = 0.8
 
@@ -36,33 +36,33 @@ class SelfCheck:
         self.lag_limit_ms = lag_limit_ms
         self.cpu_limit = cpu_limit
         self._lags_ms: list[float] = []
-        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._due = 0.0
         self._cpu0 = self._wall0 = 0.0
 
     def start(self) -> None:
         """Begin sampling (call from inside the running event loop)."""
         gc.freeze()
         self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
-        self._task = asyncio.create_task(self._sample())
+        self._schedule()
 
-    async def _sample(self) -> None:
-        lags = self._lags_ms
-        while True:
-            tick = TICK_S if len(lags) < FAST_SAMPLES else SLOW_TICK_S
-            before = time.perf_counter()
-            await asyncio.sleep(tick)
-            lags.append(max(0.0, (time.perf_counter() - before - tick) * 1000.0))
+    def _schedule(self) -> None:
+        # A timer callback, not a sleeping task: a wake-up then costs the loop no task step and no future.
+        tick = TICK_S if len(self._lags_ms) < FAST_SAMPLES else SLOW_TICK_S
+        self._due = time.perf_counter() + tick
+        self._timer = asyncio.get_running_loop().call_later(tick, self._tick)
+
+    def _tick(self) -> None:
+        self._lags_ms.append(max(0.0, (time.perf_counter() - self._due) * 1000.0))
+        self._schedule()
 
     async def stop(self) -> ClientSelfCheck:
         """Stop sampling and judge."""
         cpu, wall = time.process_time() - self._cpu0, time.perf_counter() - self._wall0
         gc.unfreeze()
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         return judge(self._lags_ms, cpu, wall, self.lag_limit_ms, self.cpu_limit)
 
 

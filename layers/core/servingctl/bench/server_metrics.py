@@ -10,6 +10,7 @@ server without `/metrics` (managed APIs) gets checks marked unavailable, never f
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -34,9 +35,9 @@ TIMELINE_NAMES = frozenset({RUNNING, WAITING, *KV_CACHE, GENERATION, PROMPT, SPE
 SAMPLE_INTERVAL_S = 0.1
 MIN_RUNNING_SAMPLES = 5
 # A long scenario needs no 10 scrapes a second (each costs the client a request and a parse, which
-# would dominate its CPU per token at low concurrency): the pace slows to about this many scrapes
-# per scenario, never slower than the timeline's one a second.
-RUNNING_SAMPLES_TARGET = 50
+# would dominate its CPU per token at low concurrency): after the first FAST_SCRAPES (a short
+# scenario's peak check) the pace slows to two per timeline interval.
+FAST_SCRAPES = 10
 # The metrics over time keep one scrape a second; a scrape unanswered this long is given up (the
 # sampler must never hold the scenario up, even when the server stops answering).
 TIMELINE_INTERVAL_S = 1.0
@@ -58,12 +59,12 @@ class Sample:
 
 def parse_prometheus(text: str, names: frozenset[str] | None = None) -> list[Sample]:
     """Samples of the Prometheus text format (only `names` when given); unparsable lines skipped."""
+    # With names, one regex scan picks their lines: vLLM's page has thousands of histogram lines.
+    lines = text.splitlines() if names is None else _lines_of(names).findall(text)
     samples: list[Sample] = []
-    for line in text.splitlines():
+    for line in lines:
         line = line.strip()
         if not line or line.startswith("#"):
-            continue
-        if names is not None and not line.startswith(tuple(names)):
             continue
         match = _SAMPLE.match(line)
         if match is None:
@@ -80,6 +81,12 @@ def parse_prometheus(text: str, names: frozenset[str] | None = None) -> list[Sam
             continue
         samples.append(Sample(name, labels, value))
     return samples
+
+
+@functools.cache
+def _lines_of(names: frozenset[str]) -> re.Pattern[str]:
+    """The lines that begin with one of `names`."""
+    return re.compile(r"^[ \t]*(?:%s)(?![a-zA-Z0-9_:]).*$" % "|".join(map(re.escape, sorted(names))), re.M)
 
 
 def _parse_labels(raw: str) -> dict[str, str] | None:
@@ -134,12 +141,12 @@ class ServerMetrics:
         return Snapshot(totals=totals)
 
     async def sample(self, stop: asyncio.Event, t0: int) -> None:
-        """Until `stop` is set, scrape /metrics (every interval_s at first, slowing to about
-        RUNNING_SAMPLES_TARGET scrapes per scenario, at most 1 s apart): keep the peak of running
+        """Until `stop` is set, scrape /metrics (every interval_s for the first FAST_SCRAPES, then
+        twice per TIMELINE_INTERVAL_S): keep the peak of running
         requests, and about once a second a ServerSample (time relative to the scenario's `t0` on the backend's clock).
         A failed or unanswered scrape is skipped; the next one is tried at the usual pace."""
         last_kept: int | None = None
-        started = self.backend.clock()
+        scrapes = 0
         while not stop.is_set():
             try:
                 status, text = await asyncio.wait_for(self.backend.get_text("/metrics"), SCRAPE_TIMEOUT_S)
@@ -154,8 +161,8 @@ class ServerMetrics:
                 if last_kept is None or now - last_kept >= TIMELINE_INTERVAL_S * 1e9:
                     last_kept = now
                     self.timeline.append(server_sample(totals, now - t0))
-            elapsed_s = (now - started) / 1e9
-            interval = max(self.interval_s, min(TIMELINE_INTERVAL_S, elapsed_s / RUNNING_SAMPLES_TARGET))
+            scrapes += 1
+            interval = self.interval_s if scrapes < FAST_SCRAPES else max(self.interval_s, TIMELINE_INTERVAL_S / 2)
             try:
                 await asyncio.wait_for(stop.wait(), interval)
             except TimeoutError:
