@@ -56,9 +56,10 @@ def test_cli_sweep_counts_equal_the_server_counters(vllm_server, tmp_path, capsy
         tokens = [p.generation_tokens for p in timeline]
         assert tokens == sorted(tokens) and tokens[-1] - tokens[0] <= s.server.generation_tokens_delta
         # Decode rate per request from its first to its last token; a request whose tokens all came
-        # in one read (the client was late: a busy machine) has none, and the run says so.
+        # in one read, or most of them in shared reads (the client was late: a busy machine), has
+        # none, and the run says so.
         measured = [r for r in scenario.records if not r.warmup]
-        spread = [r for r in measured if r.t_last_ns > r.t_first_ns]
+        spread = [r for r in measured if r.t_last_ns > r.t_first_ns and 2 * r.coalesced_gaps <= len(r.chunks) - 1]
         for r in measured:
             first = sum(tokens for t, tokens in r.chunks if t == r.t_first_ns)  # what arrived with the first token
             expected = (MAX_TOKENS - first) * 1e9 / (r.t_last_ns - r.t_first_ns) if r in spread else None

@@ -74,6 +74,18 @@ def test_a_whole_answer_in_one_read_says_why_decode_is_unmeasured():
     assert unmeasured([fine]) == []
 
 
+def test_decode_rate_is_measured_with_half_the_gaps_coalesced_and_not_one_past_half():
+    # 4 gaps, 2 inside shared reads: the reads still say the server's pace
+    half = with_request_metrics(record(chunks_ms=((100, 1), (100, 1), (120, 1), (120, 1), (130, 1))))
+    assert half.coalesced_gaps == 2 and half.decode_tok_s == pytest.approx(3 / 0.030)
+    # 3 of 4 gaps coalesced: a late client got the answer in two bunches, so 255 tokens "in 2 ms" is
+    # its own schedule; the rate is left out and the run says why
+    bunched = with_request_metrics(record(chunks_ms=((100, 1), (100, 1), (100, 1), (102, 1), (102, 1))))
+    assert bunched.coalesced_gaps == 3 and bunched.decode_tok_s is None
+    assert bunched.e2e_tok_s is not None and bunched.ttft_ms == 100.0  # the rest still stands
+    assert unmeasured([bunched, half])[0].startswith("decode_tok_s: 1 of 2 requests got all their tokens in one network read or most")
+
+
 def test_reasoning_only_answer_has_no_ttfot_and_says_so():
     r = with_request_metrics(record(t_first_chunk_ns=90 * MS, t_first_answer_ns=None))
     assert r.ttfot_ms is None
