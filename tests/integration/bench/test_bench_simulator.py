@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 
 import httpx
 import pytest
@@ -12,7 +13,7 @@ from servingctl.bench.calibration import build_prompt
 from servingctl.bench.metrics import per_read
 from servingctl.schema.results import RunConfig, RunResult
 from servingctl.bench.outputs import read_results
-from servingctl.bench.runner import run_benchmark
+from servingctl.bench.runner import INDEX_STRIDE, run_benchmark
 from servingctl.cli.main import main
 from servingctl.local.simserver import Faults, SimConfig, running
 
@@ -145,3 +146,34 @@ def test_cli_exit_code_follows_the_failure_rate(tmp_path, capsys):
         assert main(args) == 1
         assert json.loads(capsys.readouterr().out)["failed_scenarios"] == ["in256-c1"]
         assert main(args + ["--max-failure-rate", "1"]) == 0
+
+
+def test_processes_spread_the_streams_and_merge_them_on_the_hosts_one_clock():
+    with running(SimConfig(speed=20, debug_timings=True)) as url:
+        config = RunConfig(endpoint=url, model=MODEL, input_tokens=[256], concurrencies=[5], mode="sustained", requests=20,
+                           warmup=1, max_tokens=MAX_TOKENS, timeout_s=30.0)
+        run = asyncio.run(run_benchmark(config, processes=2))
+        truth = {s["cache_salt"]: s for s in httpx.get(f"{url}/debug/timings").json()["streams"]}
+    scenario = run.scenarios[0]
+    s = scenario.summary
+    assert run.exit_code == 0 and (s.name, s.requests, s.ok, s.concurrency) == ("in256-c5-sustained", 20, 20, 5)
+    # two processes: 3 and 2 of the 5 streams (their warm-ups), 10 measured requests each, numbered apart
+    part = Counter((r.warmup, r.index // INDEX_STRIDE) for r in scenario.records)
+    assert part == {(True, 1): 3, (True, 2): 2, (False, 1): 10, (False, 2): 10}
+    assert s.client.processes == 2 and s.server.generation_tokens_equal is True
+    assert s.server.generation_tokens_delta == sum(r.completion_tokens for r in scenario.records) == 25 * MAX_TOKENS
+    # one timeline: the server received every request a loopback flight after its merged send time,
+    # the same for both processes (a part merged on another clock would be off by its start-up)
+    flights = [truth[f"{run.metadata.run_id}-{s.name}-{r.index}"]["received_ns"] - r.t_start_ns for r in scenario.records]
+    assert max(flights) - min(flights) < 50e6
+
+
+def test_processes_refuse_rate_mode_naming_the_flag_and_its_values(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--endpoint", "http://127.0.0.1:9", "--model", MODEL, "--mode", "rate", "--rate", "2",
+              "--requests", "4", "--processes", "2"])
+    err = capsys.readouterr().err
+    assert "--processes: rate mode runs in one process" in err and "1 to 64 with --mode burst or sustained" in err
+    with pytest.raises(SystemExit):
+        main(["bench", "--endpoint", "http://127.0.0.1:9", "--model", MODEL, "--processes", "65"])
+    assert "an integer from 1 to 64" in capsys.readouterr().err

@@ -13,7 +13,8 @@ from servingctl.schema.results import Calibration, RequestRecord, RunConfig, Ser
 from servingctl.bench.runner import INDEX_STRIDE, Measurement
 from servingctl.bench.selfcheck import judge
 from servingctl.bench.server_metrics import GENERATION, PROMPT, Snapshot
-from servingctl.benchmarks.split import earliest_snapshot, merge_shards, plan_shards, shard_config, shard_count
+from servingctl.bench.shards import earliest_snapshot, merge_shards
+from servingctl.benchmarks.split import plan_shards, shard_config, shard_count
 
 MS = 1_000_000
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)

@@ -83,12 +83,14 @@ def _expected_requests(config: RunConfig, concurrency: int, offsets: list[float]
 
 @dataclass(frozen=True)
 class Shard:
-    """One worker's part of a scenario split across workers: which part, and the instant all parts
-    start together (wall clock: the workers run on different hosts)."""
+    """One part of a scenario split across workers or processes: which part, and the instant all
+    parts start together: `start_at` on the wall clock (workers on different hosts) or `start_ns`
+    on the monotonic clock (processes of this host, which share it)."""
 
     index: int
     count: int
     start_at: datetime | None = None
+    start_ns: int | None = None
 
 
 # Request indexes of shard k start at (k + 1) x INDEX_STRIDE, so cache salts stay unique across the
@@ -114,6 +116,7 @@ class Measurement:
     client: ClientSelfCheck
     late_start_s: float = 0.0
     server_timeline: list[ServerSample] = field(default_factory=list)
+    t0_ns: int = 0  # the backend clock at t=0: comparable between parts measured on one host
 
 
 async def measure_scenario(
@@ -155,7 +158,14 @@ async def measure_scenario(
                 await asyncio.sleep(wait_s)
             late_start_s = max(0.0, -wait_s)
         await backend.warm(concurrency)  # TCP handshakes before the clock: no TTFT holds one
-        t0 = backend.clock()
+        if shard is not None and shard.start_ns is not None:
+            wait_s = (shard.start_ns - backend.clock()) / 1e9
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+            late_start_s = max(0.0, -wait_s)
+            t0 = shard.start_ns  # every process's records on one monotonic timeline
+        else:
+            t0 = backend.clock()
         t0_wall = datetime.now(UTC)
 
         async def send(index: int, round_index: int, warmup: bool) -> RequestRecord:
@@ -212,6 +222,7 @@ async def measure_scenario(
         client=client,
         late_start_s=late_start_s,
         server_timeline=server.timeline,
+        t0_ns=t0,
     )
 
 
@@ -257,8 +268,15 @@ async def run_scenario(
     cpu_share_limit: float = CPU_SHARE_LIMIT,
     progress: ProgressFn | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    processes: int = 1,
 ) -> ScenarioResult:
-    """Run one scenario (warm-ups, measured load, checks) and return its result."""
+    """Run one scenario (warm-ups, measured load, checks) and return its result; with processes > 1
+    its streams are spread over that many processes of this host (bench/spread.py)."""
+    if processes > 1:
+        from servingctl.bench.spread import spread_scenario  # spread builds on this module
+
+        return await spread_scenario(config, connection, calibration, concurrency, processes=processes, run_id=run_id,
+                                     lag_p99_limit_ms=lag_p99_limit_ms, cpu_share_limit=cpu_share_limit, progress=progress)
     measurement = await measure_scenario(
         config, connection, calibration, concurrency, run_id=run_id, lag_p99_limit_ms=lag_p99_limit_ms,
         cpu_share_limit=cpu_share_limit, progress=progress, transport=transport,
@@ -342,13 +360,15 @@ async def run_benchmark(
     progress: ProgressFn | None = None,
     run_id: str | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    processes: int = 1,
 ) -> RunResult:
     """Run the whole sweep (input lengths x concurrencies) and return the results."""
     run, connection, run_id = await begin_run(config, api_key=api_key, headers=headers, progress=progress,
                                               run_id=run_id, transport=transport)
     for calibration in run.calibrations:
         for concurrency in config.concurrencies:
-            result = await run_scenario(config, connection, calibration, concurrency, run_id=run_id, progress=progress, transport=transport)
+            result = await run_scenario(config, connection, calibration, concurrency, run_id=run_id, progress=progress,
+                                        transport=transport, processes=processes)
             run.scenarios.append(result)
     return finish_run(run)
 

@@ -109,6 +109,7 @@ async def run_sweep(
     progress: ProgressFn | None = None,
     run_id: str | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    processes: int = 1,
 ) -> RunResult:
     """Run the saturation sweep from this machine: one scenario per step, in order."""
     run, connection, run_id = await begin_run(config, api_key=api_key, headers=headers, progress=progress,
@@ -117,7 +118,7 @@ async def run_sweep(
     decision = decide(steps, config.sweep_max_concurrency, config.sweep_max_steps)
     while decision.next is not None:
         result = await run_scenario(config, connection, run.calibrations[0], decision.next, run_id=run_id, progress=progress,
-                                    transport=transport)
+                                    transport=transport, processes=processes)
         run.scenarios.append(result)
         steps.append(step_of(result.summary, steps))
         decision = decide(steps, config.sweep_max_concurrency, config.sweep_max_steps)

@@ -44,7 +44,8 @@ from servingctl.benchmarks.matrix import (
 from servingctl.schema.results import SCHEMA_VERSION, Calibration, ClientSelfCheck, ScenarioSummary, ServerSample
 from servingctl.bench.runner import Measurement, Shard, connection_for, measure_scenario, prepare, settled_snapshot, summarize_measurement
 from servingctl.bench.server_metrics import ServerMetrics, Snapshot, thinned
-from servingctl.benchmarks.split import ShardPlan, earliest_snapshot, merge_shards, plan_shards, shard_config
+from servingctl.bench.shards import earliest_snapshot, merge_shards
+from servingctl.benchmarks.split import ShardPlan, plan_shards, shard_config
 from servingctl.shared.clock import Clock, SystemClock
 from servingctl.shared.errors import ControlError, InvalidInput, action_of, error_reason, throttling_as_error
 from servingctl.control.config import resolve_profile, start_config, stop_config

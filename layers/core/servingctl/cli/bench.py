@@ -18,6 +18,7 @@ from servingctl.bench import aio
 from servingctl.bench.calibration import CalibrationError, EndpointUnreachable
 from servingctl.schema.results import MODES, SALT_MODES, RunConfig, RunResult, Slo
 from servingctl.bench.slo import SloError, parse_slos
+from servingctl.bench.spread import MAX_PROCESSES
 from servingctl.bench.sweep import run_sweep
 from servingctl.bench.runner import Progress as ProgressEvent
 from servingctl.bench.runner import ProgressFn, run_benchmark
@@ -118,6 +119,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="highest concurrency the sweep tries (default 256)")
     slo.add_argument("--sweep-max-steps", type=_bounded(int, 2, 40, "an integer from 2 to 40"), default=12,
                      help="most scenarios the sweep runs (default 12)")
+    p.add_argument("--processes", type=_bounded(int, 1, MAX_PROCESSES, f"an integer from 1 to {MAX_PROCESSES}"), default=1,
+                   help="spread each scenario's streams over this many processes of this machine, merged on its "
+                        "monotonic clock, when one event loop cannot keep up (burst and sustained; default 1)")
     p.add_argument("--output", metavar="DIR", help="write results.json, vllm/*.json, report.md and charts here")
     p.add_argument("--json", action="store_true", help="print the headline rows as JSON instead of a table")
     remote = p.add_argument_group("a deployed profile, measured from inside its VPC (run_benchmark through the REST API)")
@@ -174,6 +178,9 @@ def _bench(args: argparse.Namespace) -> int:
     if args.profile:
         if args.endpoint or args.model or args.header or args.api_key:
             args.bench_parser.error("--profile: the run targets the profile's own endpoint; drop --endpoint, --model, --header, --api-key")
+        if args.processes > 1:
+            args.bench_parser.error("--processes: a --profile run is spread across its in-VPC workers (--max-workers), "
+                                    "not processes of this machine; allowed value with --profile: 1")
         return remote_bench(args)
     if not args.endpoint or not args.model:
         args.bench_parser.error("--endpoint and --model are required (or --profile NAME to benchmark a deployed profile)")
@@ -181,11 +188,15 @@ def _bench(args: argparse.Namespace) -> int:
         config = config_from_args(args)
     except ValidationError as exc:
         args.bench_parser.error(_validation_message(exc))
+    if args.processes > 1 and config.mode == "rate":
+        args.bench_parser.error("--processes: rate mode runs in one process (its Poisson schedule would change if "
+                                "spread); allowed values: 1 with --mode rate, 1 to 64 with --mode burst or sustained")
     console = Console(stderr=True)
     try:
         with _progress(console) as progress:
             measure = run_sweep if config.sweep else run_benchmark
-            run = aio.run(measure(config, api_key=args.api_key, headers=dict(args.header), progress=progress))
+            run = aio.run(measure(config, api_key=args.api_key, headers=dict(args.header), progress=progress,
+                                  processes=args.processes))
     except EndpointUnreachable as exc:
         print(f"servingctl bench: error: {exc}", file=sys.stderr)
         return 1

@@ -264,6 +264,7 @@ class ClientSelfCheck(_Model):
     cpu_share_limit: float
     client_bound: bool
     reasons: list[str] = Field(default_factory=list)
+    processes: int = Field(1, ge=1, description="client processes the scenario's streams were spread over (the busiest one's figures)")
 
 
 class SloCheck(_Model):
