@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import textwrap
@@ -12,7 +13,7 @@ import httpx
 import pytest
 
 from servingctl.local import modelserver
-from servingctl.local.modelserver import ModelServerError, ModelServerProcess, free_port
+from servingctl.local.modelserver import MODEL_SERVER_NICE, ModelServerError, ModelServerProcess, free_port
 
 # A server whose /health answers 200 and that prints one line when it listens.
 HEALTHY_SERVER = textwrap.dedent(
@@ -182,3 +183,36 @@ def test_free_port_can_be_bound() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
     assert 0 < port < 65536
+
+
+FORKS_LATER = """
+import os, sys, time
+time.sleep(0.3)  # vLLM forks its engine after seconds of imports
+child = os.fork()
+if child == 0:
+    time.sleep(30)
+    os._exit(0)
+print("child", child, flush=True)
+time.sleep(30)
+"""
+
+
+def test_the_model_server_and_the_children_it_forks_yield_the_cpu_to_the_client(tmp_path: Path) -> None:
+    first = min(os.sched_getaffinity(0))
+    server = ModelServerProcess([sys.executable, "-c", FORKS_LATER], port=free_port(), served_model_name="m",
+                                log_path=tmp_path / "server.log", cpus={first})
+    with server:
+        child = int(_wait_for_log(server, "child").split("child")[1].split()[0])
+        expected = min(19, os.getpriority(os.PRIO_PROCESS, 0) + MODEL_SERVER_NICE)
+        assert os.getpriority(os.PRIO_PROCESS, server.pid) == expected
+        assert os.getpriority(os.PRIO_PROCESS, child) == expected
+        assert os.sched_getaffinity(server.pid) == os.sched_getaffinity(child) == {first}
+
+
+@pytest.mark.parametrize(("cores", "server_cores"), [({0}, None), ({0, 1}, {0}), ({0, 1, 2, 3}, {0, 1, 2})])
+def test_vllm_gets_every_core_but_the_last_and_binds_its_threads_to_them(monkeypatch, cores, server_cores) -> None:
+    monkeypatch.setattr(modelserver.os, "sched_getaffinity", lambda pid: cores)
+    server = modelserver.vllm_server("/models/tiny", free_port(), served_model_name="m", python=sys.executable)
+    assert server.cpus == server_cores
+    bind = server.env.get("VLLM_CPU_OMP_THREADS_BIND")
+    assert bind == (",".join(map(str, sorted(server_cores))) if server_cores else None)
