@@ -60,11 +60,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_process(cmd: list[str], env: dict[str, str], timeout_s: float, log: Path) -> float:
-    """Run a client to completion; return its user + sys CPU seconds (os.wait4). Fails loudly."""
+def cores(pin: bool) -> tuple[set[int] | None, set[int] | None]:
+    """(the simulator's cores, the clients' cores) when pinned: the simulator stands in for a server
+    host of its own, so it gets the first core and the clients the others; (None, None) unpinned."""
+    available = sorted(os.sched_getaffinity(0))
+    if not pin or len(available) < 2:
+        return None, None
+    return {available[0]}, set(available[1:])
+
+
+def run_process(cmd: list[str], env: dict[str, str], timeout_s: float, log: Path, cpus: set[int] | None) -> float:
+    """Run a client (on `cpus`) to completion; return its user + sys CPU seconds (os.wait4). Fails loudly."""
     deadline = time.monotonic() + timeout_s
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        if cpus:
+            os.sched_setaffinity(proc.pid, cpus)
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
@@ -86,7 +97,7 @@ def phases(log: Path) -> dict[int, dict]:
 
 
 def run_ours(url: str, model: str, concurrencies: list[int], load: list[str], max_tokens: int, input_tokens: int,
-             out: Path, timeout_s: float) -> tuple[dict[int, dict], float]:
+             out: Path, timeout_s: float, cpus: set[int] | None) -> tuple[dict[int, dict], float]:
     """`servingctl bench` in sustained mode (no warm-up; `load` = --requests N or --duration S),
     every concurrency in one process."""
     log = out.with_suffix(".phases.jsonl")
@@ -96,7 +107,7 @@ def run_ours(url: str, model: str, concurrencies: list[int], load: list[str], ma
         "--concurrency", ",".join(map(str, concurrencies)), "--mode", "sustained", *load,
         "--warmup", "0", "--max-tokens", str(max_tokens), "--max-failure-rate", "0", "--output", str(out), "--json",
     ]
-    cpu = run_process(cmd, dict(os.environ), timeout_s, out.with_suffix(".log"))
+    cpu = run_process(cmd, dict(os.environ), timeout_s, out.with_suffix(".log"), cpus)
     failed = [r for s in read_results(out).scenarios for r in s.records if not r.ok]
     if failed:
         raise SystemExit(f"servingctl bench: {len(failed)} failed requests, e.g. {failed[0].error}")
@@ -113,7 +124,7 @@ def sharegpt_file(path: Path, count: int, repetitions: int) -> Path:
 
 
 def run_vllm(vllm_python: str, url: str, model: str, concurrencies: list[int], requests: dict[int, int], max_tokens: int,
-             dataset: Path, out: Path, timeout_s: float) -> tuple[dict[int, dict], dict[int, dict], float]:
+             dataset: Path, out: Path, timeout_s: float, cpus: set[int] | None) -> tuple[dict[int, dict], dict[int, dict], float]:
     """`vllm bench serve` (openai-chat backend, ShareGPT-shaped prompts), every concurrency in one process."""
     out.mkdir(parents=True, exist_ok=True)
     log = out / "phases.jsonl"
@@ -128,7 +139,7 @@ def run_vllm(vllm_python: str, url: str, model: str, concurrencies: list[int], r
             "--save-detailed", "--result-dir", str(out), "--result-filename", f"c{c}.json",
         ]
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", TOKENIZERS_PARALLELISM="false")
-    cpu = run_process(cmd, env, timeout_s, out / "client.log")
+    cpu = run_process(cmd, env, timeout_s, out / "client.log", cpus)
     results = {c: json.loads((out / f"c{c}.json").read_text()) for c in concurrencies}
     for c, result in results.items():
         if result["failed"]:
@@ -204,14 +215,17 @@ def fetch_timings(client: httpx.Client, keep: Path) -> tuple[dict[str, dict], di
             {s["x_request_id"]: s for s in streams if s["x_request_id"]})
 
 
-def start_simulator(port: int, model: str, speed: float, pace_ms: float, max_seqs: int, log: Path) -> subprocess.Popen:
-    """The simulator in its own process (its CPU is not the clients'), waited until healthy."""
+def start_simulator(port: int, model: str, speed: float, pace_ms: float, max_seqs: int, log: Path,
+                    cpus: set[int] | None) -> subprocess.Popen:
+    """The simulator in its own process (its CPU is not the clients'), on `cpus`, waited until healthy."""
     cmd = [
         sys.executable, "-m", "servingctl.local.simserver", "--port", str(port), "--model", model,
         "--speed", str(speed), "--max-num-seqs", str(max_seqs), "--max-num-batched-tokens", str(max(8192, max_seqs)),
         "--mtp-tokens", "0", "--pace-ms", str(pace_ms), "--debug-timings", "--log-level", "warning",
     ]
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
+    if cpus:
+        os.sched_setaffinity(proc.pid, cpus)
     for _ in range(600):
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
@@ -243,16 +257,17 @@ def run_both(args: argparse.Namespace, model: str, work: Path, pace_ms: float, c
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     load_before = os.getloadavg()
-    sim = start_simulator(port, model, args.speed, pace_ms, max(concurrencies) * 2, work / "simulator.log")
+    server_cpus, client_cpus = cores(args.pin)
+    sim = start_simulator(port, model, args.speed, pace_ms, max(concurrencies) * 2, work / "simulator.log", server_cpus)
     try:
         with httpx.Client(base_url=url, timeout=60) as client:
             print(f"{work.name}: servingctl bench, concurrency {concurrencies} ...", file=sys.stderr, flush=True)
             ours, ours_cpu = run_ours(url, model, concurrencies, ours_load, max_tokens, args.input_tokens,
-                                      work / "ours", args.timeout)
+                                      work / "ours", args.timeout, client_cpus)
             by_salt, _ = fetch_timings(client, work / "timings-ours.json")
             print(f"{work.name}: vllm bench serve, the same ...", file=sys.stderr, flush=True)
             vllm, vllm_results, vllm_cpu = run_vllm(args.vllm_python, url, model, concurrencies, vllm_requests,
-                                                    max_tokens, dataset, work / "vllm", args.timeout)
+                                                    max_tokens, dataset, work / "vllm", args.timeout, client_cpus)
             _, by_request_id = fetch_timings(client, work / "timings-vllm.json")
     finally:
         stop(sim)
@@ -325,7 +340,8 @@ def measure(args: argparse.Namespace, concurrencies: list[int], model: str, work
         "settings": {"max_tokens": args.max_tokens, "paced_max_tokens": args.paced_max_tokens, "pace_ms": args.pace_ms,
                      "paced_seconds": args.paced_seconds,
                      "input_tokens": args.input_tokens, "speed": args.speed, "flood_requests_per_concurrency": flood_requests,
-                     "simulator": "mtp off, max-num-seqs 2 x max concurrency"},
+                     "simulator": "mtp off, max-num-seqs 2 x max concurrency",
+                     "cores": {k: sorted(v) if v else "any" for k, v in zip(("simulator", "clients"), cores(args.pin))}},
         "wall_s": time.monotonic() - started,
         "load_avg": {"flood": flood["load_avg"], "paced": paced["load_avg"]},
         "cpu_per_1m_tokens": shapes,
@@ -367,7 +383,8 @@ def print_table(report: dict) -> None:
                       f"{_ms(split['first_chunk_to_client_ms']['p99_ms'])}") if split else ""
             print(f"  c={row['concurrency']:<4} {name:<5} {_ms(e['median_ms'])} / {_ms(e['p99_ms'])} / {_ms(e['max_ms'])} "
                   f"({e['count']} requests){flight}")
-    print(f"servingctl's client-bound verdicts: {report['client_bound']}; wall {report['wall_s']:.0f} s")
+    print(f"servingctl's client-bound verdicts: {report['client_bound']}; wall {report['wall_s']:.0f} s; "
+          f"cores {report['settings']['cores']}")
     g = report["goals"]
     print(f"max ratio ours/vLLM {g['ratio_max']:.2f} (goal <= {g['ratio_goal']}, never above {g['ratio_limit']}); "
           f"TTFT error p99 {g['ttft_error_p99_ms']} ms (goal < {g['ttft_goal_p99_ms']} ms)")
@@ -394,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokenizer", default=os.environ.get("SERVINGCTL_TINY_MODEL", str(ROOT / ".cache/tiny-llama")),
                    help="model dir whose tokenizer vLLM's client loads; also the served model name")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per client process (default 1800)")
+    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                   help="the simulator on the first core, the clients on the others, as a server host of its own (default on)")
     p.add_argument("--work-dir", help="keep client outputs here (default: a new temporary directory)")
     p.add_argument("--output", default=str(ROOT / ".cache/bench/client_overhead.json"), help="JSON results path")
     args = p.parse_args(argv)

@@ -70,6 +70,8 @@ def with_request_metrics(record: RequestRecord) -> RequestRecord:
 
 def per_read(chunks: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     """Token chunks merged per network read (the chunks of one read share its arrival stamp)."""
+    if len({t for t, _ in chunks}) == len(chunks):  # the common case, one chunk per read: a set in C, no loop
+        return list(chunks)
     reads: list[tuple[int, int]] = []
     for t, tokens in chunks:
         if reads and reads[-1][0] == t:
@@ -91,7 +93,9 @@ def itl_samples_ms(chunks: Sequence[tuple[int, int]]) -> list[float]:
     samples: list[float] = []
     for i in range(1, len(reads)):
         tokens = reads[i][1]
-        if tokens > 0:
+        if tokens == 1:
+            samples.append((reads[i][0] - reads[i - 1][0]) / NS_PER_MS)
+        elif tokens > 0:
             samples.extend([(reads[i][0] - reads[i - 1][0]) / NS_PER_MS / tokens] * tokens)
     return samples
 
