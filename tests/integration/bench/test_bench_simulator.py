@@ -154,6 +154,7 @@ def test_processes_spread_the_streams_and_merge_them_on_the_hosts_one_clock():
                            warmup=1, max_tokens=MAX_TOKENS, timeout_s=30.0)
         run = asyncio.run(run_benchmark(config, processes=2))
         truth = {s["cache_salt"]: s for s in httpx.get(f"{url}/debug/timings").json()["streams"]}
+        single = asyncio.run(run_benchmark(config.model_copy(update={"concurrencies": [1], "requests": 2}), processes=2))
     scenario = run.scenarios[0]
     s = scenario.summary
     assert run.exit_code == 0 and (s.name, s.requests, s.ok, s.concurrency) == ("in256-c5-sustained", 20, 20, 5)
@@ -166,6 +167,9 @@ def test_processes_spread_the_streams_and_merge_them_on_the_hosts_one_clock():
     # the same for both processes (a part merged on another clock would be off by its start-up)
     flights = [truth[f"{run.metadata.run_id}-{s.name}-{r.index}"]["received_ns"] - r.t_start_ns for r in scenario.records]
     assert max(flights) - min(flights) < 50e6
+
+    # one stream cannot be spread: concurrency 1 runs in this process, numbered from 0
+    assert single.scenarios[0].summary.client.processes == 1 and max(r.index for r in single.scenarios[0].records) < INDEX_STRIDE
 
 
 def test_processes_refuse_rate_mode_naming_the_flag_and_its_values(capsys):

@@ -272,7 +272,7 @@ async def run_scenario(
 ) -> ScenarioResult:
     """Run one scenario (warm-ups, measured load, checks) and return its result; with processes > 1
     its streams are spread over that many processes of this host (bench/spread.py)."""
-    if processes > 1:
+    if min(processes, concurrency) > 1:  # one stream cannot be spread
         from servingctl.bench.spread import spread_scenario  # spread builds on this module
 
         return await spread_scenario(config, connection, calibration, concurrency, processes=processes, run_id=run_id,

@@ -48,7 +48,7 @@ async def spread_scenario(
     cpu_share_limit: float,
     progress: ProgressFn | None = None,
 ) -> ScenarioResult:
-    """Run one scenario over min(processes, concurrency) processes and merge it (processes >= 2)."""
+    """Run one scenario over min(processes, concurrency) processes (at least 2) and merge it."""
     if config.mode == "rate":
         raise ValueError("rate mode runs in one process: its Poisson schedule would change if spread")
     count = min(processes, concurrency)
