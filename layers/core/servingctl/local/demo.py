@@ -74,14 +74,22 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
+def _start_time(pid: int) -> int | None:
+    """When pid started (clock ticks after boot, /proc's starttime); None once it is gone."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int, started: int | None) -> bool:
+    """The process noted as (pid, started) still runs: not gone, not a zombie, and its pid not reused
+    by another process since (pids wrap around on a busy machine: killing the new owner would be wrong)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return not Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    return state != "Z" and _start_time(pid) == started
 
 
 class TwinProcess:
@@ -96,7 +104,7 @@ class TwinProcess:
                      # The demo drives every stop itself; a sweep would race its scripted steps.
                      "--no-sweep"]
         self.proc: subprocess.Popen[bytes] | None = None
-        self.children: set[int] = set()
+        self.children: set[tuple[int, int | None]] = set()  # (pid, its start time)
 
     @property
     def api_url(self) -> str:
@@ -122,7 +130,7 @@ class TwinProcess:
     def remember_children(self) -> None:
         """Note the twin's current descendants (model servers), to check they are gone after stop()."""
         if self.proc is not None:
-            self.children |= set(descendants(self.proc.pid))
+            self.children |= {(pid, _start_time(pid)) for pid in descendants(self.proc.pid)}
 
     def stop(self) -> list[int]:
         """SIGTERM (the twin stops its model servers, world and moto), SIGKILL after a grace period;
@@ -138,8 +146,8 @@ class TwinProcess:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         killed = []
-        for pid in sorted(self.children):
-            if _alive(pid):
+        for pid, started in sorted(self.children):
+            if _alive(pid, started):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
         return killed

@@ -31,11 +31,9 @@ TINY_MODEL_ENV = "SERVINGCTL_TINY_MODEL"
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
 VLLM_FLAGS = ("--dtype", "float32", "--enforce-eager", "--max-model-len", "2048")
 # The local model server stands in for a GPU host of its own, but shares this machine's cores with
-# the benchmark client and the twin. vLLM on CPU keeps the cores it runs on busy, which woke a
-# client's event loop up to 550 ms late (`make demo`, a 2-core machine; nice alone did not stop it).
-# So vLLM gets every core but the last, the client keeps that one, as on AWS it has a host of its own;
-# and the server runs at lower priority wherever it still meets the client. Its children inherit both.
-MODEL_SERVER_NICE = 10
+# the benchmark client and the twin. vLLM on CPU keeps the cores it runs on busy while it generates,
+# which woke a client's event loop up to 550 ms late (`make demo`, a 2-core machine). So vLLM gets
+# every core but the last and the client keeps that one, as on AWS it has a host of its own.
 
 
 def model_server_cpus() -> set[int] | None:
@@ -106,9 +104,7 @@ class ModelServerProcess:
                 env=self.env,
                 start_new_session=True,
             )
-        # Before vLLM forks its engine (seconds of imports later), so the children inherit them.
-        os.setpriority(os.PRIO_PROCESS, self._proc.pid, MODEL_SERVER_NICE)
-        if self.cpus:
+        if self.cpus:  # before vLLM forks its engine (seconds of imports later): the children inherit it
             os.sched_setaffinity(self._proc.pid, self.cpus)
         return self
 
