@@ -152,7 +152,8 @@ def test_processes_spread_the_streams_and_merge_them_on_the_hosts_one_clock():
     with running(SimConfig(speed=20, debug_timings=True)) as url:
         config = RunConfig(endpoint=url, model=MODEL, input_tokens=[256], concurrencies=[5], mode="sustained", requests=20,
                            warmup=1, max_tokens=MAX_TOKENS, timeout_s=30.0)
-        run = asyncio.run(run_benchmark(config, processes=2))
+        events = []
+        run = asyncio.run(run_benchmark(config, processes=2, progress=events.append))
         truth = {s["cache_salt"]: s for s in httpx.get(f"{url}/debug/timings").json()["streams"]}
         single = asyncio.run(run_benchmark(config.model_copy(update={"concurrencies": [1], "requests": 2}), processes=2))
     scenario = run.scenarios[0]
@@ -168,6 +169,11 @@ def test_processes_spread_the_streams_and_merge_them_on_the_hosts_one_clock():
     flights = [truth[f"{run.metadata.run_id}-{s.name}-{r.index}"]["received_ns"] - r.t_start_ns for r in scenario.records]
     assert max(flights) - min(flights) < 50e6
 
+    # one progress line for the scenario: both processes' finished requests summed, up to all 25
+    started = [e for e in events if e.kind == "scenario_started"]
+    done = [e.done for e in events if e.kind == "request_done"]
+    assert [e.total for e in started] == [25] and "over 2 processes" in started[0].message
+    assert done == sorted(done) and done[-1] == 25
     # one stream cannot be spread: concurrency 1 runs in this process, numbered from 0
     assert single.scenarios[0].summary.client.processes == 1 and max(r.index for r in single.scenarios[0].records) < INDEX_STRIDE
 

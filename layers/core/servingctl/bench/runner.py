@@ -72,7 +72,8 @@ def connection_for(config: RunConfig, api_key: str | None = None, headers: dict[
     return Connection(endpoint=config.endpoint, api_key=api_key, headers=headers if headers is not None else config.headers, timeout_s=config.timeout_s)
 
 
-def _expected_requests(config: RunConfig, concurrency: int, offsets: list[float] | None) -> int | None:
+def expected_requests(config: RunConfig, concurrency: int, offsets: list[float] | None) -> int | None:
+    """Requests a scenario sends, warm-ups included (None when only its duration bounds it)."""
     warm = config.warmup * concurrency
     if config.mode == "burst":
         return warm + config.rounds * concurrency
@@ -144,7 +145,7 @@ async def measure_scenario(
         if config.mode == "rate" and config.rate is not None
         else None
     )
-    total = _expected_requests(config, concurrency, offsets)
+    total = expected_requests(config, concurrency, offsets)
     done = 0
     notify = progress or (lambda event: None)
 
