@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
+import time
 from collections import Counter
 
 import httpx
@@ -14,6 +16,7 @@ from servingctl.bench.metrics import per_read
 from servingctl.schema.results import RunConfig, RunResult
 from servingctl.bench.outputs import read_results
 from servingctl.bench.runner import INDEX_STRIDE, run_benchmark
+from servingctl.bench.spread import START_LEAD_S
 from servingctl.cli.main import main
 from servingctl.local.simserver import Faults, SimConfig, running
 
@@ -187,3 +190,26 @@ def test_processes_refuse_rate_mode_naming_the_flag_and_its_values(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--endpoint", "http://127.0.0.1:9", "--model", MODEL, "--processes", "65"])
     assert "an integer from 1 to 64" in capsys.readouterr().err
+
+
+def test_an_interrupted_spread_stops_every_process_it_started():
+    with running(SimConfig(speed=20, faults=Faults(stall_s=60))) as url:  # every stream stalls
+        config = RunConfig(endpoint=url, model=MODEL, input_tokens=[256], concurrencies=[4], mode="sustained", requests=8,
+                           warmup=0, max_tokens=MAX_TOKENS, timeout_s=120.0)
+
+        async def interrupted() -> tuple[int, float, list]:
+            task = asyncio.create_task(run_benchmark(config, processes=2))
+            deadline = time.monotonic() + 60
+            while len(multiprocessing.active_children()) < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            running_then = len(multiprocessing.active_children())
+            await asyncio.sleep(START_LEAD_S + 1)  # their requests are out, stalled
+            task.cancel()  # what Ctrl-C does to the CLI's main task
+            cancelled = time.monotonic()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return running_then, time.monotonic() - cancelled, multiprocessing.active_children()
+
+        running_then, stopping_s, left = asyncio.run(interrupted())
+    # the processes are stopped, not waited for: their streams would stall for a minute
+    assert running_then == 2 and left == [] and stopping_s < 15

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import queue
 import time
-from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.queues import Queue
+from typing import Any
 
 from servingctl.bench import aio
 from servingctl.bench.backend import Backend, Connection
@@ -35,38 +36,33 @@ from servingctl.schema.results import Calibration, RunConfig, ScenarioResult, sc
 # The processes start (a fresh interpreter imports the engine) and open their connections first.
 START_LEAD_S = 2.0
 MAX_PROCESSES = 64
+# How often the parent looks whether a process died without a word (killed, out of memory).
+POLL_S = 1.0
 
 
-_done: Queue | None = None  # in a child: where its finished-request counts go
-
-
-def _keep_queue(done: Queue) -> None:
-    """A child's initializer: keep the parent's queue of finished-request counts."""
-    global _done
-    _done = done
-
-
-def _measure_part(config: RunConfig, connection: Connection, calibration: Calibration, concurrency: int, run_id: str,
-                  name: str, shard: Shard, lag_p99_limit_ms: float, cpu_share_limit: float) -> Measurement:
-    """One process's share (runs in the child process, on its own event loop)."""
+def _measure_part(out: Queue, config: RunConfig, connection: Connection, calibration: Calibration, concurrency: int,
+                  run_id: str, name: str, shard: Shard, lag_p99_limit_ms: float, cpu_share_limit: float) -> None:
+    """One process's share, on its own event loop: ("done", index, count) after each finished
+    request, then ("part", index, Measurement), or ("error", index, text) if it failed."""
     def progress(event: Progress) -> None:
-        if event.kind == "request_done" and _done is not None:
-            _done.put((shard.index, event.done))
+        if event.kind == "request_done":
+            out.put(("done", shard.index, event.done))
 
-    return aio.run(measure_scenario(
-        config, connection, calibration, concurrency, run_id=run_id, name=name, shard=shard,
-        lag_p99_limit_ms=lag_p99_limit_ms, cpu_share_limit=cpu_share_limit, progress=progress,
-    ))
+    try:
+        out.put(("part", shard.index, aio.run(measure_scenario(
+            config, connection, calibration, concurrency, run_id=run_id, name=name, shard=shard,
+            lag_p99_limit_ms=lag_p99_limit_ms, cpu_share_limit=cpu_share_limit, progress=progress,
+        ))))
+    except BaseException as exc:  # the parent must hear of it, whatever it was
+        out.put(("error", shard.index, f"{type(exc).__name__}: {exc}"))
 
 
-async def _forward(done: Queue, name: str, total: int | None, notify: ProgressFn) -> None:
-    """Sum the processes' finished-request counts into one progress line, until None arrives."""
-    counts: dict[int, int] = {}
-    loop = asyncio.get_running_loop()
-    while (item := await loop.run_in_executor(None, done.get)) is not None:
-        index, count = item
-        counts[index] = count
-        notify(Progress("request_done", name, sum(counts.values()), total, ""))
+def _next(out: Queue) -> tuple[str, int, Any] | None:
+    """The next message from a process, or None after POLL_S of silence."""
+    try:
+        return out.get(timeout=POLL_S)
+    except queue.Empty:
+        return None
 
 
 async def spread_scenario(
@@ -81,7 +77,8 @@ async def spread_scenario(
     cpu_share_limit: float,
     progress: ProgressFn | None = None,
 ) -> ScenarioResult:
-    """Run one scenario over min(processes, concurrency) processes (at least 2) and merge it."""
+    """Run one scenario over min(processes, concurrency) processes (at least 2) and merge it; an
+    interrupt or a failed process stops every process before it propagates."""
     if config.mode == "rate":
         raise ValueError("rate mode runs in one process: its Poisson schedule would change if spread")
     count = min(processes, concurrency)
@@ -92,23 +89,46 @@ async def spread_scenario(
     total = expected_requests(config, concurrency, None)
     notify(Progress("scenario_started", name, 0, total, f"{config.mode} load, concurrency {concurrency} over {count} processes"))
     start_ns = time.monotonic_ns() + int(START_LEAD_S * 1e9)
-    loop = asyncio.get_running_loop()
-    # spawn: a child never inherits this process's event loop or open sockets.
+    # spawn: a child never inherits this process's event loop or open sockets; daemon: none outlives it.
     context = multiprocessing.get_context("spawn")
-    done = context.Queue()
-    forwarding = asyncio.create_task(_forward(done, name, total, notify))
+    out = context.Queue()
+    children = [
+        context.Process(target=_measure_part, daemon=True, args=(
+            out, config.model_copy(update={"requests": requests[i]}), connection, calibration, concurrencies[i], run_id,
+            name, Shard(i, count, start_ns=start_ns), lag_p99_limit_ms, cpu_share_limit,
+        ))
+        for i in range(count)
+    ]
+    for child in children:
+        child.start()
+    loop = asyncio.get_running_loop()
+    found: dict[int, Measurement] = {}
+    counts: dict[int, int] = {}
     try:
-        with ProcessPoolExecutor(max_workers=count, mp_context=context, initializer=_keep_queue, initargs=(done,)) as pool:
-            parts = await asyncio.gather(*(
-                loop.run_in_executor(
-                    pool, _measure_part, config.model_copy(update={"requests": requests[i]}), connection, calibration,
-                    concurrencies[i], run_id, name, Shard(i, count, start_ns=start_ns), lag_p99_limit_ms, cpu_share_limit,
-                )
-                for i in range(count)
-            ))
+        while len(found) < count:
+            message = await loop.run_in_executor(None, _next, out)
+            if message is None:
+                dead = [i for i, child in enumerate(children) if i not in found and child.exitcode is not None]
+                if dead and (message := _next(out)) is None:  # its last words may still be in the pipe
+                    raise RuntimeError(f"process {dead[0]} of {count} ended (exit code {children[dead[0]].exitcode}) "
+                                       "without its measurement")
+                if message is None:
+                    continue
+            kind, index, value = message
+            if kind == "done":
+                counts[index] = value
+                notify(Progress("request_done", name, sum(counts.values()), total, ""))
+            elif kind == "part":
+                found[index] = value
+            else:
+                raise RuntimeError(f"process {index} of {count} failed: {value}")
     finally:
-        done.put(None)
-        await forwarding
+        for child in children:
+            if child.is_alive():
+                child.terminate()
+        for child in children:
+            child.join(5)
+    parts = [found[i] for i in range(count)]
     async with Backend(connection, config.model, max_connections=1) as backend:
         tokens = sum(r.completion_tokens or 0 for part in parts for r in part.records)
         after = await settled_snapshot(ServerMetrics(backend, config.model), earliest_snapshot([p.before for p in parts]), tokens)
