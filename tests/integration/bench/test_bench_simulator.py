@@ -159,6 +159,7 @@ def test_processes_spread_the_streams_and_merge_them_on_the_hosts_one_clock():
         run = asyncio.run(run_benchmark(config, processes=2, progress=events.append))
         truth = {s["cache_salt"]: s for s in httpx.get(f"{url}/debug/timings").json()["streams"]}
         single = asyncio.run(run_benchmark(config.model_copy(update={"concurrencies": [1], "requests": 2}), processes=2))
+        one_request = asyncio.run(run_benchmark(config.model_copy(update={"requests": 1, "warmup": 0}), processes=2))
     scenario = run.scenarios[0]
     s = scenario.summary
     assert run.exit_code == 0 and (s.name, s.requests, s.ok, s.concurrency) == ("in256-c5-sustained", 20, 20, 5)
@@ -179,6 +180,8 @@ def test_processes_spread_the_streams_and_merge_them_on_the_hosts_one_clock():
     assert done == sorted(done) and done[-1] == 25
     # one stream cannot be spread: concurrency 1 runs in this process, numbered from 0
     assert single.scenarios[0].summary.client.processes == 1 and max(r.index for r in single.scenarios[0].records) < INDEX_STRIDE
+    # nor one request: a second process would have nothing to send
+    assert one_request.scenarios[0].summary.client.processes == 1 and len(one_request.scenarios[0].records) == 1
 
 
 def test_processes_refuse_rate_mode_naming_the_flag_and_its_values(capsys):

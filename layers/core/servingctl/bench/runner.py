@@ -41,6 +41,7 @@ from servingctl.schema.results import (
 from servingctl.bench.scheduler import poisson_offsets, run_bursts, run_rate, run_sustained
 from servingctl.bench.selfcheck import CPU_SHARE_LIMIT, LAG_P99_LIMIT_MS, SelfCheck
 from servingctl.bench.server_metrics import GENERATION, ServerMetrics, Snapshot, build_checks
+from servingctl.bench.shards import process_count
 
 # The server's counters are updated when it processes outputs, possibly just after the client saw
 # the stream end: re-read them a few times before judging a difference.
@@ -273,7 +274,7 @@ async def run_scenario(
 ) -> ScenarioResult:
     """Run one scenario (warm-ups, measured load, checks) and return its result; with processes > 1
     its streams are spread over that many processes of this host (bench/spread.py)."""
-    if min(processes, concurrency) > 1:  # one stream cannot be spread
+    if process_count(processes, concurrency, config.requests) > 1:  # one stream cannot be spread
         from servingctl.bench.spread import spread_scenario  # spread builds on this module
 
         return await spread_scenario(config, connection, calibration, concurrency, processes=processes, run_id=run_id,

@@ -10,14 +10,23 @@ kept is the busiest part's, with every part's reasons named.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from servingctl.bench.metrics import round_result, scenario_summary
 from servingctl.schema.results import Calibration, ClientSelfCheck, RequestRecord, RoundResult, RunConfig, ScenarioResult
-from servingctl.bench.runner import Measurement
 from servingctl.bench.server_metrics import Snapshot, build_checks
+
+if TYPE_CHECKING:  # the runner spreads scenarios with this module: a runtime import would be a cycle
+    from servingctl.bench.runner import Measurement
 
 # A part starting later than this after the common instant is reported.
 LATE_START_WARN_S = 1.0
+
+
+def process_count(processes: int, concurrency: int, requests: int | None) -> int:
+    """Processes a scenario is spread over: never more than its streams, nor than its requests (a
+    process with nothing to send would only report its idle loop)."""
+    return min(processes, concurrency, requests or concurrency)
 
 
 def shares(total: int, count: int) -> list[int]:

@@ -2,8 +2,8 @@
 cannot keep up (its self-check says client-bound, and its timestamps are as late as its loop).
 
 Each process measures its share of the concurrency (and of the requests) as a shard of
-`measure_scenario`: it opens its connections, then waits for one CLOCK_MONOTONIC instant that every
-process shares, which is also every shard's t=0, so the parts merge on that clock exactly. The
+`measure_scenario`. Once every process is up, the parent sets one CLOCK_MONOTONIC instant that every
+process shares; each opens its connections and waits for it, which is also every shard's t=0, so the parts merge on that clock exactly. The
 merged self-check is the busiest process's, its reasons naming the process, and it says how many
 processes there were. Each process's count of finished requests comes back on a queue, summed
 into the scenario's one progress line. Rate mode is never spread: its Poisson schedule would change.
@@ -16,6 +16,8 @@ import multiprocessing
 import queue
 import time
 from multiprocessing.queues import Queue
+from multiprocessing.sharedctypes import Synchronized
+from multiprocessing.synchronize import Event
 from typing import Any
 
 from servingctl.bench import aio
@@ -30,20 +32,27 @@ from servingctl.bench.runner import (
     settled_snapshot,
 )
 from servingctl.bench.server_metrics import ServerMetrics
-from servingctl.bench.shards import earliest_snapshot, merge_shards, shares
+from servingctl.bench.shards import earliest_snapshot, merge_shards, process_count, shares
 from servingctl.schema.results import Calibration, RunConfig, ScenarioResult, scenario_name
 
-# The processes start (a fresh interpreter imports the engine) and open their connections first.
-START_LEAD_S = 2.0
+# Once every process is up (a fresh interpreter imports the engine: seconds on a loaded machine),
+# they start together this long after: time to read the counters and open their connections.
+START_LEAD_S = 1.0
 MAX_PROCESSES = 64
 # How often the parent looks whether a process died without a word (killed, out of memory).
 POLL_S = 1.0
 
 
-def _measure_part(out: Queue, config: RunConfig, connection: Connection, calibration: Calibration, concurrency: int,
-                  run_id: str, name: str, shard: Shard, lag_p99_limit_ms: float, cpu_share_limit: float) -> None:
-    """One process's share, on its own event loop: ("done", index, count) after each finished
-    request, then ("part", index, Measurement), or ("error", index, text) if it failed."""
+def _measure_part(out: Queue, go: Event, start_ns: Synchronized, config: RunConfig, connection: Connection,
+                  calibration: Calibration, concurrency: int, run_id: str, name: str, index: int, count: int,
+                  lag_p99_limit_ms: float, cpu_share_limit: float) -> None:
+    """One process's share, on its own event loop: ("ready", index, None) once it is up, then after
+    the parent's go ("done", index, count) per finished request and ("part", index, Measurement),
+    or ("error", index, text) if it failed."""
+    out.put(("ready", index, None))
+    go.wait()
+    shard = Shard(index, count, start_ns=start_ns.value)
+
     def progress(event: Progress) -> None:
         if event.kind == "request_done":
             out.put(("done", shard.index, event.done))
@@ -77,25 +86,24 @@ async def spread_scenario(
     cpu_share_limit: float,
     progress: ProgressFn | None = None,
 ) -> ScenarioResult:
-    """Run one scenario over min(processes, concurrency) processes (at least 2) and merge it; an
+    """Run one scenario over process_count(...) processes (at least 2) and merge it; an
     interrupt or a failed process stops every process before it propagates."""
     if config.mode == "rate":
         raise ValueError("rate mode runs in one process: its Poisson schedule would change if spread")
-    count = min(processes, concurrency)
+    count = process_count(processes, concurrency, config.requests)
     name = scenario_name(calibration.target_tokens, concurrency, config.mode, config.rate)
     concurrencies = shares(concurrency, count)
     requests = shares(config.requests, count) if config.requests is not None else [None] * count
     notify = progress or (lambda event: None)
     total = expected_requests(config, concurrency, None)
     notify(Progress("scenario_started", name, 0, total, f"{config.mode} load, concurrency {concurrency} over {count} processes"))
-    start_ns = time.monotonic_ns() + int(START_LEAD_S * 1e9)
     # spawn: a child never inherits this process's event loop or open sockets; daemon: none outlives it.
     context = multiprocessing.get_context("spawn")
-    out = context.Queue()
+    out, go, start_ns = context.Queue(), context.Event(), context.Value("q", 0)
     children = [
         context.Process(target=_measure_part, daemon=True, args=(
-            out, config.model_copy(update={"requests": requests[i]}), connection, calibration, concurrencies[i], run_id,
-            name, Shard(i, count, start_ns=start_ns), lag_p99_limit_ms, cpu_share_limit,
+            out, go, start_ns, config.model_copy(update={"requests": requests[i]}), connection, calibration,
+            concurrencies[i], run_id, name, i, count, lag_p99_limit_ms, cpu_share_limit,
         ))
         for i in range(count)
     ]
@@ -104,6 +112,7 @@ async def spread_scenario(
     loop = asyncio.get_running_loop()
     found: dict[int, Measurement] = {}
     counts: dict[int, int] = {}
+    ready: set[int] = set()
     try:
         while len(found) < count:
             message = await loop.run_in_executor(None, _next, out)
@@ -115,7 +124,12 @@ async def spread_scenario(
                 if message is None:
                     continue
             kind, index, value = message
-            if kind == "done":
+            if kind == "ready":
+                ready.add(index)
+                if len(ready) == count:  # every process is up: one start instant for all
+                    start_ns.value = time.monotonic_ns() + int(START_LEAD_S * 1e9)
+                    go.set()
+            elif kind == "done":
                 counts[index] = value
                 notify(Progress("request_done", name, sum(counts.values()), total, ""))
             elif kind == "part":
