@@ -106,8 +106,9 @@ def unmeasured(ok: Sequence[RequestRecord]) -> list[str]:
     bunched = sum(1 for r in ok if (r.completion_tokens or 0) >= 2 and r.decode_tok_s is None)
     if bunched:
         found.append(
-            f"decode_tok_s: {bunched} of {len(ok)} requests got all their tokens in one network read or most "
-            "of them in shared reads (the client read late, or the server flushed them at once): no decode rate for them"
+            f"decode_tok_s: {bunched} of {len(ok)} requests got all their tokens in one network read, or more "
+            "than half of their chunk gaps coalesced (the client read late, or the server flushed them at once): "
+            "no decode rate for them"
         )
     coalesced = sum(r.coalesced_gaps for r in ok)
     if coalesced:
