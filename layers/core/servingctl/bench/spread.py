@@ -2,10 +2,10 @@
 cannot keep up (its self-check says client-bound, and its timestamps are as late as its loop).
 
 Each process measures its share of the concurrency (and of the requests) as a shard of
-`measure_scenario`. Once every process is up, the parent sets one CLOCK_MONOTONIC instant that every
-process shares; each opens its connections and waits for it, which is also every shard's t=0, so the parts merge on that clock exactly. The
-merged self-check is the busiest process's, its reasons naming the process, and it says how many
-processes there were. Each process's count of finished requests comes back on a queue, summed
+`measure_scenario`. Once every process is up, the parent sets one CLOCK_MONOTONIC instant that
+every process shares; each opens its connections and waits for it. That instant is every shard's
+t=0, so the parts merge on that clock exactly. The merged self-check is the busiest process's, its
+reasons naming the process, and it says how many processes there were. Each process's count of finished requests comes back on a queue, summed
 into the scenario's one progress line. Rate mode is never spread: its Poisson schedule would change.
 """
 
@@ -118,7 +118,7 @@ async def spread_scenario(
             message = await loop.run_in_executor(None, _next, out)
             if message is None:
                 dead = [i for i, child in enumerate(children) if i not in found and child.exitcode is not None]
-                if dead and (message := _next(out)) is None:  # its last words may still be in the pipe
+                if dead and (message := await loop.run_in_executor(None, _next, out)) is None:  # last words in the pipe?
                     raise RuntimeError(f"process {dead[0]} of {count} ended (exit code {children[dead[0]].exitcode}) "
                                        "without its measurement")
                 if message is None:
