@@ -5,8 +5,9 @@ Each process measures its share of the concurrency (and of the requests) as a sh
 `measure_scenario`. Once every process is up, the parent sets one CLOCK_MONOTONIC instant that
 every process shares; each opens its connections and waits for it. That instant is every shard's
 t=0, so the parts merge on that clock exactly. The merged self-check is the busiest process's, its
-reasons naming the process, and it says how many processes there were. Each process's count of finished requests comes back on a queue, summed
-into the scenario's one progress line. Rate mode is never spread: its Poisson schedule would change.
+reasons naming the process, and it says how many processes there were. Each process's count of
+finished requests comes back on a queue, summed into the scenario's one progress line. Rate mode
+is never spread: its Poisson schedule would change.
 """
 
 from __future__ import annotations
