@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import socket
+import struct
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import uvicorn
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from servingctl.local.simserver.app import ARRIVAL_NS, StreamCut, create_app
@@ -31,14 +36,117 @@ class _StampingProtocol(HttpToolsProtocol):
     arrival_ns = 0
 
     def data_received(self, data: bytes) -> None:
+        """A read from the loop's transport: stamped now."""
+        self.received(data, time.monotonic_ns())
+
+    def received(self, data: bytes, arrival_ns: int) -> None:
         """Stamp, then parse."""
-        self.arrival_ns = time.monotonic_ns()
+        self.arrival_ns = arrival_ns
         super().data_received(data)
 
     def on_message_begin(self) -> None:
         """A new request: carry the arrival stamp in its scope."""
         super().on_message_begin()
         self.scope["extensions"] = {ARRIVAL_NS: self.arrival_ns}  # type: ignore[typeddict-unknown-key]
+
+
+# Linux's SO_TIMESTAMPNS (asm-generic/socket.h; also the cmsg type): Python's socket module lacks the name.
+SO_TIMESTAMPNS = 35
+_CMSG_SPACE = socket.CMSG_SPACE(16)  # one struct timespec
+_READ_SIZE = 65536
+
+
+class _KernelReads:
+    """Reads one connection with recvmsg instead of the loop's transport, so each read carries the
+    kernel's receive time (SO_TIMESTAMPNS): a request that waits in its socket while the simulator's
+    one loop writes other streams' events is stamped when it arrived, not when the loop got to it.
+    Writes stay with the transport. uvicorn's read pauses toggle this reader; at end of stream or
+    on an error the transport reads again and closes the connection its usual way."""
+
+    def __init__(self, protocol: _StampingProtocol, transport: asyncio.Transport) -> None:
+        """Dup the connection's socket and turn its receive timestamps on; reading starts with take()."""
+        raw = transport.get_extra_info("socket")
+        self._sock = socket.socket(raw.family, raw.type, fileno=os.dup(raw.fileno()))
+        self._sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self._protocol, self._transport = protocol, transport
+        self._loop = asyncio.get_running_loop()
+        self._own = self._paused = self._reading = False
+
+    def take(self) -> None:
+        """Read from here on (the loop starts its transport reading only after connection_made)."""
+        if self._transport.is_closing() or self._sock.fileno() < 0:
+            return
+        self._transport.pause_reading()
+        self._own = True
+        self._set_reading(not self._paused)
+
+    def pause_reading(self) -> None:
+        """uvicorn's flow control: stop reading."""
+        self._paused = True
+        self._set_reading(False) if self._own else self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """uvicorn's flow control: read again."""
+        self._paused = False
+        self._set_reading(True) if self._own else self._transport.resume_reading()
+
+    def close(self) -> None:
+        """The connection is gone: stop reading and drop the dup."""
+        self._set_reading(False)
+        self._own = False
+        self._sock.close()
+
+    def _set_reading(self, on: bool) -> None:
+        if on and not self._reading:
+            self._loop.add_reader(self._sock.fileno(), self._read)
+        elif not on and self._reading:
+            self._loop.remove_reader(self._sock.fileno())
+        self._reading = on
+
+    def _hand_back(self) -> None:
+        self._set_reading(False)
+        self._own = False
+        if not self._paused:
+            self._transport.resume_reading()
+
+    def _read(self) -> None:
+        try:
+            data, ancdata, _, _ = self._sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, ancdata = b"", []
+        if not data:  # end of stream or an error: the transport meets it and closes as usual
+            self._hand_back()
+            return
+        now_ns, wall_ns = time.monotonic_ns(), time.time_ns()
+        arrival_ns = now_ns
+        for level, kind, value in ancdata:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                sec, nsec = struct.unpack("qq", value[:16])
+                # the stamp is on the wall clock: its age moves it onto the monotonic one
+                arrival_ns = now_ns - max(0, wall_ns - (sec * 1_000_000_000 + nsec))
+        self._protocol.received(data, arrival_ns)
+
+
+class _KernelStampingProtocol(_StampingProtocol):
+    """_StampingProtocol whose reads carry the kernel's receive time (Linux): --debug-timings'
+    reference arrival then holds no event-loop lag either."""
+
+    _reads: _KernelReads | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Set up the kernel-stamped reader; it takes over once the transport has started reading."""
+        super().connection_made(transport)
+        self._reads = _KernelReads(self, transport)
+        self.flow = FlowControl(self._reads)  # type: ignore[arg-type]  # pauses go to the reader
+        self.loop.call_soon(self._reads.take)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Drop the reader with the connection."""
+        if self._reads is not None:
+            self._reads.close()
+        super().connection_lost(exc)
 
 
 def _server(config: SimConfig, log_level: str) -> uvicorn.Server:
@@ -50,7 +158,8 @@ def _server(config: SimConfig, log_level: str) -> uvicorn.Server:
         lifespan="on",
         timeout_keep_alive=300,  # like the reference ALB idle timeout: benchmark pools stay warm
         backlog=4096,
-        http=_StampingProtocol,
+        # kernel receive stamps where the reference needs them and Linux has them
+        http=_KernelStampingProtocol if config.debug_timings and sys.platform == "linux" else _StampingProtocol,
     )
     return uvicorn.Server(uv_config)
 
