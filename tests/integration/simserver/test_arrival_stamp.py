@@ -90,6 +90,24 @@ def test_a_request_waiting_while_the_server_cannot_run_is_stamped_when_it_arrive
     assert s["first_chunk_sent_ns"] - sent >= 300e6
 
 
+def test_a_request_on_a_connection_the_server_has_not_accepted_yet_is_stamped_when_it_arrived(sim):
+    url, proc = sim
+    host, port = url.removeprefix("http://").split(":")
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        sock = socket.create_connection((host, int(port)), timeout=30)  # the kernel completes the handshake
+        sent = time.monotonic_ns()
+        sock.sendall(_request("unaccepted"))
+        time.sleep(0.3)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    with sock:
+        _read_streams(sock, 1)
+    s = _timings(url)["unaccepted"]
+    assert 0 <= s["received_ns"] - sent < 100e6
+    assert s["first_chunk_sent_ns"] - sent >= 300e6
+
+
 def test_keep_alive_and_pipelined_requests_are_answered_in_order(sim):
     url, _ = sim
     with _connect(url) as sock:

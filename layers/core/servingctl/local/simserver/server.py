@@ -64,10 +64,9 @@ class _KernelReads:
     on an error the transport reads again and closes the connection its usual way."""
 
     def __init__(self, protocol: _StampingProtocol, transport: asyncio.Transport) -> None:
-        """Dup the connection's socket and turn its receive timestamps on; reading starts with take()."""
-        raw = transport.get_extra_info("socket")
+        """Dup the connection's socket; reading starts with take()."""
+        raw = transport.get_extra_info("socket")  # stamps on: accepted sockets inherit the listener's option
         self._sock = socket.socket(raw.family, raw.type, fileno=os.dup(raw.fileno()))
-        self._sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self._protocol, self._transport = protocol, transport
         self._loop = asyncio.get_running_loop()
         self._own = self._paused = self._reading = False
@@ -83,12 +82,18 @@ class _KernelReads:
     def pause_reading(self) -> None:
         """uvicorn's flow control: stop reading."""
         self._paused = True
-        self._set_reading(False) if self._own else self._transport.pause_reading()
+        if self._own:
+            self._set_reading(False)
+        else:
+            self._transport.pause_reading()
 
     def resume_reading(self) -> None:
         """uvicorn's flow control: read again."""
         self._paused = False
-        self._set_reading(True) if self._own else self._transport.resume_reading()
+        if self._own:
+            self._set_reading(True)
+        else:
+            self._transport.resume_reading()
 
     def close(self) -> None:
         """The connection is gone: stop reading and drop the dup."""
@@ -109,6 +114,14 @@ class _KernelReads:
         if not self._paused:
             self._transport.resume_reading()
 
+    def peek_arrival(self) -> int | None:
+        """The kernel's receive time of bytes already waiting in the socket, left unread; None if none."""
+        try:
+            data, ancdata, _, _ = self._sock.recvmsg(1, _CMSG_SPACE, socket.MSG_PEEK)
+        except OSError:
+            return None
+        return _arrival_ns(ancdata) if data else None
+
     def _read(self) -> None:
         try:
             data, ancdata, _, _ = self._sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
@@ -119,14 +132,18 @@ class _KernelReads:
         if not data:  # end of stream or an error: the transport meets it and closes as usual
             self._hand_back()
             return
-        now_ns, wall_ns = time.monotonic_ns(), time.time_ns()
-        arrival_ns = now_ns
-        for level, kind, value in ancdata:
-            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                sec, nsec = struct.unpack("qq", value[:16])
-                # the stamp is on the wall clock: its age moves it onto the monotonic one
-                arrival_ns = now_ns - max(0, wall_ns - (sec * 1_000_000_000 + nsec))
-        self._protocol.received(data, arrival_ns)
+        self._protocol.received(data, _arrival_ns(ancdata))
+
+
+def _arrival_ns(ancdata: list[tuple[int, int, bytes]]) -> int:
+    """The monotonic instant of a read's kernel receive stamp (now if it carries none)."""
+    now_ns, wall_ns = time.monotonic_ns(), time.time_ns()
+    for level, kind, value in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+            sec, nsec = struct.unpack("qq", value[:16])
+            # the stamp is on the wall clock: its age moves it onto the monotonic one
+            return now_ns - max(0, wall_ns - (sec * 1_000_000_000 + nsec))
+    return now_ns
 
 
 class _KernelStampingProtocol(_StampingProtocol):
@@ -134,13 +151,22 @@ class _KernelStampingProtocol(_StampingProtocol):
     reference arrival then holds no event-loop lag either."""
 
     _reads: _KernelReads | None = None
+    _waiting_ns: int | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Set up the kernel-stamped reader; it takes over once the transport has started reading."""
         super().connection_made(transport)
         self._reads = _KernelReads(self, transport)
         self.flow = FlowControl(self._reads)  # type: ignore[arg-type]  # pauses go to the reader
+        # Until take() runs (the loop's next turn) the transport reads: a busy server accepts late,
+        # when the first request may already be waiting, so its kernel stamp is peeked now.
+        self._waiting_ns = self._reads.peek_arrival()
         self.loop.call_soon(self._reads.take)
+
+    def data_received(self, data: bytes) -> None:
+        """A read by the transport before the reader took over: bytes that waited keep their peeked stamp."""
+        arrival_ns, self._waiting_ns = self._waiting_ns or time.monotonic_ns(), None
+        self.received(data, arrival_ns)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Drop the reader with the connection."""
@@ -158,15 +184,21 @@ def _server(config: SimConfig, log_level: str) -> uvicorn.Server:
         lifespan="on",
         timeout_keep_alive=300,  # like the reference ALB idle timeout: benchmark pools stay warm
         backlog=4096,
-        # kernel receive stamps where the reference needs them and Linux has them
-        http=_KernelStampingProtocol if config.debug_timings and sys.platform == "linux" else _StampingProtocol,
+        http=_KernelStampingProtocol if _kernel_stamps(config) else _StampingProtocol,
     )
     return uvicorn.Server(uv_config)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _kernel_stamps(config: SimConfig) -> bool:
+    """Kernel receive stamps where the reference needs them (--debug-timings) and Linux has them."""
+    return config.debug_timings and sys.platform == "linux"
+
+
+def _bind(host: str, port: int, config: SimConfig) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if _kernel_stamps(config):  # on the listener, so bytes that arrive before accept() are stamped too
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     sock.bind((host, port))
     sock.set_inheritable(True)
     return sock
@@ -176,7 +208,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, config: SimConfig | None = 
           log_level: str = "info") -> None:
     """Serve in the foreground until interrupted."""
     config = config or SimConfig()
-    sock = _bind(host, port)
+    sock = _bind(host, port, config)
     server = _server(config, log_level)
     print(f"servingctl simulator serving {config.model!r} on http://{host}:{sock.getsockname()[1]} "
           f"(speed x{config.speed}, max-num-seqs {config.max_num_seqs}, mtp {config.mtp_tokens})", flush=True)
@@ -196,8 +228,9 @@ def running(config: SimConfig | None = None, host: str = "127.0.0.1", port: int 
 def run_in_thread(config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0,
                   timeout: float = 10.0) -> tuple[str, Callable[[], None]]:
     """Start the simulator in a daemon thread; return (base URL, stop function)."""
-    sock = _bind(host, port)
-    server = _server(config or SimConfig(), "warning")
+    config = config or SimConfig()
+    sock = _bind(host, port, config)
+    server = _server(config, "warning")
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
                               name="simserver", daemon=True)
     thread.start()
