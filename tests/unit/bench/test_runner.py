@@ -2,6 +2,7 @@
 calibration, checks unavailable rather than failed, one scenario runnable on its own."""
 
 import asyncio
+import gc
 import json
 
 import httpx
@@ -68,3 +69,21 @@ def test_one_scenario_with_a_given_calibration_counts_failures_by_kind():
     assert s.failures_by_kind == {"http_status": 2} and s.failure_rate == 2 / 6
     assert [r.index for r in result.records] == list(range(6))
     assert len(result.rounds) == 3 and len(s.aggregate_tok_s_rounds) == 3
+
+
+def test_the_garbage_collector_pauses_while_the_load_runs_and_comes_back_after():
+    transport, _ = managed_api()
+    config = RunConfig(endpoint="https://api.example.com/v1", model="m", input_tokens=[100], concurrencies=[2],
+                       warmup=1, rounds=1, max_tokens=5)
+    seen = []  # gc state at each request's end (request_done is sent from inside the load)
+    progress = lambda event: seen.append(gc.isenabled()) if event.kind == "request_done" else None  # noqa: E731
+    assert gc.isenabled()
+    run = asyncio.run(run_benchmark(config, api_key="sk", transport=transport, run_id="r1", progress=progress))
+    assert run.exit_code == 0 and seen == [False] * 4 and gc.isenabled()
+    # a caller that had turned it off keeps it off
+    gc.disable()
+    try:
+        asyncio.run(run_benchmark(config, api_key="sk", transport=transport, run_id="r2"))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -22,6 +22,7 @@ from typing import Literal
 import httpx
 
 import servingctl
+from servingctl.bench.aio import gc_paused
 from servingctl.bench.backend import Backend, ChatRequest, Connection
 from servingctl.bench.calibration import build_prompt, calibrate, unique_nonces
 from servingctl.bench.host import client_host, load_average
@@ -194,16 +195,18 @@ async def measure_scenario(
         selfcheck = SelfCheck(lag_limit_ms=lag_p99_limit_ms, cpu_limit=cpu_share_limit)
         selfcheck.start()
 
-        records, rounds = await run_bursts(send, concurrency, config.warmup, warmup=True, first_index=base)
-        first = base + len(records)
-        if config.mode == "burst":
-            measured, measured_rounds = await run_bursts(send, concurrency, config.rounds, warmup=False, first_index=first)
-            rounds += measured_rounds
-        elif config.mode == "sustained":
-            measured = await run_sustained(send, concurrency, requests=config.requests, duration_s=config.duration_s, first_index=first)
-        else:
-            measured = await run_rate(send, offsets or [], concurrency, first_index=first)
-        records += measured
+        with gc_paused():
+            records, rounds = await run_bursts(send, concurrency, config.warmup, warmup=True, first_index=base)
+            first = base + len(records)
+            if config.mode == "burst":
+                measured, measured_rounds = await run_bursts(send, concurrency, config.rounds, warmup=False, first_index=first)
+                rounds += measured_rounds
+            elif config.mode == "sustained":
+                measured = await run_sustained(send, concurrency, requests=config.requests, duration_s=config.duration_s,
+                                               first_index=first)
+            else:
+                measured = await run_rate(send, offsets or [], concurrency, first_index=first)
+            records += measured
 
         client = await selfcheck.stop()
         stop_sampling.set()

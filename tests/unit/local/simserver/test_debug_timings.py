@@ -9,7 +9,7 @@ import time
 import httpx
 
 from servingctl.bench.backend import Backend, ChatRequest, Connection
-from servingctl.bench.metrics import with_request_metrics
+from servingctl.bench.metrics import per_read, with_request_metrics
 from servingctl.local.simserver import SimConfig, running
 
 
@@ -74,3 +74,17 @@ def test_pace_sends_one_event_per_write_at_least_pace_apart():
     # one read brings (a busy client coalesces them): the stream's length is what the client can check.
     assert record.ok and record.completion_tokens == 6 and len(record.chunks) == 6
     assert record.e2e_ms is not None and record.e2e_ms >= 5 * 25
+
+
+def test_batch_writes_with_pace_send_what_is_pending_at_most_every_pace():
+    async def stream(url):
+        async with Backend(Connection(url), "m", max_connections=1) as backend:
+            return await backend.stream_chat(ChatRequest("s", 0, 0, False, "hello"), max_tokens=40, seed=1, t0=0)
+
+    with running(SimConfig(model="m", speed=10, mtp_tokens=0, pace_ms=300, batch_writes=True)) as url:
+        record = with_request_metrics(asyncio.run(stream(url)))
+    # the engine makes the 40 tokens in about 40 ms: the first write takes what is there, the next one,
+    # a pace later, all the rest (one event per write would take 40 paces, 12 s)
+    assert record.ok and record.completion_tokens == 40
+    reads = per_read(record.chunks)
+    assert len(reads) == 2 and reads[1][0] - reads[0][0] >= 300e6

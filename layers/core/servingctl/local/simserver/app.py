@@ -294,6 +294,7 @@ class _Stream:
         self.cut, self.malformed = cut, malformed
         self.stall = server.config.faults.stall_s
         self.pace_s = server.config.pace_ms / 1000
+        self.batch_writes = server.config.batch_writes
         self.head = (
             f'data: {{"id":"{request_id}","object":"chat.completion.chunk","created":{int(time.time())},'
             f'"model":{json.dumps(server.config.model)},"choices":'
@@ -344,34 +345,41 @@ class _Stream:
                     await sink.wait()
                 if self.disconnected:
                     return
-                new, finished = sink.events.popleft()
-                body = b""
-                if sent == 0:
-                    body += self._chunk('{"role":"assistant","content":""}', None, 0)
-                text = tokenizer.generated_text(self.offset, sent, new)
-                sent += new
-                if finished:
-                    body += self._chunk('{"content":%s}' % json.dumps(text), seq.finish_reason, sent)
-                    if self.include_usage:
-                        body += f"{self.head}[],{self._usage(sent)}}}\n\n".encode()
-                    body += b"data: [DONE]\n\n"
-                    await send({"type": "http.response.body", "body": body})
-                    self._stamp(True)
-                    return
-                if text:  # a step whose tokens decode to no text sends nothing (like vLLM)
-                    body += self._chunk('{"content":%s}' % json.dumps(text), None, sent)
-                if sent >= half:
-                    if self.malformed:
-                        self.malformed = False
-                        body += f'{self.head}[{{"index":0,"delta":{{"content":"\n\n'.encode()
-                    if self.cut:
-                        if body:
-                            await send({"type": "http.response.body", "body": body, "more_body": True})
-                        self.server.engine.abort(seq)
-                        raise StreamCut("injected fault: stream-cut")
+                body, content = b"", False
+                # One event per write, or with batch_writes every event pending since the last write.
+                while sink.events:
+                    new, finished = sink.events.popleft()
+                    if sent == 0:
+                        body += self._chunk('{"role":"assistant","content":""}', None, 0)
+                    text = tokenizer.generated_text(self.offset, sent, new)
+                    sent += new
+                    if finished:
+                        body += self._chunk('{"content":%s}' % json.dumps(text), seq.finish_reason, sent)
+                        if self.include_usage:
+                            body += f"{self.head}[],{self._usage(sent)}}}\n\n".encode()
+                        body += b"data: [DONE]\n\n"
+                        await send({"type": "http.response.body", "body": body})
+                        self._stamp(True)
+                        return
+                    if text:  # a step whose tokens decode to no text sends nothing (like vLLM)
+                        body += self._chunk('{"content":%s}' % json.dumps(text), None, sent)
+                        content = True
+                    if sent >= half:
+                        if self.malformed:
+                            self.malformed = False
+                            body += f'{self.head}[{{"index":0,"delta":{{"content":"\n\n'.encode()
+                        if self.cut:
+                            if body:
+                                await send({"type": "http.response.body", "body": body, "more_body": True})
+                            self.server.engine.abort(seq)
+                            raise StreamCut("injected fault: stream-cut")
+                        if self.stall and not stalled:
+                            break
+                    if not self.batch_writes:
+                        break
                 if body:
                     await send({"type": "http.response.body", "body": body, "more_body": True})
-                    self._stamp(bool(text))
+                    self._stamp(content)
                     if self.pace_s:  # one event per write, spaced like a GPU server's steps
                         await asyncio.sleep(self.pace_s)
                 if self.stall and not stalled and sent >= half:

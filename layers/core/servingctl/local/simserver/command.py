@@ -33,8 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug-timings", action="store_true",
                         help="serve GET /debug/timings: per stream, monotonic ns of arrival and first chunks sent")
     parser.add_argument("--pace-ms", type=float, default=0.0,
-                        help="at least MS between a stream's writes, one event per write, as a real GPU server "
-                        "paces them (default 0: as fast as the engine steps)")
+                        help="at least MS between a stream's writes, one event per write (unless --batch-writes), "
+                        "as a real GPU server paces them (default 0: as fast as the engine steps)")
+    parser.add_argument("--batch-writes", action="store_true",
+                        help="each write carries every event the stream has pending; with --pace-ms, many "
+                        "events per read for any client (default: one event per write)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
 
@@ -46,7 +49,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             model=args.model, speed=args.speed, max_num_seqs=args.max_num_seqs,
             max_num_batched_tokens=args.max_num_batched_tokens, mtp_tokens=args.mtp_tokens,
             mtp_acceptance=args.mtp_acceptance, max_model_len=args.max_model_len, faults=faults,
-            debug_timings=args.debug_timings, pace_ms=args.pace_ms,
+            debug_timings=args.debug_timings, pace_ms=args.pace_ms, batch_writes=args.batch_writes,
         )
     except ValidationError as exc:
         first = exc.errors()[0]

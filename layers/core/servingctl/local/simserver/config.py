@@ -86,7 +86,12 @@ class SimConfig(BaseModel):
     pace_ms: float = Field(
         default=0.0, ge=0, le=1000,
         description="at least this long between a stream's writes, one event per write (a GPU server's "
-        "one event per read); 0 = as fast as the engine steps (many events per read under load)",
+        "one event per read) unless batch_writes; 0 = as fast as the engine steps",
+    )
+    batch_writes: bool = Field(
+        default=False,
+        description="each write carries every event the stream has pending; with pace_ms, many events per "
+        "read for any client (the flood shape of client benchmarks); default one event per write",
     )
 
     @model_validator(mode="after")
