@@ -316,7 +316,7 @@ class _Stream:
 
     def _stamp(self, content: bool) -> None:
         """Note the write time of the first body and of the first body carrying content (called
-        right after send: uvicorn writes to the socket inside it, so this is the write's moment)."""
+        right after send: with --debug-timings the bytes go to the socket inside it, server._WriteNow)."""
         now = time.monotonic_ns()
         if self.first_chunk_ns is None:
             self.first_chunk_ns = now

@@ -60,20 +60,20 @@ class _KernelReads:
     """Reads one connection with recvmsg instead of the loop's transport, so each read carries the
     kernel's receive time (SO_TIMESTAMPNS): a request that waits in its socket while the simulator's
     one loop writes other streams' events is stamped when it arrived, not when the loop got to it.
-    Writes stay with the transport. uvicorn's read pauses toggle this reader; at end of stream or
-    on an error the transport reads again and closes the connection its usual way."""
+    uvicorn's read pauses toggle this reader; at end of stream or on an error the transport reads
+    again and closes the connection its usual way."""
 
     def __init__(self, protocol: _StampingProtocol, transport: asyncio.Transport) -> None:
         """Dup the connection's socket; reading starts with take()."""
         raw = transport.get_extra_info("socket")  # stamps on: accepted sockets inherit the listener's option
-        self._sock = socket.socket(raw.family, raw.type, fileno=os.dup(raw.fileno()))
+        self.sock = socket.socket(raw.family, raw.type, fileno=os.dup(raw.fileno()))
         self._protocol, self._transport = protocol, transport
         self._loop = asyncio.get_running_loop()
         self._own = self._paused = self._reading = False
 
     def take(self) -> None:
         """Read from here on (the loop starts its transport reading only after connection_made)."""
-        if self._transport.is_closing() or self._sock.fileno() < 0:
+        if self._transport.is_closing() or self.sock.fileno() < 0:
             return
         self._transport.pause_reading()
         self._own = True
@@ -99,13 +99,13 @@ class _KernelReads:
         """The connection is gone: stop reading and drop the dup."""
         self._set_reading(False)
         self._own = False
-        self._sock.close()
+        self.sock.close()
 
     def _set_reading(self, on: bool) -> None:
         if on and not self._reading:
-            self._loop.add_reader(self._sock.fileno(), self._read)
+            self._loop.add_reader(self.sock.fileno(), self._read)
         elif not on and self._reading:
-            self._loop.remove_reader(self._sock.fileno())
+            self._loop.remove_reader(self.sock.fileno())
         self._reading = on
 
     def _hand_back(self) -> None:
@@ -117,14 +117,14 @@ class _KernelReads:
     def peek_arrival(self) -> int | None:
         """The kernel's receive time of bytes already waiting in the socket, left unread; None if none."""
         try:
-            data, ancdata, _, _ = self._sock.recvmsg(1, _CMSG_SPACE, socket.MSG_PEEK)
+            data, ancdata, _, _ = self.sock.recvmsg(1, _CMSG_SPACE, socket.MSG_PEEK)
         except OSError:
             return None
         return _arrival_ns(ancdata) if data else None
 
     def _read(self) -> None:
         try:
-            data, ancdata, _, _ = self._sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
+            data, ancdata, _, _ = self.sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -146,9 +146,34 @@ def _arrival_ns(ancdata: list[tuple[int, int, bytes]]) -> int:
     return now_ns
 
 
+class _WriteNow:
+    """A connection's transport whose writes into an empty buffer go to the socket at once: uvloop
+    queues writes until the end of the loop's turn, after every other callback of that turn, so a
+    stamp taken after send() would precede the bytes leaving by that much. Data already queued
+    keeps the transport's order; what the socket does not take now is queued behind it."""
+
+    def __init__(self, transport: asyncio.Transport, sock: socket.socket) -> None:
+        """Wrap the transport; `sock` is (a dup of) its socket."""
+        self._transport, self._sock = transport, sock
+
+    def write(self, data: bytes) -> None:
+        """Send now if nothing is queued, queue the rest."""
+        if self._transport.get_write_buffer_size() == 0 and not self._transport.is_closing():
+            try:
+                sent = self._sock.send(data)
+            except OSError:  # would block, or an error the transport meets on its own write
+                sent = 0
+            data = data[sent:]
+        if data:
+            self._transport.write(data)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._transport, name)
+
+
 class _KernelStampingProtocol(_StampingProtocol):
-    """_StampingProtocol whose reads carry the kernel's receive time (Linux): --debug-timings'
-    reference arrival then holds no event-loop lag either."""
+    """_StampingProtocol whose reads carry the kernel's receive time and whose writes leave when
+    the app sends them (Linux): --debug-timings' reference instants hold no event-loop lag."""
 
     _reads: _KernelReads | None = None
     _waiting_ns: int | None = None
@@ -158,6 +183,7 @@ class _KernelStampingProtocol(_StampingProtocol):
         super().connection_made(transport)
         self._reads = _KernelReads(self, transport)
         self.flow = FlowControl(self._reads)  # type: ignore[arg-type]  # pauses go to the reader
+        self.transport = _WriteNow(transport, self._reads.sock)  # type: ignore[assignment]
         # Until take() runs (the loop's next turn) the transport reads: a busy server accepts late,
         # when the first request may already be waiting, so its kernel stamp is peeked now.
         self._waiting_ns = self._reads.peek_arrival()
