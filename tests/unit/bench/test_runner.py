@@ -76,10 +76,15 @@ def test_the_garbage_collector_pauses_while_the_load_runs_and_comes_back_after()
     config = RunConfig(endpoint="https://api.example.com/v1", model="m", input_tokens=[100], concurrencies=[2],
                        warmup=1, rounds=1, max_tokens=5)
     seen = []  # gc state at each request's end (request_done is sent from inside the load)
-    progress = lambda event: seen.append(gc.isenabled()) if event.kind == "request_done" else None  # noqa: E731
+
+    def progress(event):
+        if event.kind == "request_done":
+            seen.append((gc.isenabled(), gc.get_freeze_count() > 0))
+
     assert gc.isenabled()
     run = asyncio.run(run_benchmark(config, api_key="sk", transport=transport, run_id="r1", progress=progress))
-    assert run.exit_code == 0 and seen == [False] * 4 and gc.isenabled()
+    # off, and what was alive before the load frozen out of it; afterwards on, nothing frozen
+    assert run.exit_code == 0 and seen == [(False, True)] * 4 and gc.isenabled() and gc.get_freeze_count() == 0
     # a caller that had turned it off keeps it off
     gc.disable()
     try:

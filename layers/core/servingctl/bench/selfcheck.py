@@ -7,16 +7,12 @@ firings a second cost a paced low-concurrency client a large share of its CPU). 
 time is compared with the wall time. The scenario is `client_bound` when the lag p99 exceeds
 LAG_P99_LIMIT_MS (timings would be off by more than that) or the CPU share exceeds CPU_SHARE_LIMIT
 (the single-threaded event loop is close to saturation, so the client, not the server, sets the pace).
-
-Between start() and stop() everything alive before the load is frozen out of the garbage collector
-(gc.freeze): a full collection then scans only what the load allocated, instead of stalling the
-loop (and every chunk timestamp) for ~100 ms over the whole imported stack.
+The garbage collector's part in the lag is kept out by the runner (aio.gc_paused).
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 
 from servingctl.schema.results import ClientSelfCheck
@@ -42,7 +38,6 @@ class SelfCheck:
 
     def start(self) -> None:
         """Begin sampling (call from inside the running event loop)."""
-        gc.freeze()
         self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
         self._schedule()
 
@@ -59,7 +54,6 @@ class SelfCheck:
     async def stop(self) -> ClientSelfCheck:
         """Stop sampling and judge."""
         cpu, wall = time.process_time() - self._cpu0, time.perf_counter() - self._wall0
-        gc.unfreeze()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
