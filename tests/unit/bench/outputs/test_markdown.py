@@ -2,12 +2,17 @@
 baseline comparison and costs are shown with the right figures."""
 
 import re
+import shlex
 
 import pytest
 
 from servingctl.bench.outputs import read_results, write_all
 from servingctl.costs import cost_comparisons
 from servingctl.bench.outputs.markdown import render_report
+from servingctl.bench.slo import parse_slos
+from servingctl.cli.bench import config_from_args
+from servingctl.cli.main import build_parser
+from servingctl.schema.results import RunConfig
 
 
 def _section(text: str, title: str) -> str:
@@ -77,6 +82,34 @@ def test_metadata_and_reproduce_command_without_secrets(run):
     assert "--header 'X-LLM-Profile:deepseek-v4-flash'" in run_section
     assert "--input-tokens 256,2048" in run_section and "--concurrency 1,2" in run_section
     assert "| 2048 | 2046 | tokenize |" in run_section
+
+
+def _reproduced(run) -> tuple[RunConfig, int]:
+    """The report's reproduce command as the CLI parses it: the config it runs (the redacted header,
+    left out for the user to fill, put back) and its --processes."""
+    command = _section(render_report(run), "Run").split("```\n", 1)[1].split("\n```", 1)[0]
+    words = shlex.split(command.replace("\\\n", " "))
+    assert words[:2] == ["servingctl", "bench"]
+    args = build_parser().parse_args(words[1:])
+    config = config_from_args(args)
+    assert config.headers == {"X-LLM-Profile": "deepseek-v4-flash"}
+    return config.model_copy(update={"headers": run.config.headers}), args.processes
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_reproduce_command_runs_the_same_config_over_the_same_processes(run, processes):
+    run.scenarios[-1].summary.client.processes = processes  # in2048-c2, spread or not
+    config, spread_over = _reproduced(run)
+    assert config == run.config and spread_over == processes
+    assert ("--processes" in render_report(run)) is (processes > 1)
+
+
+def test_reproduce_command_keeps_a_sweep_and_its_slos(run):
+    run.config = run.config.model_copy(update={
+        "input_tokens": [256], "slos": parse_slos("ttft_ms=500,itl_ms:p90=50"), "slo_share": 0.9, "sweep": True,
+        "sweep_max_concurrency": 64, "sweep_max_steps": 8})
+    config, _ = _reproduced(run)
+    assert config == run.config
 
 
 def test_comparison_shows_both_runs_the_change_and_why_no_interval(run, baseline):

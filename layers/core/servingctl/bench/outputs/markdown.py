@@ -227,6 +227,17 @@ def bench_command(run: RunResult) -> str:
         f"--max-failure-rate {c.max_failure_rate:g}",
         f"--timeout {c.timeout_s:g}",
     ]
+    if c.slos:
+        parts.append(f"--slo {','.join(slo.label() for slo in c.slos)}")
+    if c.slo_share != 1.0:
+        parts.append(f"--slo-share {c.slo_share:g}")
+    if c.sweep:
+        parts += ["--sweep", f"--sweep-max-concurrency {c.sweep_max_concurrency}", f"--sweep-max-steps {c.sweep_max_steps}"]
+    # The flag is not in the config: each scenario records the processes it ran over (the flag capped
+    # by its streams and requests), so the most of them spreads every scenario as this run did.
+    processes = max((s.summary.client.processes for s in run.scenarios), default=1)
+    if processes > 1:
+        parts.append(f"--processes {processes}")
     return " \\\n  ".join(parts)
 
 
