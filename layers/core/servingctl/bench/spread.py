@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import queue
+import signal
 import time
+from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
@@ -67,6 +69,20 @@ def _measure_part(out: Queue, go: Event, start_ns: Synchronized, config: RunConf
         out.put(("error", shard.index, f"{type(exc).__name__}: {exc}"))
 
 
+def _start_deaf_to_ctrl_c(children: list[BaseProcess]) -> None:
+    """Start the processes with SIGINT blocked from their first instruction: a Ctrl-C reaches the
+    whole process group, and a process still importing the engine would print a cut-off
+    KeyboardInterrupt traceback. This process owns the interrupt and terminates them; a Ctrl-C
+    meanwhile waits, pending, until the mask is restored here (as multiprocessing starts its
+    resource tracker)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        for child in children:
+            child.start()  # the mask survives fork and exec
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _next(out: Queue) -> tuple[str, int, Any] | None:
     """The next message from a process, or None after POLL_S of silence."""
     try:
@@ -108,13 +124,12 @@ async def spread_scenario(
         ))
         for i in range(count)
     ]
-    for child in children:
-        child.start()
     loop = asyncio.get_running_loop()
     found: dict[int, Measurement] = {}
     counts: dict[int, int] = {}
     ready: set[int] = set()
     try:
+        _start_deaf_to_ctrl_c(children)
         while len(found) < count:
             message = await loop.run_in_executor(None, _next, out)
             if message is None:
