@@ -157,7 +157,8 @@ async def spread_scenario(
             if child.is_alive():
                 child.terminate()
         for child in children:
-            child.join(5)
+            if child.pid is not None:  # started: a failure or an interrupt can come between two starts
+                child.join(5)
     parts = [found[i] for i in range(count)]
     async with Backend(connection, config.model, max_connections=1) as backend:
         tokens = sum(r.completion_tokens or 0 for part in parts for r in part.records)
