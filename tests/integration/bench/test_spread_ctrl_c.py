@@ -1,0 +1,75 @@
+"""Ctrl-C in `servingctl bench --processes N` as a terminal sends it: to the whole process group,
+while the spread processes are still starting. The CLI against the simulator over real HTTP."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from servingctl.local.simserver import Faults, SimConfig, running
+
+MODEL = SimConfig().model
+
+
+def _catching_sigint(pgid: int) -> int:
+    """How many multiprocessing children of the process group are up far enough to turn SIGINT into
+    KeyboardInterrupt (Python installed its handler: SigCgt in Linux's /proc status)."""
+    count = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            in_group = int(stat.read_text().rsplit(")", 1)[1].split()[2]) == pgid
+            if in_group and b"spawn_main" in (stat.parent / "cmdline").read_bytes():
+                status = (stat.parent / "status").read_text()
+                count += bool(int(status.split("SigCgt:")[1].split()[0], 16) & 1 << (signal.SIGINT - 1))
+        except (OSError, IndexError, ValueError):  # ended meanwhile
+            continue
+    return count
+
+
+def _group_gone(pgid: int, timeout_s: float) -> bool:
+    """Whether every process of the group ended within timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_ctrl_c_as_the_spread_starts_prints_no_traceback_and_leaves_no_process():
+    # Ctrl-C at a terminal goes to the whole process group: the processes still importing the engine
+    # get it too. Sent as soon as the scenario says it starts over 2 processes (they start for seconds).
+    with running(SimConfig(speed=20, faults=Faults(stall_s=60))) as url:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "servingctl.cli.main", "bench", "--endpoint", url, "--model", MODEL,
+             "--input-tokens", "256", "--concurrency", "4", "--mode", "sustained", "--requests", "8", "--warmup", "0",
+             "--max-tokens", "24", "--processes", "2"],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True,
+            # A shell's background job starts with SIGINT ignored, and so would the CLI: Ctrl-C as at a terminal.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        try:
+            seen = []
+            for line in proc.stderr:
+                seen.append(line)
+                if "over 2 processes" in line:
+                    break
+            deadline = time.monotonic() + 30
+            while _catching_sigint(proc.pid) < 2 and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+            os.killpg(proc.pid, signal.SIGINT)  # both processes are up and still importing the engine
+            err = "".join(seen) + proc.stderr.read()
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert "over 2 processes" in err and code == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert f"interrupted: nothing written, nothing left running (the benchmark ran from this machine against {url})" in err
+    assert _group_gone(proc.pid, 15)  # no process of the run is left (nor multiprocessing's resource tracker)
