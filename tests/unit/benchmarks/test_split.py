@@ -116,13 +116,17 @@ def test_merged_token_total_is_checked_against_the_servers_counters() -> None:
     assert "server generated 30 tokens, client counted 24" in other.summary.server.failures[0]
 
 
-def test_merge_keeps_the_busiest_shards_self_check_and_reports_late_starts() -> None:
+@pytest.mark.parametrize(("same_host", "label", "plural", "processes"),
+                         [(False, "shard", "shards", 1), (True, "process", "processes", 2)])
+def test_merge_keeps_the_busiest_shards_self_check_and_reports_late_starts(same_host, label, plural, processes) -> None:
     parts = [_part(0, 0.0, 100.0, cpu=0.3), _part(1, 0.0, 100.0, cpu=0.9, late_s=2.5, peak=2)]
-    result, warnings = merge_shards(BURST, CALIBRATION, 2, parts, Snapshot(totals={GENERATION: 124.0, PROMPT: 2124.0}))
+    result, warnings = merge_shards(BURST, CALIBRATION, 2, parts, Snapshot(totals={GENERATION: 124.0, PROMPT: 2124.0}),
+                                    same_host=same_host)
     client = result.summary.client
-    assert client.cpu_share == 0.9 and result.summary.client_bound
-    assert client.reasons == ["shard 1: client CPU 90% of one core > 80%: the client sets the pace"]
-    assert warnings == ["shard 1 started 2.5 s after the common start: the shards overlapped less"]
+    assert client.cpu_share == 0.9 and result.summary.client_bound and client.processes == processes
+    # the second part (index 1), as people count it
+    assert client.reasons == [f"{label} 2 of 2: client CPU 90% of one core > 80%: the client sets the pace"]
+    assert warnings == [f"{label} 2 of 2 started 2.5 s after the common start: the {plural} overlapped less"]
     assert result.summary.server.peak_running == 2 and result.summary.server.running_samples == 10
 
 

@@ -68,9 +68,10 @@ def earliest_snapshot(snapshots: list[Snapshot]) -> Snapshot:
 
 
 def _client(parts: list[Measurement], label: str, processes: int) -> ClientSelfCheck:
-    """The busiest part's self-check, its reasons naming the part; client-bound if any part was."""
+    """The busiest part's self-check, its reasons naming the part (counted from 1, as people count);
+    client-bound if any part was."""
     busiest = max(range(len(parts)), key=lambda i: parts[i].client.cpu_share)
-    reasons = [f"{label} {i}: {reason}" for i, part in enumerate(parts) for reason in part.client.reasons]
+    reasons = [f"{label} {i} of {len(parts)}: {reason}" for i, part in enumerate(parts, 1) for reason in part.client.reasons]
     return parts[busiest].client.model_copy(update={"client_bound": bool(reasons), "reasons": reasons, "processes": processes})
 
 
@@ -109,8 +110,8 @@ def merge_shards(
         server=checks, client=_client(parts, label, len(parts) if same_host else 1),
     )
     warnings = [
-        f"{label} {i} started {part.late_start_s:.1f} s after the common start: the {plural} overlapped less"
-        for i, part in enumerate(parts)
+        f"{label} {i} of {len(parts)} started {part.late_start_s:.1f} s after the common start: the {plural} overlapped less"
+        for i, part in enumerate(parts, 1)
         if part.late_start_s > LATE_START_WARN_S
     ]
     # Every shard scraped the same server: one view of it (the first shard that has one) is kept.

@@ -135,7 +135,7 @@ async def spread_scenario(
             if message is None:
                 dead = [i for i, child in enumerate(children) if i not in found and child.exitcode is not None]
                 if dead and (message := await loop.run_in_executor(None, _next, out)) is None:  # last words in the pipe?
-                    raise RuntimeError(f"process {dead[0]} of {count} ended (exit code {children[dead[0]].exitcode}) "
+                    raise RuntimeError(f"process {dead[0] + 1} of {count} ended (exit code {children[dead[0]].exitcode}) "
                                        "without its measurement")
                 if message is None:
                     continue
@@ -151,7 +151,7 @@ async def spread_scenario(
             elif kind == "part":
                 found[index] = value
             else:
-                raise RuntimeError(f"process {index} of {count} failed: {value}")
+                raise RuntimeError(f"process {index + 1} of {count} failed: {value}")  # counted from 1 for people
     finally:
         for child in children:
             if child.is_alive():

@@ -1,16 +1,24 @@
-"""Ctrl-C in `servingctl bench --processes N` as a terminal sends it: to the whole process group,
-while the spread processes are still starting. The CLI against the simulator over real HTTP."""
+"""How `servingctl bench --processes N` stops early, against the simulator over real HTTP: Ctrl-C as
+a terminal sends it (to the whole process group, while the spread processes are still starting),
+and a process that dies without a word."""
 
 from __future__ import annotations
 
+import asyncio
+import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from servingctl.bench.runner import run_benchmark
 from servingctl.local.simserver import Faults, SimConfig, running
+from servingctl.schema.results import RunConfig
 
 MODEL = SimConfig().model
 
@@ -73,3 +81,23 @@ def test_ctrl_c_as_the_spread_starts_prints_no_traceback_and_leaves_no_process()
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert f"interrupted: nothing written, nothing left running (the benchmark ran from this machine against {url})" in err
     assert _group_gone(proc.pid, 15)  # no process of the run is left (nor multiprocessing's resource tracker)
+
+
+def test_a_process_killed_mid_run_is_named_counting_from_1_and_the_other_stopped():
+    with running(SimConfig(speed=20, faults=Faults(stall_s=60))) as url:  # every stream stalls
+        config = RunConfig(endpoint=url, model=MODEL, input_tokens=[256], concurrencies=[4], mode="sustained", requests=8,
+                           warmup=0, max_tokens=24, timeout_s=120.0)
+
+        async def kill_the_second() -> list:
+            task = asyncio.create_task(run_benchmark(config, processes=2))
+            deadline = time.monotonic() + 60
+            while len(multiprocessing.active_children()) < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            # started in order, named SpawnProcess-<n> with n counting up: the last one is the second process
+            second = max(multiprocessing.active_children(), key=lambda p: int(p.name.rsplit("-", 1)[1]))
+            os.kill(second.pid, signal.SIGKILL)  # as the out-of-memory killer would
+            with pytest.raises(RuntimeError, match=re.escape("process 2 of 2 ended (exit code -9) without its measurement")):
+                await task
+            return multiprocessing.active_children()
+
+        assert asyncio.run(kill_the_second()) == []
