@@ -64,7 +64,7 @@ def test_an_slo_no_request_can_meet_stops_at_concurrency_one(sim, tmp_path, caps
 @pytest.mark.parametrize(("args", "says"), [
     (["--slo", "ttft=5"], "argument --slo: 'ttft=5': metric must be one of ttft_ms, itl_ms or e2e_s"),
     (["--slo", "ttft_ms:p80=5"], "argument --slo: 'ttft_ms:p80=5': percentile must be one of p50, p90, p95 or p99"),
-    (["--slo", "ttft_ms=1", "--slo-share", "0"], "argument --slo-share: '0': allowed a number above 0 and at most 1"),
+    (["--slo", "ttft_ms=1", "--slo-share", "0"], "argument --slo-share: '0': expected a number above 0 and at most 1"),
     ([], "--slo: the sweep searches the highest concurrency meeting an SLO"),
 ])
 def test_bad_slo_input_names_the_flag_and_the_allowed_values(tmp_path, capsys, args, says):

@@ -2,6 +2,7 @@
 
 import pytest
 
+from servingctl.bench.spread import MAX_PROCESSES
 from servingctl.schema.results import RunConfig
 from servingctl.cli import bench as bench_cli
 from servingctl.cli.main import build_parser, main
@@ -30,6 +31,31 @@ def test_bad_flags_exit_2_naming_flag_and_allowed_values(capsys, extra, expected
     err = capsys.readouterr().err
     for text in expected:
         assert text in err
+
+
+@pytest.mark.parametrize("value", ["65", "0", "x", "nan"])
+def test_processes_past_the_limit_or_not_a_number_are_refused_in_one_form(capsys, value):
+    with pytest.raises(SystemExit) as exit_info:
+        main(BASE + ["--processes", value])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"servingctl bench: error: argument --processes: '{value}': expected an integer from 1 to {MAX_PROCESSES}")
+
+
+def test_processes_at_the_limit_is_accepted():
+    assert MAX_PROCESSES == 64  # the limit; "65" above is one past it
+    assert build_parser().parse_args(BASE + ["--processes", "64"]).processes == 64
+
+
+@pytest.mark.parametrize(("flag", "value", "allowed"), [
+    ("--rounds", "0", "an integer >= 1"), ("--rounds", "two", "an integer >= 1"),
+    ("--max-failure-rate", "1.5", "a number from 0 to 1"), ("--max-failure-rate", "nan", "a number from 0 to 1"),
+    ("--timeout", "0", "a positive number of seconds"), ("--timeout", "soon", "a positive number of seconds"),
+])
+def test_every_bounded_flag_refuses_in_the_same_form(capsys, flag, value, allowed):
+    with pytest.raises(SystemExit):
+        main(BASE + [flag, value])
+    assert f"error: argument {flag}: '{value}': expected {allowed}" in capsys.readouterr().err
 
 
 def test_bad_endpoint_is_named(capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -49,13 +50,14 @@ def _int_list(text: str) -> list[int]:
 
 
 def _bounded(kind: Callable[[str], float], low: float, high: float | None = None, what: str = "") -> Callable[[str], float]:
+    # Not a number and out of range are refused in one form, as the list and header flags are.
     def parse(text: str) -> float:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if value < low or (high is not None and value > high):
-            raise argparse.ArgumentTypeError(f"{text!r}: allowed {what}")
+            value = math.nan
+        if not low <= value <= (math.inf if high is None else high):  # also 'nan', which compares false
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {what}")
         return value
 
     return parse
@@ -190,7 +192,7 @@ def _bench(args: argparse.Namespace) -> int:
         args.bench_parser.error(_validation_message(exc))
     if args.processes > 1 and config.mode == "rate":
         args.bench_parser.error("--processes: rate mode runs in one process (its Poisson schedule would change if "
-                                "spread); allowed values: 1 with --mode rate, 1 to 64 with --mode burst or sustained")
+                                f"spread); allowed values: 1 with --mode rate, 1 to {MAX_PROCESSES} with --mode burst or sustained")
     console = Console(stderr=True)
     try:
         with _progress(console) as progress:
