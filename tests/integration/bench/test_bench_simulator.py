@@ -11,8 +11,9 @@ from collections import Counter
 import httpx
 import pytest
 
+from servingctl.bench.backend import Backend, ChatRequest, Connection
 from servingctl.bench.calibration import build_prompt
-from servingctl.bench.metrics import per_read
+from servingctl.bench.metrics import per_read, with_request_metrics
 from servingctl.schema.results import RunConfig, RunResult
 from servingctl.bench.outputs import read_results
 from servingctl.bench.runner import INDEX_STRIDE, run_benchmark
@@ -216,3 +217,27 @@ def test_an_interrupted_spread_stops_every_process_it_started():
         running_then, stopping_s, left = asyncio.run(interrupted())
     # the processes are stopped, not waited for: their streams would stall for a minute
     assert running_then == 2 and left == [] and stopping_s < 15
+
+
+def test_ttft_is_when_the_first_token_reached_the_socket_even_with_the_loop_busy():
+    async def busy_while_it_streams(url):
+        async with Backend(Connection(url), MODEL, max_connections=1) as backend:
+            await backend.warm(1)
+            request = ChatRequest("busy", 0, 0, False, "hello", cache_salt="busy")
+            task = asyncio.create_task(backend.stream_chat(request, max_tokens=3, seed=1, t0=0))
+            await asyncio.sleep(0.005)  # the request is out
+            time.sleep(0.3)  # the loop cannot read when the first token arrives (~5 ms)
+            await asyncio.sleep(0.02)  # it reads it
+            time.sleep(0.35)  # nor when the second arrives, a pace (400 ms) after the first
+            return await task
+
+    with running(SimConfig(speed=20, mtp_tokens=0, pace_ms=400, debug_timings=True)) as url:
+        record = with_request_metrics(asyncio.run(busy_while_it_streams(url)))
+        (truth,) = httpx.get(f"{url}/debug/timings").json()["streams"]
+    assert record.ok and record.completion_tokens == 3
+    server_ttft_ms = (truth["first_content_sent_ns"] - truth["received_ns"]) / 1e6
+    # the first token's read carries the kernel's receive time: loopback flights from the server's
+    # TTFT, not the 300 ms the loop was away
+    assert server_ttft_ms < 100 and abs(record.ttft_ms - server_ttft_ms) < 5
+    # after the first token the loop's transport reads: the second is stamped when the loop got to it
+    assert (record.chunks[1][0] - record.t_start_ns) / 1e6 >= 650

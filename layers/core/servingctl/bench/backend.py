@@ -338,7 +338,7 @@ class Backend:
             if state.status != 200:
                 text = b"".join([block async for block in timed]).decode("utf-8", "replace")
                 return "http_status", f"HTTP {state.status}: {text[:MAX_ERROR_CHARS]}"
-            timed.deliver(state.feed)
+            timed.deliver(state.feed, stamped_until=lambda: bool(state.chunks))  # TTFT: the first token
             await timed.finished()
             state.close(self.clock())
             return None

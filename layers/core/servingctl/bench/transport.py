@@ -3,6 +3,11 @@
 Owns the keep-alive pool, the response framing (Content-Length, chunked, read until close) and the
 arrival time of body bytes: each network read is stamped with the monotonic ns clock inside
 `data_received`, so a busy event loop does not move a timestamp to when a coroutine got scheduled.
+On Linux a streaming exchange reads its connection itself (recvmsg) from the request's write until
+its reader has the first token, each read stamped with the kernel's receive time of its last
+segment (shared.rxstamp): a loop busy with other streams (64 requests ending and starting together
+kept it ~3 ms at 64 streams) does not move TTFT when the first token waited alone, as a server's
+next token is an engine step behind. Then the loop's transport reads the rest.
 A streaming reader registers a sink with `TimedStream.deliver(sink)`: sink(block, t_ns) is then
 called from `data_received` for every read (no coroutine wake-up per chunk) and `await finished()`
 returns at the end of the body or raises the httpx error that ended it. Other responses are read
@@ -18,15 +23,20 @@ asyncio's buffer (no write timeout); a request body given as a stream is sent as
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 from collections.abc import Callable
 
 import httpx
 
+from servingctl.shared import rxstamp
+
 Clock = Callable[[], int]
 Sink = Callable[[bytes, int], None]
 TIMED_STREAM = "servingctl.timed_stream"
 MAX_HEAD_BYTES = 65_536
+_READ_SIZE = 262_144  # as uvloop's reads
 _HEAD, _BODY, _IDLE, _CLOSED = range(4)
 
 
@@ -38,12 +48,13 @@ def timed_stream(response: httpx.Response) -> TimedStream | None:
 class TimedStream(httpx.AsyncByteStream):
     """One response body: blocks with their arrival times, to a sink or through async iteration."""
 
-    __slots__ = ("_conn", "_blocks", "_sink", "_waiter", "done", "_error", "_closed")
+    __slots__ = ("_conn", "_blocks", "_sink", "_stamped_until", "_waiter", "done", "_error", "_closed")
 
     def __init__(self, conn: _Connection) -> None:
         self._conn = conn
         self._blocks: list[tuple[bytes, int]] = []
         self._sink: Sink | None = None
+        self._stamped_until: Callable[[], bool] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self.done = False
         self._error: BaseException | None = None
@@ -76,12 +87,19 @@ class TimedStream(httpx.AsyncByteStream):
         await self._waiter
         self._waiter = None
 
-    def deliver(self, sink: Sink) -> None:
-        """Hand every block (those already buffered first) to sink(block, t_ns) as it arrives."""
+    def deliver(self, sink: Sink, stamped_until: Callable[[], bool] | None = None) -> None:
+        """Hand every block (those already buffered first) to sink(block, t_ns) as it arrives; an
+        exchange's reads carry kernel receive stamps until stamped_until() is true (or now, without)."""
         blocks, self._blocks = self._blocks, []
         for block, t in blocks:
             sink(block, t)
         self._sink = sink
+        self._stamped_until = stamped_until or (lambda: True)
+        self._conn.stamped_reads_check()
+
+    def wants_stamps(self) -> bool:
+        """Whether reads should still carry kernel stamps: until the reader says it has what it times."""
+        return self._stamped_until is None or not self._stamped_until()
 
     async def finished(self) -> None:
         """Wait for the end of the body; raise the error that ended it, if any."""
@@ -131,18 +149,27 @@ class _Connection(asyncio.Protocol):
         self.last_read = 0.0
         self.timeout: float | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self.own: socket.socket | None = None  # a dup of the socket, read with kernel stamps
+        self.own_reading = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Keep the transport."""
+        """Keep the transport; turn the socket's receive stamps on where the kernel has them."""
         self.transport = transport  # type: ignore[assignment]
+        raw = transport.get_extra_info("socket")
+        if rxstamp.SUPPORTED and raw is not None:
+            self.own = socket.socket(raw.family, raw.type, fileno=os.dup(raw.fileno()))
+            rxstamp.enable(self.own)
 
-    def send(self, request: bytes, read_timeout: float | None, no_body: bool) -> int:
-        """Write one request and expect its response; return the clock when its bytes were written."""
+    def send(self, request: bytes, read_timeout: float | None, no_body: bool, stamped: bool = False) -> int:
+        """Write one request and expect its response; return the clock when its bytes were written.
+        `stamped`: read the response with kernel stamps until its stream's reader has what it times."""
         assert self.transport is not None
         self.requests += 1
         self.state, self.buffer, self.trailer, self.skip, self.no_body = _HEAD, b"", False, 0, no_body
         self.stream = TimedStream(self)
         self.head = asyncio.get_running_loop().create_future()
+        if stamped and self.own is not None:
+            self._read_own(True)
         t_sent = self.clock()
         self.transport.write(request)
         self.timeout = read_timeout
@@ -160,9 +187,46 @@ class _Connection(asyncio.Protocol):
         self.timer = None
         self._fail(httpx.ReadTimeout(f"no data for {self.timeout:g} s"))
 
+    def _read_own(self, on: bool) -> None:
+        """Read the socket here with kernel stamps (on), or give reading back to the transport."""
+        if on == self.own_reading or self.own is None or self.transport is None:
+            return
+        loop = asyncio.get_running_loop()
+        if on:
+            self.transport.pause_reading()
+            loop.add_reader(self.own.fileno(), self._own_ready)
+        else:
+            loop.remove_reader(self.own.fileno())
+            if not self.transport.is_closing():
+                self.transport.resume_reading()
+        self.own_reading = on
+
+    def _own_ready(self) -> None:
+        assert self.own is not None
+        try:
+            data, t = rxstamp.recv_stamped(self.own, _READ_SIZE, self.clock)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # end of stream or an error: the transport meets it and ends the exchange its usual way
+            self._read_own(False)
+            return
+        self._received(data, t)
+        self.stamped_reads_check()
+
+    def stamped_reads_check(self) -> None:
+        """Back to the transport's reads once the body's reader has what it times (the end of the
+        exchange, an abort and a lost connection give them back too)."""
+        if self.own_reading and self.state == _BODY and self.stream is not None and not self.stream.wants_stamps():
+            self._read_own(False)
+
     def data_received(self, data: bytes) -> None:
-        """Stamp the read, then parse the head or de-frame the body."""
-        t = self.clock()
+        """A read by the transport: stamp it, then parse."""
+        self._received(data, self.clock())
+
+    def _received(self, data: bytes, t: int) -> None:
+        """Parse the head or de-frame the body of a read that arrived at t."""
         self.last_read = time.monotonic()
         if self.state == _BODY:
             self._body(data, t)
@@ -294,6 +358,7 @@ class _Connection(asyncio.Protocol):
     def _finish(self) -> None:
         self.state = _IDLE
         self._cancel_timer()
+        self._read_own(False)
         assert self.stream is not None
         self.stream.end(None)
 
@@ -315,6 +380,7 @@ class _Connection(asyncio.Protocol):
         self.reusable = False
         self.state = _CLOSED
         self._cancel_timer()
+        self._read_own(False)
         if self.transport is not None:
             self.transport.close()
 
@@ -326,6 +392,9 @@ class _Connection(asyncio.Protocol):
         """End a close-delimited body cleanly; anything else in progress is a cut."""
         state, self.state, self.reusable = self.state, _CLOSED, False
         self._cancel_timer()
+        self._read_own(False)
+        if self.own is not None:
+            self.own.close()
         self.pool.forget(self)
         if state == _BODY and self.mode == "close" and exc is None:
             assert self.stream is not None
@@ -424,13 +493,13 @@ class StreamTransport(httpx.AsyncBaseTransport):
         """
         conn, t_sent, (status, _, _) = await self._send(
             host, port, request, pool_timeout=None, connect_timeout=connect_timeout, read_timeout=read_timeout,
-            no_body=False,
+            no_body=False, stamped=True,
         )
         return t_sent, status, conn.stream
 
     async def _send(
         self, host: str, port: int, request: bytes, *, pool_timeout: float | None, connect_timeout: float | None,
-        read_timeout: float | None, no_body: bool,
+        read_timeout: float | None, no_body: bool, stamped: bool = False,
     ) -> tuple[_Connection, int, tuple[int, bytes, list[tuple[bytes, bytes]]]]:
         """Take a slot and a pooled connection, write the request, wait for the response head.
 
@@ -439,7 +508,7 @@ class StreamTransport(httpx.AsyncBaseTransport):
         await self._acquire_slot(pool_timeout)
         try:
             conn = await self._open(host, port, connect_timeout)
-            t_sent = conn.send(request, read_timeout, no_body)
+            t_sent = conn.send(request, read_timeout, no_body, stamped)
             assert conn.head is not None and conn.stream is not None
             try:
                 head = await conn.head

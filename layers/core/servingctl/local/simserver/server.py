@@ -6,8 +6,6 @@ import asyncio
 import logging
 import os
 import socket
-import struct
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +17,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from servingctl.local.simserver.app import ARRIVAL_NS, StreamCut, create_app
 from servingctl.local.simserver.config import SimConfig
+from servingctl.shared import rxstamp
 
 
 class _HideInjectedCuts(logging.Filter):
@@ -50,15 +49,12 @@ class _StampingProtocol(HttpToolsProtocol):
         self.scope["extensions"] = {ARRIVAL_NS: self.arrival_ns}  # type: ignore[typeddict-unknown-key]
 
 
-# Linux's SO_TIMESTAMPNS (asm-generic/socket.h; also the cmsg type): Python's socket module lacks the name.
-SO_TIMESTAMPNS = 35
-_CMSG_SPACE = socket.CMSG_SPACE(16)  # one struct timespec
 _READ_SIZE = 65536
 
 
 class _KernelReads:
     """Reads one connection with recvmsg instead of the loop's transport, so each read carries the
-    kernel's receive time (SO_TIMESTAMPNS): a request that waits in its socket while the simulator's
+    kernel's receive time (shared.rxstamp): a request that waits in its socket while the simulator's
     one loop writes other streams' events is stamped when it arrived, not when the loop got to it.
     uvicorn's read pauses toggle this reader; at end of stream or on an error the transport reads
     again and closes the connection its usual way."""
@@ -117,33 +113,22 @@ class _KernelReads:
     def peek_arrival(self) -> int | None:
         """The kernel's receive time of bytes already waiting in the socket, left unread; None if none."""
         try:
-            data, ancdata, _, _ = self.sock.recvmsg(1, _CMSG_SPACE, socket.MSG_PEEK)
+            data, arrival_ns = rxstamp.recv_stamped(self.sock, 1, flags=socket.MSG_PEEK)
         except OSError:
             return None
-        return _arrival_ns(ancdata) if data else None
+        return arrival_ns if data else None
 
     def _read(self) -> None:
         try:
-            data, ancdata, _, _ = self.sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
+            data, arrival_ns = rxstamp.recv_stamped(self.sock, _READ_SIZE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
-            data, ancdata = b"", []
+            data = b""
         if not data:  # end of stream or an error: the transport meets it and closes as usual
             self._hand_back()
             return
-        self._protocol.received(data, _arrival_ns(ancdata))
-
-
-def _arrival_ns(ancdata: list[tuple[int, int, bytes]]) -> int:
-    """The monotonic instant of a read's kernel receive stamp (now if it carries none)."""
-    now_ns, wall_ns = time.monotonic_ns(), time.time_ns()
-    for level, kind, value in ancdata:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-            sec, nsec = struct.unpack("qq", value[:16])
-            # the stamp is on the wall clock: its age moves it onto the monotonic one
-            return now_ns - max(0, wall_ns - (sec * 1_000_000_000 + nsec))
-    return now_ns
+        self._protocol.received(data, arrival_ns)
 
 
 class _WriteNow:
@@ -217,14 +202,14 @@ def _server(config: SimConfig, log_level: str) -> uvicorn.Server:
 
 def _kernel_stamps(config: SimConfig) -> bool:
     """Kernel receive stamps where the reference needs them (--debug-timings) and Linux has them."""
-    return config.debug_timings and sys.platform == "linux"
+    return config.debug_timings and rxstamp.SUPPORTED
 
 
 def _bind(host: str, port: int, config: SimConfig) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if _kernel_stamps(config):  # on the listener, so bytes that arrive before accept() are stamped too
-        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        rxstamp.enable(sock)
     sock.bind((host, port))
     sock.set_inheritable(True)
     return sock
