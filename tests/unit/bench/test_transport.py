@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servingctl.bench.backend import Backend, ChatRequest, Connection
 from servingctl.bench.transport import StreamTransport, _Connection, timed_stream
@@ -69,6 +71,43 @@ def test_chunked_body_split_at_any_byte_is_decoded_and_ends_cleanly(cut):
     first_read = bytes(data[p] for p in positions if p < cut)
     assert b"".join(block for block, t in got if t == 1) == first_read
     assert b"".join(block for block, t in got if t == 2) == b"".join(EVENTS)[len(first_read):]
+
+
+FLOOD = [b'data: {"n": %d}\n\n' % i for i in range(5)]
+
+
+@pytest.mark.parametrize(
+    ("events", "last_chunk", "ends"),
+    [
+        (FLOOD, b"", False),  # whole chunks, more to come
+        (FLOOD, b"0\r\n\r\n", True),  # and the last chunk
+        ([], b"0\r\n\r\n", True),  # the last chunk alone
+        ([b"data: a\r\n\r\n", *FLOOD], b"0\r\n\r\n", True),  # a CRLF inside a payload
+        (FLOOD, b"0\r\nx-trailer: 1\r\n\r\n", True),  # trailers
+        (FLOOD, b"00\r\n\r\n", True),  # a zero written as two
+    ],
+)
+def test_a_read_of_many_whole_chunks_is_one_block_with_its_stamp(events, last_chunk, ends):
+    body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + last_chunk
+    got, conn, sock = feed_reads([HEAD, body])
+    assert b"".join(block for block, _ in got) == b"".join(events) and all(t == 2 for _, t in got)
+    assert conn.stream.done is ends and not sock.closed
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    payloads=st.lists(st.binary(min_size=1, max_size=40), max_size=8),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=4),
+    ends=st.booleans(),
+)
+def test_any_chunks_read_in_any_pieces_decode_to_their_payloads(payloads, cuts, ends):
+    # payloads with CR, LF and CRLF in them too: the whole-chunk shortcuts must hand those to the loop
+    body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in payloads) + (b"0\r\n\r\n" if ends else b"")
+    bounds = sorted({min(c, len(body)) for c in cuts} | {0, len(body)})
+    reads = [HEAD] + [body[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+    got, conn, sock = feed_reads(reads)
+    assert b"".join(block for block, _ in got) == b"".join(payloads)
+    assert conn.stream.done is ends and not sock.closed
 
 
 def test_byte_by_byte_reads_keep_their_own_arrival_stamps():

