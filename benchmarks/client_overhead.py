@@ -42,6 +42,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import socket
 import subprocess
 import sys
@@ -301,28 +302,32 @@ def client_bound(results_dir: Path) -> dict[str, bool]:
     return {s.summary.name: s.summary.client_bound for s in read_results(results_dir).scenarios}
 
 
-def ratio_rows(both: dict, concurrencies: list[int]) -> list[dict]:
-    """CPU seconds per 1M streamed tokens of each client and their ratio, per concurrency."""
+def ratio_rows(boths: list[dict], concurrencies: list[int]) -> list[dict]:
+    """CPU seconds per 1M streamed tokens of each client and their ratio, per concurrency: medians
+    over the repeats (each pair measured back to back on one simulator), with the ratios' range."""
     rows = []
     for c in concurrencies:
-        ours, vllm = both["ours"][c], both["vllm"][c]
-        ours_m, vllm_m = ours["cpu_s"] / ours["tokens"] * 1e6, vllm["cpu_s"] / vllm["tokens"] * 1e6
-        rows.append({"concurrency": c, "ours": ours | {"cpu_s_per_1m_tokens": ours_m},
-                     "vllm": vllm | {"cpu_s_per_1m_tokens": vllm_m}, "ratio_ours_to_vllm": ours_m / vllm_m})
+        ours = [both["ours"][c]["cpu_s"] / both["ours"][c]["tokens"] * 1e6 for both in boths]
+        vllm = [both["vllm"][c]["cpu_s"] / both["vllm"][c]["tokens"] * 1e6 for both in boths]
+        ratios = [o / v for o, v in zip(ours, vllm, strict=True)]
+        rows.append({"concurrency": c, "ours": {"cpu_s_per_1m_tokens": statistics.median(ours), "each": ours},
+                     "vllm": {"cpu_s_per_1m_tokens": statistics.median(vllm), "each": vllm},
+                     "ratio_ours_to_vllm": statistics.median(ratios), "ratios": ratios})
     return rows
 
 
-def ttft_rows(both: dict, concurrencies: list[int]) -> list[dict]:
-    """TTFT error of both clients (and where it sits) at each concurrency of the paced run."""
+def ttft_rows(boths: list[dict], concurrencies: list[int]) -> list[dict]:
+    """TTFT error of both clients at each concurrency, over every paced repeat; where it sits
+    (request and first chunk in flight) from the first."""
     rows = []
     for c in concurrencies:
-        vllm_result = both["vllm_results"][c]
+        first = boths[0]
         rows.append({
             "concurrency": c,
-            "ours": error_stats(ttft_errors_ours(both["ours_dir"], both["by_salt"], c)),
-            "vllm": error_stats(ttft_errors_vllm(vllm_result, c, both["by_request_id"])),
-            "ours_split": ttft_split_ours(both["ours_dir"], both["by_salt"], c),
-            "vllm_split": ttft_split_vllm(vllm_result, c, both["by_request_id"]),
+            "ours": error_stats([e for b in boths for e in ttft_errors_ours(b["ours_dir"], b["by_salt"], c)]),
+            "vllm": error_stats([e for b in boths for e in ttft_errors_vllm(b["vllm_results"][c], c, b["by_request_id"])]),
+            "ours_split": ttft_split_ours(first["ours_dir"], first["by_salt"], c),
+            "vllm_split": ttft_split_vllm(first["vllm_results"][c], c, first["by_request_id"]),
         })
     return rows
 
@@ -332,28 +337,34 @@ def measure(args: argparse.Namespace, concurrencies: list[int], model: str, work
     from the paced run, where neither client is saturated (a saturated client's TTFT is its own queueing)."""
     started = time.monotonic()
     flood_requests = max(2 * max(concurrencies), math.ceil(args.tokens_per_run / args.max_tokens))
-    runs = {}
-    for shape, writes in (("flood", ["--batch-writes", "--pace-ms", str(args.flood_flush_ms)]), ("eager", [])):
-        runs[shape] = run_both(args, model, work / shape, writes, concurrencies, ["--requests", str(flood_requests)],
-                               {c: flood_requests for c in concurrencies}, args.max_tokens)
     # Paced: every stream slot keeps sending for --paced-seconds (ours: --duration; vLLM: as many
     # requests as fit), so per-scenario fixed costs weigh alike on both clients.
     request_s = args.paced_max_tokens * args.pace_ms / 1000
     per_slot = max(1, math.ceil(args.paced_seconds / request_s))
-    runs["paced"] = run_both(args, model, work / "paced", ["--pace-ms", str(args.pace_ms)], concurrencies,
-                             ["--duration", f"{(per_slot - 0.5) * request_s:g}"], {c: per_slot * c for c in concurrencies},
-                             args.paced_max_tokens)
+    plans = {
+        "flood": (["--batch-writes", "--pace-ms", str(args.flood_flush_ms)], ["--requests", str(flood_requests)],
+                  {c: flood_requests for c in concurrencies}, args.max_tokens),
+        "paced": (["--pace-ms", str(args.pace_ms)], ["--duration", f"{(per_slot - 0.5) * request_s:g}"],
+                  {c: per_slot * c for c in concurrencies}, args.paced_max_tokens),
+        "eager": ([], ["--requests", str(flood_requests)], {c: flood_requests for c in concurrencies}, args.max_tokens),
+    }
+    runs: dict[str, list[dict]] = {name: [] for name in plans}
+    for repeat in range(args.repeat):  # the shapes in turn, so a slow spell of the machine spreads over all
+        for name, (writes, ours_load, vllm_requests, max_tokens) in plans.items():
+            work_dir = work / f"{name}-{repeat + 1}"
+            runs[name].append(run_both(args, model, work_dir, writes, concurrencies, ours_load, vllm_requests, max_tokens))
     shapes = {name: ratio_rows(runs[name], concurrencies) for name in ("flood", "paced", "eager")}
     ttft_at = [c for c in args.ttft_concurrencies if c in concurrencies]
     ttft = ttft_rows(runs["paced"], ttft_at)
-    run = read_results(runs["flood"]["ours_dir"])
+    run = read_results(runs["flood"][0]["ours_dir"])
     exported = set(to_vllm(run, run.scenarios[0]))
     whole = {}
-    for name, both in runs.items():
-        ours_tokens = sum(p["tokens"] for p in both["ours"].values())
-        vllm_tokens = sum(p["tokens"] for p in both["vllm"].values())
-        whole[name] = {"ours": {"cpu_s": both["ours_cpu"], "cpu_s_per_1m_tokens": both["ours_cpu"] / ours_tokens * 1e6},
-                       "vllm": {"cpu_s": both["vllm_cpu"], "cpu_s_per_1m_tokens": both["vllm_cpu"] / vllm_tokens * 1e6}}
+    for name, boths in runs.items():
+        whole[name] = {}
+        for client in ("ours", "vllm"):
+            cpu = sum(b[f"{client}_cpu"] for b in boths)
+            tokens = sum(p["tokens"] for b in boths for p in b[client].values())
+            whole[name][client] = {"cpu_s": cpu, "cpu_s_per_1m_tokens": cpu / tokens * 1e6}
     return {
         "benchmark": "client_overhead",
         "command": " ".join([".venv/bin/python", "benchmarks/client_overhead.py", *sys.argv[1:]]),
@@ -364,10 +375,11 @@ def measure(args: argparse.Namespace, concurrencies: list[int], model: str, work
                      "simulator": "mtp off, max-num-seqs 2 x max concurrency",
                      "cores": {k: sorted(v) if v else "any" for k, v in zip(("simulator", "clients"), cores(args.pin))}},
         "wall_s": time.monotonic() - started,
-        "load_avg": {name: both["load_avg"] for name, both in runs.items()},
+        "repeat": args.repeat,
+        "load_avg": {name: [b["load_avg"] for b in boths] for name, boths in runs.items()},
         "cpu_per_1m_tokens": shapes,
-        "events_per_read_ours": {name: events_per_read(both["ours_dir"]) for name, both in runs.items()},
-        "client_bound": {name: client_bound(both["ours_dir"]) for name, both in runs.items()},
+        "events_per_read_ours": {name: events_per_read(boths[0]["ours_dir"]) for name, boths in runs.items()},
+        "client_bound": {name: [client_bound(b["ours_dir"]) for b in boths] for name, boths in runs.items()},
         "whole_process": whole,
         "ttft_error_ms": ttft,
         "goals": {
@@ -375,7 +387,7 @@ def measure(args: argparse.Namespace, concurrencies: list[int], model: str, work
             "ratio_goal": 0.5, "ratio_limit": 1.0, "ttft_goal_p99_ms": 1.0,
             "ttft_error_p99_ms": {row["concurrency"]: row["ours"]["p99_ms"] for row in ttft},
         },
-        "vllm_compat": {"vllm_keys_missing_in_export": sorted(set(runs["flood"]["vllm_results"][concurrencies[0]]) - exported)},
+        "vllm_compat": {"vllm_keys_missing_in_export": sorted(set(runs["flood"][0]["vllm_results"][concurrencies[0]]) - exported)},
     }
 
 
@@ -386,20 +398,21 @@ def _ms(value: float | None) -> str:
 def print_table(report: dict) -> None:
     """The figures as plain tables, each with the load average it was measured under."""
     for shape, rows in report["cpu_per_1m_tokens"].items():
-        load = report["load_avg"][shape]
-        print(f"{shape}: CPU s per 1M streamed tokens (load average {load['before'][0]:.1f} -> {load['after'][0]:.1f} "
-              f"on {report['machine']['cpus']} CPUs)")
-        print(f"{'conc':>5} {'ours':>10} {'vLLM':>10} {'ratio':>6} {'events/read (ours)':>19}")
+        loads = [round(x, 1) for load in report["load_avg"][shape] for x in (load["before"][0], load["after"][0])]
+        print(f"{shape}: CPU s per 1M streamed tokens, median of {report['repeat']} "
+              f"(load average {min(loads)} to {max(loads)} on {report['machine']['cpus']} CPUs)")
+        print(f"{'conc':>5} {'ours':>8} {'vLLM':>8} {'ratio':>6} {'ratio range':>12} {'events/read (ours)':>19}")
         per_read_ours = report["events_per_read_ours"][shape]
         for row in rows:
-            print(f"{row['concurrency']:>5} {row['ours']['cpu_s_per_1m_tokens']:>10.1f} "
-                  f"{row['vllm']['cpu_s_per_1m_tokens']:>10.1f} {row['ratio_ours_to_vllm']:>6.2f} "
+            spread = f"{min(row['ratios']):.2f}-{max(row['ratios']):.2f}"
+            print(f"{row['concurrency']:>5} {row['ours']['cpu_s_per_1m_tokens']:>8.1f} "
+                  f"{row['vllm']['cpu_s_per_1m_tokens']:>8.1f} {row['ratio_ours_to_vllm']:>6.2f} {spread:>12} "
                   f"{per_read_ours.get(row['concurrency'], 0):>19.1f}")
     for shape, w in report["whole_process"].items():
         print(f"whole process incl. start-up, {shape}: ours {w['ours']['cpu_s']:.1f} CPU s "
               f"({w['ours']['cpu_s_per_1m_tokens']:.1f} per 1M tok), vLLM {w['vllm']['cpu_s']:.1f} CPU s "
               f"({w['vllm']['cpu_s_per_1m_tokens']:.1f} per 1M tok)")
-    print(f"TTFT error ms (paced run, {report['settings']['pace_ms']:g} ms per event): p50 / p99 / max")
+    print(f"TTFT error ms (paced runs, {report['settings']['pace_ms']:g} ms per event): p50 / p99 / max")
     for row in report["ttft_error_ms"]:
         for name in ("ours", "vllm"):
             e, split = row[name], row[f"{name}_split"]
@@ -407,7 +420,9 @@ def print_table(report: dict) -> None:
                       f"{_ms(split['first_chunk_to_client_ms']['p99_ms'])}") if split else ""
             print(f"  c={row['concurrency']:<4} {name:<5} {_ms(e['median_ms'])} / {_ms(e['p99_ms'])} / {_ms(e['max_ms'])} "
                   f"({e['count']} requests){flight}")
-    print(f"servingctl's client-bound verdicts: {report['client_bound']}; wall {report['wall_s']:.0f} s; "
+    flagged = {shape: sorted({name for verdicts in runs for name, bound in verdicts.items() if bound})
+               for shape, runs in report["client_bound"].items()}
+    print(f"scenarios servingctl flagged client-bound in any repeat: {flagged}; wall {report['wall_s']:.0f} s; "
           f"cores {report['settings']['cores']}")
     g = report["goals"]
     print(f"max ratio ours/vLLM, {' and '.join(GOAL_SHAPES)}: {g['ratio_max']:.2f} (goal <= {g['ratio_goal']}, never above {g['ratio_limit']}); "
@@ -436,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vllm-python", default=os.environ.get("SERVINGCTL_VLLM_PYTHON", str(ROOT / ".venv-vllm/bin/python")))
     p.add_argument("--tokenizer", default=os.environ.get("SERVINGCTL_TINY_MODEL", str(ROOT / ".cache/tiny-llama")),
                    help="model dir whose tokenizer vLLM's client loads; also the served model name")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="pairs (ours, vLLM) measured per load shape; the figures are their medians (default 3)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per client process (default 1800)")
     p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                    help="the simulator on the first core, the clients on the others, as a server host of its own (default on)")
