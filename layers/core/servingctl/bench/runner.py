@@ -22,7 +22,6 @@ from typing import Literal
 import httpx
 
 import servingctl
-from servingctl.bench.aio import gc_paused
 from servingctl.bench.backend import Backend, ChatRequest, Connection
 from servingctl.bench.calibration import build_prompt, calibrate, unique_nonces
 from servingctl.bench.host import client_host, load_average
@@ -40,7 +39,7 @@ from servingctl.schema.results import (
     scenario_name,
 )
 from servingctl.bench.scheduler import poisson_offsets, run_bursts, run_rate, run_sustained
-from servingctl.bench.selfcheck import CPU_SHARE_LIMIT, LAG_P99_LIMIT_MS, SelfCheck
+from servingctl.bench.selfcheck import CPU_SHARE_LIMIT, LAG_P99_LIMIT_MS, SelfCheck, gc_paused
 from servingctl.bench.server_metrics import GENERATION, ServerMetrics, Snapshot, build_checks
 from servingctl.bench.shards import process_count
 
