@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import httpx
@@ -112,6 +116,28 @@ class Api:
     def get(self, path: str) -> httpx.Response:
         """GET a path of the simulator."""
         return self.client.get(self.url + path)
+
+
+@contextmanager
+def served(*flags: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`python -m servingctl.local.simserver FLAGS` on a free port, as its own process, once healthy:
+    yields (base URL, process); terminated afterwards."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "servingctl.local.simserver", "--port", str(port), *flags])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        yield url, proc
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 @pytest.fixture(scope="module")

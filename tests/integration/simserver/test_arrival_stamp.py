@@ -8,12 +8,14 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import pytest
+
+from .conftest import served
 
 MODEL = "tiny"
 
@@ -38,24 +40,31 @@ def _read_streams(sock: socket.socket, count: int) -> bytes:
 @pytest.fixture
 def sim() -> Iterator[tuple[str, subprocess.Popen]]:
     """The simulator as its own process (it can be stopped) with --debug-timings."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "servingctl.local.simserver", "--port", str(port), "--speed", "50",
-                             "--model", MODEL, "--mtp-tokens", "0", "--debug-timings", "--log-level", "warning"])
-    url = f"http://127.0.0.1:{port}"
+    with served("--speed", "50", "--model", MODEL, "--mtp-tokens", "0", "--debug-timings", "--log-level", "warning") as (
+        url, proc,
+    ):
+        try:
+            yield url, proc
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+
+
+@contextmanager
+def stopped(proc: subprocess.Popen) -> Iterator[None]:
+    """The simulator's process cannot run inside (SIGSTOP); it is continued on the way out."""
+    os.kill(proc.pid, signal.SIGSTOP)
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
-        yield url, proc
+        yield
     finally:
         os.kill(proc.pid, signal.SIGCONT)
-        proc.terminate()
-        proc.wait(10)
+
+
+def _assert_stamped_at_arrival(url: str, salt: str, sent: int) -> None:
+    s = _timings(url)[salt]
+    # arrival is the loopback flight after our send, not the 300 ms later the process read it
+    assert 0 <= s["received_ns"] - sent < 100e6
+    # and the server really could not answer before it was continued
+    assert s["first_chunk_sent_ns"] - sent >= 300e6
 
 
 def _connect(url: str) -> socket.socket:
@@ -75,37 +84,25 @@ def _timings(url: str) -> dict[str, dict]:
 def test_a_request_waiting_while_the_server_cannot_run_is_stamped_when_it_arrived(sim):
     url, proc = sim
     with _connect(url) as sock:
-        os.kill(proc.pid, signal.SIGSTOP)
-        try:
+        with stopped(proc):
             sent = time.monotonic_ns()
             sock.sendall(_request("waited"))
             time.sleep(0.3)  # the bytes sit in the server's socket; its process cannot read them
-        finally:
-            os.kill(proc.pid, signal.SIGCONT)
         _read_streams(sock, 1)
-    s = _timings(url)["waited"]
-    # arrival is the loopback flight after our send, not the 300 ms later the process read it
-    assert 0 <= s["received_ns"] - sent < 100e6
-    # and the server really could not answer before it was continued
-    assert s["first_chunk_sent_ns"] - sent >= 300e6
+    _assert_stamped_at_arrival(url, "waited", sent)
 
 
 def test_a_request_on_a_connection_the_server_has_not_accepted_yet_is_stamped_when_it_arrived(sim):
     url, proc = sim
     host, port = url.removeprefix("http://").split(":")
-    os.kill(proc.pid, signal.SIGSTOP)
-    try:
+    with stopped(proc):
         sock = socket.create_connection((host, int(port)), timeout=30)  # the kernel completes the handshake
         sent = time.monotonic_ns()
         sock.sendall(_request("unaccepted"))
         time.sleep(0.3)
-    finally:
-        os.kill(proc.pid, signal.SIGCONT)
     with sock:
         _read_streams(sock, 1)
-    s = _timings(url)["unaccepted"]
-    assert 0 <= s["received_ns"] - sent < 100e6
-    assert s["first_chunk_sent_ns"] - sent >= 300e6
+    _assert_stamped_at_arrival(url, "unaccepted", sent)
 
 
 def test_keep_alive_and_pipelined_requests_are_answered_in_order(sim):
