@@ -1,6 +1,8 @@
 """Metric arithmetic with hand-computed expectations (times in ns; 1 ms = 1_000_000 ns)."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from servingctl.bench.metrics import (
     check_mismatches,
@@ -63,6 +65,19 @@ def test_chunks_of_one_read_are_coalesced_not_zero_gaps():
     assert itl_samples_ms(r.chunks) == [10.0, 10.0, 10.0]   # one sample per token after the first read
     assert r.decode_tok_s == pytest.approx(3 / 0.030)        # the first read brought k = 2
     assert "itl_ms: 2 of 4 chunk gaps" in unmeasured([r])[0]
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4)), max_size=40))
+def test_per_read_merges_consecutive_chunks_of_one_stamp_and_keeps_every_token(chunks):
+    # stamps drawn from a few values, so reads of many chunks, repeats after a gap, and (the clock
+    # read twice per kernel stamp) a stamp lower than the one before all occur
+    expected: list[tuple[int, int]] = []
+    for t, tokens in chunks:
+        if expected and expected[-1][0] == t:
+            expected[-1] = (t, expected[-1][1] + tokens)
+        else:
+            expected.append((t, tokens))
+    assert per_read(chunks) == expected
 
 
 def test_a_whole_answer_in_one_read_says_why_decode_is_unmeasured():

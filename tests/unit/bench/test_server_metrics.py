@@ -153,16 +153,17 @@ def test_sampler_keeps_one_sample_per_interval_of_every_metric(monkeypatch, kv_n
     metrics, _ = asyncio.run(_sample_for(_Server(kv_name=kv_name), 1.0))
     timeline = metrics.timeline
     assert 4 <= len(timeline) <= 6  # one a 0.2 s over 1 s (first at once)
+    assert len({p.t_ns // int(0.2e9) for p in timeline}) == len(timeline)  # no interval twice
     gaps = [b.t_ns - a.t_ns for a, b in zip(timeline, timeline[1:])]
-    assert all(gap >= 0.2e9 for gap in gaps) and timeline[0].t_ns < 0.1e9
+    assert all(gap >= 0.1e9 for gap in gaps) and timeline[0].t_ns < 0.1e9  # the slow ones mid-interval
     assert {(p.waiting, p.kv_cache_usage) for p in timeline} == {(1.0, 0.25)}  # either name of the KV gauge
     assert [p.generation_tokens for p in timeline] == sorted(p.generation_tokens for p in timeline)
     assert all(p.spec_accepted_tokens == 2 / 3 * p.spec_draft_tokens for p in timeline)
     # the peak still comes from every scrape (0.02 s apart), not only the kept ones
-    assert metrics.running_samples > 3 * len(timeline) and metrics.peak_running == 2
+    assert metrics.running_samples >= server_metrics.FAST_SCRAPES > len(timeline) and metrics.peak_running == 2
 
 
-def test_sampler_slows_to_two_scrapes_per_timeline_interval_after_the_first_fast_ones(monkeypatch):
+def test_sampler_slows_to_one_scrape_per_timeline_interval_after_the_first_fast_ones(monkeypatch):
     monkeypatch.setattr(server_metrics, "TIMELINE_INTERVAL_S", 0.2)
     server = _Server()
 
@@ -175,8 +176,9 @@ def test_sampler_slows_to_two_scrapes_per_timeline_interval_after_the_first_fast
         await task
 
     asyncio.run(go())
-    # FAST_SCRAPES 0.01 s apart (>= 0.2 s), then one every 0.1 s for the rest: not 120 scrapes
-    assert server_metrics.FAST_SCRAPES <= server.scrapes <= server_metrics.FAST_SCRAPES + 11
+    # FAST_SCRAPES 0.01 s apart (0.1 s), then one in each 0.2 s interval of the other 1.1 s: not 120
+    # scrapes, nor the two per interval (11) of before
+    assert server_metrics.FAST_SCRAPES + 4 <= server.scrapes <= server_metrics.FAST_SCRAPES + 7
 
 
 def test_sampler_skips_failed_scrapes_and_stops_promptly_when_the_server_stops_answering(monkeypatch):

@@ -34,12 +34,13 @@ TIMELINE_NAMES = frozenset({RUNNING, WAITING, *KV_CACHE, GENERATION, PROMPT, SPE
 # fewer samples than this is reported without a verdict (the scenario was too short to sample).
 SAMPLE_INTERVAL_S = 0.1
 MIN_RUNNING_SAMPLES = 5
-# A long scenario needs no 10 scrapes a second (each costs the client a request and a parse, which
-# would dominate its CPU per token at low concurrency): after the first FAST_SCRAPES (a short
-# scenario's peak check) the pace slows to two per timeline interval.
+# A long scenario needs no 10 scrapes a second (each wakes an idle client two or three times, which
+# at low concurrency costs more than its streams do): after the first FAST_SCRAPES (a short
+# scenario's peak check) the pace slows to one per timeline interval.
 FAST_SCRAPES = 10
-# The metrics over time keep one scrape a second; a scrape unanswered this long is given up (the
-# sampler must never hold the scenario up, even when the server stops answering).
+# The metrics over time keep one scrape per interval, the slow ones due in its middle so that a
+# late or early timer does not move a scrape into the next; a scrape unanswered this long is given
+# up (the sampler must never hold the scenario up, even when the server stops answering).
 TIMELINE_INTERVAL_S = 1.0
 SCRAPE_TIMEOUT_S = 2.0
 
@@ -142,10 +143,12 @@ class ServerMetrics:
 
     async def sample(self, stop: asyncio.Event, t0: int) -> None:
         """Until `stop` is set, scrape /metrics (every interval_s for the first FAST_SCRAPES, then
-        twice per TIMELINE_INTERVAL_S): keep the peak of running
-        requests, and about once a second a ServerSample (time relative to the scenario's `t0` on the backend's clock).
-        A failed or unanswered scrape is skipped; the next one is tried at the usual pace."""
-        last_kept: int | None = None
+        once per TIMELINE_INTERVAL_S): keep the peak of running requests, and the first answered
+        scrape of each interval as a ServerSample (time relative to the scenario's `t0` on the
+        backend's clock). A failed or unanswered scrape is skipped; the next one is tried at the usual pace."""
+        start = self.backend.clock()
+        slot_ns = int(TIMELINE_INTERVAL_S * 1e9)
+        kept_slot = -1
         scrapes = 0
         while not stop.is_set():
             try:
@@ -153,16 +156,18 @@ class ServerMetrics:
             except TimeoutError:
                 status, text = None, ""
             now = self.backend.clock()
+            slot = (now - start) // slot_ns if slot_ns else scrapes
             if status == 200:
                 totals = model_totals(parse_prometheus(text, TIMELINE_NAMES), self.model)
                 if RUNNING in totals:
                     self.running_samples += 1
                     self.peak_running = max(self.peak_running or 0, int(totals[RUNNING]))
-                if last_kept is None or now - last_kept >= TIMELINE_INTERVAL_S * 1e9:
-                    last_kept = now
+                if slot > kept_slot:
+                    kept_slot = slot
                     self.timeline.append(server_sample(totals, now - t0))
             scrapes += 1
-            interval = self.interval_s if scrapes < FAST_SCRAPES else max(self.interval_s, TIMELINE_INTERVAL_S / 2)
+            next_slot_middle_s = (start + (slot + 1.5) * slot_ns - now) / 1e9
+            interval = self.interval_s if scrapes < FAST_SCRAPES else max(self.interval_s, next_slot_middle_s)
             try:
                 await asyncio.wait_for(stop.wait(), interval)
             except TimeoutError:
