@@ -160,6 +160,19 @@ def test_steady_window_runs_from_first_completion_to_last_send():
     assert window.warnings == []
 
 
+@given(st.lists(st.lists(st.tuples(st.integers(0, 20), st.integers(1, 3)), max_size=8), min_size=1, max_size=6),
+       st.integers(1, 19), st.integers(1, 19))
+def test_steady_window_counts_the_tokens_stamped_inside_it_whole_requests_or_parts(chunk_lists, a, b):
+    # requests wholly inside, wholly outside and across the window [first completion, last send]
+    records = [record(index=i, chunks_ms=tuple(chunks), end_ms=30) for i, chunks in enumerate(chunk_lists)]
+    n = len(records)
+    records += [record(index=n, chunks_ms=(), end_ms=min(a, b)), record(index=n + 1, start_ms=max(a, b), chunks_ms=(), end_ms=30)]
+    window = steady_window(records)
+    assert a == b or (window.t_start_ns, window.t_end_ns) == (min(a, b) * MS, max(a, b) * MS)
+    expected = sum(tokens for r in records for t, tokens in r.chunks if window.t_start_ns <= t <= window.t_end_ns)
+    assert window.completion_tokens == expected
+
+
 def test_steady_window_without_steady_phase_falls_back_loudly():
     records = [record(index=0, start_ms=0, end_ms=140), record(index=1, start_ms=0, end_ms=140)]
     window = steady_window(records)

@@ -93,18 +93,20 @@ _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 
 
 class _StreamState:
-    """Accumulates one SSE stream: chunk timing, cumulative usage, finish reason, [DONE]."""
+    """Accumulates one SSE stream: chunk timing, cumulative usage, finish reason, [DONE]. Token
+    chunks are kept relative to the scenario's t0 as they come (no copy of hundreds per record)."""
 
     __slots__ = (
-        "parser", "status", "t_sent", "chunks", "t_first_chunk", "t_first_answer", "t_done", "cumulative", "exact", "prompt_tokens",
+        "t0", "parser", "status", "t_sent", "chunks", "t_first_chunk", "t_first_answer", "t_done", "cumulative", "exact", "prompt_tokens",
         "completion_tokens", "finish_reason", "done", "malformed", "server_error",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, t0: int) -> None:
+        self.t0 = t0
         self.parser = SSEParser()
         self.status: int | None = None
         self.t_sent: int | None = None  # clock when the request bytes were written (raw path)
-        self.chunks: list[tuple[int, int]] = []
+        self.chunks: list[tuple[int, int]] = []  # (arrival - t0, tokens)
         self.t_first_chunk: int | None = None
         self.t_first_answer: int | None = None
         self.t_done: int | None = None
@@ -169,23 +171,23 @@ class _StreamState:
             tokens = 1 if delta is not None and (delta.content or delta.reasoning_content or delta.reasoning) else 0
             self.exact = self.exact and not tokens
         if tokens > 0:
-            self.chunks.append((t, tokens))
+            self.chunks.append((t - self.t0, tokens))
 
-    def record(self, t0: int, t_end: int) -> dict[str, Any]:
+    def record(self, t_end: int) -> dict[str, Any]:
         completion = self.completion_tokens
         if completion is None and self.chunks:
             completion = sum(tokens for _, tokens in self.chunks)
-        chunks = self.chunks
+        chunks, t0 = self.chunks, self.t0
         return {
             "t_first_chunk_ns": self.t_first_chunk - t0 if self.t_first_chunk is not None else None,
-            "t_first_ns": chunks[0][0] - t0 if chunks else None,
+            "t_first_ns": chunks[0][0] if chunks else None,
             "t_first_answer_ns": self.t_first_answer - t0 if self.t_first_answer is not None else None,
-            "t_last_ns": chunks[-1][0] - t0 if chunks else None,
+            "t_last_ns": chunks[-1][0] if chunks else None,
             "t_end_ns": (self.t_done if self.t_done is not None else t_end) - t0,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": completion,
             "finish_reason": self.finish_reason,
-            "chunks": [(t - t0, tokens) for t, tokens in self.chunks],
+            "chunks": chunks,
             "token_counts_exact": self.exact and bool(self.chunks),
             "malformed_lines": self.malformed,
         }
@@ -279,7 +281,7 @@ class Backend:
     async def stream_chat(self, request: ChatRequest, *, max_tokens: int, seed: int, t0: int) -> RequestRecord:
         """Send one streaming chat completion and time it; never raises for server or network faults."""
         body = self.chat_body(request.prompt, max_tokens, seed, request.cache_salt)
-        state = _StreamState()
+        state = _StreamState(t0)
         failure: tuple[ErrorKind, str] | None = None
         t_start = self.clock()
         try:
@@ -307,7 +309,7 @@ class Backend:
             error=failure[1][:MAX_ERROR_CHARS] if failure else None,
             http_status=state.status,
             t_start_ns=(state.t_sent if state.t_sent is not None else t_start) - t0,
-            **state.record(t0, t_end),
+            **state.record(t_end),
         )
 
     async def _via_httpx(self, content: bytes, state: _StreamState) -> tuple[ErrorKind, str] | None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from itertools import groupby
+from itertools import chain, groupby
 from operator import itemgetter
 
 from servingctl.schema.results import (
@@ -124,7 +124,7 @@ def unmeasured(ok: Sequence[RequestRecord]) -> list[str]:
 
 def tokens_per_chunk(records: Iterable[RequestRecord]) -> dict[int, int]:
     """Histogram: tokens carried by a chunk -> how many chunks carried that many."""
-    counts: Counter[int] = Counter(tokens for record in records for _, tokens in record.chunks)
+    counts: Counter[int] = Counter(map(_tokens, chain.from_iterable(record.chunks for record in records)))  # in C
     return dict(sorted(counts.items()))
 
 
@@ -189,7 +189,7 @@ def steady_window(records: Sequence[RequestRecord]) -> SteadyWindow | None:
         end = max(ended)
         method = "whole span (no steady phase)"
         warnings.append("no steady phase: send more requests than 2 x concurrency; ramp and drain are included")
-    tokens = sum(t for r in records if r.ok for ts, t in r.chunks if start <= ts <= end)
+    tokens = sum(_tokens_between(r.chunks, start, end) for r in records if r.ok)
     if any(r.ok and not r.token_counts_exact for r in records):
         warnings.append("approximate per-chunk token counts (server sent no continuous usage stats)")
     return SteadyWindow(
@@ -200,6 +200,19 @@ def steady_window(records: Sequence[RequestRecord]) -> SteadyWindow | None:
         method=method,
         warnings=warnings,
     )
+
+
+def _tokens_between(chunks: Sequence[tuple[int, int]], start: int, end: int) -> int:
+    """Tokens of the chunks stamped in [start, end]: a request wholly inside or outside is summed in C."""
+    if not chunks:
+        return 0
+    stamps = list(map(_stamp, chunks))
+    first, last = min(stamps), max(stamps)
+    if start <= first and last <= end:
+        return sum(map(_tokens, chunks))
+    if last < start or first > end:
+        return 0
+    return sum(tokens for t, tokens in chunks if start <= t <= end)
 
 
 def _values(records: Iterable[RequestRecord], field: str) -> list[float]:
