@@ -6,7 +6,8 @@ import json
 
 import httpx
 
-from servingctl.bench.backend import Backend, ChatRequest, Connection, base_url
+from servingctl.bench import backend
+from servingctl.bench.backend import PARSE_BATCH, Backend, ChatRequest, Connection, _StreamState, base_url
 
 MS = 1_000_000
 
@@ -119,6 +120,34 @@ def test_stream_without_done_is_a_cut_stream_keeping_partial_timing():
 def test_connection_dropped_mid_stream_is_a_cut_stream():
     record, _ = run([chunk("a", usage=1)], raise_exc=httpx.RemoteProtocolError("peer closed connection"))
     assert record.error_kind == "stream_cut"
+
+
+def test_a_stream_cut_after_many_reads_keeps_every_chunk_it_had_read():
+    reads = [chunk("", role="assistant", usage=0)] + [chunk("x", usage=i) for i in range(1, 101)]
+    record, _ = run(reads, raise_exc=httpx.RemoteProtocolError("peer closed connection"))
+    assert record.error_kind == "stream_cut"
+    assert record.completion_tokens == 100 and [tokens for _, tokens in record.chunks] == [1] * 100
+
+
+def test_reads_past_the_first_token_are_parsed_when_a_batch_is_full_and_not_one_read_before():
+    state = _StreamState(t0=0)
+    state.feed(chunk("a", usage=1), 1)  # the first token: parsed at once (TTFT, and the kernel stamps stop)
+    assert state.chunks == [(1, 1)]
+    for i in range(2, PARSE_BATCH + 1):  # PARSE_BATCH - 1 reads kept
+        state.feed(chunk("b", usage=i), i)
+    assert state.chunks == [(1, 1)]
+    state.feed(chunk("c", usage=PARSE_BATCH + 1), PARSE_BATCH + 1)  # the batch is full: all parsed
+    assert state.chunks == [(t, 1) for t in range(1, PARSE_BATCH + 2)]
+
+
+def test_batched_parsing_gives_the_record_parsing_each_read_at_once_gives(monkeypatch):
+    reads = [chunk("", role="assistant", usage=0)] + [chunk("x", usage=i) for i in range(1, 150)]
+    reads[-1] += chunk("", usage=149, finish="length") + DONE
+    batched, _ = run(reads)
+    monkeypatch.setattr(backend, "PARSE_BATCH", 1)
+    at_once, _ = run(reads)
+    assert batched.ok and batched.completion_tokens == 149
+    assert batched == at_once
 
 
 def test_malformed_lines_fail_the_request_and_are_counted():

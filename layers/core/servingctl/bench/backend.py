@@ -28,6 +28,7 @@ from servingctl.bench.transport import StreamTransport
 
 Clock = Callable[[], int]
 MAX_ERROR_CHARS = 300
+PARSE_BATCH = 64  # reads kept before a stream past its first token is parsed (see _StreamState)
 
 
 def base_url(endpoint: str) -> str:
@@ -94,15 +95,22 @@ _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 
 class _StreamState:
     """Accumulates one SSE stream: chunk timing, cumulative usage, finish reason, [DONE]. Token
-    chunks are kept relative to the scenario's t0 as they come (no copy of hundreds per record)."""
+    chunks are kept relative to the scenario's t0 as they come (no copy of hundreds per record).
+
+    Reads are parsed as they arrive until the first token (the transport reads with kernel stamps
+    until then); after it they are kept with their arrival stamps and parsed PARSE_BATCH at a time
+    and at the end. The times are the same either way; a paced stream's read wakes an idle process,
+    and parsing it right then ran cold, 20 times slower than in a batch (about 50 us of CPU a read
+    on this VM, against 2.5 us warm)."""
 
     __slots__ = (
-        "t0", "parser", "status", "t_sent", "chunks", "t_first_chunk", "t_first_answer", "t_done", "cumulative", "exact", "prompt_tokens",
+        "t0", "pending", "parser", "status", "t_sent", "chunks", "t_first_chunk", "t_first_answer", "t_done", "cumulative", "exact", "prompt_tokens",
         "completion_tokens", "finish_reason", "done", "malformed", "server_error",
     )
 
     def __init__(self, t0: int) -> None:
         self.t0 = t0
+        self.pending: list[tuple[bytes, int]] = []  # reads past the first token, not parsed yet
         self.parser = SSEParser()
         self.status: int | None = None
         self.t_sent: int | None = None  # clock when the request bytes were written (raw path)
@@ -120,13 +128,29 @@ class _StreamState:
         self.server_error: str | None = None
 
     def feed(self, block: bytes, t: int) -> None:
-        """One network read that arrived at t: every event it completes."""
+        """One network read that arrived at t: parsed now until the first token, then in batches."""
+        if self.chunks:
+            pending = self.pending
+            pending.append((block, t))
+            if len(pending) >= PARSE_BATCH:
+                self.flush()
+            return
+        self._parse(block, t)
+
+    def flush(self) -> None:
+        """Parse the reads kept so far (before the record is read, whatever ended the stream)."""
+        pending, self.pending = self.pending, []
+        for block, t in pending:
+            self._parse(block, t)
+
+    def _parse(self, block: bytes, t: int) -> None:
         on_data = self.on_data
         for data in self.parser.feed_data(block):
             on_data(data, t)
 
     def close(self, t: int) -> None:
         """End of the body at t: a last unterminated event, and the malformed line count."""
+        self.flush()
         for data in self.parser.close_data():
             self.on_data(data, t)
         self.malformed += self.parser.malformed_lines
@@ -297,6 +321,7 @@ class Backend:
         except httpx.HTTPError as exc:
             failure = ("other", f"{type(exc).__name__}: {exc}")
         t_end = self.clock()
+        state.flush()  # a cut or timed-out stream keeps the chunks it had
         if failure is None:
             failure = state.failure()
         return RequestRecord(
