@@ -61,6 +61,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PHASE_CPU = ROOT / "benchmarks" / "phase_cpu.py"
 UNIT = "This is deterministic benchmark input text. "
 GOAL_SHAPES = ("flood", "paced")  # eager is reported, not judged (module docstring)
+# vLLM's client strips every read before joining it to the previous ones (endpoint_request_func.py,
+# StreamedResponseHandler), so a read that ends between an event's two newlines glues two events
+# together and json.loads fails (seen once: 1 of 1,024 requests, flood at 256 streams). Those
+# requests are counted and reported, not fatal; their tokens are left out of vLLM's count (its
+# CPU per token is then high by at most that share). Any other failure stops the run.
+VLLM_SPLIT_BUG = "JSONDecodeError"
 
 
 def free_port() -> int:
@@ -152,9 +158,16 @@ def run_vllm(vllm_python: str, url: str, model: str, concurrencies: list[int], r
     cpu = run_process(cmd, env, timeout_s, out / "client.log", cpus)
     results = {c: json.loads((out / f"c{c}.json").read_text()) for c in concurrencies}
     for c, result in results.items():
-        if result["failed"]:
-            raise SystemExit(f"vllm bench serve c={c}: {result['failed']} failed requests: {result['errors'][:2]}")
+        errors = [error for error in result["errors"] if error]
+        others = [error for error in errors if VLLM_SPLIT_BUG not in error]
+        if others or len(errors) != result["failed"]:
+            raise SystemExit(f"vllm bench serve c={c}: {result['failed']} failed requests: {(others or errors)[:2]}")
     return phases(log), results, cpu
+
+
+def vllm_parse_failures(results: dict[int, dict]) -> dict[int, int]:
+    """Per concurrency, the requests vLLM's own client failed to parse (VLLM_SPLIT_BUG)."""
+    return {c: sum(1 for error in result["errors"] if VLLM_SPLIT_BUG in error) for c, result in results.items()}
 
 
 def ttft_errors_ours(results_dir: Path, timings: dict[str, dict], concurrency: int) -> list[float]:
@@ -283,6 +296,7 @@ def run_both(args: argparse.Namespace, model: str, work: Path, writes: list[str]
     finally:
         stop(sim)
     return {"ours": ours, "ours_cpu": ours_cpu, "vllm": vllm, "vllm_cpu": vllm_cpu, "vllm_results": vllm_results,
+            "vllm_parse_failures": vllm_parse_failures(vllm_results),
             "by_salt": by_salt, "by_request_id": by_request_id, "ours_dir": work / "ours",
             "load_avg": {"before": load_before, "after": os.getloadavg()}}
 
@@ -380,6 +394,7 @@ def measure(args: argparse.Namespace, concurrencies: list[int], model: str, work
         "cpu_per_1m_tokens": shapes,
         "events_per_read_ours": {name: events_per_read(boths[0]["ours_dir"]) for name, boths in runs.items()},
         "client_bound": {name: [client_bound(b["ours_dir"]) for b in boths] for name, boths in runs.items()},
+        "vllm_parse_failures": {name: [b["vllm_parse_failures"] for b in boths] for name, boths in runs.items()},
         "whole_process": whole,
         "ttft_error_ms": ttft,
         "goals": {
@@ -424,6 +439,9 @@ def print_table(report: dict) -> None:
                for shape, runs in report["client_bound"].items()}
     print(f"scenarios servingctl flagged client-bound in any repeat: {flagged}; wall {report['wall_s']:.0f} s; "
           f"cores {report['settings']['cores']}")
+    unparsed = {shape: sum(n for counts in runs for n in counts.values()) for shape, runs in report["vllm_parse_failures"].items()}
+    if any(unparsed.values()):
+        print(f"requests vLLM's client failed to parse (its SSE split, left out of its tokens): {unparsed}")
     g = report["goals"]
     print(f"max ratio ours/vLLM, {' and '.join(GOAL_SHAPES)}: {g['ratio_max']:.2f} (goal <= {g['ratio_goal']}, never above {g['ratio_limit']}); "
           f"TTFT error p99 {g['ttft_error_p99_ms']} ms (goal < {g['ttft_goal_p99_ms']} ms)")
