@@ -3,7 +3,7 @@
 import asyncio
 import time
 
-from servingctl.bench.selfcheck import FAST_SAMPLES, SLOW_TICK_S, TICK_S, SelfCheck, judge
+from servingctl.bench.selfcheck import FAST_PHASE_BELOW_S, FAST_SAMPLES, SLOW_TICK_S, TICK_S, SelfCheck, judge
 
 
 def test_quiet_client_is_not_bound():
@@ -82,3 +82,18 @@ def test_sampling_slows_after_the_first_samples_and_still_sees_a_stall_longer_th
     slow, result = asyncio.run(go())
     assert 1 <= slow <= 1.0 / SLOW_TICK_S + 1  # a few firings in that second, not the fast phase's 100
     assert result.loop_lag_ms.max > 0.5 * SLOW_TICK_S * 1000  # the stall is seen: the next firing was that late
+
+
+def test_a_load_planned_to_last_long_enough_skips_the_fast_samples_and_one_just_shorter_keeps_them():
+    async def samples_after(planned_s, seconds=0.3):
+        check = SelfCheck(planned_s=planned_s)
+        check.start()
+        await asyncio.sleep(seconds)
+        await check.stop()
+        return len(check._lags_ms)
+
+    at_limit = asyncio.run(samples_after(FAST_PHASE_BELOW_S))
+    below = asyncio.run(samples_after(FAST_PHASE_BELOW_S - 0.1))
+    unknown = asyncio.run(samples_after(None))
+    assert at_limit <= 0.3 / SLOW_TICK_S + 1  # one slow tick (250 ms) in 0.3 s
+    assert below >= 10 and unknown >= 10  # 10 ms ticks: ~30 in 0.3 s, fewer on a busy machine

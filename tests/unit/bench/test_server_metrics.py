@@ -181,6 +181,25 @@ def test_sampler_slows_to_one_scrape_per_timeline_interval_after_the_first_fast_
     assert server_metrics.FAST_SCRAPES + 4 <= server.scrapes <= server_metrics.FAST_SCRAPES + 7
 
 
+def test_a_load_planned_for_twice_the_running_samples_skips_the_fast_scrapes_and_one_just_shorter_keeps_them(monkeypatch):
+    monkeypatch.setattr(server_metrics, "TIMELINE_INTERVAL_S", 0.2)
+    long_enough = 2 * server_metrics.MIN_RUNNING_SAMPLES * 0.2
+
+    async def scrapes_after(planned_s):
+        server = _Server()
+        metrics = ServerMetrics(server, "tiny", interval_s=0.01)  # type: ignore[arg-type]
+        stop = asyncio.Event()
+        task = asyncio.create_task(metrics.sample(stop, server.clock(), planned_s))
+        await asyncio.sleep(0.5)
+        stop.set()
+        await task
+        return server.scrapes
+
+    assert asyncio.run(scrapes_after(long_enough)) <= 4  # at once, then one an interval (mid-interval)
+    assert asyncio.run(scrapes_after(long_enough - 0.1)) >= server_metrics.FAST_SCRAPES
+    assert asyncio.run(scrapes_after(None)) >= server_metrics.FAST_SCRAPES
+
+
 def test_sampler_skips_failed_scrapes_and_stops_promptly_when_the_server_stops_answering(monkeypatch):
     monkeypatch.setattr(server_metrics, "TIMELINE_INTERVAL_S", 0.0)  # keep every answered scrape
     monkeypatch.setattr(server_metrics, "SCRAPE_TIMEOUT_S", 0.3)

@@ -190,8 +190,10 @@ async def measure_scenario(
 
         notify(Progress("scenario_started", name, 0, total, f"{config.mode} load, concurrency {concurrency}"))
         stop_sampling = asyncio.Event()
-        sampler = asyncio.create_task(server.sample(stop_sampling, t0)) if before.unavailable is None else None
-        selfcheck = SelfCheck(lag_limit_ms=lag_p99_limit_ms, cpu_limit=cpu_share_limit)
+        # A load that runs for a set time needs no fast samples for a short scenario's sake.
+        planned_s = config.duration_s if config.mode != "burst" and config.requests is None else None
+        sampler = asyncio.create_task(server.sample(stop_sampling, t0, planned_s)) if before.unavailable is None else None
+        selfcheck = SelfCheck(lag_limit_ms=lag_p99_limit_ms, cpu_limit=cpu_share_limit, planned_s=planned_s)
         selfcheck.start()
 
         with gc_paused():

@@ -2,7 +2,7 @@
 
 While a scenario runs, a loop timer fires every 10 ms and records how late it fires (event-loop
 lag: every chunk timestamp is late by about as much); after FAST_SAMPLES firings (a short
-scenario's samples), every 250 ms. A firing at a random instant is late as a chunk would be, so
+scenario's samples; none for a load planned to last FAST_PHASE_BELOW_S or more), every 250 ms. A firing at a random instant is late as a chunk would be, so
 fewer samples are not biased, and each firing wakes an idle loop: at one paced stream (50 tokens a
 second) 10 firings a second were a quarter of the client's wake-ups. A stall shorter than a slow tick
 can fall between two; one longer is always seen. The process CPU
@@ -26,6 +26,7 @@ from servingctl.bench.stats import summarize
 TICK_S = 0.01
 SLOW_TICK_S = 0.25
 FAST_SAMPLES = 20
+FAST_PHASE_BELOW_S = 10.0  # a load planned this long gets 40 slow samples or more
 LAG_P99_LIMIT_MS = 5.0
 CPU_SHARE_LIMIT = 0.8
 
@@ -51,9 +52,11 @@ def gc_paused() -> Iterator[None]:
 class SelfCheck:
     """Samples event-loop lag and process CPU between start() and stop()."""
 
-    def __init__(self, lag_limit_ms: float = LAG_P99_LIMIT_MS, cpu_limit: float = CPU_SHARE_LIMIT) -> None:
+    def __init__(self, lag_limit_ms: float = LAG_P99_LIMIT_MS, cpu_limit: float = CPU_SHARE_LIMIT,
+                 planned_s: float | None = None) -> None:
         self.lag_limit_ms = lag_limit_ms
         self.cpu_limit = cpu_limit
+        self._fast = FAST_SAMPLES if planned_s is None or planned_s < FAST_PHASE_BELOW_S else 0
         self._lags_ms: list[float] = []
         self._timer: asyncio.TimerHandle | None = None
         self._due = 0.0
@@ -66,7 +69,7 @@ class SelfCheck:
 
     def _schedule(self) -> None:
         # A timer callback, not a sleeping task: a wake-up then costs the loop no task step and no future.
-        tick = TICK_S if len(self._lags_ms) < FAST_SAMPLES else SLOW_TICK_S
+        tick = TICK_S if len(self._lags_ms) < self._fast else SLOW_TICK_S
         self._due = time.perf_counter() + tick
         self._timer = asyncio.get_running_loop().call_later(tick, self._tick)
 

@@ -36,7 +36,8 @@ SAMPLE_INTERVAL_S = 0.1
 MIN_RUNNING_SAMPLES = 5
 # A long scenario needs no 10 scrapes a second (each wakes an idle client two or three times, which
 # at low concurrency costs more than its streams do): after the first FAST_SCRAPES (a short
-# scenario's peak check) the pace slows to one per timeline interval.
+# scenario's peak check; a load planned to last long enough for MIN_RUNNING_SAMPLES slow ones twice
+# over skips them) the pace slows to one per timeline interval.
 FAST_SCRAPES = 10
 # The metrics over time keep one scrape per interval, the slow ones due in its middle so that a
 # late or early timer does not move a scrape into the next; a scrape unanswered this long is given
@@ -141,11 +142,14 @@ class ServerMetrics:
             return Snapshot(unavailable=f"/metrics has no {GENERATION} for model {self.model!r}")
         return Snapshot(totals=totals)
 
-    async def sample(self, stop: asyncio.Event, t0: int) -> None:
+    async def sample(self, stop: asyncio.Event, t0: int, planned_s: float | None = None) -> None:
         """Until `stop` is set, scrape /metrics (every interval_s for the first FAST_SCRAPES, then
         once per TIMELINE_INTERVAL_S): keep the peak of running requests, and the first answered
         scrape of each interval as a ServerSample (time relative to the scenario's `t0` on the
-        backend's clock). A failed or unanswered scrape is skipped; the next one is tried at the usual pace."""
+        backend's clock); `planned_s`, how long the load is planned to last, when known. A failed or
+        unanswered scrape is skipped; the next one is tried at the usual pace."""
+        long = planned_s is not None and planned_s >= 2 * MIN_RUNNING_SAMPLES * TIMELINE_INTERVAL_S
+        fast = 1 if long else FAST_SCRAPES
         start = self.backend.clock()
         slot_ns = int(TIMELINE_INTERVAL_S * 1e9)
         kept_slot = -1
@@ -167,7 +171,7 @@ class ServerMetrics:
                     self.timeline.append(server_sample(totals, now - t0))
             scrapes += 1
             next_slot_middle_s = (start + (slot + 1.5) * slot_ns - now) / 1e9
-            interval = self.interval_s if scrapes < FAST_SCRAPES else max(self.interval_s, next_slot_middle_s)
+            interval = self.interval_s if scrapes < fast else max(self.interval_s, next_slot_middle_s)
             try:
                 await asyncio.wait_for(stop.wait(), interval)
             except TimeoutError:
