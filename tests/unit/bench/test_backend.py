@@ -7,7 +7,7 @@ import json
 import httpx
 
 from servingctl.bench import backend
-from servingctl.bench.backend import PARSE_BATCH, Backend, ChatRequest, Connection, _StreamState, base_url
+from servingctl.bench.backend import PARSE_BATCH, PARSE_WAVE_READS, Backend, ChatRequest, Connection, _StreamState, base_url, parse_batch
 
 MS = 1_000_000
 
@@ -138,6 +138,15 @@ def test_reads_past_the_first_token_are_parsed_when_a_batch_is_full_and_not_one_
     assert state.chunks == [(1, 1)]
     state.feed(chunk("c", usage=PARSE_BATCH + 1), PARSE_BATCH + 1)  # the batch is full: all parsed
     assert state.chunks == [(t, 1) for t in range(1, PARSE_BATCH + 2)]
+
+
+def test_streams_paced_alike_parse_at_most_a_wave_of_reads_at_once():
+    # full batches while the wave stays within PARSE_WAVE_READS, smaller past it, never below one read
+    at = PARSE_WAVE_READS // PARSE_BATCH
+    assert parse_batch(1) == parse_batch(at) == PARSE_BATCH
+    assert parse_batch(at + 1) == PARSE_WAVE_READS // (at + 1) < PARSE_BATCH
+    assert parse_batch(257) * 257 <= PARSE_WAVE_READS  # 256 streams and the /metrics connection
+    assert parse_batch(PARSE_WAVE_READS) == 1 and parse_batch(PARSE_WAVE_READS + 1) == 1
 
 
 def test_batched_parsing_gives_the_record_parsing_each_read_at_once_gives(monkeypatch):
