@@ -2,11 +2,11 @@
 
 While a scenario runs, a loop timer fires every 10 ms and records how late it fires (event-loop
 lag: every chunk timestamp is late by about as much); after FAST_SAMPLES firings (a short
-scenario's samples; none for a load planned to last FAST_PHASE_BELOW_S or more), every 250 ms. A firing at a random instant is late as a chunk would be, so
-fewer samples are not biased, and each firing wakes an idle loop: at one paced stream (50 tokens a
-second) 10 firings a second were a quarter of the client's wake-ups. A stall shorter than a slow tick
-can fall between two; one longer is always seen. The process CPU
-time is compared with the wall time. The scenario is `client_bound` when the lag p99 exceeds
+scenario's samples; none for a load planned to last FAST_PHASE_BELOW_S or more), every 250 ms. A
+firing at a random instant is late as a chunk would be, so fewer samples are not biased, and each
+firing wakes an idle loop: at one paced stream (50 tokens a second) 10 firings a second were a
+quarter of the client's wake-ups. A stall shorter than a slow tick can fall between two; one
+longer is always seen. The process CPU time is compared with the wall time. The scenario is `client_bound` when the lag p99 exceeds
 LAG_P99_LIMIT_MS (timings would be off by more than that) or the CPU share exceeds CPU_SHARE_LIMIT
 (the single-threaded event loop is close to saturation, so the client, not the server, sets the pace).
 The garbage collector's part in the lag is kept out while a load runs (gc_paused).
