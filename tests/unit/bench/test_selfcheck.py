@@ -3,7 +3,7 @@
 import asyncio
 import time
 
-from servingctl.bench.selfcheck import FAST_PHASE_BELOW_S, FAST_SAMPLES, SLOW_TICK_S, TICK_S, SelfCheck, judge
+from servingctl.bench.selfcheck import FAST_PHASE_BELOW_S, FAST_SAMPLES, SLOW_TICK_S, SelfCheck, judge
 
 
 def test_quiet_client_is_not_bound():
