@@ -88,3 +88,22 @@ def test_batch_writes_with_pace_send_what_is_pending_at_most_every_pace():
     assert record.ok and record.completion_tokens == 40
     reads = per_read(record.chunks)
     assert len(reads) == 2 and reads[1][0] - reads[0][0] >= 300e6
+
+
+def test_a_paced_stream_counts_as_running_until_written_out():
+    def running_gauge(url):
+        text = httpx.get(f"{url}/metrics").text
+        (line,) = [line for line in text.splitlines() if line.startswith("vllm:num_requests_running{")]
+        return float(line.rsplit(" ", 1)[1])
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8, "ignore_eos": True,
+            "stream": True}
+    with running(SimConfig(model="m", speed=1000, mtp_tokens=0, pace_ms=100)) as url, httpx.Client(base_url=url) as client:
+        with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            lines = response.iter_lines()
+            next(line for line in lines if line.startswith("data: "))  # streaming; the engine is long done
+            time.sleep(0.2)
+            during = running_gauge(url)  # 8 paces take 0.8 s: the server is still "generating"
+            assert [line for line in lines if line.startswith("data: ")][-1] == "data: [DONE]"
+        after = running_gauge(url)
+    assert (during, after) == (1.0, 0.0)

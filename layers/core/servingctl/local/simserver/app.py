@@ -114,6 +114,10 @@ class SimServer:
         self._fault_rng = random.Random(config.faults.seed)
         self._request_counter = itertools.count()
         self._models_failures_left = config.faults.models_fail
+        # With pace_ms the engine finishes a sequence long before its stream is written out; such a
+        # stream is still a request the paced (GPU-like) server is generating, so /metrics counts it
+        # as running, as vLLM would.
+        self.pacing: set[Seq] = set()
         self._routes: dict[tuple[str, str], Callable[[Scope, Receive, Send], Awaitable[None]]] = {
             ("POST", "/v1/chat/completions"): self._chat,
             ("POST", "/tokenize"): self._tokenize,
@@ -178,7 +182,8 @@ class SimServer:
         await _json(send, 200, {"object": "list", "data": [card]})
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = metrics.render(self.engine.scheduler, self.config.model).encode()
+        written_out = sum(1 for seq in self.pacing if seq.finished)
+        body = metrics.render(self.engine.scheduler, self.config.model, still_streaming=written_out).encode()
         headers = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
@@ -334,6 +339,8 @@ class _Stream:
         """Stream until the sequence finishes, the client leaves or a fault strikes."""
         seq, sink = self.seq, self.seq.sink
         watcher = asyncio.get_running_loop().create_task(self._watch(receive))
+        if self.pace_s:
+            self.server.pacing.add(seq)
         headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         half = max(1, seq.target_len // 2)
@@ -390,6 +397,7 @@ class _Stream:
             raise
         finally:
             watcher.cancel()
+            self.server.pacing.discard(seq)
 
 
 async def _read_json(receive: Receive) -> Any:

@@ -18,14 +18,15 @@ def _family(name: str, kind: str, doc: str, samples: list[tuple[str, float]]) ->
     return "\n".join(lines)
 
 
-def render(scheduler: Scheduler, model: str) -> str:
-    """The /metrics body."""
+def render(scheduler: Scheduler, model: str, still_streaming: int = 0) -> str:
+    """The /metrics body; `still_streaming`: requests the engine finished that are still being
+    written out at a GPU server's pace (--pace-ms), counted as running."""
     base = f'engine="0",model_name={json.dumps(model)}'
     c = scheduler.counters
     cache = scheduler.prefix_cache
     families = [
         ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
-         [(base, len(scheduler.running))]),
+         [(base, len(scheduler.running) + still_streaming)]),
         ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
          [(base, len(scheduler.waiting))]),
         ("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
