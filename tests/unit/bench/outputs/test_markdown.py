@@ -3,6 +3,7 @@ baseline comparison and costs are shown with the right figures."""
 
 import re
 import shlex
+import subprocess
 
 import pytest
 
@@ -79,28 +80,38 @@ def test_metadata_and_reproduce_command_without_secrets(run):
     assert "sk-secret" not in text
     run_section = _section(text, "Run")
     assert "| server version (/version) | version 0.32.0 |" in run_section
-    assert "--header 'X-LLM-Profile:deepseek-v4-flash'" in run_section
+    assert "--header X-LLM-Profile:deepseek-v4-flash" in run_section
+    assert '--header "Authorization:$AUTHORIZATION"' in run_section
     assert "--input-tokens 256,2048" in run_section and "--concurrency 1,2" in run_section
     assert "| 2048 | 2046 | tokenize |" in run_section
 
 
+def _command(run) -> str:
+    return _section(render_report(run), "Run").split("```\n", 1)[1].split("\n```", 1)[0]
+
+
 def _reproduced(run) -> tuple[RunConfig, int]:
-    """The report's reproduce command as the CLI parses it: the config it runs (the redacted header,
-    left out for the user to fill, put back) and its --processes."""
-    command = _section(render_report(run), "Run").split("```\n", 1)[1].split("\n```", 1)[0]
-    words = shlex.split(command.replace("\\\n", " "))
+    """The report's reproduce command as the CLI parses it: the config it runs and its --processes."""
+    words = shlex.split(_command(run).replace("\\\n", " "))
     assert words[:2] == ["servingctl", "bench"]
     args = build_parser().parse_args(words[1:])
-    config = config_from_args(args)
-    assert config.headers == {"X-LLM-Profile": "deepseek-v4-flash"}
-    return config.model_copy(update={"headers": run.config.headers}), args.processes
+    return config_from_args(args), args.processes
+
+
+def test_reproduce_command_reads_a_redacted_header_from_the_environment_it_names(run):
+    assert run.config.headers["Authorization"] == "<redacted>"
+    header = next(word for word in shlex.split(_command(run).replace("\\\n", " "), posix=False) if "Authorization" in word)
+    shell = subprocess.run(["bash", "-c", f"printf %s {header}"], env={"AUTHORIZATION": "Bearer sk-1 'x'"},
+                           capture_output=True, text=True, check=True)
+    assert shell.stdout == "Authorization:Bearer sk-1 'x'"
+    assert "Set AUTHORIZATION in the environment first" in _section(render_report(run), "Run")
 
 
 @pytest.mark.parametrize("processes", [1, 2])
 def test_reproduce_command_runs_the_same_config_over_the_same_processes(run, processes):
     run.scenarios[-1].summary.client.processes = processes  # in2048-c2, spread or not
     config, spread_over = _reproduced(run)
-    assert config == run.config and spread_over == processes
+    assert config == run.config and spread_over == processes  # the redacted header too
     assert ("--processes" in render_report(run)) is (processes > 1)
 
 

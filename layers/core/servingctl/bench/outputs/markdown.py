@@ -4,11 +4,13 @@ optionally the cost comparison and a side-by-side of a baseline run."""
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from servingctl.bench.outputs.capacity import GOODPUT_HEADER, cost_line, goodput_rows, slo_text, sweep_lines
-from servingctl.schema.results import RunResult, ScenarioSummary, ServerChecks
+from servingctl.schema.results import REDACTED, RunResult, ScenarioSummary, ServerChecks
 from servingctl.bench.bootstrap import MIN_UNITS, RESAMPLES
 from servingctl.bench.outputs.fingerprint import FingerprintRow, compare_fingerprints
 from servingctl.bench.outputs.rows import ComparedFigure, ComparedScenario, compare_runs, scenario_rows
@@ -199,13 +201,25 @@ def failures_section(summaries: Sequence[ScenarioSummary]) -> list[str]:
     return ["## Failures", "", *lines, ""] if lines else []
 
 
+def secret_env(header: str) -> str:
+    """The environment variable the reproduce command reads a redacted header's value from."""
+    return re.sub(r"[^A-Za-z0-9]", "_", header).upper()
+
+
+def secret_envs(run: RunResult) -> list[str]:
+    """The environment variables the reproduce command needs set (the API key, redacted headers)."""
+    c = run.config
+    return (["API_KEY"] if c.api_key_set else []) + [secret_env(k) for k, v in c.headers.items() if v == REDACTED]
+
+
 def bench_command(run: RunResult) -> str:
-    """The `servingctl bench` command line that repeats this run (secrets left for the user to fill)."""
+    """The `servingctl bench` command line that repeats this run (secrets read from the shell's environment)."""
     c = run.config
     parts = ["servingctl bench", f"--endpoint {c.endpoint}", f"--model {c.model}"]
     if c.api_key_set:
         parts.append("--api-key $API_KEY")
-    parts += [f"--header '{k}:{v}'" for k, v in c.headers.items() if v != "<redacted>"]
+    parts += [f'--header "{k}:${secret_env(k)}"' if v == REDACTED else f"--header {shlex.quote(f'{k}:{v}')}"
+              for k, v in c.headers.items()]
     parts += [
         f"--input-tokens {','.join(map(str, c.input_tokens))}",
         f"--concurrency {','.join(map(str, c.concurrencies))}",
@@ -278,6 +292,8 @@ def metadata_section(run: RunResult) -> list[str]:
         bench_command(run),
         "```",
         "",
+        *([f"Set {', '.join(secrets)} in the environment first: secret values are not stored with a run.", ""]
+          if (secrets := secret_envs(run)) else []),
     ]
 
 
