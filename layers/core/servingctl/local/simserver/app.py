@@ -305,7 +305,7 @@ class _Stream:
             f'"model":{json.dumps(server.config.model)},"choices":'
         )
         self.disconnected = False
-        # Monotonic ns just before the first body (role chunk) and the first content were sent.
+        # Monotonic ns just after the first body (role chunk) and the first content were written.
         self.first_chunk_ns: int | None = None
         self.first_content_ns: int | None = None
 
