@@ -182,8 +182,8 @@ class SimServer:
         await _json(send, 200, {"object": "list", "data": [card]})
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
-        written_out = sum(1 for seq in self.pacing if seq.finished)
-        body = metrics.render(self.engine.scheduler, self.config.model, still_streaming=written_out).encode()
+        still_streaming = sum(1 for seq in self.pacing if seq.finished)
+        body = metrics.render(self.engine.scheduler, self.config.model, still_streaming=still_streaming).encode()
         headers = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
