@@ -8,6 +8,7 @@ from servingctl.bench.metrics import (
     check_mismatches,
     chunk_gaps_ms,
     count_mismatches,
+    gap_summaries,
     itl_samples_ms,
     per_read,
     round_result,
@@ -16,6 +17,7 @@ from servingctl.bench.metrics import (
     unmeasured,
     with_request_metrics,
 )
+from servingctl.bench.stats import summarize
 from servingctl.schema.results import RequestRecord
 
 MS = 1_000_000
@@ -119,6 +121,29 @@ def test_itl_is_token_normalized_while_chunk_gaps_stay_raw():
     assert chunk_gaps_ms(chunks) == [10.0, 20.0]
     # the 2-token chunk after a 10 ms gap gives two 5 ms samples: mean ITL = 30 ms / 3 tokens = 1 / decode rate
     assert itl_samples_ms(chunks) == [5.0, 5.0, 20.0]
+
+
+def test_gap_summaries_pool_itl_samples_and_raw_gaps_over_requests():
+    one_token_reads = record(chunks_ms=((100, 1), (110, 1), (130, 1)))      # gaps 10, 20
+    with_a_pair = record(chunks_ms=((100, 1), (140, 2), (150, 1)))          # gaps 40 (2 tokens), 10
+    itl, gaps = gap_summaries([one_token_reads, with_a_pair])
+    assert (itl.count, itl.min, itl.max, itl.mean) == (5, 10.0, 20.0, pytest.approx(80 / 5))
+    assert (gaps.count, gaps.min, gaps.max, gaps.mean) == (4, 10.0, 40.0, 20.0)
+
+
+@given(st.lists(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 3)), max_size=12).map(sorted), max_size=6))
+def test_gap_summaries_equal_the_summaries_of_every_request_s_samples(chunk_lists):
+    # one-token reads share a sorted list between both summaries; that must not change either
+    records = [record(chunks_ms=chunks) for chunks in chunk_lists if chunks]
+    every_itl, every_gap = [], []
+    for r in records:
+        reads = per_read(r.chunks)
+        for (t0, _), (t1, k) in zip(reads, reads[1:]):
+            every_gap.append((t1 - t0) / MS)
+            every_itl += [(t1 - t0) / MS / k] * k if k else []
+    assert gap_summaries(records) == (summarize(every_itl), summarize(every_gap))
+    assert [s for r in records for s in itl_samples_ms(r.chunks)] == every_itl
+    assert [g for r in records for g in chunk_gaps_ms(r.chunks)] == every_gap
 
 
 def test_tokens_per_chunk_histogram_over_requests():

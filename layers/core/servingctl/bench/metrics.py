@@ -22,12 +22,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from itertools import chain, groupby
-from operator import itemgetter
+from itertools import chain, compress, groupby
+from operator import itemgetter, sub
 
 from servingctl.schema.results import (
     Calibration,
     ClientSelfCheck,
+    MetricSummary,
     Mismatches,
     RequestRecord,
     RoundResult,
@@ -80,23 +81,56 @@ def per_read(chunks: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(t, sum(map(_tokens, read))) for t, read in groupby(chunks, _stamp)]
 
 
+def read_gaps_ns(chunks: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """Gaps between the network reads that brought token-bearing chunks (ns), and the tokens of
+    the later read of each gap; subtracted in C, as a paced request has one read per token."""
+    reads = per_read(chunks)
+    stamps = list(map(_stamp, reads))
+    return list(map(sub, stamps[1:], stamps[:-1])), list(map(_tokens, reads[1:]))
+
+
 def chunk_gaps_ms(chunks: Sequence[tuple[int, int]]) -> list[float]:
     """Raw gaps between the network reads that brought token-bearing chunks, in ms."""
-    reads = per_read(chunks)
-    return [(reads[i][0] - reads[i - 1][0]) / NS_PER_MS for i in range(1, len(reads))]
+    return list(map(NS_PER_MS.__rtruediv__, read_gaps_ns(chunks)[0]))
 
 
 def itl_samples_ms(chunks: Sequence[tuple[int, int]]) -> list[float]:
     """Token-normalized inter-token latencies: gap between reads / tokens of the later read, once per token."""
-    reads = per_read(chunks)
+    return _itl_ms(*read_gaps_ns(chunks))
+
+
+def _itl_ms(gaps_ns: list[int], tokens: list[int]) -> list[float]:
+    """ITL samples of one request from its read gaps and the tokens of each later read."""
+    if tokens.count(1) == len(tokens):  # one token per read (no MTP): the samples are the raw gaps
+        return list(map(NS_PER_MS.__rtruediv__, gaps_ns))
     samples: list[float] = []
-    for i in range(1, len(reads)):
-        tokens = reads[i][1]
-        if tokens == 1:
-            samples.append((reads[i][0] - reads[i - 1][0]) / NS_PER_MS)
-        elif tokens > 0:
-            samples.extend([(reads[i][0] - reads[i - 1][0]) / NS_PER_MS / tokens] * tokens)
+    for gap, k in zip(gaps_ns, tokens):
+        if k:  # a read of no tokens gives no sample
+            samples.extend([gap / NS_PER_MS / k] * k)
     return samples
+
+
+def gap_summaries(records: Iterable[RequestRecord]) -> tuple[MetricSummary, MetricSummary]:
+    """Token-normalized ITL and raw chunk gaps over records, each request's reads merged once.
+
+    A gap before a one-token read is a raw gap and an ITL sample alike, so those are sorted once;
+    only the gaps before multi-token reads (MTP, coalesced) are kept apart, in Python."""
+    ones: list[float] = []  # gaps before a one-token read, in ms
+    multi: list[float] = []  # gaps before a read of any other token count
+    split: list[float] = []  # their ITL samples: gap / k, k times each
+    for record in records:
+        gaps_ns, tokens = read_gaps_ns(record.chunks)
+        ms = list(map(NS_PER_MS.__rtruediv__, gaps_ns))
+        if tokens.count(1) == len(tokens):
+            ones += ms
+            continue
+        ones += compress(ms, map((1).__eq__, tokens))
+        for gap, k in compress(zip(ms, tokens), map((1).__ne__, tokens)):
+            multi.append(gap)
+            if k:
+                split += [gap / k] * k
+    ones.sort()  # the sorts in summarize then only merge a short tail into this run
+    return summarize(ones + split), summarize(ones + multi)
 
 
 def unmeasured(ok: Sequence[RequestRecord]) -> list[str]:
@@ -245,6 +279,7 @@ def scenario_summary(
         starts = sorted(r.t_start_ns for r in measured)
         if config.mode == "rate" and len(starts) > 1 and starts[-1] > starts[0]:
             achieved_rate = (len(starts) - 1) * NS_PER_S / (starts[-1] - starts[0])
+    itl_ms, chunk_gap_ms = gap_summaries(ok)
     summary = ScenarioSummary(
         name=name,
         input_tokens_target=calibration.target_tokens,
@@ -269,8 +304,8 @@ def scenario_summary(
         e2e_tok_s=summarize(_values(ok, "e2e_tok_s")),
         decode_tok_s=summarize(_values(ok, "decode_tok_s")),
         tpot_ms=summarize(_values(ok, "tpot_ms")),
-        itl_ms=summarize(sample for r in ok for sample in itl_samples_ms(r.chunks)),
-        chunk_gap_ms=summarize(gap for r in ok for gap in chunk_gaps_ms(r.chunks)),
+        itl_ms=itl_ms,
+        chunk_gap_ms=chunk_gap_ms,
         coalesced_gaps=sum(r.coalesced_gaps for r in ok),
         chunk_gaps=sum(max(len(r.chunks) - 1, 0) for r in ok),
         unmeasured=unmeasured(ok),
