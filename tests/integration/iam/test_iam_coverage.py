@@ -14,6 +14,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -32,6 +33,9 @@ POLL = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}
 START = {"poll": POLL, "deadlines": {"capacity_s": 60, "task_s": 60, "health_s": 60}}
 STOP = {"poll": POLL, "deadlines": {"lock_s": 120, "drain_s": 60, "terminate_s": 60}}
 PROFILE, BENCHED = "nemotron-nano", "deepseek-v4-flash"
+ECS_BENCHMARK = {"profile": BENCHED, "start": True, "start_options": START, "stop_options": STOP, "runner": "ecs",
+                 "input_tokens": [64], "concurrencies": [2], "warmup": 1, "rounds": 2, "max_tokens": 16}
+BENCH_TASK = "servingctl-bench"  # the benchmark task definition's family: its calls are recorded under it
 # Statements the runs never need, each with the reason it is still granted.
 NEVER_USED = {
     "sweep/DeadLetterQueuePolicy/0": "Lambda itself sends a failed asynchronous sweep to the queue (SAM's DeadLetterQueue)",
@@ -119,6 +123,11 @@ def _full_runs(twin: Twin) -> str:
     assert [r["run_id"] for r in api.get("/benchmarks").json()] == [run["run_id"]]
     [link] = api.get(f"/benchmarks/{run['run_id']}").json()["records_urls"].values()
     assert httpx.get(link, timeout=30).status_code == 200
+    # The same scenario on the ECS runner: the benchmark task's own calls, under its task role.
+    on_ecs = api.post("/benchmarks", json={**ECS_BENCHMARK, "stop": True}).json()
+    result = twin.wait_execution(on_ecs["execution_arn"], timeout_s=300)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert "RunScenarioOnEcs" in result.states_entered()
 
     # The sweep keeps a profile within its lease and stops it once the lease has run out.
     started = api.post(f"/profiles/{PROFILE}/start", json={"lease_minutes": 5, **START}).json()
@@ -164,7 +173,8 @@ def test_every_call_of_the_full_runs_is_allowed_by_its_functions_role(twin: Twin
     assert [f"{c}: {c.denied}" for c in calls if c.denied] == [
         f"bench_worker: s3.GetObject s3:GetObject on arn:aws:s3:::{twin.bucket_name}/{missing}: Access Denied"
     ]
-    assert {c.function for c in calls} == {"api", "profile_steps", "sweep", "bench_worker"}  # smoke_test calls no AWS API
+    # smoke_test calls no AWS API
+    assert {c.function for c in calls} == {"api", "profile_steps", "sweep", "bench_worker", BENCH_TASK}
 
     used = {f"{c.function}/{name}" for c in calls for names in c.allowed_by for name in names}
     statements = {f"{function}/{name}" for function, policy in twin.iam.policies.items() for name, _ in policy.statements}
@@ -198,3 +208,27 @@ def test_a_missing_record_is_denied_to_a_role_that_may_not_list_the_bucket(twin:
     with iam.calling("api"), pytest.raises(ClientError) as denied:
         boto3.client("s3").get_object(Bucket=twin.bucket_name, Key="runs/no-such-run/in64-c1.jsonl.gz")
     assert denied.value.response["Error"]["Code"] == "AccessDenied"
+
+
+def test_a_bench_task_whose_role_lacks_a_grant_fails_the_run_as_on_aws(twin: Twin) -> None:
+    # BenchTaskRole as it was before this test found the gap: no dynamodb:UpdateItem, so the task's
+    # hold on the profile is refused; on AWS the container exits 1 and runTask.sync fails the run.
+    assert twin.tasks is not None and twin.iam is not None and twin.api_url is not None
+    role = twin.tasks.roles[BENCH_TASK]
+    without = tuple((name, {**st, "Action": [a for a in _as_list(st["Action"]) if a != "dynamodb:UpdateItem"]})
+                    for name, st in role.statements)
+    assert without != role.statements
+    twin.tasks.roles[BENCH_TASK] = replace(role, statements=without)
+    before = len(twin.iam.calls)
+    try:
+        api = httpx.Client(base_url=twin.api_url, timeout=60)
+        run = api.post("/benchmarks", json={**ECS_BENCHMARK, "stop": True}).json()
+        result = twin.wait_execution(run["execution_arn"], timeout_s=300)
+    finally:
+        twin.tasks.roles[BENCH_TASK] = role
+    assert result.status == "FAILED"
+    assert '"ExitCode": 1' in (result.cause or "") and "Essential container in task exited" in (result.cause or "")
+    [refused] = [c for c in twin.iam.calls[before:] if c.function == BENCH_TASK and c.denied]  # decided once
+    assert str(refused).startswith(f"{BENCH_TASK}: dynamodb.UpdateItem dynamodb:UpdateItem on arn:aws:dynamodb:")
+    assert "is not authorized to perform: dynamodb:UpdateItem" in (refused.denied or "")
+    assert api.get(f"/profiles/{BENCHED}").json()["phase"] == "STOPPED"  # the failed run still stopped it

@@ -5,7 +5,9 @@ BenchTaskDefinition) as ECS would run its container: infra/bench's image command
 ENTRYPOINT, with this interpreter and the servingctl package as the image holds them), the task
 definition's environment with the RunTask container overrides applied, and the task moving
 PROVISIONING -> RUNNING -> STOPPED with the container's exit code and ECS's stop reason. The output
-goes to the task's log file (its awslogs stream).
+goes to the task's log file (its awslogs stream). With IAM on, the process runs under its task
+role (servingctl.local.task_iam): a call the role does not allow is refused as AWS would, and every
+call goes to the twin's recorder once the task stops.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from servingctl.local import moto_patches
+from servingctl.local import iam, moto_patches
+from servingctl.local.task_iam import ENV as TASK_IAM_ENV
+from servingctl.local.task_iam import TaskIam, recorded_calls
 
 # What ECS reports when the essential container exits (whatever its code).
 STOPPED_REASON = "Essential container in task exited"
@@ -56,11 +61,16 @@ class TaskRunner:
         runtime_env: Mapping[str, str],
         logdir: Path,
         faults: Callable[[], frozenset[str]] = frozenset,
+        roles: Mapping[str, TaskIam] | None = None,
+        record: Callable[[iam.Call], None] | None = None,
     ) -> None:
+        """`roles` (family -> its task role): run those tasks under IAM, their calls given to `record`."""
         self.commands = {family: list(command) for family, command in commands.items()}
         self.runtime_env = dict(runtime_env)
         self.logdir = logdir
         self.faults = faults
+        self.roles = dict(roles or {})
+        self.record = record
         self.exit_codes: dict[str, int] = {}  # task ARN -> exit code, once stopped
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
         self._threads: list[threading.Thread] = []
@@ -88,6 +98,11 @@ class TaskRunner:
         env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ} | self.runtime_env
         env |= container_environment(definition, task.overrides)
         self.logdir.mkdir(parents=True, exist_ok=True)
+        calls = self.logdir / f"{definition['name']}-{task.id}.iam-calls"
+        role = self.roles.get(family)
+        if role is not None and command[1:2] == ["-m"]:  # python -m MODULE: run it under the task role
+            command = [command[0], "-m", "servingctl.local.task_iam", *command[1:]]
+            env[TASK_IAM_ENV] = replace(role, calls_path=str(calls)).to_env()
         with open(self.logdir / f"{definition['name']}-{task.id}.log", "ab") as log:
             with self._lock:
                 if self._stopping:
@@ -96,6 +111,9 @@ class TaskRunner:
                 self._processes[task.task_arn] = process
             moto_patches.set_task_status(task, "RUNNING")
             code = process.wait()
+        if self.record is not None:
+            for call in recorded_calls(calls):
+                self.record(call)
         with self._lock:
             self._processes.pop(task.task_arn, None)
             self.exit_codes[task.task_arn] = code

@@ -434,19 +434,37 @@ def function_policies(template: Mapping[str, Any], refs: Mapping[str, Any]) -> d
     (log and X-Ray writes) are left out: no handler calls those APIs itself."""
     resources = template["Resources"]
     conditions = evaluate_conditions(template, refs)
-    found: dict[str, Policy] = {}
-    for resource in resources.values():
-        if resource["Type"] != "AWS::Lambda::Function":
-            continue
-        name = resource["Properties"]["Code"]["S3Key"].rstrip("/").rsplit("/", 1)[-1]
-        role = resources[resource["Properties"]["Role"]["Fn::GetAtt"][0]]["Properties"]
-        statements = []
-        for policy in role.get("Policies", []):
-            # Resolved as a list: a statement under Fn::If may be AWS::NoValue and drop out.
-            for position, statement in enumerate(_as_list(resolve(policy["PolicyDocument"]["Statement"], refs, conditions))):
-                statements.append((f"{policy['PolicyName']}/{statement.get('Sid', position)}", statement))
-        found[name] = Policy(tuple(statements))
-    return found
+    return {
+        resource["Properties"]["Code"]["S3Key"].rstrip("/").rsplit("/", 1)[-1]:
+            role_policy(template, resource["Properties"]["Role"]["Fn::GetAtt"][0], refs, conditions)
+        for resource in resources.values() if resource["Type"] == "AWS::Lambda::Function"
+    }
+
+
+def task_policies(template: Mapping[str, Any], refs: Mapping[str, Any]) -> dict[str, Policy]:
+    """The inline policies of every ECS task definition's task role (what the task's own code may
+    call; the execution role is ECS's, to pull the image and write logs), resolved with refs, keyed
+    by the task definition's family."""
+    resources = template["Resources"]
+    conditions = evaluate_conditions(template, refs)
+    return {
+        resolve(resource["Properties"]["Family"], refs, conditions):
+            role_policy(template, resource["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0], refs, conditions)
+        for resource in resources.values()
+        if resource["Type"] == "AWS::ECS::TaskDefinition" and conditions.get(resource.get("Condition", ""), True)
+    }
+
+
+def role_policy(template: Mapping[str, Any], role: str, refs: Mapping[str, Any], conditions: Mapping[str, bool]) -> Policy:
+    """The inline policies of the template's role `role` (logical ID), resolved with refs, one named
+    statement per grant."""
+    properties = template["Resources"][role]["Properties"]
+    statements = []
+    for policy in properties.get("Policies", []):
+        # Resolved as a list: a statement under Fn::If may be AWS::NoValue and drop out.
+        for position, statement in enumerate(_as_list(resolve(policy["PolicyDocument"]["Statement"], refs, conditions))):
+            statements.append((f"{policy['PolicyName']}/{statement.get('Sid', position)}", statement))
+    return Policy(tuple(statements))
 
 
 # ---- the recorder -------------------------------------------------------------------------------
@@ -494,19 +512,24 @@ class Enforcer:
             if not policy.allowing(listing):
                 denied = "Access Denied"
         call = Call(function, service, operation, requests, allowed_by, denied)
+        self.record(call)
+        return call
+
+    def record(self, call: Call) -> None:
+        """Keep a decided call (from here, or decided in a Lambda worker or an ECS task process)."""
         with self._lock:
             self.calls.append(call)
-        return call
 
 
 _active: Enforcer | None = None
+_process_caller: str | None = None  # who calls when CALLER names nobody (a whole process: an ECS task)
 _installed = threading.Lock()
 _hooks_installed: list[bool] = []
 
 
 def _note_call(params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
     """before-parameter-build (registered last, after boto3's DynamoDB transforms): decide the call."""
-    function, enforcer = CALLER.get(), _active
+    function, enforcer = CALLER.get() or _process_caller, _active
     if function is None or enforcer is None:
         return
     call = enforcer.decide(function, model.service_model.service_name, model.name, params)
@@ -534,9 +557,9 @@ def _install_hooks() -> None:
     with _installed:
         if _hooks_installed:
             return
-        botocore.handlers.BUILTIN_HANDLERS.extend(_HOOKS)
-        if boto3.DEFAULT_SESSION is None:
+        if boto3.DEFAULT_SESSION is None:  # made before the handlers extend: it gets them once, below
             boto3.setup_default_session()
+        botocore.handlers.BUILTIN_HANDLERS.extend(_HOOKS)
         assert boto3.DEFAULT_SESSION is not None
         for event, handler, _ in _HOOKS:
             boto3.DEFAULT_SESSION.events.register_last(event, handler)
@@ -549,6 +572,12 @@ def activate(enforcer: Enforcer | None) -> None:
     if enforcer is not None:
         _install_hooks()
     _active = enforcer
+
+
+def run_as(caller: str) -> None:
+    """Every AWS call of this process, from any thread, runs as `caller` (its policy decides them)."""
+    global _process_caller
+    _process_caller = caller
 
 
 @contextlib.contextmanager

@@ -49,6 +49,7 @@ from servingctl.local.eventbridge import EventBridge, load_template, read_wiring
 from servingctl.local.modelserver import free_port
 from servingctl.local.faults import FAULTS
 from servingctl.local.world import PREFETCH_CONTAINER, Delays, World, model_log_group
+from servingctl.local.task_iam import TaskIam
 from servingctl.registry.loader import parse_registry
 from servingctl.registry.models import Registry
 
@@ -65,6 +66,7 @@ SSM_PARAMETER = "/servingctl/registry"
 # template.yaml's benchmark task (BenchTaskDefinition) and the image whose command it runs.
 BENCH_TASK = "BenchTaskDefinition"
 BENCH_DOCKERFILE = Path("infra/bench/Dockerfile")
+BENCH_IMAGE = "servingctl-bench:twin"  # BenchImageUri on the twin: the task runs the image's command locally
 TABLE = "servingctl"
 BUCKET = "servingctl-bench-records"
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -283,8 +285,7 @@ class HandlerRouter:
     def _record(self, call: iam.Call) -> None:
         enforcer = self.enforcer
         if enforcer is not None:
-            with enforcer._lock:
-                enforcer.calls.append(call)
+            enforcer.record(call)
 
     def __call__(self, deployed_name: str, payload: bytes) -> tuple[bytes, str | None]:
         """Invoke the handler behind deployed_name; a failure becomes Lambda's error payload."""
@@ -477,11 +478,16 @@ class Twin:
             assert self.router is not None
             self.router.enforcer = self.iam
         if self.bench_ecs:
+            family = self.bench_ecs["SERVINGCTL_BENCH_ECS_TASK_DEFINITION"]
+            roles = {} if self.iam is None else {family: TaskIam(
+                family, self.iam.policies[family].statements, ACCOUNT_ID, self.region, self.iam.names.partition_keys, calls_path="",
+            )}
             self.tasks = ecs_tasks.TaskRunner(
-                {self.bench_ecs["SERVINGCTL_BENCH_ECS_TASK_DEFINITION"]: ecs_tasks.image_command(self.repo_root / BENCH_DOCKERFILE)},
+                {family: ecs_tasks.image_command(self.repo_root / BENCH_DOCKERFILE)},
                 {key: self.environment()[key] for key in RUNTIME_VARIABLES if key.startswith("AWS_")}
                 | {"PYTHONPATH": str(self.repo_root / "layers" / "core"), "PYTHONUNBUFFERED": "1"},
                 self.workdir / "logs" / "ecs", faults=lambda: self.world.faults if self.world is not None else frozenset(),
+                roles=roles, record=None if self.iam is None else self.iam.record,
             )
             moto_patches.set_task_runner(self.tasks)
         self.world.start()
@@ -800,7 +806,7 @@ class Twin:
         if not template_path.is_file():
             return
         template = load_template(template_path)
-        refs = self.template_refs(template) | {"BenchImageUri": "servingctl-bench:twin"}
+        refs = self.template_refs(template) | {"BenchImageUri": BENCH_IMAGE}
         conditions = iam.evaluate_conditions(template, refs) | {"HasBenchImage": True}
         properties = {key: iam.resolve(value, refs, conditions) for key, value in template["Resources"][BENCH_TASK]["Properties"].items()
                       if key in ("Family", "NetworkMode", "RequiresCompatibilities", "Cpu", "Memory")}
@@ -874,7 +880,8 @@ class Twin:
         assert self.registry is not None
         registry = self.registry
         b = moto_patches.backends(ACCOUNT_ID, self.region)
-        policies = iam.function_policies(template, self.template_refs(template))
+        refs = self.template_refs(template)
+        policies = iam.function_policies(template, refs) | iam.task_policies(template, refs | {"BenchImageUri": BENCH_IMAGE})
         names = iam.Names(
             account=ACCOUNT_ID, region=self.region, partition_keys={self.table_name: "pk"},
             asg_arn=lambda name: next(p.asg_arn for p in registry.pools.values() if p.asg_name == name),
