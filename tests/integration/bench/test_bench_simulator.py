@@ -231,7 +231,7 @@ def test_ttft_is_when_the_first_token_reached_the_socket_even_with_the_loop_busy
             time.sleep(0.35)  # nor when the second arrives, a pace (400 ms) after the first
             return await task
 
-    with running(SimConfig(speed=20, mtp_tokens=0, pace_ms=400, debug_timings=True)) as url:
+    with running(SimConfig(speed=20, mtp_tokens=0, pace_ms=400, pace_phase="stream", debug_timings=True)) as url:
         record = with_request_metrics(asyncio.run(busy_while_it_streams(url)))
         (truth,) = httpx.get(f"{url}/debug/timings").json()["streams"]
     assert record.ok and record.completion_tokens == 3

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import random
 import time
 import uuid
@@ -298,7 +299,11 @@ class _Stream:
         self.continuous = bool(opts and opts.include_usage and opts.continuous_usage_stats)
         self.cut, self.malformed = cut, malformed
         self.stall = server.config.faults.stall_s
-        self.pace_s = server.config.pace_ms / 1000
+        pace_s = server.config.pace_ms / 1000
+        step = server.config.pace_phase == "step"
+        self.step_s = pace_s if step else 0.0  # writes wait for the engine's next step instant
+        self.pace_s = 0.0 if step else pace_s  # writes wait pace_s after the stream's own last write
+        self.last_step = 0  # the step instant (loop time / step_s) of the last write
         self.batch_writes = server.config.batch_writes
         self.head = (
             f'data: {{"id":"{request_id}","object":"chat.completion.chunk","created":{int(time.time())},'
@@ -338,8 +343,9 @@ class _Stream:
     async def run(self, receive: Receive, send: Send) -> None:
         """Stream until the sequence finishes, the client leaves or a fault strikes."""
         seq, sink = self.seq, self.seq.sink
-        watcher = asyncio.get_running_loop().create_task(self._watch(receive))
-        if self.pace_s:
+        loop = asyncio.get_running_loop()
+        watcher = loop.create_task(self._watch(receive))
+        if self.pace_s or self.step_s:
             self.server.pacing.add(seq)
         headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -350,6 +356,12 @@ class _Stream:
             while True:
                 while not sink.events and not self.disconnected:
                     await sink.wait()
+                if self.step_s:  # one step grid on the loop's clock: every stream due now writes together
+                    now = loop.time()
+                    # the next step instant, and never this write's step again (the loop may wake a timer
+                    # a little before its instant: uvloop's clock counts whole ms)
+                    step = self.last_step = max(math.floor(now / self.step_s) + 1, self.last_step + 1)
+                    await asyncio.sleep(step * self.step_s - now)
                 if self.disconnected:
                     return
                 body, content = b"", False
@@ -387,7 +399,7 @@ class _Stream:
                 if body:
                     await send({"type": "http.response.body", "body": body, "more_body": True})
                     self._stamp(content)
-                    if self.pace_s:  # one event per write, spaced like a GPU server's steps
+                    if self.pace_s:  # one event per write, pace_s after this stream's last
                         await asyncio.sleep(self.pace_s)
                 if self.stall and not stalled and sent >= half:
                     stalled = True

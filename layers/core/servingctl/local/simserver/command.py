@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pace-ms", type=float, default=0.0,
                         help="at least MS between a stream's writes, one event per write (unless --batch-writes), "
                         "as a real GPU server paces them (default 0: as fast as the engine steps)")
+    parser.add_argument("--pace-phase", choices=["step", "stream"], default="step",
+                        help="with --pace-ms, when streams write: step = all at the engine's step instants, as "
+                        "vLLM does (default); stream = each pace-ms after its own last write, out of phase")
     parser.add_argument("--batch-writes", action="store_true",
                         help="each write carries every event the stream has pending; with --pace-ms, many "
                         "events per read for any client (default: one event per write)")
@@ -49,7 +52,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             model=args.model, speed=args.speed, max_num_seqs=args.max_num_seqs,
             max_num_batched_tokens=args.max_num_batched_tokens, mtp_tokens=args.mtp_tokens,
             mtp_acceptance=args.mtp_acceptance, max_model_len=args.max_model_len, faults=faults,
-            debug_timings=args.debug_timings, pace_ms=args.pace_ms, batch_writes=args.batch_writes,
+            debug_timings=args.debug_timings, pace_ms=args.pace_ms, pace_phase=args.pace_phase, batch_writes=args.batch_writes,
         )
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servingctl.local.simserver.timing import TimingModel
@@ -87,6 +89,13 @@ class SimConfig(BaseModel):
         default=0.0, ge=0, le=1000,
         description="at least this long between a stream's writes, one event per write (a GPU server's "
         "one event per read) unless batch_writes; 0 = as fast as the engine steps",
+    )
+    pace_phase: Literal["step", "stream"] = Field(
+        default="step",
+        description="with pace_ms, when a stream writes: step = at the engine's step instants, every stream "
+        "at once (vLLM advances all running sequences in one step; a client reads them in bursts); stream = "
+        "pace_ms after the stream's own last write (streams out of phase, as from many servers behind one "
+        "load balancer: the most wake-ups for a client)",
     )
     batch_writes: bool = Field(
         default=False,
