@@ -93,14 +93,16 @@ class TaskRunner:
     def _run(self, task: Any, family: str) -> None:
         definition = moto_patches.task_container_definition(task)
         command = self.commands[family]
-        if "bench-task-exits" in self.faults():  # a broken image: the container exits 1 at once
-            command = [sys.executable, "-c", "raise SystemExit(1)"]
         env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ} | self.runtime_env
         env |= container_environment(definition, task.overrides)
         self.logdir.mkdir(parents=True, exist_ok=True)
         calls = self.logdir / f"{definition['name']}-{task.id}.iam-calls"
         role = self.roles.get(family)
-        if role is not None and command[1:2] == ["-m"]:  # python -m MODULE: run it under the task role
+        if "bench-task-exits" in self.faults():  # a broken image: the container exits 1 at once, calling nothing
+            command = [sys.executable, "-c", "raise SystemExit(1)"]
+        elif role is not None:  # `python -m MODULE ...` run under the task role
+            if command[1:2] != ["-m"]:
+                raise ValueError(f"{family}: the twin runs a task under its role as `python -m MODULE` only, not {command}")
             command = [command[0], "-m", "servingctl.local.task_iam", *command[1:]]
             env[TASK_IAM_ENV] = replace(role, calls_path=str(calls)).to_env()
         with open(self.logdir / f"{definition['name']}-{task.id}.log", "ab") as log:

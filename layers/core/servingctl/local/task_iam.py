@@ -37,7 +37,7 @@ class TaskIam:
     account: str
     region: str
     partition_keys: Mapping[str, str]
-    calls_path: str
+    calls_path: str  # the file the process appends its calls to (the twin's runner sets one per task)
 
     def to_env(self) -> str:
         """The setup as the value of $SERVINGCTL_TWIN_TASK_IAM."""
