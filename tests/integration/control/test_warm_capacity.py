@@ -114,7 +114,7 @@ def test_without_capacity_for_the_instance_type_the_start_moves_to_the_next_alte
     assert _ec2_state(twin, instance["InstanceId"]) == ("running", "g7e.4xlarge")
     state = probe.state(FALLBACK)
     assert state.instance_type == "g7e.4xlarge"
-    assert state.capacity_note is not None and state.capacity_note.startswith("g7e.2xlarge: InsufficientInstanceCapacity; moved to g7e.4xlarge")
+    assert state.capacity_note == "g7e.2xlarge: insufficient-capacity (InsufficientInstanceCapacity); moved to g7e.4xlarge (option 2 of 3)"
     [session] = [s for s in probe.sessions(FALLBACK) if s.start_execution == result.arn]
     assert (session.instance_type, session.price_key) == ("g7e.4xlarge", "g7e.4xlarge")
     assert session.capacity_note == state.capacity_note
@@ -127,13 +127,69 @@ def test_no_capacity_for_any_alternate_fails_with_capacity_unavailable_and_rolls
     result = probe.start(FALLBACK, "no-capacity")
     assert result.status == "FAILED" and result.error == "CapacityUnavailable", (result.error, result.cause)
     assert "could not launch g7e.8xlarge" in result.cause
-    assert "alternates tried before: g7e.2xlarge:" in result.cause and "; g7e.4xlarge:" in result.cause
+    assert "could not launch g7e.8xlarge: insufficient-capacity (InsufficientInstanceCapacity): Could not launch" in result.cause
+    assert "alternates tried before: g7e.2xlarge: insufficient-capacity: " in result.cause
+    assert "; g7e.4xlarge: insufficient-capacity: " in result.cause
     assert "RollBack" in result.states_entered()
     probe.assert_nothing_running(FALLBACK)
     state = probe.state(FALLBACK)
     assert state.phase == "FAILED" and "CapacityUnavailable" in (state.last_error or "")
     assert probe.locks(FALLBACK) == []
     assert len(_events(twin, "launch-failed", "g7e-1gpu")) >= 3
+
+
+def _launch_failures(twin: Twin, pool: str) -> list[str]:
+    """The world's failed launches of the pool, oldest first: "<class> (<type>)"."""
+    return [d.split(": ", 1)[1] for d in _events(twin, "launch-failed", pool)]
+
+
+def test_each_class_of_failed_launch_moves_on_or_stops_the_ladder_and_every_attempt_keeps_its_class(twin: Twin, probe: Probe) -> None:
+    # g7e.2xlarge is not offered in the zone, g7e.4xlarge has no capacity: both move on, the third type runs.
+    twin.set_faults("capacity-unavailable=g7e.2xlarge:unsupported", "capacity-unavailable=g7e.4xlarge:insufficient-capacity")
+    before = len(_launch_failures(twin, "g7e-1gpu"))
+    result = probe.start(FALLBACK, "classes")
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    [instance] = probe.group(FALLBACK)["Instances"]
+    assert _ec2_state(twin, instance["InstanceId"]) == ("running", "g7e.8xlarge")
+    # Each attempt in RecordReady's answer (the "Profile ready" event's detail) with its class and EC2's code.
+    [ready] = [json.loads(e["taskSucceededEventDetails"]["output"])["Payload"] for e in result.history
+               if "capacity_fallbacks" in (e.get("taskSucceededEventDetails") or {}).get("output", "")]
+    attempts = [(a["instance_type"], a["class"], a["code"]) for a in ready["capacity_fallbacks"]]
+    assert attempts == [("g7e.2xlarge", "unsupported", "Unsupported"),
+                        ("g7e.4xlarge", "insufficient-capacity", "InsufficientInstanceCapacity")]
+    assert all(a["reason"].endswith("Launching EC2 instance failed.") for a in ready["capacity_fallbacks"])
+    state = probe.state(FALLBACK)
+    assert state.capacity_note == "g7e.4xlarge: insufficient-capacity (InsufficientInstanceCapacity); moved to g7e.8xlarge (option 3 of 3)"
+    # The world's launches in order (AWS retries a refused launch until the group is pointed elsewhere).
+    assert list(dict.fromkeys(_launch_failures(twin, "g7e-1gpu")[before:])) == [
+        "unsupported (g7e.2xlarge)", "insufficient-capacity (g7e.4xlarge)"]
+    twin.set_faults()
+    _stop_and_check(probe, FALLBACK, "classes")
+
+
+@pytest.mark.parametrize(("fault", "says"), [
+    ("vcpu-limit", 'quota: VcpuLimitExceeded, Service Quotas L-DB2E81BA "Running On-Demand G and VT instances", counted in vCPUs, limit 0'),
+    ("instance-limit", "quota: InstanceLimitExceeded, Service Quotas L-DB2E81BA"),
+    ("launch-template", "launch-config (InvalidParameterValue): Could not launch On-Demand Instances. InvalidParameterValue - Value (arn:aws:iam::"),
+    ("ami", "launch-config (InvalidAMIID.NotFound): Could not launch On-Demand Instances. InvalidAMIID.NotFound - The image id '[ami-"),
+])
+def test_a_quota_or_launch_template_failure_ends_the_start_at_the_first_type_with_nothing_running(
+        twin: Twin, probe: Probe, fault: str, says: str) -> None:
+    twin.set_faults(f"capacity-unavailable=g7e.2xlarge:{fault}")
+    before = len(_launch_failures(twin, "g7e-1gpu"))
+    result = probe.start(FALLBACK, f"no-ladder-{fault}")
+    twin.set_faults()
+    assert result.status == "FAILED" and result.error == "CapacityUnavailable", (result.error, result.cause)
+    message = json.loads(result.cause or "{}")["errorMessage"]
+    assert f"could not launch g7e.2xlarge: {says}" in message
+    # The G alternates count against the spent quota (passed over); a broken template is every type's.
+    assert message.endswith("; not tried: g7e.4xlarge, g7e.8xlarge (the same quota)") == fault.endswith("-limit")
+    assert "alternates tried before" not in message
+    assert set(_launch_failures(twin, "g7e-1gpu")[before:]) == {f"{fault} (g7e.2xlarge)"}
+    assert "RollBack" in result.states_entered()
+    probe.assert_nothing_running(FALLBACK)
+    assert probe.state(FALLBACK).phase == "FAILED" and probe.locks(FALLBACK) == []
+    assert probe.group(FALLBACK)["LaunchTemplate"]["LaunchTemplateId"] == probe.registry.pools["g7e-1gpu"].launch_template_id
 
 
 def test_without_reuse_on_scale_in_the_stop_terminates_and_the_pool_refills_with_a_fresh_instance(twin: Twin, probe: Probe) -> None:

@@ -186,7 +186,8 @@ def test_start_reaches_ready_with_phase_times_and_lease(deps: Deps, world: World
 def test_failed_launch_fails_fast_with_aws_message(deps: Deps, world: World) -> None:
     state = started(deps)
     world.fail_launches(INSUFFICIENT)
-    with pytest.raises(CapacityUnavailable, match="could not launch g7e.12xlarge: We currently do not have sufficient"):
+    with pytest.raises(CapacityUnavailable, match=r"could not launch g7e.12xlarge: insufficient-capacity \(InsufficientInstanceCapacity\): "
+                                                  "We currently do not have sufficient"):
         step(deps, "check_capacity", state, "capacity")
 
 
@@ -214,7 +215,8 @@ def test_capacity_falls_back_to_each_alternate_in_order_and_records_why(deps: De
     assert answer["ready"] is False and "moved to g7e.4xlarge (option 2 of 3)" in answer["detail"]
     assert template() == pool.alternates[0].launch_template_id
     recorded = deps.store.get_profile(OTHER)
-    assert recorded.instance_type == "g7e.4xlarge" and "g7e.2xlarge: InsufficientInstanceCapacity" in (recorded.capacity_note or "")
+    assert recorded.instance_type == "g7e.4xlarge"
+    assert recorded.capacity_note == "g7e.2xlarge: insufficient-capacity (InsufficientInstanceCapacity); moved to g7e.4xlarge (option 2 of 3)"
     session = deps.store.get_session(OTHER, recorded.session_id or "")
     assert session is not None and (session.instance_type, session.price_key) == ("g7e.4xlarge", "g7e.4xlarge")
     # The same activity does not move it twice; the next type's failure moves to the third.
@@ -231,8 +233,22 @@ def test_capacity_falls_back_to_each_alternate_in_order_and_records_why(deps: De
     state["targets"] = {"progress": {"marks": {"ready_at": state["capacity"]["progress"]["marks"]["ready_at"]}}}
     ready = step(deps, "record_ready", state, "ready")
     assert ready["instance_type"] == "g7e.8xlarge" and ready["warm_start"] is False
-    assert [f["instance_type"] for f in ready["capacity_fallbacks"]] == ["g7e.2xlarge", "g7e.4xlarge"]
+    assert [(f["instance_type"], f["class"], f["code"]) for f in ready["capacity_fallbacks"]] == [
+        ("g7e.2xlarge", "insufficient-capacity", "InsufficientInstanceCapacity"),
+        ("g7e.4xlarge", "insufficient-capacity", "InsufficientInstanceCapacity")]
     assert deps.store.get_profile(OTHER).instance_type == "g7e.8xlarge"
+
+
+def test_the_refused_types_retries_listed_before_the_switch_are_not_blamed_on_the_next_type(deps: Deps, world: World) -> None:
+    state = started(deps, profile=OTHER)
+    # AWS retried g7e.2xlarge twice before the poll saw the first failure.
+    world.fail_launches(_no_capacity("g7e.2xlarge"), pool="g7e-1gpu")
+    world.fail_launches(_no_capacity("g7e.2xlarge"), pool="g7e-1gpu")
+    assert "moved to g7e.4xlarge (option 2 of 3)" in step(deps, "check_capacity", state, "capacity")["detail"]
+    again = step(deps, "check_capacity", state, "capacity")
+    assert again["ready"] is False and "moved to" not in again["detail"]
+    assert world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"] == world.registry.pools["g7e-1gpu"].alternates[0].launch_template_id
+    assert [f["instance_type"] for f in again["progress"]["marks"]["fallbacks"]] == ["g7e.2xlarge"]
 
 
 def test_every_option_without_capacity_fails_with_capacity_unavailable_naming_them_and_rolls_back(deps: Deps, world: World) -> None:
@@ -251,11 +267,34 @@ def test_every_option_without_capacity_fails_with_capacity_unavailable_naming_th
     assert world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"] == world.registry.pools["g7e-1gpu"].launch_template_id
 
 
-def test_a_failure_other_than_capacity_does_not_fall_back(deps: Deps, world: World) -> None:
+def test_a_launch_configuration_failure_does_not_fall_back(deps: Deps, world: World) -> None:
     state = started(deps, profile=OTHER)
     world.fail_launches("The requested configuration is currently not supported. Launching EC2 instance failed.", pool="g7e-1gpu")
-    with pytest.raises(CapacityUnavailable, match="could not launch g7e.2xlarge: The requested configuration"):
+    with pytest.raises(CapacityUnavailable, match="could not launch g7e.2xlarge: launch-config: The requested configuration"):
         step(deps, "check_capacity", state, "capacity")
+    assert world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"] == world.registry.pools["g7e-1gpu"].launch_template_id
+
+
+def test_a_type_not_offered_in_the_zone_moves_to_the_next_alternate(deps: Deps, world: World) -> None:
+    state = started(deps, profile=OTHER)
+    world.fail_launches("Could not launch On-Demand Instances. Unsupported - Your requested instance type (g7e.2xlarge) is not "
+                        "supported in your requested Availability Zone (us-east-1a). Please retry your request by not specifying "
+                        "an Availability Zone or choosing us-east-1b. Launching EC2 instance failed.", pool="g7e-1gpu")
+    answer = step(deps, "check_capacity", state, "capacity")
+    assert "g7e.2xlarge: unsupported (Unsupported); moved to g7e.4xlarge (option 2 of 3)" in answer["detail"]
+    assert world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"] == world.registry.pools["g7e-1gpu"].alternates[0].launch_template_id
+
+
+def test_a_spent_vcpu_quota_names_it_and_passes_over_the_alternates_of_its_bucket(deps: Deps, world: World) -> None:
+    state = started(deps, profile=OTHER)
+    world.fail_launches("Could not launch On-Demand Instances. VcpuLimitExceeded - You have requested more vCPU capacity than "
+                        "your current vCPU limit of 0 allows for the instance bucket that the specified instance type belongs to. "
+                        "Launching EC2 instance failed.", pool="g7e-1gpu")
+    with pytest.raises(CapacityUnavailable, match=(
+            r'could not launch g7e.2xlarge: quota: VcpuLimitExceeded, Service Quotas L-DB2E81BA "Running On-Demand G and VT '
+            r'instances", counted in vCPUs, limit 0: .*; not tried: g7e.4xlarge, g7e.8xlarge \(the same quota\)$')):
+        step(deps, "check_capacity", state, "capacity")
+    # Nothing was switched: the group stays on the primary type's template for the roll-back.
     assert world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"] == world.registry.pools["g7e-1gpu"].launch_template_id
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from servingctl.cli.client import EXIT_FAILED, clear_twin_state, read_twin_state, twin_state_path, write_twin_state
 from servingctl.cli.main import summary
-from servingctl.local.faults import FAULTS, check_fault
+from servingctl.local.faults import FAULTS, LAUNCH_FAILURES, check_fault
 from servingctl.local.simserver import command as simserver_command
 
 if TYPE_CHECKING:
@@ -62,7 +62,8 @@ def _register_up(local_sub: argparse._SubParsersAction) -> None:
                         help="model server started when a task runs: the simulator or vLLM on CPU (default sim)")
     parser.add_argument("--fault", action="append", default=[], type=_fault, metavar="NAME",
                         help="inject a fault (repeatable): " + ", ".join(sorted(FAULTS))
-                        + "; capacity-unavailable=TYPE fails only that instance type")
+                        + "; capacity-unavailable=TYPE fails only that instance type's launches, "
+                        "capacity-unavailable=TYPE:CLASS with AWS's message of one class: " + ", ".join(LAUNCH_FAILURES))
     parser.add_argument("--time-scale", type=_positive_float, default=10.0,
                         help="divide AWS's delays by this factor (default 10)")
     parser.add_argument("--port", type=int, default=DEFAULT_AWS_PORT,

@@ -16,8 +16,6 @@ GONE_INSTANCE_STATES = frozenset({"shutting-down", "terminated"})
 PARKED_INSTANCE_STATES = frozenset({"stopped"})
 # Warm pool lifecycle states of an instance a scale-out can take (Warmed:Pending* still initialises).
 TAKEABLE_WARM_STATES = frozenset({"Warmed:Stopped", "Warmed:Running", "Warmed:Hibernated"})
-# The EC2 error of a launch (or a warm instance's start) refused for want of capacity of the type.
-INSUFFICIENT_CAPACITY = "InsufficientInstanceCapacity"
 
 
 @dataclass(frozen=True)

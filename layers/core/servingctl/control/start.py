@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from servingctl.control import aws, timeline_sources
+from servingctl.control import aws, launch_failures, timeline_sources
 from servingctl.control.config import start_config
 from servingctl.control.deps import Deps
 from servingctl.control.flow import (
@@ -141,25 +141,33 @@ def scale_out(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
 
 
 def fall_back(deps: Deps, config: StartConfig, progress: Progress, activity: str, message: str) -> str:
-    """After a failed launch: point the group at the next instance type when the failure is
-    InsufficientInstanceCapacity and an option is left, recording why (profile record, ledger
-    session, the check's marks); CapacityUnavailable naming every option tried otherwise."""
+    """After a failed launch: classify it (servingctl.control.launch_failures) and point the group at
+    the option its class allows next, recording the attempt with its class (the check's marks, the
+    profile record, the ledger session); CapacityUnavailable naming every attempt when none is left."""
     pool = deps.pool(config.pool)
     options = pool.options()
+    types = [itype for itype, _ in options]
     index = int(progress.marks.get("option", 0))
+    failure = launch_failures.classify(types[index], message)
     tried = progress.marks.setdefault("fallbacks", [])
-    tried.append({"instance_type": options[index][0], "activity": activity, "reason": message, "at": iso(deps.clock.now())})
-    if aws.INSUFFICIENT_CAPACITY not in message or index + 1 >= len(options):
-        earlier = "; ".join(f"{t['instance_type']}: {t['reason']}" for t in tried[:-1])
+    tried.append({"instance_type": types[index], "activity": activity, "class": failure.kind, "code": failure.code,
+                  "reason": message, "at": iso(deps.clock.now())})
+    following, skipped = launch_failures.next_option(failure, types, index)
+    passed = f"; not tried: {', '.join(skipped)} (the same quota)" if skipped else ""
+    if following is None:
+        earlier = "; ".join(f"{t['instance_type']}: {t.get('class', 'unknown')}: {t['reason']}" for t in tried[:-1])
         raise CapacityUnavailable(
-            f"{pool.asg_name} could not launch {options[index][0]}: {message}"
+            f"{pool.asg_name} could not launch {types[index]}: {failure.summary()}: {message}{passed}"
             + (f"; alternates tried before: {earlier}" if earlier else "")
         )
-    next_type, template = options[index + 1]
+    next_type, template = options[following]
     assert template is not None, "the registry requires a launch template per option"
     aws.use_launch_template(deps.autoscaling, pool.asg_name, template)
-    progress.marks["option"], progress.marks["instance_type"] = index + 1, next_type
-    note = f"{options[index][0]}: {aws.INSUFFICIENT_CAPACITY}; moved to {next_type} (option {index + 2} of {len(options)})"
+    # AWS kept retrying the refused type until now: those failed activities are not the next type's.
+    passed_over = progress.marks.setdefault("passed_activities", [])
+    passed_over += [a for a in aws.failed_activity_ids(deps.autoscaling, pool.asg_name) if a not in passed_over]
+    progress.marks["option"], progress.marks["instance_type"] = following, next_type
+    note = f"{types[index]}: {failure.summary()}{passed}; moved to {next_type} (option {following + 1} of {len(options)})"
     now = deps.clock.now()
     recorded = deps.store.update_profile(config.profile, now, instance_type=next_type, capacity_note=note)
     if recorded.session_id:
@@ -168,8 +176,8 @@ def fall_back(deps: Deps, config: StartConfig, progress: Progress, activity: str
 
 
 def check_capacity(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
-    """An InService instance registered as a container instance. A launch refused for capacity moves
-    to the pool's next instance type; any other failed launch, or the last option's, fails fast."""
+    """An InService instance registered as a container instance. A failed launch moves to the pool's
+    next instance type when its class allows (fall_back); otherwise, or after the last option, fails fast."""
     config = _config(state)
     spec, pool = deps.profile(config.profile), deps.pool(config.pool)
     baseline = state["scale"]["baseline"]
@@ -178,7 +186,7 @@ def check_capacity(deps: Deps, state: dict[str, Any], execution: str) -> dict[st
     def probe(progress: Progress) -> tuple[bool, str]:
         hold_locks(deps, config, execution)
         raise_if_stop_requested(deps, config.profile)
-        handled = {t["activity"] for t in progress.marks.get("fallbacks", [])}
+        handled = {t["activity"] for t in progress.marks.get("fallbacks", [])} | set(progress.marks.get("passed_activities", []))
         failure = aws.failed_launch(deps.autoscaling, pool.asg_name, set(baseline["failed_activities"]) | handled)
         if failure:
             return False, fall_back(deps, config, progress, *failure)
@@ -317,7 +325,7 @@ def record_ready(deps: Deps, state: dict[str, Any], execution: str) -> dict[str,
     capacity = {
         "instance_type": marks.get("instance_type", deps.pool(config.pool).instance_type),
         "warm_start": "warm_instance" in marks,
-        "capacity_fallbacks": [{k: t[k] for k in ("instance_type", "reason", "at")} for t in marks.get("fallbacks", [])],
+        "capacity_fallbacks": [{k: t.get(k) for k in ("instance_type", "class", "code", "reason", "at")} for t in marks.get("fallbacks", [])],
     }
     deps.store.set_phase(
         config.profile, Phase.READY, now, execution,

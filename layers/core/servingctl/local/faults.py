@@ -2,9 +2,20 @@
 
 import re
 
+# The launch failures capacity-unavailable=TYPE:CLASS plays, each worded as AWS does (servingctl.local.world).
+LAUNCH_FAILURES: dict[str, str] = {
+    "insufficient-capacity": "InsufficientInstanceCapacity, the default",
+    "vcpu-limit": "VcpuLimitExceeded: the On-Demand vCPU quota, L-DB2E81BA for G types",
+    "instance-limit": "InstanceLimitExceeded",
+    "unsupported": "the type is not offered in the zone",
+    "launch-template": "the launch template's instance profile is invalid",
+    "ami": "the launch template's AMI does not exist",
+}
+
 FAULTS: dict[str, str] = {
     "capacity-unavailable": "every instance launch fails with InsufficientInstanceCapacity; Fargate RunTask places nothing "
-    "(capacity-unavailable=TYPE: only launches and warm starts of that instance type fail)",
+    "(capacity-unavailable=TYPE: only launches and warm starts of that instance type fail; =TYPE:CLASS: with AWS's "
+    "message of that class: " + ", ".join(f"{name} ({meaning})" for name, meaning in LAUNCH_FAILURES.items()) + ")",
     "task-crash": "every task stops soon after RUNNING: Essential container in task exited",
     "never-healthy": "the target never passes its health check",
     "protected-instance": "instances launch protected from scale-in",
@@ -17,7 +28,8 @@ FAULTS: dict[str, str] = {
 }
 # Faults that may name what they apply to after "=": the pattern of the argument and what it is.
 FAULT_ARGUMENTS: dict[str, tuple[str, str]] = {
-    "capacity-unavailable": (r"^[a-z0-9-]+\.[a-z0-9]+$", "an EC2 instance type, e.g. g7e.2xlarge"),
+    "capacity-unavailable": (r"^[a-z0-9-]+\.[a-z0-9]+(:(" + "|".join(LAUNCH_FAILURES) + "))?$",
+                             "an EC2 instance type, optionally :CLASS (" + ", ".join(LAUNCH_FAILURES) + "), e.g. g7e.2xlarge:vcpu-limit"),
 }
 
 

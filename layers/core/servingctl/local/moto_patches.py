@@ -582,6 +582,11 @@ def launch_template_id(b: Backends, name: str) -> str:
     return str(asg(b, name).ec2_launch_template.id)
 
 
+def launch_template_data(b: Backends, name: str) -> dict[str, Any]:
+    """The LaunchTemplateData of the latest version of the group's launch template."""
+    return dict(asg(b, name).ec2_launch_template.latest_version().data or {})
+
+
 def set_agent_connected(b: Backends, cluster: str, container_instance_arn: str, connected: bool) -> None:
     """The ECS agent of a container instance (dis)connects: it stops with a stopped instance and reconnects at start."""
     for instance in b.ecs.container_instances.get(cluster, {}).values():

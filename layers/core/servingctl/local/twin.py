@@ -47,7 +47,7 @@ from servingctl.local import ecs_tasks, iam, lambda_runtime, moto_patches
 from servingctl.local.apigw import ApiGateway
 from servingctl.local.eventbridge import EventBridge, load_template, read_wiring
 from servingctl.local.modelserver import free_port
-from servingctl.local.faults import FAULTS
+from servingctl.local.faults import check_fault
 from servingctl.local.world import PREFETCH_CONTAINER, Delays, World, model_log_group
 from servingctl.local.task_iam import TaskIam
 from servingctl.registry.loader import parse_registry
@@ -380,9 +380,8 @@ class Twin:
     ) -> None:
         if model_server not in ("sim", "vllm"):
             raise ValueError(f"model_server: {model_server!r} is not one of 'sim', 'vllm'")
-        unknown = sorted(set(faults) - set(FAULTS))
-        if unknown:
-            raise ValueError(f"fault: unknown {unknown}; allowed values: {list(FAULTS)}")
+        for fault in faults:
+            check_fault(fault)  # ValueError naming the allowed values (NAME=ARG forms included)
         if time_scale <= 0:
             raise ValueError("time_scale: must be greater than 0")
         self.source_registry = Path(registry_file) if registry_file else REFERENCE_REGISTRY

@@ -58,12 +58,29 @@ WORLD_AGENT = "servingctl-world"
 FAILED_STEPS = {"roll-back-fails": "roll_back", "prepare-stop-fails-once": "prepare_stop"}
 STEP_FAILURE = ("An error occurred (InternalServerError) when calling the {operation} operation (reached max retries: 4): "
                 "Internal server error")
-INSUFFICIENT_CAPACITY = (
-    "Could not launch On-Demand Instances. InsufficientInstanceCapacity - We currently do not have sufficient "
-    "{itype} capacity in the Availability Zone you requested ({az}). Our system will be working on provisioning "
-    "additional capacity. You can currently get {itype} capacity by not specifying an Availability Zone in your "
-    "request or choosing {others}. Launching EC2 instance failed."
-)
+# A failed launch's StatusMessage per capacity-unavailable class, as Auto Scaling reports a group that
+# launches through EC2 Fleet: EC2's error code, then its text (Amazon EC2 Auto Scaling user guide,
+# troubleshooting launch failures, capacity limits, AMI issues; EC2 API error codes).
+_FLEET = "Could not launch On-Demand Instances. {code} - {text} Launching EC2 instance failed."
+_CONTACT = "Please visit http://aws.amazon.com/contact-us/ec2-request to request an adjustment to this limit."
+LAUNCH_FAILURE_MESSAGES: dict[str, str] = {
+    "insufficient-capacity": _FLEET.format(code="InsufficientInstanceCapacity", text=(
+        "We currently do not have sufficient {itype} capacity in the Availability Zone you requested ({az}). Our system will "
+        "be working on provisioning additional capacity. You can currently get {itype} capacity by not specifying an "
+        "Availability Zone in your request or choosing {others}.")),
+    "vcpu-limit": _FLEET.format(code="VcpuLimitExceeded", text=(
+        "You have requested more vCPU capacity than your current vCPU limit of 0 allows for the instance bucket that the "
+        "specified instance type belongs to. " + _CONTACT)),
+    "instance-limit": _FLEET.format(code="InstanceLimitExceeded", text=(
+        "You have requested more instances (1) than your current instance limit of 0 allows for the specified instance "
+        "type. " + _CONTACT)),
+    "unsupported": _FLEET.format(code="Unsupported", text=(
+        "Your requested instance type ({itype}) is not supported in your requested Availability Zone ({az}). Please retry "
+        "your request by not specifying an Availability Zone or choosing {others}.")),
+    "launch-template": _FLEET.format(code="InvalidParameterValue", text=(
+        "Value ({profile}) for parameter iamInstanceProfile.arn is invalid. Invalid IAM Instance Profile ARN.")),
+    "ami": _FLEET.format(code="InvalidAMIID.NotFound", text="The image id '[{image}]' does not exist."),
+}
 CRASH_REASON = "Essential container in task exited"
 # ECS's stopped reason for a task its service replaced after failed ELB health checks.
 ELB_UNHEALTHY_REASON = "Task failed ELB health checks in (target-group {target_group})"
@@ -317,8 +334,23 @@ class World:
             )
             self._log("scale-out", f"{pool_name}: capacity provider set desired 1")
 
-    def _no_capacity(self, itype: str) -> bool:
-        return "capacity-unavailable" in self.faults or f"capacity-unavailable={itype}" in self.faults
+    def _launch_failure(self, itype: str) -> str | None:
+        """The class of launch failure capacity-unavailable plays for the type (None: it launches)."""
+        if "capacity-unavailable" in self.faults:
+            return "insufficient-capacity"
+        for fault in self.faults:
+            target, _, kind = fault.removeprefix("capacity-unavailable=").partition(":")
+            if fault.startswith("capacity-unavailable=") and target == itype:
+                return kind or "insufficient-capacity"
+        return None
+
+    def _launch_failure_message(self, kind: str, itype: str, asg_name: str) -> str:
+        """AWS's StatusMessage of the failed launch, with the group's zones and launch template's values."""
+        zones = [f"{self.registry.region}{z}" for z in "abc"]
+        data = mp.launch_template_data(self.b, asg_name)
+        profile = (data.get("IamInstanceProfile") or {}).get("Arn") or f"arn:aws:iam::{self.b.autoscaling.account_id}:instance-profile/ecs-gpu"
+        return LAUNCH_FAILURE_MESSAGES[kind].format(itype=itype, az=zones[0], others=", ".join(zones[1:]),
+                                                    profile=profile, image=data.get("ImageId") or "ami-0123456789abcdef0")
 
     def _launch_type(self, pool_name: str, asg_name: str) -> str:
         """The instance type of the launch template the group points at (the pool's options)."""
@@ -340,16 +372,16 @@ class World:
             warm = self._takeable_warm(asg_name)
             # Starting a stopped instance needs capacity of its type as much as a launch does.
             itype = self._instances[warm].instance_type if warm else self._launch_type(pool_name, asg_name)
-            if self._no_capacity(itype):
+            if (failure := self._launch_failure(itype)) is not None:
+                # AWS keeps retrying the launch, each attempt a failed activity of its own.
                 self._next_launch_attempt[asg_name] = self._after(self.delays.capacity_retry_s)
-                zones = [f"{self.registry.region}{z}" for z in "abc"]
-                message = INSUFFICIENT_CAPACITY.format(itype=itype, az=zones[0], others=", ".join(zones[1:]))
+                message = self._launch_failure_message(failure, itype, asg_name)
                 mp.record_activity(
                     self.b, asg_name, status_code="Failed", status_message=message,
                     description="Launching a new EC2 instance.  Status Reason: " + message,
                     cause=_launch_cause(len(live), desired),
                 )
-                self._log("launch-failed", f"{pool_name}: InsufficientInstanceCapacity ({itype})")
+                self._log("launch-failed", f"{pool_name}: {failure} ({itype})")
             elif warm:
                 mp.take_from_warm_pool(self.b, asg_name, warm)
                 self._instances[warm].state, self._instances[warm].due = "Pending", self._after(self.delays.warm_start_s)
@@ -439,7 +471,7 @@ class World:
         warm = mp.warm_instances(asg_name)
         if len(warm) < wanted and now >= self._next_launch_attempt.get(asg_name, 0.0):
             itype = self._launch_type(pool_name, asg_name)
-            if self._no_capacity(itype):
+            if self._launch_failure(itype) is not None:
                 self._next_launch_attempt[asg_name] = self._after(self.delays.capacity_retry_s)
                 return
             instance_id = mp.launch_into_warm_pool(self.b, asg_name)
