@@ -168,8 +168,8 @@ def test_each_class_of_failed_launch_moves_on_or_stops_the_ladder_and_every_atte
 
 
 @pytest.mark.parametrize(("fault", "says"), [
-    ("vcpu-limit", 'quota: VcpuLimitExceeded, Service Quotas L-DB2E81BA "Running On-Demand G and VT instances", counted in vCPUs, limit 0'),
-    ("instance-limit", "quota: InstanceLimitExceeded, Service Quotas L-DB2E81BA"),
+    ("vcpu-limit", 'quota: VcpuLimitExceeded, Service Quotas L-DB2E81BA "Running On-Demand G and VT instances", limit 0 vCPUs'),
+    ("instance-limit", 'quota: InstanceLimitExceeded, Service Quotas L-DB2E81BA "Running On-Demand G and VT instances", limit 0 instances'),
     ("launch-template", "launch-config (InvalidParameterValue): Could not launch On-Demand Instances. InvalidParameterValue - Value (arn:aws:iam::"),
     ("ami", "launch-config (InvalidAMIID.NotFound): Could not launch On-Demand Instances. InvalidAMIID.NotFound - The image id '[ami-"),
 ])

@@ -65,10 +65,10 @@ def test_a_quota_is_named_with_its_service_quotas_code_and_the_limit_aws_gave() 
     failure = classify("g7e.12xlarge", VCPU_FLEET)
     assert failure.quota is not None and (failure.quota.code, failure.limit) == ("L-DB2E81BA", 32)
     assert failure.summary() == ('quota: VcpuLimitExceeded, Service Quotas L-DB2E81BA "Running On-Demand G and VT instances", '
-                                 "counted in vCPUs, limit 32")
+                                 "limit 32 vCPUs")
     assert classify("p5.48xlarge", VCPU_PLAIN).summary().startswith("quota: VcpuLimitExceeded, Service Quotas L-417A185B")
     assert classify("x2iedn.xlarge", VCPU_PLAIN).summary() == (
-        "quota: VcpuLimitExceeded, the On-Demand quota of the type's instance bucket, limit 0")
+        "quota: VcpuLimitExceeded, the On-Demand quota of the type's instance bucket, limit 0 vCPUs")
     assert classify("g7e.2xlarge", ICE_FLEET).summary() == "insufficient-capacity (InsufficientInstanceCapacity)"
 
 

@@ -292,7 +292,7 @@ def test_a_spent_vcpu_quota_names_it_and_passes_over_the_alternates_of_its_bucke
                         "Launching EC2 instance failed.", pool="g7e-1gpu")
     with pytest.raises(CapacityUnavailable, match=(
             r'could not launch g7e.2xlarge: quota: VcpuLimitExceeded, Service Quotas L-DB2E81BA "Running On-Demand G and VT '
-            r'instances", counted in vCPUs, limit 0: .*; not tried: g7e.4xlarge, g7e.8xlarge \(the same quota\)$')):
+            r'instances", limit 0 vCPUs: .*; not tried: g7e.4xlarge, g7e.8xlarge \(the same quota\)$')):
         step(deps, "check_capacity", state, "capacity")
     # Nothing was switched: the group stays on the primary type's template for the roll-back.
     assert world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"] == world.registry.pools["g7e-1gpu"].launch_template_id

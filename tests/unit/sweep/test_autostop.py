@@ -237,3 +237,47 @@ def test_a_benchmark_hold_keeps_a_lease_expired_profile_until_it_lapses(deps: Sw
     assert (held.stop, held.reason) == (False, "held")
     deps.clock.sleep(3 * 60)
     assert sweep(deps)[0].reason == "lease-expired"
+
+
+def test_a_sweep_overlapping_another_does_not_stop_the_session_started_after_the_others_stop(deps: SweepDeps) -> None:
+    """Without reserved concurrency two sweeps can run at once. Sweep A decides to stop the READY
+    session; while it reads the model server's gauges, sweep B stops that session (its stop closes)
+    and the user starts the profile again. A must leave the new start alone."""
+    _ready(deps, "nemotron-nano", ready_min_ago=120, lease_min=-1)
+    overlapped: list[Any] = []
+
+    def meanwhile(request: httpx.Request) -> httpx.Response:
+        if not overlapped:
+            overlapped.append(None)
+            [other] = sweep(deps)  # sweep B, inside A's decision
+            assert other.action == "stop-started"
+            deps.sfn.stop_execution(executionArn=other.execution_arn)  # B's stop is over
+            for phase in (Phase.STOPPING, Phase.STOPPED):
+                deps.store.set_phase("nemotron-nano", phase, deps.clock.now(), other.execution_arn)
+            deps.store.set_phase("nemotron-nano", Phase.STARTING, deps.clock.now(), "arn:aws:states:::execution:start:start-nemotron-nano-2")
+        return _alb(request)
+
+    deps.http = httpx.Client(transport=httpx.MockTransport(meanwhile))
+    [outcome] = sweep(deps)  # sweep A
+    assert (outcome.stop, outcome.action, outcome.execution_arn) == (True, "changed", None)
+    # One stop in all (B's), and the new start's record untouched.
+    assert len(deps.sfn.list_executions(stateMachineArn=deps.stop_machine_arn)["executions"]) == 1
+    assert deps.store.get_profile("nemotron-nano").phase == Phase.STARTING
+    # A announced nothing: only B's decision is published.
+    assert [(e["detail-type"], e["detail"]["action"]) for e in _published(deps)] == [("Profile auto-stopped", "stop-started")]
+
+
+def test_two_sweeps_deciding_the_same_stop_at_once_start_one_execution(deps: SweepDeps) -> None:
+    _ready(deps, "nemotron-nano", ready_min_ago=120, lease_min=-1)
+    joined: list[Any] = []
+
+    def meanwhile(request: httpx.Request) -> httpx.Response:
+        if not joined:
+            joined.append(None)
+            joined[0] = sweep(deps)[0]  # sweep B decides and starts while A is deciding
+        return _alb(request)
+
+    deps.http = httpx.Client(transport=httpx.MockTransport(meanwhile))
+    [outcome] = sweep(deps)
+    assert outcome.action == "stop-joined" and outcome.execution_arn == joined[0].execution_arn
+    assert len(deps.sfn.list_executions(stateMachineArn=deps.stop_machine_arn)["executions"]) == 1

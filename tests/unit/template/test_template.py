@@ -238,16 +238,50 @@ def test_a_failed_sweep_lands_in_an_alarmed_dead_letter_queue(template):
               if r["Properties"]["Namespace"] == "AWS/SQS"]
     assert [a["Dimensions"] for a in alarms] == [[{"Name": "QueueName", "Value": {"Fn::GetAtt": ["SweepDeadLetterQueue", "QueueName"]}}]]
     assert alarms[0]["Threshold"] == 1 and alarms[0]["AlarmActions"] == [{"Ref": "AlarmTopic"}]
-    # One sweep at a time.
-    assert resources["SweepFunction"]["Properties"]["ReservedConcurrentExecutions"] == 1
 
 
-def test_bench_worker_concurrency_is_capped_above_a_split_scenario(template):
+class _Refs(dict):
+    """Parameter values given; any other name stands for itself."""
+
+    def __missing__(self, name: str) -> str:
+        return name
+
+
+def _reserved(cfn: dict, setting: str | None) -> dict[str, int]:
+    """Function logical ID -> reserved concurrency in the deployed template, with ReservedConcurrency
+    set to setting (None: its default)."""
+    from servingctl.local.iam import evaluate_conditions, resolve
+
+    default = cfn["Parameters"]["ReservedConcurrency"]["Default"]
+    refs = _Refs({"ReservedConcurrency": setting or default})
+    conditions = evaluate_conditions(cfn, refs)
+    found = {}
+    for name, function in _of_type(cfn, "AWS::Lambda::Function").items():
+        # Resolved in a list: AWS::NoValue drops out, as CloudFormation drops the property.
+        value = resolve([function["Properties"].get("ReservedConcurrentExecutions", {"Ref": "AWS::NoValue"})], refs, conditions)
+        if value:
+            found[name] = int(value[0])
+    return found
+
+
+def test_no_concurrency_is_reserved_by_default_so_a_new_account_can_deploy(cfn):
+    # Lambda keeps 100 of the account's concurrency unreserved: a new account's quota (often 10)
+    # leaves nothing to reserve. The parameter's allowed values are the two settings.
+    parameter = cfn["Parameters"]["ReservedConcurrency"]
+    assert (parameter["Default"], parameter["AllowedValues"]) == ("off", ["off", "on"])
+    assert _reserved(cfn, None) == {} and _reserved(cfn, "off") == {}
+
+
+def test_reserved_concurrency_on_gives_the_sweep_one_and_caps_the_bench_worker_above_a_split_scenario(cfn):
     from servingctl.benchmarks.matrix import MAX_WORKERS
 
-    reserved = template["Resources"]["BenchWorkerFunction"]["Properties"]["ReservedConcurrentExecutions"]
+    reserved = _reserved(cfn, "on")
+    assert set(reserved) == {"SweepFunction", "BenchWorkerFunction"} and reserved["SweepFunction"] == 1
     # A split scenario starts MAX_WORKERS shards at the same instant: a cap below it would throttle one.
-    assert MAX_WORKERS <= reserved <= 4 * MAX_WORKERS
+    assert MAX_WORKERS <= reserved["BenchWorkerFunction"] <= 4 * MAX_WORKERS
+    # What README and the parameter tell a user about the account quota it then needs.
+    needed = 100 + sum(reserved.values())
+    assert f"under {needed}" in " ".join(cfn["Parameters"]["ReservedConcurrency"]["Description"].split())
 
 
 def test_flows_that_end_aborted_timed_out_or_failed_reach_the_reconciler(template):

@@ -15,6 +15,11 @@ Gauges: an unreadable /metrics is "unknown" and decides nothing (RequestCount al
 
 Each profile is decided and acted on alone: an exception is logged and reported as that profile's
 outcome (action "error"), and the sweep goes on with the others.
+
+Sweeps may run at once (the function has no reserved concurrency by default): two that decide the
+same stop start it under the same name and input, which Step Functions answers with one execution;
+and each re-reads the record just before starting a stop, leaving a profile whose record moved since
+its decision (stopped and started again by someone else meanwhile) to the next sweep.
 """
 
 from __future__ import annotations
@@ -81,7 +86,7 @@ class Outcome(BaseModel):
     stop: bool
     reason: str
     detail: str
-    action: str  # "stop-started", "stop-joined", "stop-running", "would-stop", "kept", "error"
+    action: str  # "stop-started", "stop-joined", "stop-running", "changed", "would-stop", "kept", "error"
     execution_arn: str | None = None
     requests_in_idle_window: int | None = None
     active_requests: int | None = None
@@ -175,8 +180,13 @@ def _decide(deps: SweepDeps, name: str, state: ProfileState, now: datetime) -> t
     return decision, requests
 
 
-def _act(deps: SweepDeps, name: str, state: ProfileState, poll: Poll | None) -> tuple[str, str]:
-    """Start (or join) the stop; a stop someone else already runs is left alone."""
+def _act(deps: SweepDeps, name: str, state: ProfileState, poll: Poll | None) -> tuple[str, str | None]:
+    """Start (or join) the stop; a stop someone else already runs is left alone, and so is a profile
+    whose record moved since the decision (action "changed")."""
+    # Sweeps may overlap (no reserved concurrency): one that decided on this READY session while
+    # another stopped it, and someone started the profile again, must not stop the new session.
+    if deps.store.get_profile(name).updated_at != state.updated_at:
+        return "changed", None
     running = running_execution(deps.sfn, deps.stop_machine_arn, "stop", name)
     if running is not None:
         own = running["name"] in attempt_names("stop", name, auto_stop_parts(state))
@@ -202,7 +212,7 @@ def _one(deps: SweepDeps, name: str, now: datetime, dry_run: bool, poll: Poll | 
         action, arn = _act(deps, name, state, poll)
     outcome = Outcome(**decision.model_dump(), action=action, execution_arn=arn, requests_in_idle_window=requests,
                       requested_by=deps.identity)
-    if not dry_run:
+    if not dry_run and action != "changed":  # a moved record: the next sweep decides and announces
         detail = outcome.model_dump(mode="json", exclude={"published"}) | {"at": now.isoformat(), "ready_execution": state.execution}
         if decision.stopping_soon and decision.next_stop is not None:
             events.publish(deps.events, events.STOPPING_SOON, stopping_soon_detail(decision, now) | detail)

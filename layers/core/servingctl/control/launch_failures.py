@@ -104,11 +104,12 @@ class LaunchFailure:
     limit: int | None = None
 
     def summary(self) -> str:
-        """The class with what names it, e.g. "quota: VcpuLimitExceeded, Service Quotas L-DB2E81BA ... (limit 0)"."""
+        """The class with what names it, e.g. 'quota: VcpuLimitExceeded, Service Quotas L-DB2E81BA "...", limit 0 vCPUs'."""
         if self.kind == "quota":
-            which = (f"Service Quotas {self.quota.code} \"{self.quota.name}\", counted in vCPUs" if self.quota
+            which = (f"Service Quotas {self.quota.code} \"{self.quota.name}\"" if self.quota
                      else "the On-Demand quota of the type's instance bucket")
-            limit = f", limit {self.limit}" if self.limit is not None else ""
+            unit = {"VcpuLimitExceeded": " vCPUs", "InstanceLimitExceeded": " instances"}.get(self.code or "", "")
+            limit = f", limit {self.limit}{unit}" if self.limit is not None else ""
             return f"quota: {self.code}, {which}{limit}"
         return f"{self.kind} ({self.code})" if self.code else self.kind
 

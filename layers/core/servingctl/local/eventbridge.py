@@ -10,7 +10,9 @@
 - Stopping an execution stops the child a `states:startExecution.sync` Task of it started and is
   still waiting for (Step Functions does; moto does not).
 
-Deliveries run one at a time, like the sweep function's reserved concurrency of 1.
+Deliveries run as Lambda runs the sweep function's asynchronous invocations: at once (each in an
+execution environment of its own), or one at a time when the template reserves it a concurrency of
+1; the twin reads the template under its parameters' defaults (ReservedConcurrency "off": at once).
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from typing import Any
 
 import yaml
 
+from servingctl.local import iam
+
 STATUS_CHANGE = "Step Functions Execution Status Change"
-SCHEDULE, RULE = "SweepSchedule", "FlowEndedRule"
+SCHEDULE, RULE, FUNCTION = "SweepSchedule", "FlowEndedRule", "SweepFunction"
 RATE_UNITS_S = {"minute": 60, "minutes": 60, "hour": 3600, "hours": 3600, "day": 86400, "days": 86400}
 POLL_S = 0.2  # real seconds between looks at the executions' statuses
 
@@ -73,6 +77,7 @@ class Wiring:
     rate_s: float
     schedule_input: dict[str, Any]
     pattern: dict[str, Any]
+    concurrency: int | None = None  # the sweep function's reserved concurrency (None: unreserved)
 
 
 def rate_seconds(expression: str) -> float:
@@ -85,7 +90,8 @@ def rate_seconds(expression: str) -> float:
 
 def read_wiring(template: Path, machines: Mapping[str, str]) -> Wiring:
     """The sweep's schedule and status-change rule from template.yaml; machines: ASL file stem -> twin ARN."""
-    resources = load_template(template)["Resources"]
+    document = load_template(template)
+    resources = document["Resources"]
     by_logical_id = {
         name: machines[Path(r["Properties"]["DefinitionUri"]).name.removesuffix(".asl.json")]
         for name, r in resources.items() if r["Type"] == "AWS::Serverless::StateMachine"
@@ -102,7 +108,16 @@ def read_wiring(template: Path, machines: Mapping[str, str]) -> Wiring:
 
     schedule = resources[SCHEDULE]["Properties"]
     return Wiring(rate_s=rate_seconds(schedule["ScheduleExpression"]), schedule_input=json.loads(schedule["Target"]["Input"]),
-                  pattern=resolve(resources[RULE]["Properties"]["EventPattern"]))
+                  pattern=resolve(resources[RULE]["Properties"]["EventPattern"]), concurrency=reserved_concurrency(document))
+
+
+def reserved_concurrency(document: Mapping[str, Any]) -> int | None:
+    """The sweep function's ReservedConcurrentExecutions under the parameters' defaults (None: none)."""
+    defaults = {name: p.get("Default") for name, p in (document.get("Parameters") or {}).items()}
+    conditions = iam.evaluate_conditions(document, defaults)
+    value = document["Resources"][FUNCTION]["Properties"].get("ReservedConcurrentExecutions", {"Ref": "AWS::NoValue"})
+    found = iam.resolve([value], defaults, conditions)  # in a list: AWS::NoValue drops out
+    return int(found[0]) if found else None
 
 
 def matches(pattern: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
@@ -164,7 +179,9 @@ class EventBridge:
         self._statuses: dict[str, str] = {}
         self._queue: queue.Queue[Delivery | None] = queue.Queue()
         self._stop = threading.Event()
-        self._running = threading.Lock()  # held while the function runs a delivery
+        # Deliveries in progress and holds (held()); a delivery starts when nothing holds and a slot is free.
+        self._slots = threading.Condition()
+        self._active = self._holds = 0
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -175,18 +192,27 @@ class EventBridge:
             thread.start()
 
     def stop(self) -> None:
-        """Stop every thread (a delivery in progress finishes first)."""
+        """Stop every thread (deliveries in progress finish first)."""
         self._stop.set()
         self._queue.put(None)
         for thread in self._threads:
             thread.join(timeout=60)
+        with self._slots:
+            self._slots.wait_for(lambda: self._active == 0, timeout=60)
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
-        """No delivery runs inside (one in progress finishes first; those due wait in the queue), so
+        """No delivery runs inside (those in progress finish first; those due wait in the queue), so
         a test can change the world in several calls and the next sweep sees all of them."""
-        with self._running:
+        with self._slots:
+            self._holds += 1
+            self._slots.wait_for(lambda: self._active == 0)
+        try:
             yield
+        finally:
+            with self._slots:
+                self._holds -= 1
+                self._slots.notify_all()
 
     def deliveries_of(self, kind: str) -> list[Delivery]:
         """The deliveries of one kind, oldest first."""
@@ -202,13 +228,25 @@ class EventBridge:
             self._enqueue("schedule", dict(self.wiring.schedule_input))
 
     def _work(self) -> None:
+        """Hand each delivery, in order, to an invocation of its own once a slot is free."""
+        limit = self.wiring.concurrency
         while (delivery := self._queue.get()) is not None:
-            with self._running:
-                delivery.started = time.monotonic()
-                payload, error = self.invoke(json.dumps(delivery.event).encode())
-                delivery.answer, delivery.error, delivery.done = json.loads(payload or b"null"), error, time.monotonic()
+            with self._slots:
+                self._slots.wait_for(lambda: self._holds == 0 and (limit is None or self._active < limit))
+                self._active += 1
+            threading.Thread(target=self._deliver, args=(delivery,), name="servingctl-eventbridge-delivery", daemon=True).start()
+
+    def _deliver(self, delivery: Delivery) -> None:
+        try:
+            delivery.started = time.monotonic()
+            payload, error = self.invoke(json.dumps(delivery.event).encode())
+            delivery.answer, delivery.error, delivery.done = json.loads(payload or b"null"), error, time.monotonic()
             if error:
                 log.warning("sweep %s delivery failed: %s", delivery.kind, payload[:500])
+        finally:
+            with self._slots:
+                self._active -= 1
+                self._slots.notify_all()
 
     def _watch(self) -> None:
         while not self._stop.wait(POLL_S):

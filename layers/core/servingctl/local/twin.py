@@ -896,6 +896,8 @@ class Twin:
         [cluster] = sorted({p.cluster for p in registry.profiles.values()})
         arn = f"arn:aws:{{}}:{self.region}:{ACCOUNT_ID}:{{}}".format
         refs: dict[str, Any] = {
+            # A parameter the twin gives no value of its own takes its default, as a deploy without it does.
+            **{name: p["Default"] for name, p in (template.get("Parameters") or {}).items() if "Default" in p},
             "AWS::Partition": "aws", "AWS::Region": self.region, "AWS::AccountId": ACCOUNT_ID,
             "AWS::StackName": "servingctl", "AWS::URLSuffix": "amazonaws.com",
             "RegistryParameterName": SSM_PARAMETER, "RegistryParameterArn": arn("ssm", "parameter" + SSM_PARAMETER),
