@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from servingctl.control.history import EXECUTION_EVENTS, state_events, worst_case_events
 from servingctl.local.moto_patches import HISTORY_LIMIT, PAYLOAD_LIMIT_BYTES
 from servingctl.local.twin import Twin
 
@@ -81,6 +82,8 @@ def test_an_execution_whose_event_25000_is_its_success_succeeds(twin: Twin) -> N
     assert result.status == "SUCCEEDED", result.describe
     assert len(result.history) == HISTORY_LIMIT
     assert result.history[-1]["type"] == "ExecutionSucceeded"
+    # servingctl.control.history's count of the same loop: its last round is one Choice short of a full one.
+    assert worst_case_events(LOOP_ASL, {"Loop": rounds_for(HISTORY_LIMIT)}, {}) == HISTORY_LIMIT + 2
 
 
 def test_an_execution_past_25000_events_fails_with_the_history_limit_and_no_catch(twin: Twin) -> None:
@@ -107,6 +110,9 @@ def test_a_state_input_of_exactly_256_kib_after_parameters_is_accepted(twin: Twi
     result = twin.run(machine, {"blob": blob, "answer": 0})
     assert result.status == "SUCCEEDED", result.describe
     assert result.output["sent"] == {"size": len(blob)}
+    # A Task with no Retry, as servingctl.control.history counts it: entered, scheduled, started, succeeded, exited.
+    send = payload_asl([])["States"]["Send"]
+    assert len(result.history) == EXECUTION_EVENTS + state_events(send, {}) == 7
 
 
 def test_a_state_input_one_byte_past_256_kib_fails_the_execution_through_a_states_all_catch(twin: Twin) -> None:
