@@ -909,11 +909,17 @@ def _public_lag() -> timedelta | None:
     return lag[0]
 
 
+def _utc(moment: datetime) -> datetime:
+    """moto stamps StopExecution with a naive UTC time, everything else with an aware one."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
 def _lagged(execution: Any, lag: timedelta, now: datetime) -> tuple[str, datetime | None] | None:
     """(status, stop date) a lagging read shows for the execution; None while it is not visible yet."""
-    if now - execution.start_date < lag:
+    if now - _utc(execution.start_date) < lag:
         return None
-    if execution.status != ExecutionStatus.RUNNING and execution.stop_date is not None and now - execution.stop_date < lag:
+    stopped = execution.stop_date
+    if execution.status != ExecutionStatus.RUNNING and stopped is not None and now - _utc(stopped) < lag:
         return ExecutionStatus.RUNNING.value, None
     return str(execution.status), execution.stop_date
 
