@@ -45,7 +45,6 @@ from moto.ecs.models import EC2ContainerServiceBackend, Service, Task, ecs_backe
 from moto.elbv2.models import ELBv2Backend, FakeHealthStatus, FakeTargetGroup, elbv2_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from moto.s3.models import S3Backend, s3_backends
-from moto.stepfunctions.parser import quotas as sfn_quotas
 from moto.stepfunctions.parser.api import ExecutionFailedEventDetails, HistoryEventType, TaskFailedEventDetails
 from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
@@ -842,8 +841,13 @@ def _evaluation_environment(self: ExecutionWorker) -> Any:
 def within_payload_quota(value: Any) -> bool:
     """True when the JSON text of value (value itself when a string) is at most 256 KiB in UTF-8 (moto
     refused a payload of exactly 256 KiB)."""
-    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_text)
     return len(text.encode("utf-8")) <= PAYLOAD_LIMIT_BYTES
+
+
+def _json_text(value: Any) -> str:
+    """A value JSON has no type for, as the interpreter writes it ($$.Execution.StartTime: ISO text)."""
+    return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
 def _task_parameters(self: StateTask, env: Any) -> dict[str, Any]:
