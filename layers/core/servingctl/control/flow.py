@@ -16,6 +16,8 @@ from servingctl.store.base import LockConflict
 from servingctl.store.models import Lock, Phase, Session, iso, pool_lock, profile_lock
 
 ACTIVE_PHASES = frozenset({Phase.STARTING, Phase.READY, Phase.STOPPING})
+# An execution's closed statuses: once DescribeExecution shows one, it never changes again.
+CLOSED_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
 
 
 def config_of(state: dict[str, Any]) -> StartConfig | StopConfig:
@@ -32,13 +34,18 @@ def lock_names(config: StartConfig | StopConfig) -> list[str]:
 
 
 def owner_running(deps: Deps, owner: str) -> bool:
-    """True while the lock owner's execution is RUNNING; one Step Functions no longer knows is not."""
+    """False only when DescribeExecution of the owner's execution shows it closed. That read is
+    eventually consistent: it may still say RUNNING for a moment after the end (the next round takes
+    the lock) or not know an execution that just started (ExecutionDoesNotExist), so unknown counts as
+    running; a closed status is final, so it confirms the end. Only a live lease comes here: an owner
+    that stopped renewing loses the lock when its lease runs out."""
     try:
-        return deps.stepfunctions.describe_execution(executionArn=owner)["status"] == "RUNNING"
+        status = deps.stepfunctions.describe_execution(executionArn=owner)["status"]
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
-            return False
+            return True
         raise
+    return status not in CLOSED_STATUSES
 
 
 def take_locks(deps: Deps, config: StartConfig | StopConfig, execution: str) -> tuple[list[Lock], list[str]]:

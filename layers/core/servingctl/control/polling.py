@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from servingctl.control.history import min_wait_s
 from servingctl.shared.clock import Clock
 from servingctl.shared.errors import DeadlineExceeded
 from servingctl.shared.settings import Poll
@@ -59,7 +60,9 @@ def run_check(
     probe: Probe,
     watch_budget_s: float = 0.0,
 ) -> dict[str, Any]:
-    """Probe once; when not ready, raise past the deadline or answer with the next wait.
+    """Probe once; when not ready, raise past the deadline or answer with the next wait: the poll's
+    back-off, but never shorter than min_wait_s(deadline_s), so the loop runs at most MAX_LOOP_ROUNDS
+    rounds and its flow's history stays under Step Functions' 25,000 events (servingctl.control.history).
 
     With a watch budget, the check keeps probing every poll.interval_s inside this invocation for up
     to the computed wait, so the loop notices readiness within one interval without extra state
@@ -73,7 +76,8 @@ def run_check(
         elapsed = (now - progress.since).total_seconds()
         if elapsed >= deadline_s:
             raise DeadlineExceeded(f"{what} not reached within {deadline_s} s: {detail}")
-        wait = min(backoff_wait(poll, progress.attempt), max(1, math.ceil(deadline_s - elapsed)))
+        paced = max(backoff_wait(poll, progress.attempt), min_wait_s(deadline_s))
+        wait = min(paced, max(1, math.ceil(deadline_s - elapsed)))
         watched, watch_for = 0, min(wait, int(watch_budget_s))
         while not ready and watched < watch_for:
             pause = min(poll.interval_s, watch_for - watched)

@@ -4,7 +4,8 @@ A GPU left running by a flow that died (aborted from the console, timed out, a R
 itself, a run_benchmark aborted with its child start) is found from what is recorded and what
 Step Functions, ECS and Auto Scaling say. A profile is stopped through stop_profile when
 
-- lock-owner-ended: its lock is held by an execution that is no longer RUNNING (DescribeExecution);
+- lock-owner-ended: its lock is held by an execution that DescribeExecution (or the status-change
+  event) shows closed, or that Step Functions does not know once the lock's lease ran out;
   that owner's locks are released first (conditionally on that owner), so the stop does not wait
   for their lease;
 - phase-stuck: it is STARTING or STOPPING and no start or stop of it is running;
@@ -16,6 +17,10 @@ Step Functions, ECS and Auto Scaling say. A profile is stopped through stop_prof
 - session-open: it is FAILED with nothing running and its ledger session still open.
 
 Nothing is done while a start or stop of the profile is running: that execution owns the outcome.
+ListExecutions and DescribeExecution are eventually consistent (a just-started execution missing, a
+just-ended one still RUNNING): only a closed status, which is final, makes an execution dead here;
+anything unsure counts as running, so a lagging read delays a repair to the next look, never stops a
+live start (see _running).
 The stop runs under an idempotent name derived from the reason and its evidence, so the sweep and
 the status-change event that find the same fault join one stop; the reason is published as a
 "Profile reconciled" event and written to the record (reconciled_at, reconcile_reason).
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -37,9 +43,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from servingctl.control import aws, events
 from servingctl.control.deps import Deps
 from servingctl.control.executions import execution_status, is_execution_of, running_execution, start_fresh
-from servingctl.control.flow import pool_users
+from servingctl.control.flow import CLOSED_STATUSES, pool_users
 from servingctl.shared.settings import Poll
-from servingctl.store.models import Phase, ProfileState, pool_lock, profile_lock
+from servingctl.store.models import Lock, Phase, ProfileState, pool_lock, profile_lock
 
 Reason = Literal["lock-owner-ended", "phase-stuck", "stop-failed", "capacity-unexplained", "session-open", "consistent",
                  "execution-running"]
@@ -149,15 +155,38 @@ def _failed_stop(deps: ReconcileDeps, name: str, state: ProfileState, now: datet
     return None
 
 
-def observe(deps: ReconcileDeps, name: str, *, failed_stop: str | None = None) -> Evidence:
+def _running(deps: ReconcileDeps, name: str, state: ProfileState, lock: Lock | None, owner_status: str | None,
+             status_of: Callable[[str], str], now: datetime) -> str | None:
+    """A start or stop of the profile that may be running. ListExecutions and DescribeExecution are
+    eventually consistent: a listed RUNNING execution counts unless its own DescribeExecution (or the
+    status-change event) shows it closed, a closed status being final; the execution that set the
+    phase counts when DescribeExecution says RUNNING though the list has not caught up; the lock's
+    owner counts while RUNNING, or while Step Functions does not know it yet and its lease is live."""
+    for action in ("start", "stop"):
+        listed = running_execution(deps.sfn, deps.machines[action], action, name)
+        if listed is not None and status_of(listed["executionArn"]) not in CLOSED_STATUSES:
+            return str(listed["executionArn"])
+    if state.phase in (Phase.STARTING, Phase.STOPPING) and state.execution and status_of(state.execution) == "RUNNING":
+        return state.execution
+    if lock is not None and (owner_status == "RUNNING" or (owner_status == "MISSING" and lock.live(now))):
+        return lock.owner
+    return None
+
+
+def observe(deps: ReconcileDeps, name: str, *, failed_stop: str | None = None, closed: Mapping[str, str] | None = None) -> Evidence:
     """Read the record, then the executions, then ECS and Auto Scaling (in that order: a flow that
-    raises capacity is RUNNING before it does, and records its phase first)."""
+    raises capacity is RUNNING before it does, and records its phase first). closed: statuses already
+    known final (a status-change event's), which a lagging read must not contradict."""
     steps, now = deps.steps, deps.steps.clock.now()
+    known = dict(closed or {})
+
+    def status_of(arn: str) -> str:
+        return known[arn] if arn in known else known.setdefault(arn, execution_status(deps.sfn, arn))
+
     state = steps.store.get_profile(name)
     lock = steps.store.get_lock(profile_lock(name))
-    owner_status = execution_status(deps.sfn, lock.owner) if lock else None
-    running = next((r["executionArn"] for action in ("start", "stop")
-                    if (r := running_execution(deps.sfn, deps.machines[action], action, name)) is not None), None)
+    owner_status = status_of(lock.owner) if lock else None
+    running = _running(deps, name, state, lock, owner_status, status_of, now)
     if failed_stop is None and state.phase in (Phase.READY, Phase.FAILED):
         failed_stop = _failed_stop(deps, name, state, now)
     spec = steps.profile(name)
@@ -193,13 +222,15 @@ def act(deps: ReconcileDeps, seen: Evidence, repair: Repair, poll: Poll | None =
 
 
 def reconcile(deps: ReconcileDeps, profiles: list[str] | None = None, *, trigger: str = "sweep",
-              failed_stop: str | None = None, dry_run: bool = False, poll: Poll | None = None) -> list[Repair]:
+              failed_stop: str | None = None, dry_run: bool = False, poll: Poll | None = None,
+              closed: Mapping[str, str] | None = None) -> list[Repair]:
     """Observe, decide and act for each profile (all of them by default; dry_run: decide only), each
-    on its own: an exception is logged and reported as that profile's repair (action "error")."""
+    on its own: an exception is logged and reported as that profile's repair (action "error").
+    closed: execution ARN -> a closed status already known (see observe)."""
     repairs = []
     for name in sorted(profiles if profiles is not None else deps.steps.registry.profiles):
         try:
-            seen = observe(deps, name, failed_stop=failed_stop)
+            seen = observe(deps, name, failed_stop=failed_stop, closed=closed)
             repair = decide(seen).model_copy(update={"trigger": trigger})
             if repair.stop:
                 repair = repair.model_copy(update={"action": "would-stop"}) if dry_run else act(deps, seen, repair, poll)
@@ -240,4 +271,7 @@ def on_status_change(deps: ReconcileDeps, event: dict[str, Any], poll: Poll | No
     failed = None
     if is_stop and deps.sfn.describe_execution(executionArn=change.executionArn).get("error") not in INPUT_ERRORS:
         failed = change.executionArn
-    return reconcile(deps, [profile], trigger=trigger, failed_stop=failed, poll=poll)
+    # The event's closed status is final: a DescribeExecution or ListExecutions lagging behind it
+    # (still RUNNING) must not keep the dead execution's lock for another sweep.
+    closed = {change.executionArn: change.status} if change.status in CLOSED_STATUSES else None
+    return reconcile(deps, [profile], trigger=trigger, failed_stop=failed, poll=poll, closed=closed)

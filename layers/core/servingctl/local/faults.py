@@ -25,12 +25,18 @@ FAULTS: dict[str, str] = {
     "throttle-once": "the first call of each of a few APIs answers a throttling error",
     "roll-back-fails": "every RollBack of start_profile fails (its DynamoDB writes answer an internal error)",
     "prepare-stop-fails-once": "the next PrepareStop of stop_profile fails (its DynamoDB read answers an internal error)",
+    "executions-lag": "ListExecutions and DescribeExecution lag as AWS says they may (eventually consistent): an execution "
+    "started less than 5 s ago is missing (DescribeExecution: ExecutionDoesNotExist), one closed less than that ago "
+    "still RUNNING; Step Functions' own reads (.sync) and status-change events do not lag (executions-lag=SECONDS: that lag)",
 }
 # Faults that may name what they apply to after "=": the pattern of the argument and what it is.
 FAULT_ARGUMENTS: dict[str, tuple[str, str]] = {
     "capacity-unavailable": (r"^[a-z0-9-]+\.[a-z0-9]+(:(" + "|".join(LAUNCH_FAILURES) + "))?$",
                              "an EC2 instance type, optionally :CLASS (" + ", ".join(LAUNCH_FAILURES) + "), e.g. g7e.2xlarge:vcpu-limit"),
+    "executions-lag": (r"^\d+(\.\d+)?$", "seconds, e.g. 5 or 2.5"),
 }
+# The executions-lag fault's lag when it names none (seconds of the twin's clock).
+EXECUTIONS_LAG_S = 5.0
 
 
 def check_fault(raw: str) -> str:
@@ -42,3 +48,12 @@ def check_fault(raw: str) -> str:
     if sep and not re.match(FAULT_ARGUMENTS[name][0], argument):
         raise ValueError(f"fault {name}: {argument!r} is not {FAULT_ARGUMENTS[name][1]}")
     return raw
+
+
+def execution_lag_s(faults: frozenset[str]) -> float | None:
+    """The read lag the executions-lag fault asks for (None when it is off)."""
+    for fault in faults:
+        name, sep, argument = fault.partition("=")
+        if name == "executions-lag":
+            return float(argument) if sep else EXECUTIONS_LAG_S
+    return None

@@ -10,7 +10,11 @@ PascalCase Parameters of `states:` Tasks (startExecution.sync:2) to boto3's name
 with Failures; and its StopExecution leaves the execution RUNNING until the state in flight ends,
 where AWS answers ABORTED at once (the Task's result is then dropped); its DynamoDB, serving
 requests in threads, lets a read see an item half-written by UpdateItem (DynamoDB writes an item
-atomically). The twin's world
+atomically). Its Step Functions also lacks AWS's quotas and read consistency: no execution ends at
+25,000 history events, States.ALL catches States.DataLimitExceeded, a state's input after Parameters
+is never measured, a payload of exactly 256 KiB is refused, and ListExecutions/DescribeExecution
+always answer the latest state (the executions-lag fault makes them lag as AWS documents they may).
+The twin's world
 simulator plays those parts instead, through the accessors below. Nothing else in servingctl imports moto internals: when moto changes,
 `check_moto()` (and tests/unit/local/test_moto_patches.py) fail loudly here, in one place.
 """
@@ -22,8 +26,9 @@ import json
 import threading
 import uuid
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from http import HTTPStatus
 from typing import Any
 
@@ -40,7 +45,18 @@ from moto.ecs.models import EC2ContainerServiceBackend, Service, Task, ecs_backe
 from moto.elbv2.models import ELBv2Backend, FakeHealthStatus, FakeTargetGroup, elbv2_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from moto.s3.models import S3Backend, s3_backends
-from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
+from moto.stepfunctions.parser.api import ExecutionFailedEventDetails, HistoryEventType, TaskFailedEventDetails
+from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import StatesErrorNameType
+from moto.stepfunctions.parser.asl.component.state import state as sfn_state
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_lambda as sfn_state_task_lambda
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service as sfn_state_task_service
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task import StateTask
+from moto.stepfunctions.parser.asl.eval.event.event_manager import EventHistoryContext, EventManager
+from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+from moto.stepfunctions.exceptions import ExecutionDoesNotExist
+from moto.stepfunctions.responses import StepFunctionResponse
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
 from moto.stepfunctions.parser.asl.component.common.error_name.error_name import ErrorName
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import iteration_worker
@@ -103,6 +119,14 @@ PATCHED: dict[str, tuple[object, str, tuple[str, ...]]] = {
     "BaseExecutionWorkerCommunication._reflect_execution_status": (
         BaseExecutionWorkerCommunication, "_reflect_execution_status", ("self",)
     ),
+    "ExecutionWorker._get_evaluation_environment": (ExecutionWorker, "_get_evaluation_environment", ("self",)),
+    "ErrorEqualsDecl._eval_body": (ErrorEqualsDecl, "_eval_body", ("self", "env")),
+    "StateTask._eval_parameters": (StateTask, "_eval_parameters", ("self", "env")),
+    "state.is_within_size_quota": (sfn_state, "is_within_size_quota", ("value",)),
+    "state_task_service.is_within_size_quota": (sfn_state_task_service, "is_within_size_quota", ("value",)),
+    "state_task_lambda.is_within_size_quota": (sfn_state_task_lambda, "is_within_size_quota", ("value",)),
+    "StepFunctionResponse.describe_execution": (StepFunctionResponse, "describe_execution", ("self",)),
+    "StepFunctionResponse.list_executions": (StepFunctionResponse, "list_executions", ("self",)),
 }
 # Internals read or called (not replaced) by the accessors below.
 USED: dict[str, tuple[object, str, tuple[str, ...]]] = {
@@ -138,6 +162,10 @@ USED: dict[str, tuple[object, str, tuple[str, ...]]] = {
     "S3Backend.get_object": (
         S3Backend, "get_object", ("self", "bucket_name", "key_name", "version_id", "part_number", "return_delete_marker")
     ),
+    "EventManager.add_event": (
+        EventManager, "add_event", ("self", "context", "event_type", "event_details", "timestamp", "update_source_event_id")
+    ),
+    "EventHistoryContext.__init__": (EventHistoryContext, "__init__", ("self", "previous_event_id")),
 }
 _ORIGINALS: dict[str, Callable[..., Any]] = {}
 _lock = threading.RLock()
@@ -201,6 +229,14 @@ def apply() -> None:
             "state_fail.CustomErrorName": _CarriedErrorName,
             "iteration_worker.CustomErrorName": _CarriedErrorName,
             "BaseExecutionWorkerCommunication._reflect_execution_status": _reflect_execution_status,
+            "ExecutionWorker._get_evaluation_environment": _evaluation_environment,
+            "ErrorEqualsDecl._eval_body": _error_equals,
+            "StateTask._eval_parameters": _task_parameters,
+            "state.is_within_size_quota": within_payload_quota,
+            "state_task_service.is_within_size_quota": within_payload_quota,
+            "state_task_lambda.is_within_size_quota": within_payload_quota,
+            "StepFunctionResponse.describe_execution": _describe_execution,
+            "StepFunctionResponse.list_executions": _list_executions,
         }
         for label, new in replacements.items():
             owner, attr, _ = PATCHED[label]
@@ -214,7 +250,8 @@ def is_applied() -> bool:
 
 
 def reset_world_state() -> None:
-    """Forget target health and scaling activities (moto's own reset does not know them)."""
+    """Forget target health, scaling activities and read lag (moto's own reset does not know them)."""
+    set_execution_lag(None)
     _target_health.clear()
     _activities.clear()
     _warm.clear()
@@ -463,7 +500,11 @@ class MotoServer(ThreadedMotoServer):
         def hooked(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
             answer = self.request_hook(environ) if self.request_hook else None
             if answer is None:
-                return app(environ, start_response)
+                token = _request_environ.set(environ)  # who asks (lagging reads)
+                try:
+                    return app(environ, start_response)
+                finally:
+                    _request_environ.reset(token)
             status, headers, body = answer
             start_response(f"{status} {HTTPStatus(status).phrase}", [*headers.items(), ("Content-Length", str(len(body)))])
             return [body]
@@ -735,7 +776,197 @@ def _stop_execution(self: SfnExecution, stop_date: datetime, error: str | None, 
 
 
 def _reflect_execution_status(self: BaseExecutionWorkerCommunication) -> None:
-    """An execution already ABORTED keeps that status and stop date when its interpreter ends later."""
-    if self.execution.exec_status == ExecutionStatus.ABORTED:
+    """An execution already closed (ABORTED by StopExecution, FAILED at the history limit) keeps that
+    status and stop date when its interpreter ends later."""
+    if self.execution.exec_status != ExecutionStatus.RUNNING:
         return
     _ORIGINALS["BaseExecutionWorkerCommunication._reflect_execution_status"](self)
+
+
+# ---- Step Functions quotas ----------------------------------------------------------------------
+# The history quota. AWS, "Avoid reaching the history quota" (docs.aws.amazon.com/step-functions/latest/
+# dg/bp-history-limit.html): a hard quota of 25,000 events; at 24,999 events the execution waits for
+# the next one: event 25,000 is ExecutionSucceeded (it succeeds) or, whatever else was due, an
+# ExecutionFailed event (it fails). The error and cause as AWS records them, no Catch run, event
+# 25,000 pointing at 24,999: an AWS history quoted in floci-io/floci#2734, the output in loads/ardere#86.
+HISTORY_LIMIT = 25_000
+HISTORY_LIMIT_ERROR = "States.Runtime"
+HISTORY_LIMIT_CAUSE = f"The execution reached the maximum number of history events ({HISTORY_LIMIT})."
+# The payload quota: "Maximum input or output size for a task, state, or execution: 256 KiB of data as
+# a UTF-8 encoded string" (Step Functions service quotas); a payload of exactly that size is within it.
+PAYLOAD_LIMIT_BYTES = 256 * 1024
+DATA_LIMIT_EXCEEDED = "States.DataLimitExceeded"
+
+
+class _CappedEventManager(EventManager):
+    """One execution's history, ended at HISTORY_LIMIT as AWS ends it: event 25,000 is ExecutionFailed
+    unless it is ExecutionSucceeded; the execution is FAILED from that moment (DescribeExecution,
+    ListExecutions), its interpreter halts at once (Wait states wake up), and nothing is recorded after."""
+
+    def __init__(self, env: Any, execution: SfnExecution, logging_session: Any) -> None:
+        super().__init__(cloud_watch_logging_session=logging_session)
+        self._env, self._execution = env, execution
+        self._count = 0
+        self._capped = False
+        self._cap_lock = threading.Lock()
+
+    def add_event(
+        self, context: Any, event_type: Any, event_details: Any = None, timestamp: Any = None, update_source_event_id: bool = True
+    ) -> int:
+        """Record the event, or the ExecutionFailed that takes its place at the limit (none past it)."""
+        with self._cap_lock:
+            if self._capped:
+                return HISTORY_LIMIT
+            self._count += 1
+            if self._count < HISTORY_LIMIT or event_type == HistoryEventType.ExecutionSucceeded:
+                return int(super().add_event(context, event_type, event_details, timestamp, update_source_event_id))
+            self._capped = True
+            details = ExecutionFailedEventDetails(error=HISTORY_LIMIT_ERROR, cause=HISTORY_LIMIT_CAUSE)
+            event_id = int(super().add_event(
+                EventHistoryContext(previous_event_id=HISTORY_LIMIT - 1), HistoryEventType.ExecutionFailed,
+                EventDetails(executionFailedEventDetails=details),
+            ))
+        execution = self._execution
+        execution.error, execution.cause = HISTORY_LIMIT_ERROR, HISTORY_LIMIT_CAUSE
+        execution.stop_date = datetime.now(timezone.utc)
+        execution.exec_status = ExecutionStatus.FAILED
+        self._env.set_error(details)
+        return event_id
+
+
+def _evaluation_environment(self: ExecutionWorker) -> Any:
+    """moto's evaluation environment of an execution, its history capped at HISTORY_LIMIT events (the
+    Map iterations' frames share the root's event manager, so they count in the same history)."""
+    env = _ORIGINALS["ExecutionWorker._get_evaluation_environment"](self)
+    execution = self._execution_communication.execution
+    env.event_manager = _CappedEventManager(env, execution, self._cloud_watch_logging_session)
+    return env
+
+
+def within_payload_quota(value: Any) -> bool:
+    """True when the JSON text of value (value itself when a string) is at most 256 KiB in UTF-8 (moto
+    refused a payload of exactly 256 KiB)."""
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_text)
+    return len(text.encode("utf-8")) <= PAYLOAD_LIMIT_BYTES
+
+
+def _json_text(value: Any) -> str:
+    """A value JSON has no type for, as the interpreter writes it ($$.Execution.StartTime: ISO text)."""
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+def _task_parameters(self: StateTask, env: Any) -> dict[str, Any]:
+    """A Task's effective input after Parameters, over the payload quota, fails the state with
+    States.DataLimitExceeded ("When, after Parameters processing, the input of a state is larger than
+    the payload size quota", Step Functions' error names); moto never measured it. The cause's wording
+    is the twin's: AWS documents the condition, not its text."""
+    parameters: dict[str, Any] = _ORIGINALS["StateTask._eval_parameters"](self, env)
+    if within_payload_quota(parameters):
+        return parameters
+    cause = f"The state/task '{self.name}' has an input with a size exceeding the maximum number of bytes service limit."
+    raise FailureEventException(
+        failure_event=FailureEvent(
+            env=env,
+            error_name=StatesErrorName(typ=StatesErrorNameType.StatesStatesDataLimitExceeded),
+            event_type=HistoryEventType.TaskFailed,
+            event_details=EventDetails(taskFailedEventDetails=TaskFailedEventDetails(error=DATA_LIMIT_EXCEEDED, cause=cause)),
+        )
+    )
+
+
+def _error_equals(self: ErrorEqualsDecl, env: Any) -> None:
+    """States.ALL matches every error but States.DataLimitExceeded, "a terminal error that can't be
+    caught by the States.ALL error type" (Step Functions' error names): only a Retrier or Catcher that
+    names it matches it (moto's States.ALL matched it too)."""
+    error_name = env.stack[-1]
+    if isinstance(error_name, ErrorName) and error_name.error_name == DATA_LIMIT_EXCEEDED:
+        env.stack.pop()
+        env.stack.append(any(name.error_name == DATA_LIMIT_EXCEEDED for name in self.error_names))
+        return
+    _ORIGINALS["ErrorEqualsDecl._eval_body"](self, env)
+
+
+# ---- eventual consistency of the read APIs ------------------------------------------------------
+# ListExecutions and DescribeExecution: "This operation is eventually consistent. The results are best
+# effort and may not reflect very recent updates and changes." (Step Functions API reference of each).
+# With a lag set (the executions-lag fault), a public read does not see an execution started less than
+# the lag ago (DescribeExecution: ExecutionDoesNotExist) and sees one that closed less than the lag ago
+# still RUNNING. Step Functions' own reads are not public: the interpreter's (.sync integrations; its
+# boto clients sign with access key "ak", moto's boto_client_for) and the twin's AWS-side agents (the
+# world, EventBridge's status-change events), which name themselves in their User-Agent.
+INTERPRETER_ACCESS_KEY = "ak"
+_lag: tuple[timedelta, str] | None = None  # (lag, User-Agent token of the exempt agents)
+_request_environ: ContextVar[dict[str, Any] | None] = ContextVar("servingctl_moto_request", default=None)
+
+
+def set_execution_lag(seconds: float | None, exempt_agent: str = "") -> None:
+    """Make public ListExecutions/DescribeExecution lag by seconds (None: consistent again); requests
+    whose User-Agent holds exempt_agent, and the interpreter's own, see the latest state."""
+    global _lag
+    _lag = None if seconds is None else (timedelta(seconds=seconds), exempt_agent)
+
+
+def _public_lag() -> timedelta | None:
+    """The lag the current request sees (None: consistent)."""
+    lag, environ = _lag, _request_environ.get()
+    if lag is None or environ is None:
+        return None
+    if f"Credential={INTERPRETER_ACCESS_KEY}/" in environ.get("HTTP_AUTHORIZATION", ""):
+        return None
+    if lag[1] and lag[1] in environ.get("HTTP_USER_AGENT", ""):
+        return None
+    return lag[0]
+
+
+def _utc(moment: datetime) -> datetime:
+    """moto stamps StopExecution with a naive UTC time, everything else with an aware one."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
+def _lagged(execution: Any, lag: timedelta, now: datetime) -> tuple[str, datetime | None] | None:
+    """(status, stop date) a lagging read shows for the execution; None while it is not visible yet."""
+    if now - _utc(execution.start_date) < lag:
+        return None
+    stopped = execution.stop_date
+    if execution.status != ExecutionStatus.RUNNING and stopped is not None and now - _utc(stopped) < lag:
+        return ExecutionStatus.RUNNING.value, None
+    return str(execution.status), execution.stop_date
+
+
+def _describe_execution(self: StepFunctionResponse) -> ActionResult:
+    """DescribeExecution, lagging under the executions-lag fault."""
+    lag = _public_lag()
+    if lag is None:
+        return _ORIGINALS["StepFunctionResponse.describe_execution"](self)
+    arn = self._get_param("executionArn")
+    seen = _lagged(self.stepfunction_backend.describe_execution(arn), lag, datetime.now(timezone.utc))
+    if seen is None:
+        raise ExecutionDoesNotExist("Execution Does Not Exist: '" + arn + "'")
+    answer: ActionResult = _ORIGINALS["StepFunctionResponse.describe_execution"](self)
+    result = answer.result
+    assert isinstance(result, dict)
+    if seen[0] == ExecutionStatus.RUNNING.value and result["status"] != ExecutionStatus.RUNNING.value:
+        for key in ("stopDate", "output", "outputDetails", "error", "cause"):
+            result.pop(key, None)
+        result["status"] = seen[0]
+    return answer
+
+
+def _list_executions(self: StepFunctionResponse) -> ActionResult:
+    """ListExecutions, lagging under the executions-lag fault (one page: the twin keeps few executions)."""
+    lag = _public_lag()
+    if lag is None:
+        return _ORIGINALS["StepFunctionResponse.list_executions"](self)
+    arn, wanted = self._get_param("stateMachineArn"), self._get_param("statusFilter")
+    machine = self.stepfunction_backend.describe_state_machine(arn)
+    now, items = datetime.now(timezone.utc), []
+    for execution in sorted(machine.executions, key=lambda e: e.start_date, reverse=True):
+        seen = _lagged(execution, lag, now)
+        if seen is None or (wanted and seen[0] != wanted):
+            continue
+        item = {"executionArn": execution.execution_arn, "name": execution.name, "startDate": execution.start_date,
+                "stateMachineArn": machine.arn, "status": seen[0]}
+        if seen[1] is not None:
+            item["stopDate"] = seen[1]
+        items.append(item)
+    return ActionResult({"executions": items})

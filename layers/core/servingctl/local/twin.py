@@ -48,7 +48,7 @@ from servingctl.local.apigw import ApiGateway
 from servingctl.local.eventbridge import EventBridge, load_template, read_wiring
 from servingctl.local.modelserver import free_port
 from servingctl.local.faults import check_fault
-from servingctl.local.world import PREFETCH_CONTAINER, Delays, World, model_log_group
+from servingctl.local.world import PREFETCH_CONTAINER, WORLD_AGENT, Delays, World, model_log_group
 from servingctl.local.task_iam import TaskIam
 from servingctl.registry.loader import parse_registry
 from servingctl.registry.models import Registry
@@ -505,7 +505,8 @@ class Twin:
         router = self.router
         assert router is not None
         self.eventbridge = EventBridge(
-            self.client("stepfunctions"), read_wiring(template, self.state_machines),
+            # Status-change events come from Step Functions itself: they do not lag (executions-lag).
+            self.client("stepfunctions", internal=True), read_wiring(template, self.state_machines),
             lambda payload: router(function_name("sweep"), payload), region=self.region, account=ACCOUNT_ID,
             time_scale=self.time_scale, deliver=self.sweep,
         )
@@ -558,7 +559,7 @@ class Twin:
         self.stop()
 
     def _stop_executions(self) -> None:
-        sfn = self.client("stepfunctions")
+        sfn = self.client("stepfunctions", internal=True)
         for arn in self.state_machines.values():
             for execution in sfn.list_executions(stateMachineArn=arn, statusFilter="RUNNING")["executions"]:
                 sfn.stop_execution(executionArn=execution["executionArn"], cause="the local twin stopped")
@@ -584,13 +585,14 @@ class Twin:
         """URL of the emulated AWS endpoint."""
         return f"http://{self.host}:{self.port}"
 
-    def client(self, service: str) -> Any:
-        """A boto3 client of service against the twin."""
+    def client(self, service: str, *, internal: bool = False) -> Any:
+        """A boto3 client of service against the twin; internal: the twin's own (its harness, its AWS-side
+        agents), which no fault touches (e.g. its reads of executions do not lag under executions-lag)."""
         return boto3.client(
             service,
             endpoint_url=self.endpoint_url,
             region_name=self.region,
-            config=Config(retries={"mode": "standard", "max_attempts": 5}),
+            config=Config(retries={"mode": "standard", "max_attempts": 5}, user_agent_extra=WORLD_AGENT if internal else None),
             **CREDENTIALS,
         )
 
@@ -637,14 +639,15 @@ class Twin:
     def start_execution(self, machine: str, execution_input: Mapping[str, Any], name: str | None = None) -> str:
         """Start statemachine/<machine>.asl.json with the input; return the execution ARN."""
         arn = self.state_machines[machine]
-        answer = self.client("stepfunctions").start_execution(
+        answer = self.client("stepfunctions", internal=True).start_execution(
             stateMachineArn=arn, name=name or f"{machine.replace('_', '-')}-{uuid.uuid4().hex[:12]}", input=json.dumps(execution_input)
         )
         return str(answer["executionArn"])
 
     def wait_execution(self, execution_arn: str, timeout_s: float = 120.0) -> ExecutionResult:
-        """Poll until the execution leaves RUNNING (or timeout_s passes); return it with its history."""
-        sfn = self.client("stepfunctions")
+        """Poll until the execution leaves RUNNING (or timeout_s passes); return it with its history (read
+        as it is, whatever lag a fault gives the public reads)."""
+        sfn = self.client("stepfunctions", internal=True)
         deadline = time.monotonic() + timeout_s
         while True:
             describe = sfn.describe_execution(executionArn=execution_arn)

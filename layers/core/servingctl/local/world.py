@@ -40,7 +40,7 @@ import httpx
 from botocore.config import Config
 
 from servingctl.local import moto_patches as mp
-from servingctl.local.faults import check_fault
+from servingctl.local.faults import check_fault, execution_lag_s
 from servingctl.local.modelserver import ModelServerProcess, simulator_server, tiny_model_dir, vllm_server
 from servingctl.registry.models import Registry
 
@@ -209,6 +209,7 @@ class World:
         self.model_server = model_server
         _check_faults(faults, model_server)
         self.faults: frozenset[str] = frozenset(faults)
+        mp.set_execution_lag(execution_lag_s(self.faults), WORLD_AGENT)
         self.time_scale = time_scale
         self.delays = delays or Delays()
         self.logdir = logdir
@@ -239,6 +240,7 @@ class World:
     def stop(self) -> None:
         """Stop the thread and every model server process it started."""
         self._stop.set()
+        mp.set_execution_lag(None)
         if self._thread is not None:
             self._thread.join(timeout=30)
         with self._lock:
@@ -254,6 +256,7 @@ class World:
         with self._lock:
             self.faults = frozenset(faults)
             self._throttled.clear()
+        mp.set_execution_lag(execution_lag_s(self.faults), WORLD_AGENT)
 
     def sim_now(self) -> float:
         """Simulated seconds since the world started."""
