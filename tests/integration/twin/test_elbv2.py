@@ -12,13 +12,12 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 import pytest
-
 from servingctl.local.elbv2 import dimensions_of
 from servingctl.local.twin import Twin
 from servingctl.local.world import Delays
@@ -33,7 +32,7 @@ class _Stub(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         server: Any = self.server
         if self.path == "/health":
             server.health_checks += 1
@@ -126,7 +125,7 @@ def _sum(twin: Twin, metric: str, dimensions: list[dict[str, str]]) -> tuple[flo
     """The metric's Sum over the last hour, and each datapoint's Sum (after the ALB published what it saw)."""
     assert twin.load_balancers is not None
     twin.load_balancers.flush()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     points = twin.client("cloudwatch").get_metric_statistics(
         Namespace="AWS/ApplicationELB", MetricName=metric, Dimensions=dimensions, StartTime=now - timedelta(hours=1),
         EndTime=now + timedelta(minutes=1), Period=60, Statistics=["Sum"])["Datapoints"]

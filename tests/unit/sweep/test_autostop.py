@@ -69,7 +69,7 @@ class _Targets:
     def __init__(self, registry: Any) -> None:
         self.by_group = {p.target_group_arn: p.routing_header.value for p in registry.profiles.values()}
 
-    def describe_target_health(self, TargetGroupArn: str) -> dict[str, Any]:  # noqa: N803 (boto3's keyword)
+    def describe_target_health(self, TargetGroupArn: str) -> dict[str, Any]:
         target = {"Id": f"{self.by_group[TargetGroupArn]}.targets.test", "Port": 8000}
         return {"TargetHealthDescriptions": [{"Target": target, "TargetHealth": {"State": "healthy"}}]}
 

@@ -33,7 +33,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -118,7 +118,7 @@ class LoadBalancers:
         self.host = host
         self.time_scale = time_scale
         # The clock metrics are stamped with (CloudWatch's, which a test may move with the sweep's).
-        self.clock = clock or (lambda: datetime.now(timezone.utc))
+        self.clock = clock or (lambda: datetime.now(UTC))
         self.urls: dict[str, str] = {}
         self._targets: dict[tuple[str, str], _Target] = {}
         self._turn: dict[str, itertools.count[int]] = defaultdict(itertools.count)
@@ -165,7 +165,7 @@ class LoadBalancers:
     def _run(self, sockets: Mapping[str, socket.socket]) -> None:
         try:
             asyncio.run(self._main(sockets))
-        except BaseException as exc:  # visible on the object; the twin's tests check it
+        except BaseException as exc:  # noqa: BLE001 (visible on the object: the twin stops, its tests check it)
             self.error = exc
             self._ready.set()
 
