@@ -36,6 +36,7 @@ class _Stub(BaseHTTPRequestHandler):
         server: Any = self.server
         if self.path == "/health":
             server.health_checks += 1
+            time.sleep(server.health_delay)
             self._send(server.health_code, b"health")
             return
         server.requests += 1
@@ -73,7 +74,7 @@ def stub() -> Iterator[Callable[[], ThreadingHTTPServer]]:
 
     def make() -> ThreadingHTTPServer:
         server: Any = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
-        server.health_code, server.delay, server.requests, server.health_checks = 200, 0.0, 0, 0
+        server.health_code, server.delay, server.requests, server.health_checks, server.health_delay = 200, 0.0, 0, 0, 0.0
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
         return server
@@ -247,3 +248,17 @@ def test_a_deregistered_target_finishes_its_streams_and_gets_no_new_request(twin
     assert chunks == [f"data: {i}" for i in range(10)]
     assert started_with < 10, "the stream had ended before the deregistration: nothing drained"
     assert server.requests == 1  # the stream alone: nothing new reached the draining target
+
+
+def test_a_busy_target_answering_health_checks_slower_than_the_scaled_interval_stays_healthy(
+    twin: Twin, stub: Any, group: Any
+) -> None:
+    # The group's interval is 15 s, 1.5 s on the twin's clock; its 10 s timeout is the model server's
+    # own time, in real seconds: a server answering /health in 3 s (busy, alive) is healthy on AWS.
+    server = stub()
+    server.health_delay = 3.0
+    group.register(server.server_address[1])
+    _until("the target is healthy", lambda: group.states() == ["healthy"], timeout_s=30)
+    checks = server.health_checks
+    _until("six more health checks", lambda: server.health_checks >= checks + 6, timeout_s=60)  # > 4 (the unhealthy threshold)
+    assert group.states() == ["healthy"]
