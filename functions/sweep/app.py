@@ -41,7 +41,7 @@ CLOCK: Clock = SystemClock()
 def _client(name: str) -> Any:
     """Clients and the store are built once per container."""
     if not _clients:
-        _clients.update({s: boto3.client(s) for s in ("stepfunctions", "cloudwatch", "events", "ecs", "autoscaling")})
+        _clients.update({s: boto3.client(s) for s in ("stepfunctions", "cloudwatch", "events", "ecs", "autoscaling", "elbv2")})
         _clients["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
         # Who did it: the stops the sweep starts carry its own role's ARN (GetCallerIdentity needs no permission).
         _clients["identity"] = boto3.client("sts").get_caller_identity()["Arn"]
@@ -51,7 +51,7 @@ def _client(name: str) -> Any:
 
 def _sweep_deps() -> SweepDeps:
     """The auto-stop's collaborators; the registry is cached by its loader."""
-    return SweepDeps(sfn=_client("stepfunctions"), cloudwatch=_client("cloudwatch"), events=_client("events"),
+    return SweepDeps(sfn=_client("stepfunctions"), cloudwatch=_client("cloudwatch"), events=_client("events"), elbv2=_client("elbv2"),
                      store=_client("store"), registry=load_registry(), stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"],
                      clock=CLOCK, identity=_client("identity"), http=_client("http"))
 

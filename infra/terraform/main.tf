@@ -48,6 +48,8 @@ module "cluster" {
   name                  = var.name
   vpc_id                = module.network.vpc_id
   alb_security_group_id = module.alb.security_group_id
+  # The sweep reads the model servers' gauges directly (outside the ALB's RequestCount).
+  controller_security_group_id = module.alb.lambda_security_group_id
 }
 
 module "pool" {

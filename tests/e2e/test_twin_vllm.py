@@ -45,13 +45,15 @@ def test_twin_starts_serves_and_stops_a_real_vllm(twin: Twin) -> None:
         timeout_s=900,
     )
     assert start.status == "SUCCEEDED", (start.error, start.cause)
-    url = twin.registry.profiles[PROFILE].endpoint_url
-    assert twin.world.model_servers() == {PROFILE: url}
-    version = httpx.get(f"{url}/version", timeout=10).json()
+    spec = twin.registry.profiles[PROFILE]
+    url, header = spec.endpoint_url, {spec.routing_header.name: spec.routing_header.value}
+    [server] = [address for name, address in twin.world.model_servers().items() if name == PROFILE]
+    assert server != url  # the profile's endpoint is its ALB, which forwards to the task's server
+    version = httpx.get(f"{url}/version", headers=header, timeout=10).json()
     assert "simulator" not in str(version).lower()  # the real vLLM answers, not the simulator
     assert start.output["smoke"]["models"] == [PROFILE]
     reply = httpx.post(
-        f"{url}/v1/chat/completions",
+        f"{url}/v1/chat/completions", headers=header,
         json={"model": PROFILE, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8, "ignore_eos": True},
         timeout=120,
     ).json()
@@ -73,7 +75,8 @@ def test_twin_starts_serves_and_stops_a_real_vllm(twin: Twin) -> None:
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # the vLLM process group is gone
     with pytest.raises(httpx.ConnectError):
-        httpx.get(f"{url}/health", timeout=5)
+        httpx.get(f"{server}/health", timeout=5)  # the task's server is gone
+    assert httpx.get(f"{url}/health", headers=header, timeout=5).status_code == 503  # no registered target
     group = twin.client("autoscaling").describe_auto_scaling_groups(
         AutoScalingGroupNames=[twin.registry.pool_of(PROFILE).asg_name]
     )["AutoScalingGroups"][0]

@@ -34,6 +34,9 @@ from .conftest import test_registry as registry_with
 
 # One profile on its own pool per test (a start counts stopped tasks of its pool shortly before it).
 LEASE, HARD, BENCH, WARN = "a-lease", "a-hard", "a-bench", "a-warn"
+# Idle detection: a 5-minute window (the registry's least); QUIET gets no client request, VISITED one every 4 minutes.
+QUIET, VISITED = "a-quiet", "a-visited"
+IDLE_WINDOW = 5
 LEASE_MINUTES = 5
 # a-hard: READY for at most 10 minutes, then running requests get 5 more minutes to finish.
 MAX_RUNTIME_MINUTES, DRAIN_MINUTES = 10, 5
@@ -48,8 +51,10 @@ MATRIX = {"input_tokens": [64, 256], "concurrencies": [1, 2], "warmup": 1, "roun
 def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
     """A twin with one profile per test on its own pool; a-hard has a 5-minute default lease and a
     10-minute max runtime with a 5-minute drain."""
-    path = registry_with(tmp_path_factory.mktemp("registry"), (LEASE, HARD, BENCH, WARN))
+    path = registry_with(tmp_path_factory.mktemp("registry"), (LEASE, HARD, BENCH, WARN, QUIET, VISITED))
     document = json.loads(path.read_text())
+    for name in (QUIET, VISITED):
+        document["profiles"][name]["idle"] = {"enabled": True, "window_minutes": IDLE_WINDOW}
     document["profiles"][HARD].update(
         default_lease_minutes=LEASE_MINUTES,
         autostop={"max_runtime_minutes": MAX_RUNTIME_MINUTES, "drain_minutes": DRAIN_MINUTES},
@@ -158,7 +163,7 @@ def test_requests_running_keep_a_lease_expired_profile_up_until_they_finish(
 
     # The lease has run out, but the model server is streaming: kept, and nothing is stopped.
     kept = sweep(PAST_LEASE)[LEASE]
-    assert (kept["stop"], kept["action"], kept["reason"]) == (False, "kept", "requests-running"), kept
+    assert (kept["stop"], kept["action"], kept["reason"]) == (False, "kept", "requests-running"), json.dumps(kept)
     assert kept["active_requests"] >= 1 and "lease ends at" in kept["detail"], kept
     assert _stop_executions(twin, LEASE) == []
     assert probe.state(LEASE).phase == "READY" and probe.service(LEASE)["runningCount"] == 1
@@ -294,3 +299,42 @@ def test_the_stopping_soon_warning_comes_before_the_stop(
         bus.remove_targets(Rule="servingctl-events", Ids=["queue"])
         bus.delete_rule(Name="servingctl-events")
         sqs.delete_queue(QueueUrl=queue)
+
+
+def test_the_idle_stop_fires_on_client_silence_whatever_the_controller_reads(
+    twin: Twin, probe: Probe, sweep: Callable[[timedelta], dict[str, dict[str, Any]]]
+) -> None:
+    """Time moves a minute per sweep for both the sweep and CloudWatch (the ALB stamps its datapoints
+    with the same moved clock), so every read the sweep makes would land in the window it reads next."""
+    assert twin.load_balancers is not None
+    balancers = twin.load_balancers
+    _ready(probe, QUIET, lease_minutes=240)
+    _ready(probe, VISITED, lease_minutes=240)
+    visited = probe.registry.profiles[VISITED]
+    offset = timedelta(0)
+    balancers.clock = lambda: OffsetClock(offset).now()
+    sent = 0
+    stopped_at: int | None = None
+    try:
+        for minute in range(1, 2 * IDLE_WINDOW + 2):
+            offset = timedelta(minutes=minute)
+            if minute % (IDLE_WINDOW - 1) == 0:  # one client request every window - 1 minutes
+                answer = httpx.get(visited.endpoint_url + "/v1/models", headers={visited.routing_header.name: visited.routing_header.value})
+                assert answer.status_code == 200
+                sent += 1
+            balancers.flush()
+            decisions = sweep(offset)
+            kept = decisions[VISITED]
+            assert (kept["stop"], kept["action"]) == (False, "kept"), (minute, kept)
+            if stopped_at is None:
+                quiet = decisions[QUIET]
+                assert quiet["active_requests"] == 0, quiet  # the sweep read the model server's gauges
+                if quiet["stop"]:
+                    stopped_at = minute
+                    _stopped_by_the_sweep(twin, probe, QUIET, quiet, "idle")
+        assert stopped_at is not None and IDLE_WINDOW <= stopped_at <= IDLE_WINDOW + 2, stopped_at
+        assert sent >= 2
+    finally:
+        balancers.clock = lambda: datetime.now(UTC)
+    stop = probe.stop(VISITED, "visited")
+    assert stop.status == "SUCCEEDED", (stop.error, stop.cause)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def twin() -> Iterator[Twin]:
-    with Twin(time_scale=10, delays=Delays(metric_period_s=20).scaled(0.1)) as running:
+    with Twin(time_scale=10, delays=Delays().scaled(0.1)) as running:
         yield running
 
 
@@ -56,10 +56,10 @@ def test_scale_out_serve_drain_and_terminate(twin: Twin) -> None:
     [task] = ecs.describe_tasks(cluster=spec.cluster, tasks=ecs.list_tasks(cluster=spec.cluster, serviceName=spec.service)["taskArns"])["tasks"]
     assert task["lastStatus"] == "RUNNING" and task["group"] == f"service:{spec.service}"
 
-    # Requests through the model server become the target group's RequestCount.
+    # Requests through the load balancer become the target group's RequestCount.
     for _ in range(3):
-        httpx.post(f"{spec.endpoint_url}/v1/chat/completions", timeout=30,
-                   json={"model": spec.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        httpx.post(f"{spec.endpoint_url}/v1/chat/completions", timeout=30, headers={"X-LLM-Profile": PROFILE},
+                   json={"model": spec.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).raise_for_status()
     dimensions = [
         {"Name": "TargetGroup", "Value": spec.target_group_arn.split(":")[-1]},
         {"Name": "LoadBalancer", "Value": spec.load_balancer_arn.split(":loadbalancer/")[-1]},

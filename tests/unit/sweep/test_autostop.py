@@ -50,22 +50,35 @@ def deps(monkeypatch: pytest.MonkeyPatch) -> Iterator[SweepDeps]:
         events.put_rule(Name="all", EventPattern=json.dumps({"source": ["servingctl"]}))
         events.put_targets(Rule="all", Targets=[{"Id": "q", "Arn": queue_arn}])
         monkeypatch.setenv("TEST_QUEUE", queue)
+        registry = parse_registry(REFERENCE_REGISTRY.read_text())
         yield SweepDeps(sfn=sfn, cloudwatch=boto3.client("cloudwatch", region_name=REGION), events=events,
-                        store=MemoryStore(), registry=parse_registry(REFERENCE_REGISTRY.read_text()),
+                        elbv2=_Targets(registry), store=MemoryStore(), registry=registry,
                         stop_machine_arn=stop, clock=Clock(datetime.now(UTC)), identity=SWEEP_ROLE,
-                        http=httpx.Client(transport=httpx.MockTransport(_alb)))
+                        http=httpx.Client(transport=httpx.MockTransport(_target)))
 
 
 SWEEP_ROLE = "arn:aws:sts::123456789012:assumed-role/servingctl-sweep/servingctl-SweepFunction"
-# What the model server behind each routing header reports (the internal ALB routes by X-LLM-Profile);
-# a profile missing here answers 503, like an ALB without a healthy target.
+# What the model server of each profile (by routing header value) reports at its target's address;
+# a profile missing here does not answer.
 GAUGES: dict[str, tuple[int, int]] = {}
 
 
-def _alb(request: httpx.Request) -> httpx.Response:
-    found = GAUGES.get(request.headers.get("X-LLM-Profile", ""))
-    if request.url.path != "/metrics" or found is None:
-        return httpx.Response(503, text="Service Temporarily Unavailable")
+class _Targets:
+    """DescribeTargetHealth of each profile's group: one healthy target whose address names the profile."""
+
+    def __init__(self, registry: Any) -> None:
+        self.by_group = {p.target_group_arn: p.routing_header.value for p in registry.profiles.values()}
+
+    def describe_target_health(self, TargetGroupArn: str) -> dict[str, Any]:
+        target = {"Id": f"{self.by_group[TargetGroupArn]}.targets.test", "Port": 8000}
+        return {"TargetHealthDescriptions": [{"Target": target, "TargetHealth": {"State": "healthy"}}]}
+
+
+def _target(request: httpx.Request) -> httpx.Response:
+    assert "X-LLM-Profile" not in request.headers, "the sweep read a model server through the ALB"
+    found = GAUGES.get(request.url.host.removesuffix(".targets.test"))
+    if request.url.path != "/metrics" or found is None or request.url.port != 8000:
+        raise httpx.ConnectError("connection refused", request=request)
     running, waiting = found
     return httpx.Response(200, text=(
         "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"

@@ -1,5 +1,5 @@
 # ECS cluster on EC2, the instance role shared by every pool and the security group of the
-# awsvpc tasks (model servers), which admits only the ALB.
+# awsvpc tasks (model servers), which admits the ALB and the controller's in-VPC Lambdas.
 
 resource "aws_ecs_cluster" "this" {
   name = var.name
@@ -45,7 +45,7 @@ resource "aws_iam_instance_profile" "instance" {
 resource "aws_security_group" "tasks" {
   #checkov:skip=CKV2_AWS_5:Attached to the ECS services' awsvpc tasks in the serving-profile module (output task_security_group_id).
   name        = "${var.name}-tasks"
-  description = "Model server tasks (awsvpc): port ${var.task_port} from the ALB only"
+  description = "Model server tasks (awsvpc): port ${var.task_port} from the ALB and the controller"
   vpc_id      = var.vpc_id
   tags        = { Name = "${var.name}-tasks" }
 }
@@ -57,6 +57,26 @@ resource "aws_vpc_security_group_ingress_rule" "tasks_from_alb" {
   from_port                    = var.task_port
   to_port                      = var.task_port
   referenced_security_group_id = var.alb_security_group_id
+}
+
+# The sweep reads each model server's gauges (/metrics) at the task's address: a read through the ALB
+# would count in the target group's RequestCount and keep an idle profile running forever.
+resource "aws_vpc_security_group_ingress_rule" "tasks_from_controller" {
+  security_group_id            = aws_security_group.tasks.id
+  description                  = "Gauge reads (/metrics) of the controller's sweep, outside the ALB's RequestCount"
+  ip_protocol                  = "tcp"
+  from_port                    = var.task_port
+  to_port                      = var.task_port
+  referenced_security_group_id = var.controller_security_group_id
+}
+
+resource "aws_vpc_security_group_egress_rule" "controller_to_tasks" {
+  security_group_id            = var.controller_security_group_id
+  description                  = "The sweep's gauge reads (/metrics) at the model server tasks"
+  ip_protocol                  = "tcp"
+  from_port                    = var.task_port
+  to_port                      = var.task_port
+  referenced_security_group_id = aws_security_group.tasks.id
 }
 
 resource "aws_vpc_security_group_egress_rule" "tasks_https" {

@@ -14,7 +14,12 @@ variable "vpc_id" {
 }
 
 variable "alb_security_group_id" {
-  description = "Security group of the ALB, the only source admitted on task_port."
+  description = "Security group of the ALB, admitted on task_port (health checks and client requests)."
+  type        = string
+}
+
+variable "controller_security_group_id" {
+  description = "Security group of the controller's in-VPC Lambdas, admitted on task_port: the sweep reads each model server's /metrics at the task's address, never through the ALB, so RequestCount counts client requests only."
   type        = string
 }
 

@@ -218,7 +218,8 @@ def _banner(twin: Twin, *, verbose: bool = False) -> str:
         "  state          in memory only: stopping the twin forgets every profile state, run and ledger entry",
     ]
     for name, profile in twin.registry.profiles.items():
-        lines.append(f"  model server   {name}: {profile.endpoint_url} (runs while its ECS task runs)")
+        lines.append(f"  endpoint       {name}: {profile.endpoint_url} (its ALB; header {profile.routing_header.name}: "
+                     f"{profile.routing_header.value})")
     lines.append(f"Try: servingctl start {first} --wait    then: servingctl status {first}")
     if verbose:
         poll = json.dumps(twin.scaled_poll())

@@ -334,7 +334,7 @@ def status_text(detail: dict[str, Any], *, local: bool = False) -> str:
         cost = f"unpriced ({detail['uptime_s'] / 60:.1f} min up; the instance is {render.per_hour(None)})"
     rows = [
         ("phase", phase),
-        ("endpoint", f"{detail['endpoint_url']} " + ("(the twin's model server, reachable here)" if local else
+        ("endpoint", f"{detail['endpoint_url']} " + ("(the twin's ALB, reachable here)" if local else
                      f"(internal: from a host in the VPC; `servingctl bench --profile {detail['name']}` measures it from there)")),
         ("header", f"{detail['routing_header']} (the ALB routes by it)"),
         ("model", detail["model"]),

@@ -1,9 +1,10 @@
 """The auto-shutdown sweep: for every READY profile gather what sweep.decide needs, and act on it.
 
 Gathers the recorded state (ready since, lease deadline, keepalive, a benchmark's hold), the target
-group's ALB RequestCount over the idle window from CloudWatch, the model server's own gauges
-(vllm:num_requests_running / num_requests_waiting from /metrics through the internal ALB with the
-profile's routing header: the sweep runs in the VPC) and, for a budget, the session's start and
+group's ALB RequestCount over the idle window from CloudWatch, the model servers' own gauges
+(vllm:num_requests_running / num_requests_waiting from /metrics of each target the group has
+registered, read at its address: the sweep runs in the VPC and never goes through the ALB, so its
+reads are not in RequestCount) and, for a budget, the session's start and
 hourly price; asks servingctl.control.sweep.decide, and starts stop_profile under an idempotent name
 when it says stop (dry run: reports only), with the sweep's own IAM identity as requested_by. Every
 decision is published as an EventBridge event ("Profile auto-stopped" / "Profile kept running"),
@@ -11,6 +12,8 @@ and a planned stop within the profile's warning time also as "Profile stopping s
 
 RequestCount: an ALB publishes it only for periods with requests, so a successful read without
 datapoints means zero requests; only a failed read is "unknown" (the sweep then keeps the profile).
+It counts every request the ALB routed to the group, so idle detection holds only while the
+controller sends nothing through the ALB after READY (the smoke test's requests come before it).
 Gauges: an unreadable /metrics is "unknown" and decides nothing (RequestCount alone decides idle).
 
 Each profile is decided and acted on alone: an exception is logged and reported as that profile's
@@ -60,6 +63,7 @@ class SweepDeps:
     sfn: Any
     cloudwatch: Any
     events: Any
+    elbv2: Any
     store: Store
     registry: Registry
     stop_machine_arn: str
@@ -123,19 +127,34 @@ def requests_in_window(cloudwatch: Any, spec: ServingProfile, now: datetime, min
     return None if counts is None else counts[0]
 
 
-def server_load(http: httpx.Client, spec: ServingProfile) -> ServerLoad | None:
-    """Running and waiting requests from the model server's /metrics (through the ALB, with the
-    profile's routing header); None when it does not answer."""
+def target_addresses(elbv2: Any, spec: ServingProfile) -> list[str] | None:
+    """Base URLs of the group's registered targets (draining ones too: their requests still run);
+    None when DescribeTargetHealth could not be read."""
     try:
-        answer = http.get(spec.endpoint_url.rstrip("/") + "/metrics", headers={spec.routing_header.name: spec.routing_header.value})
-        answer.raise_for_status()
-    except httpx.HTTPError:
+        found = elbv2.describe_target_health(TargetGroupArn=spec.target_group_arn)["TargetHealthDescriptions"]
+    except (ClientError, BotoCoreError):
         return None
-    samples = parse_prometheus(answer.text, frozenset((RUNNING, WAITING)))
-    if not any(s.name == RUNNING for s in samples):
-        return None
-    return ServerLoad(running=round(sum(s.value for s in samples if s.name == RUNNING)),
-                      waiting=round(sum(s.value for s in samples if s.name == WAITING)))
+    return [f"http://{t['Target']['Id']}:{t['Target']['Port']}" for t in found if t["TargetHealth"]["State"] != "unused"]
+
+
+def server_load(http: httpx.Client, elbv2: Any, spec: ServingProfile) -> ServerLoad | None:
+    """Running and waiting requests summed over the /metrics of the group's registered targets, read
+    at their addresses (never through the ALB, whose RequestCount must count clients only); None
+    when no target answers."""
+    running = waiting = 0.0
+    answered = False
+    for base in target_addresses(elbv2, spec) or []:
+        try:
+            answer = http.get(base + "/metrics")
+            answer.raise_for_status()
+        except httpx.HTTPError:
+            continue
+        samples = parse_prometheus(answer.text, frozenset((RUNNING, WAITING)))
+        if any(s.name == RUNNING for s in samples):
+            answered = True
+            running += sum(s.value for s in samples if s.name == RUNNING)
+            waiting += sum(s.value for s in samples if s.name == WAITING)
+    return ServerLoad(running=round(running), waiting=round(waiting)) if answered else None
 
 
 def stopping_soon_detail(decision: Decision, now: datetime) -> dict[str, Any]:
@@ -175,7 +194,7 @@ def _decide(deps: SweepDeps, name: str, state: ProfileState, now: datetime) -> t
     ready_since = state.ready_at or state.phase_since or now
     decision = decide(name, spec, now=now, ready_since=ready_since, lease_deadline=state.lease_deadline,
                       requests_in_idle_window=requests, last_request_at=last_request_at,
-                      load=server_load(deps.http, spec), kept_alive_at=state.kept_alive_at,
+                      load=server_load(deps.http, deps.elbv2, spec), kept_alive_at=state.kept_alive_at,
                       held_by=state.held_by, held_until=state.held_until, **_session_cost(deps, name, state))
     return decision, requests
 

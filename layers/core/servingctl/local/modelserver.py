@@ -221,8 +221,9 @@ def vllm_server(
     extra_args: Sequence[str] = (),
     python: str | Path | None = None,
     log_path: str | Path | None = None,
+    host: str = "127.0.0.1",
 ) -> ModelServerProcess:
-    """A real vLLM OpenAI-compatible server on CPU for model_dir (not started yet)."""
+    """A real vLLM OpenAI-compatible server on CPU for model_dir, listening on host:port (not started yet)."""
     argv = [
         str(python or vllm_python()),
         "-m",
@@ -232,7 +233,7 @@ def vllm_server(
         "--served-model-name",
         served_model_name,
         "--host",
-        "127.0.0.1",
+        host,
         "--port",
         str(port),
         *VLLM_FLAGS,
@@ -248,6 +249,7 @@ def vllm_server(
         env={**os.environ, **VLLM_ENV, **bind},
         log_path=log_path,
         cpus=cpus,
+        host=host,
     )
 
 
@@ -258,14 +260,15 @@ def simulator_server(
     speed: float = 1.0,
     faults: Sequence[str] = (),
     log_path: str | Path | None = None,
+    host: str = "127.0.0.1",
 ) -> ModelServerProcess:
-    """The simulator model server (servingctl.local.simserver) in this python (not started yet)."""
+    """The simulator model server (servingctl.local.simserver) in this python, on host:port (not started yet)."""
     argv = [
         sys.executable,
         "-m",
         "servingctl.local.simserver",
         "--host",
-        "127.0.0.1",
+        host,
         "--port",
         str(port),
         "--model",
@@ -275,4 +278,4 @@ def simulator_server(
     ]
     for fault in faults:
         argv += ["--fault", fault]
-    return ModelServerProcess(argv, port=port, served_model_name=served_model_name, log_path=log_path)
+    return ModelServerProcess(argv, port=port, served_model_name=served_model_name, log_path=log_path, host=host)

@@ -22,7 +22,9 @@ simulator plays those parts instead, through the accessors below. Nothing else i
 from __future__ import annotations
 
 import inspect
+import ipaddress
 import json
+import random
 import threading
 import uuid
 from collections.abc import Callable
@@ -40,6 +42,7 @@ from moto.autoscaling.responses import AutoScalingResponse
 from moto.awslambda_simple.models import LambdaSimpleBackend, lambda_simple_backends
 from moto.core.responses import ActionResult
 from moto.dynamodb.responses import DynamoHandler
+from moto.ec2.models import ec2_backends
 from moto.ec2.models.instances import InstanceBackend
 from moto.ecs.models import EC2ContainerServiceBackend, Service, Task, ecs_backends
 from moto.elbv2.models import ELBv2Backend, FakeHealthStatus, FakeTargetGroup, elbv2_backends
@@ -693,8 +696,24 @@ def create_service_task(b: Backends, service: Service, container_instance_arn: s
     task.status = "PROVISIONING"
     task.desired_status = "RUNNING"
     task.created_at = datetime.now(timezone.utc)
+    _address_in_subnet(task)
     b.ecs.tasks.setdefault(cluster.name, {})[task.task_arn] = task
     return task
+
+
+def _address_in_subnet(task: Task) -> None:
+    """Give the task's ENI an address of its subnet, as AWS does (moto draws one from 10.0.0.0/8 at
+    random): the twin's subnets are loopback ranges, so the task's model server can listen there."""
+    details = {d["name"]: d for a in task.attachments for d in a.get("details", [])}
+    if "networkInterfaceId" not in details:
+        return
+    ec2 = ec2_backends[task._account_id][task.region_name]
+    eni = ec2.get_network_interface(details["networkInterfaceId"]["value"])
+    network = ipaddress.IPv4Network(eni.subnet.cidr_block)
+    taken = {e.private_ip_address for e in ec2.enis.values() if e is not eni}
+    free = [str(h) for h in network.hosts() if str(h) not in taken]
+    eni.private_ip_address = random.choice(free)
+    details["privateIPv4Address"]["value"] = eni.private_ip_address
 
 
 def task_container_definition(task: Task) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import pickle
+import random
 import re
 import shutil
 import tempfile
@@ -46,8 +47,9 @@ from botocore.config import Config
 from servingctl.local import ecs_tasks, iam, lambda_runtime, moto_patches
 from servingctl.local.apigw import ApiGateway
 from servingctl.local.eventbridge import EventBridge, load_template, read_wiring
-from servingctl.local.modelserver import free_port
+from servingctl.local.elbv2 import LoadBalancers
 from servingctl.local.faults import check_fault
+from servingctl.local.modelserver import free_port
 from servingctl.local.world import PREFETCH_CONTAINER, WORLD_AGENT, Delays, World, model_log_group
 from servingctl.local.task_iam import TaskIam
 from servingctl.registry.loader import parse_registry
@@ -63,6 +65,9 @@ FUNCTIONS = ("profile_steps", "smoke_test", "sweep", "api", "bench_worker")
 RUNTIME_VARIABLES = ("SERVINGCTL_STOP_POLL", "POWERTOOLS_TRACE_DISABLED", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
                      "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_REGION")
 SSM_PARAMETER = "/servingctl/registry"
+# Terraform's alb module: the load balancer's idle timeout and the listener's default 404 body.
+IDLE_TIMEOUT_S = 300
+UNKNOWN_PROFILE_BODY = '{"error":"unknown or missing X-LLM-Profile header"}'
 # template.yaml's benchmark task (BenchTaskDefinition) and the image whose command it runs.
 BENCH_TASK = "BenchTaskDefinition"
 BENCH_DOCKERFILE = Path("infra/bench/Dockerfile")
@@ -401,7 +406,8 @@ class Twin:
         self.registry: Registry | None = None
         self.state_machines: dict[str, str] = {}  # file stem -> ARN
         self.functions: dict[str, str] = {}  # contract name -> ARN
-        self.model_ports: dict[str, int] = {}  # profile -> local model server port
+        # The ALBs' data plane (servingctl.local.elbv2): every profile's endpoint_url is its load balancer's address.
+        self.load_balancers: LoadBalancers | None = None
         self.router: HandlerRouter | None = None
         self.world: World | None = None
         self._server: moto_patches.MotoServer | None = None
@@ -459,11 +465,12 @@ class Twin:
         document = json.loads(self.source_registry.read_text())
         self.region = document["region"]
         self._bootstrap(document)
+        assert self.load_balancers is not None
         self.world = World(
             moto_patches.backends(ACCOUNT_ID, self.region),
             self.registry,
             endpoint_url=self.endpoint_url,
-            model_ports=self.model_ports,
+            load_balancers=self.load_balancers,
             model_server=self.model_server,
             faults=self.faults,
             time_scale=self.time_scale,
@@ -529,6 +536,9 @@ class Twin:
                 self.tasks.stop()
             if self.world is not None:
                 self.world.stop()
+            if self.load_balancers is not None:
+                self.load_balancers.stop()
+                self.load_balancers = None
             if self.iam is not None:
                 iam.activate(None)
             moto_patches.set_lambda_router(None)
@@ -669,10 +679,14 @@ class Twin:
 
     def _bootstrap(self, document: dict[str, Any]) -> None:
         ec2, ecs, asg, elbv2, logs = (self.client(s) for s in ("ec2", "ecs", "autoscaling", "elbv2", "logs"))
-        vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+        # The VPC is a loopback range: a task's ENI address is one this machine answers on, where its
+        # model server listens, so the load balancer and in-VPC functions reach a target at its Id:Port
+        # as on AWS. A random second octet keeps twins running side by side apart.
+        octet = random.randint(1, 254)
+        vpc = ec2.create_vpc(CidrBlock=f"127.{octet}.0.0/16")["Vpc"]["VpcId"]
         ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})  # awsvpc ENIs get DNS names
         subnets = [
-            ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone=f"{self.region}{az}")["Subnet"]["SubnetId"]
+            ec2.create_subnet(VpcId=vpc, CidrBlock=f"127.{octet}.{i}.0/24", AvailabilityZone=f"{self.region}{az}")["Subnet"]["SubnetId"]
             for i, az in enumerate("ab")
         ]
         sg = ec2.create_security_group(GroupName="servingctl-tasks", Description="model server tasks", VpcId=vpc)["GroupId"]
@@ -729,20 +743,29 @@ class Twin:
             lb = elbv2.create_load_balancer(
                 Name=_arn_name(old_arn, "loadbalancer/app/"), Subnets=subnets, SecurityGroups=[sg], Scheme="internal", Type="application"
             )["LoadBalancers"][0]
+            # As Terraform's alb module makes it: idle timeout 300 s, a JSON 404 for an unknown header.
+            elbv2.modify_load_balancer_attributes(
+                LoadBalancerArn=lb["LoadBalancerArn"], Attributes=[{"Key": "idle_timeout.timeout_seconds", "Value": str(IDLE_TIMEOUT_S)}]
+            )
             listener = elbv2.create_listener(
                 LoadBalancerArn=lb["LoadBalancerArn"], Protocol="HTTP", Port=80,
-                DefaultActions=[{"Type": "fixed-response", "FixedResponseConfig": {"StatusCode": "404", "ContentType": "text/plain"}}],
+                DefaultActions=[{"Type": "fixed-response", "FixedResponseConfig": {
+                    "StatusCode": "404", "ContentType": "application/json", "MessageBody": UNKNOWN_PROFILE_BODY}}],
             )["Listeners"][0]
             balancers[old_arn] = {"arn": lb["LoadBalancerArn"], "listener": listener["ListenerArn"]}
+        self.load_balancers = LoadBalancers(
+            moto_patches.backends(ACCOUNT_ID, self.region).elbv2, self.client("cloudwatch"), host=self.host, time_scale=self.time_scale,
+        ).start()
 
         for priority, (name, profile) in enumerate(sorted(document["profiles"].items()), start=1):
+            # As Terraform's serving-profile module makes it (health check and deregistration delay).
             tg = elbv2.create_target_group(
                 Name=_arn_name(profile["target_group_arn"], "targetgroup/"), Protocol="HTTP", Port=8000, VpcId=vpc, TargetType="ip",
-                HealthCheckPath="/health", HealthCheckIntervalSeconds=30, HealthCheckTimeoutSeconds=10,
-                HealthyThresholdCount=2, UnhealthyThresholdCount=10,
+                HealthCheckPath="/health", HealthCheckIntervalSeconds=15, HealthCheckTimeoutSeconds=10,
+                HealthyThresholdCount=2, UnhealthyThresholdCount=4, Matcher={"HttpCode": "200"},
             )["TargetGroups"][0]
             elbv2.modify_target_group_attributes(
-                TargetGroupArn=tg["TargetGroupArn"], Attributes=[{"Key": "deregistration_delay.timeout_seconds", "Value": "60"}]
+                TargetGroupArn=tg["TargetGroupArn"], Attributes=[{"Key": "deregistration_delay.timeout_seconds", "Value": "30"}]
             )
             balancer = balancers[profile["load_balancer_arn"]]
             header = profile["routing_header"]
@@ -753,8 +776,7 @@ class Twin:
             )
             profile["target_group_arn"] = tg["TargetGroupArn"]
             profile["load_balancer_arn"] = balancer["arn"]
-            self.model_ports[name] = free_port(self.host)
-            profile["endpoint_url"] = f"http://{self.host}:{self.model_ports[name]}"
+            profile["endpoint_url"] = self.load_balancers.url(balancer["arn"])
             # The containers log as Terraform's serving-profile module sets them up (awslogs to
             # /ecs/<service>, stream prefix the profile's name); the world writes their lines there.
             group = model_log_group(profile["service"])

@@ -5,9 +5,10 @@ terminating an instance (honouring max size and scale-in protection, and the ins
 launch template the group points at), the ASG's warm pool (see below), container instance
 registration, the ECS service scheduler placing and stopping tasks (PROVISIONING -> PENDING ->
 RUNNING -> ... -> STOPPED, and replacing a task whose target stays unhealthy past the service's
-health check grace period), ALB target registration, health checks and draining, and a real model
-server process per RUNNING task. It also publishes the ALB RequestCount metric from the model
-server's request counter, and injects faults. Reads and writes go through the public APIs where
+health check grace period), ALB target registration and deregistration (what the load balancer
+does with them, its health checks, draining and metrics, is servingctl.local.elbv2's), and a real
+model server process per RUNNING task, listening at the task's ENI address (the twin's VPC is a
+loopback range), and injects faults. Reads and writes go through the public APIs where
 they can express it, and through servingctl.local.moto_patches where they cannot.
 
 Warm pools (a pool whose group has one): the group keeps max size - desired (at least min size)
@@ -36,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-import httpx
 from botocore.config import Config
 
 from servingctl.local import moto_patches as mp
+from servingctl.local.elbv2 import LoadBalancers
 from servingctl.local.faults import check_fault, execution_lag_s
 from servingctl.local.modelserver import ModelServerProcess, simulator_server, tiny_model_dir, vllm_server
 from servingctl.registry.models import Registry
@@ -96,6 +97,8 @@ LOG_SHIP_S = 0.2
 # A real vLLM loads in real seconds, which the time scale does not shorten: its grace period is at
 # least what the twin gives a real server to answer /health (ModelServerProcess.wait_healthy's default).
 REAL_SERVER_LOAD_S = 300.0
+# The model container's port (Terraform's container_port): the target's port, where its server listens.
+CONTAINER_PORT = 8000
 
 
 @dataclass(frozen=True)
@@ -109,10 +112,6 @@ class Delays:
     pull_s: float = 120.0  # task PENDING: image pull
     prefetch_s: float = 60.0  # task PENDING after the pull -> RUNNING: the prefetch container's S3 sync (none on a warm volume)
     load_s: float = 540.0  # RUNNING -> the model answers /health (weights download and load)
-    health_interval_s: float = 30.0  # target group health check interval
-    healthy_threshold: int = 2
-    unhealthy_threshold: int = 10
-    deregistration_s: float = 60.0  # target draining (deregistration delay)
     stop_s: float = 10.0  # task STOPPING -> STOPPED
     terminate_s: float = 60.0  # instance Terminating -> terminated
     crash_after_s: float = 30.0  # task-crash: RUNNING -> STOPPED
@@ -127,7 +126,6 @@ class Delays:
     # VLLM_CACHE_ROOT replaces with a cache read (vLLM logs tens of seconds to minutes for it).
     weights_sync_s: float = 161.0
     compile_cache_s: float = 60.0
-    metric_period_s: float = 60.0  # RequestCount datapoint period
     # The service's health check grace period (the reference's 1800 s): ECS ignores ELB health
     # checks that long after a task starts, then replaces a task whose target is unhealthy.
     health_grace_s: float = 1800.0
@@ -164,14 +162,9 @@ class _Task:
     server: ModelServerProcess | None = None
     loaded_at: float = 0.0
     running_at: float = 0.0
-    next_check: float = 0.0
-    passes: int = 0
-    failures: int = 0
     healthy: bool = False
     stop_reason: str = ""
     stop_code: str = ""
-    requests_seen: float | None = None
-    next_metric: float = 0.0
     grace_real_s: float = 0.0  # the service's health-check grace period when the task started, real seconds
     log_offset: int = 0  # bytes of the model server's output already shipped to CloudWatch Logs
     next_ship: float = 0.0
@@ -196,7 +189,7 @@ class World:
         registry: Registry,
         *,
         endpoint_url: str,
-        model_ports: Mapping[str, int],
+        load_balancers: LoadBalancers,
         model_server: str = "sim",
         faults: Sequence[str] = (),
         time_scale: float = 20.0,
@@ -205,7 +198,7 @@ class World:
     ) -> None:
         self.b = b
         self.registry = registry
-        self.model_ports = dict(model_ports)
+        self.load_balancers = load_balancers
         self.model_server = model_server
         _check_faults(faults, model_server)
         self.faults: frozenset[str] = frozenset(faults)
@@ -227,8 +220,7 @@ class World:
         config = Config(user_agent_extra=WORLD_AGENT, retries={"mode": "standard", "max_attempts": 3})
         kw = {"endpoint_url": endpoint_url, "region_name": registry.region, "config": config,
               "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-        self.ecs, self.elbv2, self.cloudwatch, self.logs = (boto3.client(s, **kw) for s in ("ecs", "elbv2", "cloudwatch", "logs"))
-        self._http = httpx.Client(timeout=1.0)
+        self.ecs, self.elbv2, self.logs = (boto3.client(s, **kw) for s in ("ecs", "elbv2", "logs"))
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -248,7 +240,6 @@ class World:
                 if task.server is not None:
                     task.server.stop(grace_s=5)
                     task.server = None
-        self._http.close()
 
     def set_faults(self, faults: Sequence[str]) -> None:
         """Replace the active faults (throttle-once throttles each API once more)."""
@@ -300,8 +291,8 @@ class World:
             self._scheduler(name, now)
         for task in list(self._tasks.values()):
             self._task_lifecycle(task, now)
+            self._load(task, now)
             self._health(task, now)
-            self._metrics(task, now)
             self._ship_logs(task, now)
 
     def _pool_profiles(self, pool_name: str) -> list[str]:
@@ -546,8 +537,7 @@ class World:
             self._begin_stop(task, CRASH_REASON, "EssentialContainerExited", now, exit_code=1)
         elif task.phase == "DEACTIVATING":
             if task.target_id:
-                self.elbv2.deregister_targets(TargetGroupArn=self._tg(task), Targets=[{"Id": task.target_id, "Port": 8000}])
-                mp.clear_target_health(self._tg(task), task.target_id)
+                self.load_balancers.forget(self._tg(task), task.target_id)
             task.phase, task.due = "STOPPING", self._after(self.delays.stop_s)
             mp.set_task_status(task.task, "STOPPING")
             self._stop_server(task)
@@ -559,12 +549,11 @@ class World:
     def _start_running(self, task: _Task, now: float) -> None:
         task.phase, task.due = "RUNNING", float("inf")
         mp.set_task_status(task.task, "RUNNING")
-        self._start_server(task)
         task.target_id = mp.task_ip(task.task)
+        if self.model_server == "vllm" and task.target_id and "never-healthy" not in self.faults:
+            self._start_server(task)  # a real vLLM loads in real time and listens once loaded
         if task.target_id:
-            self.elbv2.register_targets(TargetGroupArn=self._tg(task), Targets=[{"Id": task.target_id, "Port": 8000}])
-            mp.set_target_health(self._tg(task), task.target_id, "initial", "Elb.InitialHealthChecking",
-                                 "Initial health checks in progress")
+            self.elbv2.register_targets(TargetGroupArn=self._tg(task), Targets=[{"Id": task.target_id, "Port": CONTAINER_PORT}])
         task.running_at = time.monotonic()  # the grace period runs from here (after the server process spawned)
         # The service's grace period as UpdateService last set it. It is in the twin's real seconds:
         # the twin sets it so, and a controller deriving it from past starts measured real seconds.
@@ -576,8 +565,6 @@ class World:
         task.loaded_at = self._after(max(0.0, self.delays.load_s - saved))
         if instance is not None:
             instance.cached.add(task.profile)  # the prefetch and the compile write to the instance's volume
-        task.next_check = self._after(self.delays.health_interval_s)
-        task.next_metric = self._after(self.delays.metric_period_s)
         self._log("task-running", f"{task.profile}: {task.arn} ip {task.target_id} on {task.instance_id} "
                   f"({'warm volume: weights and compile cache kept' if warm else 'cold volume'})")
 
@@ -587,23 +574,21 @@ class World:
         task.stop_reason, task.stop_code = reason, code
         was_running = task.phase == "RUNNING"
         mp.set_task_status(task.task, "DEACTIVATING", stopped_reason=reason, stop_code=code, exit_code=exit_code)
-        if task.target_id and was_running:
-            mp.set_target_health(self._tg(task), task.target_id, "draining", "Target.DeregistrationInProgress",
-                                 "Target deregistration is in progress")
-        # A crashed container is gone at once; a scheduler stop drains the target first.
+        # ECS deregisters the target at once: it drains for the group's deregistration delay (a
+        # crashed container is gone at once, its in-flight requests with it).
         crashed = code == "EssentialContainerExited"
         if crashed:
             self._stop_server(task)
-        drain = self.delays.deregistration_s if was_running and not crashed else 0.0
-        task.phase, task.due = "DEACTIVATING", self._after(drain)
+        drain = 0.0
+        if task.target_id and was_running:
+            drain = self.load_balancers.deregister(self._tg(task), task.target_id)
+        task.phase, task.due = "DEACTIVATING", now + (0.0 if crashed else drain)
         task.healthy = False
         self._log("task-stopping", f"{task.profile}: {task.arn} ({reason})")
 
     def _finish_stop(self, task: _Task) -> None:
-        if task.target_id and task.target_id in mp.target_ids(self.b, self._tg(task)):
-            self.elbv2.deregister_targets(TargetGroupArn=self._tg(task), Targets=[{"Id": task.target_id, "Port": 8000}])
         if task.target_id:
-            mp.clear_target_health(self._tg(task), task.target_id)
+            self.load_balancers.forget(self._tg(task), task.target_id)
         self._stop_server(task)
         task.phase, task.due = "STOPPED", float("inf")
         mp.set_task_status(task.task, "STOPPED", stopped_reason=task.stop_reason, stop_code=task.stop_code)
@@ -614,17 +599,16 @@ class World:
 
     # ---- model servers ------------------------------------------------------------------------
     def _start_server(self, task: _Task) -> None:
-        for other in self._tasks.values():
-            if other.profile == task.profile and other is not task:
-                self._stop_server(other)  # the port is the profile's: an old draining task lets go of it
-        port = self.model_ports[task.profile]
+        """The task's model server, listening at its ENI address on the container port."""
+        assert task.target_id is not None
         model = self.registry.profiles[task.profile].model
         log = self.logdir / f"{task.profile}-{task.arn.rsplit('/', 1)[-1]}.log" if self.logdir else None
         if self.model_server == "vllm":
-            server = vllm_server(tiny_model_dir(), port, served_model_name=model, log_path=log)
+            server = vllm_server(tiny_model_dir(), CONTAINER_PORT, served_model_name=model, log_path=log, host=task.target_id)
         else:
             faults = ["models-fail=1"] if "smoke-fails-once" in self.faults else []
-            server = simulator_server(port, served_model_name=model, speed=max(1.0, self.time_scale), faults=faults, log_path=log)
+            server = simulator_server(CONTAINER_PORT, served_model_name=model, speed=max(1.0, self.time_scale), faults=faults,
+                                      log_path=log, host=task.target_id)
         task.server = server.start()
         self._log("model-server-started", f"{task.profile}: {server.url} pid {server.pid}")
 
@@ -663,68 +647,28 @@ class World:
             self._log("model-server-stopped", f"{task.profile}: {task.server.url}")
             task.server = None
 
+    def _load(self, task: _Task, now: float) -> None:
+        """The simulator's model is loaded at loaded_at: its server listens from then on (as vLLM
+        listens once its weights are loaded); under never-healthy it never does."""
+        if (task.phase == "RUNNING" and task.server is None and task.target_id and self.model_server == "sim"
+                and now >= task.loaded_at and "never-healthy" not in self.faults):
+            self._start_server(task)
+
     def _health(self, task: _Task, now: float) -> None:
-        """ALB health checks: healthy after N passes once the model answers /health; unhealthy after M fails."""
-        if task.phase != "RUNNING" or not task.target_id or now < task.next_check:
+        """ECS's part of target health: the load balancer's verdict is logged, and past the service's
+        grace period a task whose target is unhealthy is replaced (a new one follows)."""
+        if task.phase != "RUNNING" or not task.target_id:
             return
-        task.next_check = self._after(self.delays.health_interval_s)
-        ok = now >= task.loaded_at and "never-healthy" not in self.faults and self._answers_health(task)
         tg = self._tg(task)
-        if ok:
-            task.passes, task.failures = task.passes + 1, 0
-            if task.passes >= self.delays.healthy_threshold and not task.healthy:
-                task.healthy = True
-                mp.set_target_health(tg, task.target_id, "healthy")
-                self._log("target-healthy", f"{task.profile}: {task.target_id}")
-        else:
-            task.passes, task.failures = 0, task.failures + 1
-            if task.failures >= self.delays.unhealthy_threshold or task.healthy:
-                task.healthy = False
-                mp.set_target_health(tg, task.target_id, "unhealthy", "Target.FailedHealthChecks", "Health checks failed")
-                if now - task.running_at >= task.grace_real_s:
-                    # Past the grace period the service scheduler replaces the task (a new one follows).
-                    self._begin_stop(task, ELB_UNHEALTHY_REASON.format(target_group=tg), "ServiceSchedulerInitiated", now)
-                    self._log("task-unhealthy", f"{task.profile}: {task.arn} replaced after failed ELB health checks")
-
-    def _answers_health(self, task: _Task) -> bool:
-        if task.server is None or not task.server.running:
-            return False
-        try:
-            return self._http.get(task.server.url + "/health").status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def _metrics(self, task: _Task, now: float) -> None:
-        """Publish AWS/ApplicationELB RequestCount for the target group from the server's counter."""
-        if task.phase != "RUNNING" or task.server is None or now < task.next_metric:
-            return
-        task.next_metric = self._after(self.delays.metric_period_s)
-        total = self._request_total(task)
-        if total is None:
-            return
-        delta = total - task.requests_seen if task.requests_seen is not None else total
-        task.requests_seen = total
-        profile = self.registry.profiles[task.profile]
-        self.cloudwatch.put_metric_data(
-            Namespace="AWS/ApplicationELB",
-            MetricData=[{
-                "MetricName": "RequestCount", "Unit": "Count", "Value": max(delta, 0.0),
-                "Timestamp": datetime.now(timezone.utc),
-                "Dimensions": [
-                    {"Name": "TargetGroup", "Value": profile.target_group_arn.split(":")[-1]},
-                    {"Name": "LoadBalancer", "Value": profile.load_balancer_arn.split(":loadbalancer/")[-1]},
-                ],
-            }],
-        )
-
-    def _request_total(self, task: _Task) -> float | None:
-        assert task.server is not None
-        try:
-            text = self._http.get(task.server.url + "/metrics").text
-        except httpx.HTTPError:
-            return None
-        values = [float(m.group(1)) for m in re.finditer(r"^vllm:request_success_total(?:\{[^}]*\})? ([0-9.eE+-]+)$", text, re.M)]
-        return sum(values) if values else None
+        state = self.load_balancers.health(tg, task.target_id)
+        if state == "healthy" and not task.healthy:
+            task.healthy = True
+            self._log("target-healthy", f"{task.profile}: {task.target_id}")
+        elif state == "unhealthy":
+            task.healthy = False
+            if now - task.running_at >= task.grace_real_s:
+                self._begin_stop(task, ELB_UNHEALTHY_REASON.format(target_group=tg), "ServiceSchedulerInitiated", now)
+                self._log("task-unhealthy", f"{task.profile}: {task.arn} replaced after failed ELB health checks")
 
     # ---- throttle-once ------------------------------------------------------------------------
     def request_hook(self, environ: dict[str, Any]) -> tuple[int, dict[str, str], bytes] | None:
