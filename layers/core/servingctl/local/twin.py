@@ -50,6 +50,7 @@ from servingctl.local.modelserver import free_port
 from servingctl.local.faults import FAULTS
 from servingctl.local.world import PREFETCH_CONTAINER, Delays, World, model_log_group
 from servingctl.local.task_iam import TaskIam
+from servingctl.registry import layout
 from servingctl.registry.loader import parse_registry
 from servingctl.registry.models import Registry
 
@@ -62,7 +63,9 @@ FUNCTIONS = ("profile_steps", "smoke_test", "sweep", "api", "bench_worker")
 # (SERVINGCTL_STOP_POLL) provides; each function also gets the ones template.yaml gives it.
 RUNTIME_VARIABLES = ("SERVINGCTL_STOP_POLL", "POWERTOOLS_TRACE_DISABLED", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
                      "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_REGION")
-SSM_PARAMETER = "/servingctl/registry"
+# The registry's SSM path: one parameter per pool and profile under it (servingctl.registry.layout),
+# as Terraform publishes it under /<name>/registry.
+SSM_PATH = "/servingctl/registry"
 # template.yaml's benchmark task (BenchTaskDefinition) and the image whose command it runs.
 BENCH_TASK = "BenchTaskDefinition"
 BENCH_DOCKERFILE = Path("infra/bench/Dockerfile")
@@ -395,7 +398,6 @@ class Twin:
         self.repo_root = Path(repo_root) if repo_root else REPO_ROOT
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="servingctl-twin-"))
-        self.registry_path = self.workdir / "registry.json"
         self.table_name = TABLE
         self.bucket_name = BUCKET
         self.region = ""
@@ -417,8 +419,7 @@ class Twin:
         self._saved_moto_port: str | None = None
         self._saved_environment: dict[str, str | None] = {}
         # template.yaml after the SAM transform: when given, each function's role decides its calls
-        # (servingctl.local.iam), the functions read the registry from SSM as deployed, and
-        # self.iam records every call.
+        # (servingctl.local.iam) and self.iam records every call.
         self.iam_template = iam_template
         self.iam: iam.Enforcer | None = None
         # The handlers' output: <workdir>/logs/lambda/<function>.log, or this process's terminal.
@@ -610,7 +611,8 @@ class Twin:
         return {
             # The stops the sweep starts are paced like the twin's clock (the deployed sweep leaves it unset).
             "SERVINGCTL_STOP_POLL": json.dumps(self.scaled_poll()),
-            "SERVINGCTL_REGISTRY": f"ssm:{SSM_PARAMETER}" if self.iam_template is not None else str(self.registry_path),
+            # As deployed: every function reads the registry from SSM by its path.
+            "SERVINGCTL_REGISTRY": f"ssm:{SSM_PATH}",
             "SERVINGCTL_TABLE": self.table_name,
             "SERVINGCTL_BUCKET": self.bucket_name,
             "POWERTOOLS_SERVICE_NAME": "servingctl",
@@ -778,6 +780,8 @@ class Twin:
                 networkConfiguration={"awsvpcConfiguration": {"subnets": subnets, "securityGroups": [sg]}},
                 loadBalancers=[{"targetGroupArn": tg["TargetGroupArn"], "containerName": "vllm", "containerPort": 8000}],
                 healthCheckGracePeriodSeconds=int(self.delays.health_grace_s),
+                # As Terraform's serving-profile module tags them: the reconciler finds running capacity by these.
+                tags=[{"key": "servingctl:profile", "value": name}, {"key": "servingctl:pool", "value": profile["pool"]}],
             )
             # moto's CreateService drops the grace period; UpdateService (patched) keeps it for the world.
             # In the twin's seconds (AWS's / time scale), the clock the controller measures starts with.
@@ -786,9 +790,7 @@ class Twin:
 
         self.registry = parse_registry(document)
         self._register_bench_task(ecs, subnets, sg)
-        self.registry_path.parent.mkdir(parents=True, exist_ok=True)
-        self.registry_path.write_text(json.dumps(document, indent=2))
-        self.client("ssm").put_parameter(Name=SSM_PARAMETER, Value=json.dumps(document), Type="String", Tier="Advanced", Overwrite=True)
+        self.publish_registry(document)
         dynamodb = self.client("dynamodb")
         dynamodb.create_table(
             TableName=self.table_name, BillingMode="PAY_PER_REQUEST",
@@ -798,6 +800,21 @@ class Twin:
         dynamodb.update_time_to_live(TableName=self.table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
         self.client("s3").create_bucket(Bucket=self.bucket_name)
         self._bootstrap_control_plane()
+
+    def publish_registry(self, document: Mapping[str, Any]) -> dict[str, str]:
+        """Publish a registry document to SSM as Terraform's registry.tf does (one String parameter per
+        pool and profile and the index, Standard tier up to 4 KB, else Advanced) and delete the
+        parameters under the path it no longer has; returns name -> value."""
+        ssm = self.client("ssm")
+        wanted = layout.parameters(document, SSM_PATH)
+        stale = [p["Name"] for page in ssm.get_paginator("get_parameters_by_path").paginate(Path=SSM_PATH, Recursive=True)
+                 for p in page["Parameters"] if p["Name"] not in wanted]
+        for name, value in wanted.items():
+            tier = "Standard" if len(value.encode()) <= layout.SSM_STANDARD_BYTES else "Advanced"
+            ssm.put_parameter(Name=name, Value=value, Type="String", Tier=tier, Overwrite=True)
+        for start in range(0, len(stale), 10):  # DeleteParameters takes at most 10 names
+            ssm.delete_parameters(Names=stale[start : start + 10])
+        return wanted
 
     def _register_bench_task(self, ecs: Any, subnets: list[str], security_group: str) -> None:
         """Register template.yaml's BenchTaskDefinition as deployed (its environment rendered with the
@@ -899,7 +916,7 @@ class Twin:
         refs: dict[str, Any] = {
             "AWS::Partition": "aws", "AWS::Region": self.region, "AWS::AccountId": ACCOUNT_ID,
             "AWS::StackName": "servingctl", "AWS::URLSuffix": "amazonaws.com",
-            "RegistryParameterName": SSM_PARAMETER, "RegistryParameterArn": arn("ssm", "parameter" + SSM_PARAMETER),
+            "RegistryPath": SSM_PATH, "RegistryPathArn": arn("ssm", "parameter" + SSM_PATH),
             "ClusterArn": arn("ecs", f"cluster/{cluster}"),
             "ServiceArns": [arn("ecs", f"service/{p.cluster}/{p.service}") for p in registry.profiles.values()],
             "AsgArns": [p.asg_arn for p in registry.pools.values()],
