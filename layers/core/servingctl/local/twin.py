@@ -613,6 +613,8 @@ class Twin:
             "SERVINGCTL_STOP_POLL": json.dumps(self.scaled_poll()),
             # As deployed: every function reads the registry from SSM by its path.
             "SERVINGCTL_REGISTRY": f"ssm:{SSM_PATH}",
+            # template.yaml's 60 s registry cache on the twin's clock.
+            "POWERTOOLS_PARAMETERS_MAX_AGE": str(max(1, round(60 / self.time_scale))),
             "SERVINGCTL_TABLE": self.table_name,
             "SERVINGCTL_BUCKET": self.bucket_name,
             "POWERTOOLS_SERVICE_NAME": "servingctl",

@@ -15,11 +15,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from servingctl.registry.layout import Problem, assemble
-from servingctl.registry.models import Registry
+from servingctl.registry.models import ComputePool, Registry, ServingProfile
 
 # Env var naming where the registry lives: "ssm:<path>" or a file path.
 REGISTRY_ENV = "SERVINGCTL_REGISTRY"
-CACHE_SECONDS = 60
 # The region of a registry whose index cannot be read (Lambda sets AWS_REGION).
 REGION_ENV = ("AWS_REGION", "AWS_DEFAULT_REGION")
 
@@ -77,13 +76,14 @@ def _empty(region: str) -> Registry:
 
 
 def read_ssm(path: str) -> Published:
-    """Every parameter under path (GetParametersByPath, recursive, every page; cached a minute)."""
+    """Every parameter under path (GetParametersByPath, recursive, every page; cached for
+    $POWERTOOLS_PARAMETERS_MAX_AGE seconds, template.yaml's 60)."""
     from aws_lambda_powertools.utilities import parameters
     from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterError
 
     base = path.rstrip("/")
     try:
-        values = parameters.get_parameters(base, recursive=True, max_age=CACHE_SECONDS)
+        values = parameters.get_parameters(base, recursive=True)
     except GetParameterError as exc:
         problem = Problem(base, f"could not be read: {exc}")
         return Published(_empty(_region()), f"ssm:{base}", (problem,))
@@ -91,8 +91,12 @@ def read_ssm(path: str) -> Published:
     try:
         registry = Registry.model_validate(built.document)
     except ValidationError as exc:
+        # Every part was checked on its own (e.g. one profile past the bound): keep them usable.
         problems = (*built.problems, Problem(base, _errors(exc)))
-        return Published(_empty(built.document["region"]), f"ssm:{base}", problems, built.listed, built.unusable)
+        parts = {key: built.document[key] for key in ("schema_version", "region")}
+        registry = Registry.model_construct(**parts, pools={n: ComputePool.model_validate(p) for n, p in built.document["pools"].items()},
+                                            profiles={n: ServingProfile.model_validate(p) for n, p in built.document["profiles"].items()})
+        return Published(registry, f"ssm:{base}", problems, built.listed, built.unusable)
     return Published(registry, f"ssm:{base}", built.problems, built.listed, built.unusable)
 
 
