@@ -808,12 +808,10 @@ class Twin:
         pool and profile and the index, Standard tier up to 4 KB, else Advanced) and delete the
         parameters under the path it no longer has; returns name -> value."""
         ssm = self.client("ssm")
-        wanted = layout.parameters(document, SSM_PATH)
-        stale = [p["Name"] for page in ssm.get_paginator("get_parameters_by_path").paginate(Path=SSM_PATH, Recursive=True)
-                 for p in page["Parameters"] if p["Name"] not in wanted]
-        for name, value in wanted.items():
-            tier = "Standard" if len(value.encode()) <= layout.SSM_STANDARD_BYTES else "Advanced"
-            ssm.put_parameter(Name=name, Value=value, Type="String", Tier=tier, Overwrite=True)
+        present = [p["Name"] for page in ssm.get_paginator("get_parameters_by_path").paginate(Path=SSM_PATH, Recursive=True)
+                   for p in page["Parameters"]]
+        wanted = publish_parameters(ssm, document, SSM_PATH)
+        stale = [name for name in present if name not in wanted]
         for start in range(0, len(stale), 10):  # DeleteParameters takes at most 10 names
             ssm.delete_parameters(Names=stale[start : start + 10])
         return wanted
@@ -940,6 +938,16 @@ class Twin:
             elif resource["Type"] == "AWS::IAM::Role":
                 refs[f"{logical}.Arn"] = f"arn:aws:iam::{ACCOUNT_ID}:role/servingctl-{logical}"
         return refs
+
+
+def publish_parameters(ssm: Any, document: Mapping[str, Any], path: str) -> dict[str, str]:
+    """Put every parameter of the document under path as Terraform does (String; Standard tier up to
+    4 KB, else Advanced, as Intelligent-Tiering picks); returns name -> value."""
+    wanted = layout.parameters(document, path)
+    for name, value in wanted.items():
+        tier = "Standard" if len(value.encode()) <= layout.SSM_STANDARD_BYTES else "Advanced"
+        ssm.put_parameter(Name=name, Value=value, Type="String", Tier=tier, Overwrite=True)
+    return wanted
 
 
 def function_settings(repo_root: Path) -> dict[str, tuple[int, int, list[str]]]:

@@ -10,7 +10,8 @@ the document is split, as Terraform's registry.tf publishes it and the twin does
 read with GetParametersByPath (recursive, paginated: 10 parameters a page at most). The index
 names what must be there, so a missing parameter is told apart from a profile removed on purpose.
 assemble() rebuilds the document the one schema (registry/schema.json) describes, and says what
-is wrong with each parameter it could not use; parameters() is the inverse.
+is wrong with each parameter it could not use; parameters() is the inverse (the twin's
+servingctl.local.twin.publish_parameters writes them).
 """
 
 from __future__ import annotations
