@@ -15,7 +15,7 @@ import pytest
 from servingctl.local.twin import SSM_PATH, Twin, function_name
 from servingctl.registry.models import MAX_PROFILES
 
-from .conftest import DELAYS, ISOLATED, POLL, TIME_SCALE, Probe
+from .conftest import DELAYS, POLL, TIME_SCALE, Probe
 from .conftest import test_registry as registry_with
 
 # The reference's two profiles and the shared one, plus these on pools of their own: 50.
