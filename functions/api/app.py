@@ -20,8 +20,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from servingctl.api.routes import build_app, handle
 from servingctl.api.service import ApiDeps
+from servingctl.control.known import Known, known
 from servingctl.costs import load_catalog
-from servingctl.registry import load_registry
 from servingctl.store import DynamoStore
 from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 from servingctl.tracing import PATCH_MODULES
@@ -34,6 +34,24 @@ _init_lock = threading.Lock()
 
 
 def _deps() -> ApiDeps:
+    """The request's collaborators; RegistryError (the API's 503) when a registry parameter is unusable."""
+    found = _stopping()
+    found.published.strict()
+    return _built_deps(found)
+
+
+def _stop_deps() -> ApiDeps:
+    """The stop's collaborators: what parses of the registry and the copies the records keep."""
+    return _built_deps(_stopping())
+
+
+def _stopping() -> Known:
+    """The registry as published (what parses) with the copies the records keep."""
+    _build_clients()
+    return known(_clients["store"])
+
+
+def _build_clients() -> None:
     """Clients, store and catalog are built once per container; the registry is cached by its loader."""
     # One builder at a time, and published whole: requests served concurrently (the twin runs them
     # in threads) must neither see half the clients nor build them at once (boto3's default
@@ -46,9 +64,14 @@ def _deps() -> ApiDeps:
             built["catalog"] = load_catalog()
             built["runs"] = DynamoBenchmarkStore(os.environ["SERVINGCTL_TABLE"])
             _clients.update(built)
+
+
+def _built_deps(found: Known) -> ApiDeps:
+    """The routes' collaborators over the given registry."""
     return ApiDeps(
         **_clients,
-        registry=load_registry(),
+        registry=found.registry,
+        retired=found.retired,
         start_machine_arn=os.environ["START_STATE_MACHINE_ARN"],
         stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"],
         bench_machine_arn=os.environ.get("RUN_BENCHMARK_STATE_MACHINE_ARN", ""),
@@ -70,7 +93,7 @@ def _build_app() -> APIGatewayRestResolver:
             table_name=os.environ["SERVINGCTL_TABLE"], key_attr="pk", sort_key_attr="sk",
             static_pk_value="idempotency#api", expiry_attr="ttl",
         )
-        _built["app"] = build_app(_deps, persistence)
+        _built["app"] = build_app(_deps, persistence, _stop_deps)
     return _built["app"]
 
 

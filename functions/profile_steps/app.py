@@ -16,8 +16,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from servingctl.control import events
 from servingctl.control.deps import Deps
+from servingctl.control.known import known
 from servingctl.control.steps import lifecycle_event, run_step, step_metrics, step_profile
-from servingctl.registry import load_registry
 from servingctl.store import DynamoStore
 from servingctl.tracing import PATCH_MODULES
 
@@ -32,13 +32,16 @@ _publishers: dict[str, Any] = {}
 
 
 def _deps(context: LambdaContext) -> Deps:
-    """Clients and the store are built once per container; the registry is cached by its loader."""
+    """Clients and the store are built once per container; the registry (cached by its loader) is
+    what parses of it plus the copies the records keep: a stop never depends on it whole."""
     if not _clients:
         _clients.update({name: boto3.client(name) for name in ("ecs", "autoscaling", "elbv2", "ec2", "stepfunctions", "logs")})
         _clients["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
+    found = known(_clients["store"])
     return Deps(
         **_clients,
-        registry=load_registry(),
+        registry=found.registry,
+        retired=found.retired,
         watch_budget_s=max(0.0, context.get_remaining_time_in_millis() / 1000 - WATCH_MARGIN_S),
     )
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import boto3
 import httpx
+from botocore.exceptions import BotoCoreError, ClientError
 from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -24,9 +25,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from servingctl.control.autostop import GAUGE_TIMEOUT_S, SweepDeps, SweepInput, sweep
 from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.deps import Deps
-from servingctl.control.reconcile import STATUS_CHANGE, ReconcileDeps, Repair, on_status_change, reconcile
+from servingctl.control.known import Known, merge
+from servingctl.control.tags import TaggedCapacity, tagged_capacity
+from servingctl.control.reconcile import STATUS_CHANGE, ReconcileDeps, Repair, on_status_change, reconcile, undescribed_capacity
 from servingctl.shared.settings import Poll, parse_input
-from servingctl.registry import load_registry
+from servingctl.registry import read_registry
 from servingctl.store import DynamoStore
 from servingctl.tracing import PATCH_MODULES
 
@@ -49,20 +52,39 @@ def _client(name: str) -> Any:
     return _clients[name]
 
 
-def _sweep_deps() -> SweepDeps:
-    """The auto-stop's collaborators; the registry is cached by its loader."""
+def _known() -> tuple[Known, TaggedCapacity | None]:
+    """The registry as published (what parses; the loader caches it) with the copies the records
+    keep, and the capacity found by its tags (None when it could not be read: logged, counted)."""
+    store = _client("store")
+    published = read_registry()
+    for problem in published.problems:
+        logger.error("registry parameter unusable", extra={"parameter": problem.parameter, "problem": problem.detail})
+    found = merge(published, store)
+    try:
+        tagged = tagged_capacity(_client("ecs"), _client("autoscaling"), {p.cluster for p in found.registry.profiles.values()})
+    except (ClientError, BotoCoreError):
+        logger.exception("capacity by tags could not be read")
+        return found, None
+    if set(tagged.profiles) - set(found.registry.profiles):
+        found = merge(published, store, running=tagged.profiles)
+    return found, tagged
+
+
+def _sweep_deps(known: Known) -> SweepDeps:
+    """The auto-stop's collaborators."""
     return SweepDeps(sfn=_client("stepfunctions"), cloudwatch=_client("cloudwatch"), events=_client("events"), elbv2=_client("elbv2"),
-                     store=_client("store"), registry=load_registry(), stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"],
+                     store=_client("store"), registry=known.registry, stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"],
                      clock=CLOCK, identity=_client("identity"), http=_client("http"))
 
 
-def _reconcile_deps() -> ReconcileDeps:
+def _reconcile_deps(known: Known) -> ReconcileDeps:
     """The reconciler's collaborators (it reads ECS and Auto Scaling, never scales them itself)."""
     steps = Deps(ecs=_client("ecs"), autoscaling=_client("autoscaling"), elbv2=None, ec2=None,
-                 stepfunctions=_client("stepfunctions"), store=_client("store"), registry=load_registry(), clock=CLOCK)
+                 stepfunctions=_client("stepfunctions"), store=_client("store"), registry=known.registry, clock=CLOCK,
+                 retired=known.retired)
     machines = {"start": os.environ["START_STATE_MACHINE_ARN"], "stop": os.environ["STOP_STATE_MACHINE_ARN"]}
     return ReconcileDeps(steps=steps, sfn=_client("stepfunctions"), events=_client("events"), machines=machines,
-                         identity=_client("identity"))
+                         identity=_client("identity"), known=known)
 
 
 def _count(name: str, reason: str, dry_run: bool) -> None:
@@ -92,15 +114,25 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     """Reconcile (every profile, or the one a status change is about), then decide for every READY
     profile; log and count each decision, count the profiles that raised (SweepErrors), answer with all."""
     if isinstance(event, dict) and event.get("detail-type") == STATUS_CHANGE:
-        repairs = on_status_change(_reconcile_deps(), event, poll=_stop_poll())
+        known, _ = _known()
+        repairs = on_status_change(_reconcile_deps(known), event, poll=_stop_poll())
         _report(repairs, False)
         metrics.add_metric(name="SweepErrors", unit=MetricUnit.Count, value=sum(r.action == "error" for r in repairs))
         return {"trigger": "status-change", "repairs": [r.model_dump(mode="json") for r in repairs]}
     request = parse_input(SweepInput, event if event is not None else {})
     poll = request.poll or _stop_poll()
-    repairs = reconcile(_reconcile_deps(), dry_run=request.dry_run, poll=poll)
+    known, tagged = _known()
+    repairs = reconcile(_reconcile_deps(known), dry_run=request.dry_run, poll=poll)
+    if tagged is None:
+        repairs.append(Repair(profile="*", stop=False, reason="error", action="error",
+                              detail="capacity by tags (servingctl:profile, servingctl:pool) could not be read"))
+    else:
+        repairs += undescribed_capacity(known.registry, tagged)
+    # A registry parameter that does not parse is an error of every sweep until it is fixed.
+    repairs += [Repair(profile=p.parameter, stop=False, reason="error", action="error", detail=f"registry: {p.detail}")
+                for p in known.published.problems]
     _report(repairs, request.dry_run)
-    outcomes = sweep(_sweep_deps(), dry_run=request.dry_run, poll=poll)
+    outcomes = sweep(_sweep_deps(known), dry_run=request.dry_run, poll=poll)
     for outcome in outcomes:
         logger.info("sweep decision", extra=outcome.model_dump() | {"dry_run": request.dry_run})
         _count("SweepDecisions", outcome.reason, request.dry_run)

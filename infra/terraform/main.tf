@@ -89,6 +89,7 @@ module "profile" {
   served_model_name       = coalesce(each.value.served_model_name, each.key)
   region                  = var.region
   cluster_arn             = module.cluster.arn
+  pool                    = each.value.pool
   capacity_provider       = module.pool[each.value.pool].capacity_provider_name
   vpc_id                  = module.network.vpc_id
   subnet_ids              = module.network.private_subnet_ids

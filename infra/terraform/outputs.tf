@@ -15,14 +15,16 @@ output "lambda_security_group_id" {
   value       = module.alb.lambda_security_group_id
 }
 
-output "registry_parameter_name" {
-  description = "SSM parameter holding the registry JSON (SERVINGCTL_REGISTRY=ssm:<name>)."
-  value       = aws_ssm_parameter.registry.name
+output "registry_path" {
+  description = "SSM path of the registry's parameters: index, pools/<name>, profiles/<name> (SERVINGCTL_REGISTRY=ssm:<path>)."
+  value       = local.registry_path
+  # Known once every parameter under it is written.
+  depends_on = [aws_ssm_parameter.registry_index]
 }
 
-output "registry_parameter_arn" {
-  description = "ARN of the registry parameter, for ssm:GetParameter scoping."
-  value       = aws_ssm_parameter.registry.arn
+output "registry_path_arn" {
+  description = "ARN of the registry's path, for ssm:GetParametersByPath scoping (authorised on the path)."
+  value       = trimsuffix(aws_ssm_parameter.registry_index.arn, "/index")
 }
 
 output "cluster_arn" {

@@ -1,5 +1,7 @@
-# The registry: one JSON document in SSM Parameter Store, built from the same inputs as the
-# resources and from their outputs, validated by tests against the package's registry schema.
+# The registry: one JSON document built from the same inputs as the resources and from their
+# outputs, validated by tests against the package's registry schema, and published to SSM Parameter
+# Store as one parameter per pool and per profile plus an index under /<name>/registry (one parameter
+# holds at most 8 KB; the layout is the controller's servingctl.registry.layout).
 
 locals {
   routing_header_name = "X-LLM-Profile"
@@ -73,12 +75,48 @@ locals {
   }
 }
 
-resource "aws_ssm_parameter" "registry" {
+locals {
+  registry_path = "/${var.name}/registry"
+  # What must be there: a parameter the index lists but SSM lacks is missing, not removed.
+  registry_index = {
+    schema_version = local.registry.schema_version
+    region         = local.registry.region
+    pools          = sort(keys(local.registry.pools))
+    profiles       = sort(keys(local.registry.profiles))
+  }
+}
+
+resource "aws_ssm_parameter" "registry_pool" {
   #checkov:skip=CKV2_AWS_34:The registry holds names and ARNs, no secret; the controller reads it as a plain String without decryption.
-  name        = "/${var.name}/registry"
-  description = "servingctl registry: pools and serving profiles of the ${var.name} data plane (schema_version 1)"
+  for_each    = local.registry.pools
+  name        = "${local.registry_path}/pools/${each.key}"
+  description = "servingctl registry: compute pool ${each.key} (schema_version 1)"
   type        = "String"
-  # Two profiles with their vLLM command lines pass the 4 KB Standard limit; this tier picks Advanced only when needed.
+  # About 0.5 KB: Standard; the tier moves to Advanced only for a pool past 4 KB.
   tier  = "Intelligent-Tiering"
-  value = jsonencode(local.registry)
+  value = jsonencode(each.value)
+}
+
+resource "aws_ssm_parameter" "registry_profile" {
+  #checkov:skip=CKV2_AWS_34:The registry holds names and ARNs, no secret; the controller reads it as a plain String without decryption.
+  for_each    = local.registry.profiles
+  name        = "${local.registry_path}/profiles/${each.key}"
+  description = "servingctl registry: serving profile ${each.key} (schema_version 1)"
+  type        = "String"
+  # 0.7-0.9 KB with the vLLM command line: Standard; Advanced only for a profile past 4 KB.
+  tier  = "Intelligent-Tiering"
+  value = jsonencode(each.value)
+}
+
+resource "aws_ssm_parameter" "registry_index" {
+  #checkov:skip=CKV2_AWS_34:The registry holds names and ARNs, no secret; the controller reads it as a plain String without decryption.
+  name        = "${local.registry_path}/index"
+  description = "servingctl registry of the ${var.name} data plane: region and the names of its pools and profiles (schema_version 1)"
+  type        = "String"
+  # 50 profile and 50 pool names of up to 28 and 31 characters fit 4 KB; Advanced past it.
+  tier  = "Intelligent-Tiering"
+  value = jsonencode(local.registry_index)
+  # Written after the parameters it lists (and, on a removal, before the removed one is deleted):
+  # the controller reads a profile the index no longer lists as removed.
+  depends_on = [aws_ssm_parameter.registry_pool, aws_ssm_parameter.registry_profile]
 }

@@ -131,6 +131,10 @@ variable "pools" {
     error_message = "pools must not be empty and every pool name must match ^[a-z0-9][a-z0-9-]{0,30}$."
   }
   validation {
+    condition     = length(var.pools) <= 50
+    error_message = "pools: at most 50 (the registry's bound, MAX_POOLS in the controller's registry models)."
+  }
+  validation {
     condition     = alltrue([for p in values(var.pools) : can(regex("^[a-z0-9-]+\\.[a-z0-9]+$", p.instance_type)) && p.gpu_count >= 1 && p.gpu_count <= 16 && floor(p.gpu_count) == p.gpu_count])
     error_message = "pools.*.instance_type must look like g7e.12xlarge and pools.*.gpu_count must be an integer from 1 to 16."
   }
@@ -277,6 +281,10 @@ variable "profiles" {
   validation {
     condition     = length(var.profiles) > 0 && alltrue([for k, p in var.profiles : can(regex("^[a-z0-9][a-z0-9-]{0,27}$", k))])
     error_message = "profiles must not be empty and every profile name must match ^[a-z0-9][a-z0-9-]{0,27}$ (it names the target group llm-<profile>, 32 characters at most)."
+  }
+  validation {
+    condition     = length(var.profiles) <= 50
+    error_message = "profiles: at most 50 (the registry's bound, MAX_PROFILES in the controller's registry models: each sweep decides every profile in one run)."
   }
   validation {
     condition     = alltrue([for p in values(var.profiles) : p.task_cpu >= 256 && p.task_cpu <= 196608 && floor(p.task_cpu) == p.task_cpu && p.task_memory_mib >= 512 && floor(p.task_memory_mib) == p.task_memory_mib])

@@ -80,9 +80,14 @@ run "reference" {
     condition     = local.registry.profiles["deepseek-v4-flash"].autostop.warning_minutes == 15 && local.registry.profiles["deepseek-v4-flash"].autostop.drain_minutes == 10 && local.registry.profiles["deepseek-v4-flash"].autostop.max_runtime_minutes == null && local.registry.profiles["deepseek-v4-flash"].autostop.max_session_usd == null
     error_message = "the registry carries each profile's autostop settings (defaults here)"
   }
+  # The registry in SSM: one parameter per pool and profile and the index, under /<name>/registry.
   assert {
-    condition     = nonsensitive(aws_ssm_parameter.registry.value) == jsonencode(local.registry)
-    error_message = "the registry parameter must store local.registry"
+    condition     = alltrue([for name, p in aws_ssm_parameter.registry_profile : nonsensitive(p.value) == jsonencode(local.registry.profiles[name]) && p.name == "/self-hosted-llm-poc/registry/profiles/${name}"]) && alltrue([for name, p in aws_ssm_parameter.registry_pool : nonsensitive(p.value) == jsonencode(local.registry.pools[name]) && p.name == "/self-hosted-llm-poc/registry/pools/${name}"])
+    error_message = "each registry parameter must store its pool or profile of local.registry, under /self-hosted-llm-poc/registry/"
+  }
+  assert {
+    condition     = aws_ssm_parameter.registry_index.name == "/self-hosted-llm-poc/registry/index" && jsondecode(nonsensitive(aws_ssm_parameter.registry_index.value)) == { schema_version = 1, region = "us-east-1", pools = ["g7e-1gpu", "g7e-2gpu"], profiles = ["deepseek-v4-flash", "nemotron-nano"] }
+    error_message = "the index must name every pool and profile: ${nonsensitive(aws_ssm_parameter.registry_index.value)}"
   }
 
   # One listener rule per profile, matching X-LLM-Profile: <profile>.

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import textwrap
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from servingctl.local.twin import Twin, function_name
+from servingctl.local.twin import SSM_PATH, Twin, function_name
 
 PROBE_ASL = {
     "Comment": "probe: call profile_steps with the input's action",
@@ -77,7 +76,7 @@ def test_step_functions_invoke_runs_the_real_handler_with_the_function_environme
     answer = result.output["result"]
     assert answer["tables"] == [twin.table_name]  # the handler reached the twin's DynamoDB through AWS_ENDPOINT_URL
     assert answer["table_env"] == twin.table_name
-    assert Path(answer["registry_env"]) == twin.registry_path
+    assert answer["registry_env"] == f"ssm:{SSM_PATH}"  # the registry from SSM by its path, as deployed
     assert answer["function"] == function_name("profile_steps")
     assert 0 < answer["remaining_ms"] <= 180_000  # profile_steps' timeout in template.yaml
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import boto3
 import pytest
+from aws_lambda_powertools.utilities import parameters
 from moto import mock_aws
 
-from servingctl.local.twin import REFERENCE_REGISTRY
+from servingctl.local.twin import REFERENCE_REGISTRY, publish_parameters
 from servingctl.store import DynamoStore
 from servingctl.store.dynamodb import create_table
 
@@ -24,6 +25,7 @@ REPO = Path(__file__).resolve().parents[3]
 REGION = "us-east-1"
 TABLE = "servingctl"
 SHARED = "qwen3-coder"  # a third profile on deepseek-v4-flash's pool
+SSM_PATH = "/servingctl/registry"
 PASS = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Pass", "End": True}}})
 
 
@@ -94,6 +96,9 @@ def _bootstrap(registry: Path) -> None:
         profile["target_group_arn"] = tg["TargetGroups"][0]["TargetGroupArn"]
         profile["load_balancer_arn"] = lb["LoadBalancerArn"]
     registry.write_text(json.dumps(document))
+    # The handler reads it from SSM by its path, as deployed.
+    publish_parameters(boto3.client("ssm", region_name=REGION), document, SSM_PATH)
+    parameters.clear_caches()
 
 
 @pytest.fixture
@@ -113,7 +118,7 @@ def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
         start = sfn.create_state_machine(name="servingctl-start-profile", definition=PASS, roleArn=role)["stateMachineArn"]
         stop = sfn.create_state_machine(name="servingctl-stop-profile", definition=PASS, roleArn=role)["stateMachineArn"]
         for key, value in {
-            "SERVINGCTL_REGISTRY": str(registry), "SERVINGCTL_TABLE": TABLE, "START_STATE_MACHINE_ARN": start,
+            "SERVINGCTL_REGISTRY": f"ssm:{SSM_PATH}", "SERVINGCTL_TABLE": TABLE, "START_STATE_MACHINE_ARN": start,
             "STOP_STATE_MACHINE_ARN": stop, "POWERTOOLS_SERVICE_NAME": "servingctl", "POWERTOOLS_TRACE_DISABLED": "true",
         }.items():
             monkeypatch.setenv(key, value)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from aws_lambda_powertools.utilities import parameters
 
 from servingctl.costs import load_catalog
 from servingctl.store.models import Phase, Session
@@ -301,10 +302,11 @@ def test_the_ledger_and_the_listed_price_use_the_price_key(api: Api) -> None:
         return {p["name"]: p["hourly_usd"] for p in api.request("GET", "/profiles")[1]}[OTHER]
 
     assert hourly() is None  # g7e.2xlarge: not in the catalog
-    registry = Path(os.environ["SERVINGCTL_REGISTRY"])
-    document = json.loads(registry.read_text())
-    document["pools"]["g7e-1gpu"]["price_key"] = "g7e.12xlarge"
-    registry.write_text(json.dumps(document))
+    ssm = boto3.client("ssm", region_name="us-east-1")
+    parameter = os.environ["SERVINGCTL_REGISTRY"].removeprefix("ssm:") + "/pools/g7e-1gpu"
+    pool = json.loads(ssm.get_parameter(Name=parameter)["Parameter"]["Value"]) | {"price_key": "g7e.12xlarge"}
+    ssm.put_parameter(Name=parameter, Value=json.dumps(pool), Type="String", Overwrite=True)
+    parameters.clear_caches()  # a new container would read it at once; this one caches it
     assert hourly() == price.hourly_usd
 
 

@@ -13,9 +13,11 @@ from typing import Any
 
 import boto3
 import pytest
+from aws_lambda_powertools.utilities import parameters
 from moto import mock_aws
 
 from servingctl.benchmarks.worker import ACTIONS
+from servingctl.local.twin import publish_parameters
 from servingctl.shared.errors import InvalidInput
 from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 from servingctl.store.dynamodb import create_table
@@ -40,7 +42,7 @@ def _context() -> SimpleNamespace:
 def handler(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     for key, value in {
         "AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-        "SERVINGCTL_REGISTRY": str(ROOT / "layers/core/servingctl/local/reference_registry.json"),
+        "SERVINGCTL_REGISTRY": "ssm:/servingctl/registry",
         "SERVINGCTL_TABLE": "servingctl", "SERVINGCTL_BUCKET": "records", "POWERTOOLS_SERVICE_NAME": "servingctl",
         "POWERTOOLS_METRICS_NAMESPACE": "servingctl", "POWERTOOLS_TRACE_DISABLED": "true",
     }.items():
@@ -49,6 +51,10 @@ def handler(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     with mock_aws():
         create_table("servingctl", boto3.resource("dynamodb"))
         boto3.client("s3").create_bucket(Bucket="records")
+        # Read from SSM by its path, as deployed.
+        publish_parameters(boto3.client("ssm"), json.loads((ROOT / "layers/core/servingctl/local/reference_registry.json").read_text()),
+                       "/servingctl/registry")
+        parameters.clear_caches()
         spec = importlib.util.spec_from_file_location("handler_bench_worker", ROOT / "functions/bench_worker/app.py")
         assert spec and spec.loader
         module = importlib.util.module_from_spec(spec)

@@ -15,8 +15,10 @@ from typing import Any
 
 import boto3
 import pytest
+from aws_lambda_powertools.utilities import parameters
 
 from servingctl.shared.errors import InvalidInput, ProfileNotFound, SmokeTestFailed
+from servingctl.local.twin import publish_parameters
 from servingctl.control.steps import ACTIONS
 from servingctl.store import DynamoStore, Phase
 from servingctl.store.dynamodb import create_table
@@ -48,7 +50,10 @@ def context() -> SimpleNamespace:
 
 @pytest.fixture
 def lambda_env(monkeypatch: pytest.MonkeyPatch, aws_env: None) -> Iterator[None]:
-    monkeypatch.setenv("SERVINGCTL_REGISTRY", str(REGISTRY))
+    # Read from SSM by its path, as deployed.
+    publish_parameters(boto3.client("ssm"), json.loads(REGISTRY.read_text()), "/servingctl/registry")
+    parameters.clear_caches()
+    monkeypatch.setenv("SERVINGCTL_REGISTRY", "ssm:/servingctl/registry")
     monkeypatch.setenv("SERVINGCTL_TABLE", "servingctl")
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "servingctl")
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "servingctl")

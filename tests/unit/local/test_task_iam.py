@@ -68,7 +68,7 @@ def test_the_setup_survives_the_environment_and_no_calls_file_is_no_calls(tmp_pa
 def test_the_bench_task_role_is_read_from_the_translated_template_by_family(cfn: dict) -> None:
     refs = {"AWS::StackName": "servingctl", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012",
             "AWS::Partition": "aws", "BenchImageUri": "servingctl-bench:twin"}
-    arns = {"StateTable": TABLE, "RecordsBucket": "arn:aws:s3:::records", "RegistryParameterArn": "arn:ssm"}
+    arns = {"StateTable": TABLE, "RecordsBucket": "arn:aws:s3:::records", "RegistryPathArn": "arn:ssm"}
 
     class Refs(dict):
         def __missing__(self, key: str) -> str:

@@ -7,10 +7,11 @@ from importlib import resources
 import boto3
 import jsonschema
 import pytest
+from aws_lambda_powertools.utilities import parameters as parameters_cache
 from moto import mock_aws
 
-from servingctl.registry import RegistryError, load_registry, parse_registry
-from servingctl.registry.loader import SSM_ADVANCED_BYTES, SSM_STANDARD_BYTES, check_parameter_size, parameter_bytes
+from servingctl.registry import RegistryError, load_registry, parse_registry, read_registry
+from servingctl.registry.layout import SSM_ADVANCED_BYTES, SSM_STANDARD_BYTES, assemble, compact, parameters
 from servingctl.registry.schema import SCHEMA_PATH, render
 
 REFERENCE = json.loads(resources.files("servingctl.local").joinpath("reference_registry.json").read_text())
@@ -61,25 +62,43 @@ def test_capture_sizes_at_the_mtp_batch_and_one_below(sizes, accepted):
             parse_registry(doc)
 
 
-def _padded_to(doc: dict, size: int) -> dict:
-    """doc with a vLLM argument padded so that its SSM value is exactly size bytes."""
-    padded = copy.deepcopy(doc)
-    args = padded["profiles"]["nemotron-nano"]["serving"].setdefault("args", [])
+PATH = "/test/registry"
+
+
+def _padded_to(profile: dict, size: int) -> dict:
+    """profile with a vLLM argument padded so that its SSM value is exactly size bytes."""
+    padded = copy.deepcopy(profile)
+    args = padded["serving"].setdefault("args", [])
     args.append("")
-    args[-1] = "x" * (size - parameter_bytes(padded))
-    assert parameter_bytes(padded) == size
+    args[-1] = "x" * (size - len(compact(padded).encode()))
+    assert len(compact(padded).encode()) == size
     return padded
 
 
-def test_reference_registry_fits_the_ssm_parameter_with_room_to_grow():
-    size = parameter_bytes(REFERENCE)
-    assert size <= SSM_STANDARD_BYTES, f"{size} bytes: the reference registry should still fit the Standard tier"
+def _relative(document: dict) -> dict[str, str]:
+    return {name.removeprefix(PATH + "/"): value for name, value in parameters(document, PATH).items()}
 
 
-def test_registry_at_the_ssm_advanced_limit_passes_and_one_byte_past_is_rejected():
-    assert check_parameter_size(_padded_to(REFERENCE, SSM_ADVANCED_BYTES)) == SSM_ADVANCED_BYTES
-    with pytest.raises(RegistryError, match=rf"{SSM_ADVANCED_BYTES + 1} bytes .*Advanced tier limit of {SSM_ADVANCED_BYTES}"):
-        check_parameter_size(_padded_to(REFERENCE, SSM_ADVANCED_BYTES + 1))
+def test_every_reference_parameter_fits_the_standard_tier():
+    sizes = {name: len(value.encode()) for name, value in parameters(REFERENCE, PATH).items()}
+    assert max(sizes.values()) <= SSM_STANDARD_BYTES, sizes
+
+
+def test_a_profile_parameter_at_the_ssm_advanced_limit_passes_and_one_byte_past_is_named():
+    doc = copy.deepcopy(REFERENCE)
+    doc["profiles"]["nemotron-nano"] = _padded_to(REFERENCE["profiles"]["nemotron-nano"], SSM_ADVANCED_BYTES)
+    assert assemble(PATH, _relative(doc), "us-east-1").problems == ()
+    doc["profiles"]["nemotron-nano"] = _padded_to(REFERENCE["profiles"]["nemotron-nano"], SSM_ADVANCED_BYTES + 1)
+    built = assemble(PATH, _relative(doc), "us-east-1")
+    assert [str(p) for p in built.problems] == [
+        f"{PATH}/profiles/nemotron-nano: {SSM_ADVANCED_BYTES + 1} bytes, over the Advanced tier limit of {SSM_ADVANCED_BYTES} bytes"]
+    assert sorted(built.document["profiles"]) == ["deepseek-v4-flash"]
+
+
+def test_assembled_parameters_give_back_the_document():
+    built = assemble(PATH, _relative(REFERENCE), "us-east-1")
+    assert built.problems == () and parse_registry(built.document) == parse_registry(REFERENCE)
+    assert built.listed == frozenset(REFERENCE["profiles"])
 
 
 def test_unknown_time_zone_is_rejected():
@@ -102,18 +121,81 @@ def test_committed_schema_is_current_and_accepts_the_reference():
     jsonschema.validate(REFERENCE, json.loads(SCHEMA_PATH.read_text()))
 
 
-def test_registry_read_from_ssm_past_the_advanced_limit_is_rejected_naming_the_sizes(monkeypatch):
+def _fleet(count: int) -> dict:
+    """The reference registry with count copies of nemotron-nano, each on a pool of its own."""
+    doc = copy.deepcopy(REFERENCE)
+    doc["profiles"], doc["pools"] = {}, {}
+    for i in range(count):
+        doc["pools"][f"pool-{i:02d}"] = copy.deepcopy(REFERENCE["pools"]["g7e-1gpu"]) | {"asg_name": f"asg-{i:02d}"}
+        doc["profiles"][f"model-{i:02d}"] = copy.deepcopy(REFERENCE["profiles"]["nemotron-nano"]) | {"pool": f"pool-{i:02d}"}
+    return doc
+
+
+def _publish(ssm, document: dict) -> None:
+    for name, value in parameters(document, PATH).items():
+        ssm.put_parameter(Name=name, Value=value, Type="String", Overwrite=True)
+
+
+@pytest.fixture
+def ssm(monkeypatch):
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(var, "testing")
+    parameters_cache.clear_caches()  # the loader caches a path's parameters for a minute
     with mock_aws():
-        ssm = boto3.client("ssm", region_name="us-east-1")
-        # moto stores any size; real SSM would have refused it on the way in.
-        ssm.put_parameter(Name="/test/too-big", Type="String", Tier="Advanced",
-                          Value=json.dumps(_padded_to(REFERENCE, SSM_ADVANCED_BYTES + 1), separators=(",", ":")))
-        ssm.put_parameter(Name="/test/at-limit", Type="String", Tier="Advanced",
-                          Value=json.dumps(_padded_to(REFERENCE, SSM_ADVANCED_BYTES), separators=(",", ":")))
-        assert set(load_registry("ssm:/test/at-limit").profiles) == {"nemotron-nano", "deepseek-v4-flash"}
-        with pytest.raises(RegistryError, match=rf"{SSM_ADVANCED_BYTES + 1} bytes"):
-            load_registry("ssm:/test/too-big")
+        yield boto3.client("ssm", region_name="us-east-1")
+    parameters_cache.clear_caches()
+
+
+def test_fifty_profiles_are_read_from_ssm_over_every_page(ssm):
+    # 101 parameters: GetParametersByPath answers 10 a page; a reader of the first page alone sees 10.
+    _publish(ssm, _fleet(50))
+    registry = load_registry(f"ssm:{PATH}")
+    assert len(registry.profiles) == len(registry.pools) == 50
+    assert registry.pool_of("model-49").asg_name == "asg-49"
+
+
+def test_fifty_one_profiles_are_refused_naming_the_index_and_the_bound(ssm):
+    _publish(ssm, _fleet(51))
+    with pytest.raises(RegistryError, match=rf"{PATH}/index: pools: List should have at most 50 items.*; profiles: List should have at most 50 items"):
+        load_registry(f"ssm:{PATH}")
+
+
+def test_a_malformed_profile_parameter_is_named_with_its_field_and_the_rest_still_reads(ssm):
+    _publish(ssm, REFERENCE)
+    bad = copy.deepcopy(REFERENCE["profiles"]["nemotron-nano"]) | {"default_lease_minutes": 1}
+    ssm.put_parameter(Name=f"{PATH}/profiles/nemotron-nano", Value=json.dumps(bad), Type="String", Overwrite=True)
+    with pytest.raises(RegistryError, match=rf"{PATH}/profiles/nemotron-nano: default_lease_minutes: Input should be greater than or equal to 5"):
+        load_registry(f"ssm:{PATH}")
+    published = read_registry(f"ssm:{PATH}")
+    assert sorted(published.registry.profiles) == ["deepseek-v4-flash"]
+    assert "nemotron-nano" in published.unusable and published.listed == frozenset(REFERENCE["profiles"])
+
+
+def test_a_missing_parameter_the_index_lists_is_named(ssm):
+    _publish(ssm, REFERENCE)
+    ssm.delete_parameter(Name=f"{PATH}/pools/g7e-2gpu")
+    with pytest.raises(RegistryError) as raised:
+        load_registry(f"ssm:{PATH}")
+    assert str(raised.value) == (
+        f"registry ssm:{PATH}: {PATH}/pools/g7e-2gpu: missing: the index lists pool 'g7e-2gpu'; "
+        f"{PATH}/profiles/deepseek-v4-flash: pool: 'g7e-2gpu' is not a usable pool of the registry")
+
+
+def test_no_registry_under_the_path_says_so(ssm):
+    with pytest.raises(RegistryError, match=rf"{PATH}/index: missing: the registry is not published under this path"):
+        load_registry(f"ssm:{PATH}")
+
+
+def test_a_profile_removed_from_the_index_is_not_read_even_while_its_parameter_remains(ssm):
+    # Terraform rewrites the index before it deletes a removed profile's parameter.
+    _publish(ssm, REFERENCE)
+    index = json.loads(ssm.get_parameter(Name=f"{PATH}/index")["Parameter"]["Value"])
+    index["profiles"].remove("nemotron-nano")
+    ssm.put_parameter(Name=f"{PATH}/index", Value=json.dumps(index), Type="String", Overwrite=True)
+    published = read_registry(f"ssm:{PATH}")
+    assert published.problems == () and sorted(published.registry.profiles) == ["deepseek-v4-flash"]
+    assert published.listed == frozenset({"deepseek-v4-flash"})
 
 
 @pytest.mark.parametrize(

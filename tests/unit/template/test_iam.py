@@ -33,6 +33,7 @@ STAR_RESOURCE_ACTIONS: dict[str, tuple[str, str | None]] = {
     "ecs:ListTasks": ("ListTasks is not authorized by a resource ARN in practice", "ecs:cluster"),
     "ecs:DescribeTasks": ("task ARNs carry random ids: narrowed to the cluster instead", "ecs:cluster"),
     "ecs:DescribeContainerInstances": ("instance ARNs carry random ids: narrowed to the cluster", "ecs:cluster"),
+    "ecs:ListServices": ("ListServices has no resource type (the reconciler finds services by their tags)", "ecs:cluster"),
     "ecs:DescribeTaskDefinition": ("DescribeTaskDefinition has no resource-level permissions", None),
     "cloudwatch:GetMetricStatistics": ("CloudWatch metric reads have no resource-level permissions", None),
     "logs:CreateLogDelivery": ("Step Functions log delivery: vended-log APIs take no resource", None),
@@ -167,7 +168,7 @@ def test_writes_on_the_data_plane_are_scoped_to_the_terraform_outputs(cfn):
     assert pools["Resource"] == statements["EmptyPools"]["Resource"] == {"Ref": "AsgArns"}
     assert pools["Condition"] == {"Null": {"aws:ResourceTag/servingctl:pool": "false"}}
     assert statements["ReadClusterTasks"]["Condition"] == {"ArnEquals": {"ecs:cluster": {"Ref": "ClusterArn"}}}
-    assert statements["ReadRegistry"]["Resource"] == {"Ref": "RegistryParameterArn"}
+    assert statements["ReadRegistry"]["Resource"] == {"Ref": "RegistryPathArn"}
 
 
 def test_state_machines_invoke_only_the_functions_they_substitute(cfn):

@@ -54,7 +54,7 @@ def test_every_function_gets_runtime_layer_tracing_json_logs_and_environment(cfn
         assert props["LoggingConfig"]["LogGroup"] == {"Ref": "FunctionLogGroup"}, name
         assert any("CoreLayer" in str(layer) for layer in props["Layers"]), name
         env = props["Environment"]["Variables"]
-        assert env["SERVINGCTL_REGISTRY"] == {"Fn::Sub": "ssm:${RegistryParameterName}"}, name
+        assert env["SERVINGCTL_REGISTRY"] == {"Fn::Sub": "ssm:${RegistryPath}"}, name
         assert env["SERVINGCTL_TABLE"] == {"Ref": "StateTable"}, name
         assert env["POWERTOOLS_SERVICE_NAME"] == env["POWERTOOLS_METRICS_NAMESPACE"] == "servingctl", name
 

@@ -113,7 +113,23 @@ def _cached_plan(test_file: str, run: str) -> dict[str, Any]:
 
 
 # Test files whose plans the fixtures below read (test_terraform.py runs the other files).
-PLANNED_FILES = ("reference.tftest.hcl", "limits.tftest.hcl")
+PLANNED_FILES = ("reference.tftest.hcl", "limits.tftest.hcl", "registry.tftest.hcl")
+
+
+def registry_parameters(plan: dict[str, Any]) -> dict[str, str]:
+    """Name -> value of every registry parameter the plan writes (index, pools/*, profiles/*)."""
+    kinds = ("aws_ssm_parameter.registry_index", "aws_ssm_parameter.registry_pool[", "aws_ssm_parameter.registry_profile[")
+    return {r["name"]: r["value"] for address, r in plan["resources"].items() if address.startswith(kinds)}
+
+
+def read_back(plan: dict[str, Any], path: str) -> dict[str, Any]:
+    """The registry document as the controller's loader assembles it from the planned parameters."""
+    from servingctl.registry.layout import assemble
+
+    values = {name.removeprefix(path + "/"): value for name, value in registry_parameters(plan).items()}
+    built = assemble(path, values, "us-east-1")
+    assert built.problems == (), built.problems
+    return built.document
 
 
 @pytest.fixture(scope="session")
@@ -125,14 +141,19 @@ def reference_plan() -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def limits_registry() -> dict[str, Any]:
     """The registry planned with every profile field at a validation limit (tests/limits.tftest.hcl)."""
-    plan = _cached_plan("limits.tftest.hcl", "registry_limits")
-    return json.loads(plan["resources"]["aws_ssm_parameter.registry"]["value"])
+    return read_back(_cached_plan("limits.tftest.hcl", "registry_limits"), "/self-hosted-llm-poc/registry")
+
+
+@pytest.fixture(scope="session")
+def fifty_plan() -> dict[str, Any]:
+    """The plan of 50 profiles on 50 pools, the registry's bound (tests/registry.tftest.hcl)."""
+    return _cached_plan("registry.tftest.hcl", "fifty_profiles")
 
 
 @pytest.fixture(scope="session")
 def published(reference_plan: dict[str, Any]) -> dict[str, Any]:
-    """The registry document exactly as aws_ssm_parameter.registry stores it."""
-    return json.loads(reference_plan["resources"]["aws_ssm_parameter.registry"]["value"])
+    """The registry document as the controller assembles it from the parameters Terraform writes."""
+    return read_back(reference_plan, "/self-hosted-llm-poc/registry")
 
 
 @pytest.fixture(scope="session")
@@ -168,4 +189,5 @@ def user_dir() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def tf() -> SimpleNamespace:
     """The terraform helpers, for tests (pytest's importlib mode cannot import conftest)."""
-    return SimpleNamespace(run=terraform, json_lines=json_lines, root=TF_ROOT, repo=REPO, planned_files=PLANNED_FILES)
+    return SimpleNamespace(run=terraform, json_lines=json_lines, root=TF_ROOT, repo=REPO, planned_files=PLANNED_FILES,
+                           read_back=read_back)

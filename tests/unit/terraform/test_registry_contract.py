@@ -1,5 +1,6 @@
-"""The registry parameter Terraform publishes, as planned by `terraform test` (mock provider) for
-the reference inputs, checked against the package's JSON Schema and the controller's own loader."""
+"""The registry parameters Terraform publishes, as planned by `terraform test` (mock provider) for
+the reference inputs, at its limits and at 50 profiles, read back with the controller's own
+layout (servingctl.registry.layout) and checked against the package's JSON Schema and loader."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import jsonschema
 
+from servingctl.registry.layout import SSM_STANDARD_BYTES, parameters
 from servingctl.registry.loader import parse_registry
+from servingctl.registry.models import MAX_PROFILES
 
 PACKAGE = Path(__file__).resolve().parents[3] / "layers" / "core" / "servingctl"
 
@@ -72,7 +75,38 @@ def test_start_deadlines_cover_the_load_time(published: dict) -> None:
         assert profile["start"]["task_timeout_s"] >= profile["load"]["weights_pass_s"], name
 
 
-def test_registry_is_a_plain_string_parameter(reference_plan: dict) -> None:
-    # The loader (above) refuses a document over SSM's 8 KB; the controller reads it undecrypted.
-    parameter = reference_plan["resources"]["aws_ssm_parameter.registry"]
-    assert (parameter["type"], parameter["tier"]) == ("String", "Intelligent-Tiering")
+def _written(plan: dict) -> dict[str, dict]:
+    return {r["name"]: r for a, r in plan["resources"].items() if a.startswith("aws_ssm_parameter.registry_")}
+
+
+def test_registry_parameters_are_plain_strings(reference_plan: dict) -> None:
+    # The controller reads them undecrypted; Intelligent-Tiering moves one past 4 KB to Advanced.
+    written = _written(reference_plan)
+    assert len(written) == 5
+    assert {(p["type"], p["tier"]) for p in written.values()} == {("String", "Intelligent-Tiering")}
+
+
+def test_terraform_writes_the_parameters_the_twin_writes(published: dict, reference_plan: dict) -> None:
+    # One layout for both: the names and values Terraform plans are servingctl.registry.layout's
+    # (which the twin publishes with) for the same document.
+    written = {name: json.loads(p["value"]) for name, p in _written(reference_plan).items()}
+    ours = {name: json.loads(value) for name, value in parameters(published, "/self-hosted-llm-poc/registry").items()}
+    assert written == ours
+
+
+def test_fifty_profiles_are_published_and_read_back(fifty_plan: dict, tf) -> None:
+    written = _written(fifty_plan)
+    assert len(written) == 2 * MAX_PROFILES + 1
+    assert max(len(p["value"].encode()) for p in written.values()) <= SSM_STANDARD_BYTES
+    document = tf.read_back(fifty_plan, "/self-hosted-llm-poc/registry")
+    jsonschema.Draft202012Validator(json.loads((PACKAGE / "registry" / "schema.json").read_text())).validate(document)
+    registry = parse_registry(document)
+    assert len(registry.profiles) == len(registry.pools) == MAX_PROFILES
+    assert registry.pool_of("model-49").asg_name == "self-hosted-llm-poc-pool-49"
+
+
+def test_every_service_is_tagged_with_its_profile_and_pool(reference_plan: dict) -> None:
+    # The reconciler finds running capacity by these tags when the registry no longer names it.
+    for name, pool in (("deepseek-v4-flash", "g7e-2gpu"), ("nemotron-nano", "g7e-1gpu")):
+        tags = reference_plan["resources"][f'module.profile["{name}"].aws_ecs_service.this']["tags"]
+        assert {k: tags[k] for k in ("servingctl:profile", "servingctl:pool")} == {"servingctl:profile": name, "servingctl:pool": pool}

@@ -260,6 +260,11 @@ resource "aws_ecs_service" "this" {
   health_check_grace_period_seconds  = var.model_load_s
   enable_ecs_managed_tags            = true
   propagate_tags                     = "SERVICE"
+  # The reconciler finds running capacity by these tags even when the registry no longer names the profile.
+  tags = {
+    "servingctl:profile" = var.name
+    "servingctl:pool"    = var.pool
+  }
 
   capacity_provider_strategy {
     capacity_provider = var.capacity_provider

@@ -33,6 +33,11 @@ variable "cluster_arn" {
   type        = string
 }
 
+variable "pool" {
+  description = "Name of the profile's compute pool (tagged on the service as servingctl:pool)."
+  type        = string
+}
+
 variable "capacity_provider" {
   description = "Capacity provider of the profile's compute pool."
   type        = string

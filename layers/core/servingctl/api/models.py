@@ -114,6 +114,10 @@ class ProfileSummary(BaseModel):
         default=None, description="why the reconciler last stopped it (reason: detail), e.g. a lock held by an aborted start"
     )
     reconciled_at: datetime | None = None
+    retired: str | None = Field(
+        default=None, description="why the registry no longer describes it (e.g. removed from the registry): it is "
+        "shown from the copy the controller keeps until it is stopped, and can be stopped, not started"
+    )
     next_stop: PlannedStop | None = Field(
         default=None, description="READY only: the earliest stop the sweep is headed for (lease, schedule, idle, hard limits)"
     )

@@ -39,8 +39,9 @@ from servingctl.api.models import (
     StartRequest,
     StopRequest,
 )
-from servingctl.api.service import ApiDeps, ApiError, BadRequest, Conflict
+from servingctl.api.service import ApiDeps, ApiError, BadRequest, Conflict, RegistryUnavailable
 from servingctl.benchmarks.matrix import BenchmarkInput
+from servingctl.registry import RegistryError
 from servingctl.wording import problems
 
 OPENAPI_PATH = FilePath(__file__).with_name("openapi.json")
@@ -54,6 +55,9 @@ ERRORS = {
     404: {"description": "Unknown profile or execution", "content": {"application/json": {"model": ErrorBody}}},
     409: {"description": "A conflicting operation is running", "content": {"application/json": {"model": ErrorBody}}},
     415: {"description": "The body is not JSON", "content": {"application/json": {"model": ErrorBody}}},
+    503: {"description": "A registry parameter is missing or malformed: the message names it and the fields at fault "
+          "(a stop still works, from the copy the controller keeps)",
+          "content": {"application/json": {"model": ErrorBody}}},
 }
 
 
@@ -81,9 +85,13 @@ def _validation_message(exc: RequestValidationError) -> BadRequest:
     return BadRequest("invalid request: " + "; ".join(parts), fields[0] if len(fields) == 1 else None)
 
 
-def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | None = None) -> APIGatewayRestResolver:
-    """The resolver with every route; deps() is called per request (clients are cached by the caller)."""
+def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | None = None,
+              stop_deps: Callable[[], ApiDeps] | None = None) -> APIGatewayRestResolver:
+    """The resolver with every route; deps() is called per request (clients are cached by the caller)
+    and raises RegistryError (503) when a registry parameter is unusable; stop_deps() (default deps)
+    serves the stop, which must work from what parses and the kept copies."""
     app = APIGatewayRestResolver(enable_validation=True)
+    stopping = stop_deps or deps
 
     def caller() -> str | None:
         """Who did it: the IAM ARN API Gateway's IAM authorization put in the request context."""
@@ -95,7 +103,7 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
         if request["action"] == "start":
             ref = service.start_profile(deps(), request["profile"], StartRequest.model_validate(body), request["caller"])
         else:
-            ref = service.stop_profile(deps(), request["profile"], StopRequest.model_validate(body), request["caller"])
+            ref = service.stop_profile(stopping(), request["profile"], StopRequest.model_validate(body), request["caller"])
         return ref.model_dump(mode="json")
 
     config = IdempotencyConfig(
@@ -122,6 +130,11 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
     def _api_error(error: ApiError) -> Response:
         return _error_response(error)
 
+    @app.exception_handler(RegistryError)
+    def _registry_unusable(exc: RegistryError) -> Response:
+        field = exc.problems[0].parameter if len(exc.problems) == 1 else None
+        return _error_response(RegistryUnavailable(str(exc), field))
+
     @app.exception_handler(RequestValidationError)
     def _invalid(exc: RequestValidationError) -> Response:
         return _error_response(_validation_message(exc))
@@ -134,17 +147,17 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
     def _key_in_progress(exc: IdempotencyAlreadyInProgressError) -> Response:
         return _error_response(Conflict("a request with this Idempotency-Key is still being handled", "header.Idempotency-Key"))
 
-    @app.get("/profiles", summary="List the profiles", tags=["profiles"])
+    @app.get("/profiles", summary="List the profiles", tags=["profiles"], responses={**_ok(list[ProfileSummary]), 503: ERRORS[503]})
     def list_profiles() -> list[ProfileSummary]:
         return service.list_profiles(deps())
 
     @app.get("/profiles/<name>", summary="A profile's state, capacity, health and accrued cost", tags=["profiles"],
-             responses={**_ok(ProfileDetail), 404: ERRORS[404]})
+             responses={**_ok(ProfileDetail), 404: ERRORS[404], 503: ERRORS[503]})
     def get_profile(name: ProfileName) -> ProfileDetail:
         return service.get_profile(deps(), name)
 
     @app.get("/profiles/<name>/starts", summary="A profile's latest starts: per-phase timelines, p50 and p90", tags=["profiles"],
-             responses={**_ok(StartHistory), 400: ERRORS[400], 404: ERRORS[404]})
+             responses={**_ok(StartHistory), 400: ERRORS[400], 404: ERRORS[404], 503: ERRORS[503]})
     def get_starts(
         name: ProfileName,
         limit: Annotated[int, Query(ge=1, le=MAX_STARTS, description=f"how many of the latest starts (1..{MAX_STARTS})")] = 20,
@@ -188,12 +201,12 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
         return service.keepalive(deps(), name, body or KeepaliveRequest(), caller())
 
     @app.get("/executions/<execution_id>", summary="Progress of a start or stop execution", tags=["executions"],
-             responses={**_ok(ExecutionProgress), 400: ERRORS[400], 404: ERRORS[404]})
+             responses={**_ok(ExecutionProgress), 400: ERRORS[400], 404: ERRORS[404], 503: ERRORS[503]})
     def get_execution(execution_id: Annotated[str, Path(description="execution name (start-... / stop-...) or ARN")]) -> ExecutionProgress:
         return service.execution_progress(deps(), execution_id)
 
     @app.get("/ledger", summary="Sessions with their cost and monthly totals per profile", tags=["costs"],
-             responses={**_ok(Ledger), 400: ERRORS[400], 404: ERRORS[404]})
+             responses={**_ok(Ledger), 400: ERRORS[400], 404: ERRORS[404], 503: ERRORS[503]})
     def get_ledger(profile: Annotated[str | None, Query(description="only this profile")] = None) -> Ledger:
         return service.ledger(deps(), profile)
 
@@ -209,7 +222,7 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
         return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=ref.model_dump(mode="json"))  # type: ignore[return-value]
 
     @app.get("/benchmarks", summary="Benchmark runs, newest first", tags=["benchmarks"],
-             responses={**_ok(list[BenchmarkSummary]), 400: ERRORS[400], 404: ERRORS[404]})
+             responses={**_ok(list[BenchmarkSummary]), 400: ERRORS[400], 404: ERRORS[404], 503: ERRORS[503]})
     def list_benchmarks(
         profile: Annotated[str | None, Query(description="only this profile")] = None,
         limit: Annotated[int, Query(ge=1, le=200, description="at most this many runs")] = 50,
@@ -217,7 +230,7 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
         return benchmarks.list_benchmarks(deps(), profile, limit)
 
     @app.get("/benchmarks/<run_id>", summary="One benchmark run: results, comparisons, record links", tags=["benchmarks"],
-             responses={**_ok(BenchmarkDetail), 400: ERRORS[400], 404: ERRORS[404]})
+             responses={**_ok(BenchmarkDetail), 400: ERRORS[400], 404: ERRORS[404], 503: ERRORS[503]})
     def get_benchmark(run_id: Annotated[str, Path(description="run id (GET /benchmarks lists them)")]) -> BenchmarkDetail:
         return benchmarks.get_benchmark(deps(), run_id)
 

@@ -114,6 +114,12 @@ class Conflict(ApiError):
     status, error = 409, "Conflict"
 
 
+class RegistryUnavailable(ApiError):
+    """503: a registry parameter is missing or malformed; the message names it and the fields at fault."""
+
+    status, error = 503, "RegistryUnavailable"
+
+
 @dataclass
 class ApiDeps:
     """What the API reads and drives (boto3 clients in Lambda, moto-backed ones in tests)."""
@@ -136,6 +142,8 @@ class ApiDeps:
     bench_ecs: bool = False  # the ECS benchmark task is deployed (long scenarios allowed)
     # GET /profiles/{name} forecasts an idle stop from the ALB's RequestCount (None: no idle forecast).
     cloudwatch: Any = None
+    # Profiles known only from the copy their record keeps (servingctl.control.known), with why.
+    retired: dict[str, str] = field(default_factory=dict)
 
     def machine(self, action: Action) -> str:
         """The state machine ARN of a start or a stop."""
@@ -183,13 +191,20 @@ def _summary(deps: ApiDeps, name: str, state: ProfileState, with_requests: bool 
         routing_header=f"{spec.routing_header.name}: {spec.routing_header.value}",
         hourly_usd=price.hourly_usd if price else None, started_by=state.started_by, stopped_by=state.stopped_by,
         kept_alive_by=state.kept_alive_by, held_by=state.held_by, held_until=state.held_until,
-        reconcile_reason=state.reconcile_reason, reconciled_at=state.reconciled_at,
+        reconcile_reason=state.reconcile_reason, reconciled_at=state.reconciled_at, retired=deps.retired.get(name),
         **_forecast(deps, name, state, with_requests),
     )
 
 
+def _not_retired(deps: ApiDeps, name: str, what: str) -> None:
+    """409 for a profile the registry no longer describes: it can only be stopped."""
+    if name in deps.retired:
+        raise Conflict(f"{name} cannot be {what}: {deps.retired[name]}; it can only be stopped (servingctl stop {name})")
+
+
 def list_profiles(deps: ApiDeps) -> list[ProfileSummary]:
-    """Every registry profile with its recorded phase (never-started ones are STOPPED)."""
+    """Every registry profile with its recorded phase (never-started ones are STOPPED), and every
+    profile the registry lost that is not stopped yet."""
     return [_summary(deps, name, deps.store.get_profile(name)) for name in sorted(deps.registry.profiles)]
 
 
@@ -325,6 +340,7 @@ def _check_limits(name: str, spec: ServingProfile, body: StartRequest | StopRequ
 def start_profile(deps: ApiDeps, name: str, body: StartRequest, caller: str | None = None) -> ExecutionRef:
     """Validate, refuse conflicts (409), then start or join start_profile."""
     spec = profile_spec(deps, name)
+    _not_retired(deps, name, "started")
     _check_limits(name, spec, body)
     if body.lease_minutes is not None and body.lease_minutes > spec.max_lease_minutes:
         raise BadRequest(
@@ -380,6 +396,7 @@ def keepalive(deps: ApiDeps, name: str, body: KeepaliveRequest, caller: str | No
     the answer); one conditional write on READY and the lease just read, so it never revives a
     stopping profile nor shortens a concurrent longer keepalive."""
     spec = profile_spec(deps, name)
+    _not_retired(deps, name, "kept alive")
     minutes = body.minutes if body.minutes is not None else spec.default_lease_minutes
     if minutes > spec.max_lease_minutes:
         raise BadRequest(

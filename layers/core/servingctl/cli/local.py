@@ -204,7 +204,7 @@ def _run_up(args: argparse.Namespace) -> int:
 
 def _banner(twin: Twin, *, verbose: bool = False) -> str:
     """What runs where, how to use it, and that its state lives only as long as the process."""
-    from servingctl.local.twin import SSM_PARAMETER
+    from servingctl.local.twin import SSM_PATH
 
     assert twin.registry is not None
     first = next(iter(twin.registry.profiles))
@@ -213,7 +213,7 @@ def _banner(twin: Twin, *, verbose: bool = False) -> str:
         f"faults: {', '.join(twin.faults) or 'none'})",
         f"  REST API       {twin.api_url}  (servingctl finds it; or --api-url {twin.api_url})",
         f"  AWS endpoint   {twin.endpoint_url}  (region {twin.region}, any credentials)",
-        f"  registry       {twin.registry_path}  (also SSM parameter {SSM_PARAMETER})",
+        f"  registry       SSM {SSM_PATH}/ (index, pools/<name>, profiles/<name>), from {twin.source_registry}",
         f"  table, bucket  {twin.table_name}, {twin.bucket_name}",
         "  state          in memory only: stopping the twin forgets every profile state, run and ledger entry",
     ]

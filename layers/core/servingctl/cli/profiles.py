@@ -310,7 +310,9 @@ def _status(args: argparse.Namespace, client: Client) -> int:
         else:
             rows = [(p["name"], p["phase"], p["instance_type"], _price(p.get("hourly_usd")), render.when(p["lease_deadline"], short=True))
                     for p in profiles]
-            notes = [p["last_error"] and f"last error: {p['last_error']}" for p in profiles]
+            notes = ["; ".join(n for n in (p.get("retired") and f"not in the registry: {p['retired']} (stopping it)",
+                                           p["last_error"] and f"last error: {p['last_error']}") if n) or None
+                     for p in profiles]
             print(render.columns_with_notes(("profile", "phase", "type", "USD/h", "lease until UTC"), rows, notes, right=(3,)))
         return EXIT_OK
     detail = client.get(f"/profiles/{args.name}")
@@ -334,6 +336,8 @@ def status_text(detail: dict[str, Any], *, local: bool = False) -> str:
         cost = f"unpriced ({detail['uptime_s'] / 60:.1f} min up; the instance is {render.per_hour(None)})"
     rows = [
         ("phase", phase),
+        *([("registry", f"not in the registry: {detail['retired']}; shown from the controller's copy until it is stopped")]
+          if detail.get("retired") else []),
         ("endpoint", f"{detail['endpoint_url']} " + ("(the twin's ALB, reachable here)" if local else
                      f"(internal: from a host in the VPC; `servingctl bench --profile {detail['name']}` measures it from there)")),
         ("header", f"{detail['routing_header']} (the ALB routes by it)"),

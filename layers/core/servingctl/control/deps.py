@@ -28,6 +28,9 @@ class Deps:
     # Seconds a check may keep watching inside one invocation (the handler derives it from the
     # Lambda's remaining time); 0 disables watching.
     watch_budget_s: float = 0.0
+    # Profiles known only from the copy their record keeps (servingctl.control.known), with why:
+    # they can be stopped, never started.
+    retired: dict[str, str] = field(default_factory=dict)
 
     def profile(self, name: str) -> ServingProfile:
         """The registry's profile (the name was validated by prepare_*)."""

@@ -14,7 +14,14 @@ Step Functions, ECS and Auto Scaling say. A profile is stopped through stop_prof
 - capacity-unexplained: its ECS service wants or runs tasks while it is STOPPED or FAILED, or its
   pool's Auto Scaling group has capacity while no profile of the pool is active (reported on the
   pool's first profile);
-- session-open: it is FAILED with nothing running and its ledger session still open.
+- session-open: it is FAILED with nothing running and its ledger session still open;
+- removed-from-registry: the registry's index no longer lists it while it is not STOPPED or its
+  service wants or runs tasks (servingctl.control.known keeps its entry until it is stopped).
+
+Capacity its tags name for a profile or pool neither the registry nor a record describes is
+reported as an error (the SweepErrors alarm), never guessed at. Each profile it leaves
+alone that is not STOPPED gets the published registry entry on its record (kept for the day the
+registry loses it).
 
 Nothing is done while a start or stop of the profile is running: that execution owns the outcome.
 ListExecutions and DescribeExecution are eventually consistent (a just-started execution missing, a
@@ -42,13 +49,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servingctl.control import aws, events
 from servingctl.control.deps import Deps
+from servingctl.control.known import Known, refresh_entry
+from servingctl.control.tags import TaggedCapacity
 from servingctl.control.executions import execution_status, is_execution_of, running_execution, start_fresh
 from servingctl.control.flow import CLOSED_STATUSES, pool_users
+from servingctl.registry.models import Registry
 from servingctl.shared.settings import Poll
 from servingctl.store.models import Lock, Phase, ProfileState, pool_lock, profile_lock
 
 Reason = Literal["lock-owner-ended", "phase-stuck", "stop-failed", "capacity-unexplained", "session-open", "consistent",
-                 "execution-running"]
+                 "execution-running", "removed-from-registry"]
 CLOSED_UNSUCCESSFUL = ("FAILED", "TIMED_OUT", "ABORTED")
 # A stop that failed on its input asked for nothing the reconciler should do again.
 INPUT_ERRORS = frozenset({"InvalidInput", "ProfileNotFound"})
@@ -68,6 +78,8 @@ class ReconcileDeps:
     events: Any
     machines: dict[str, str] = field(default_factory=dict)  # "start" / "stop" -> state machine ARN
     identity: str = "servingctl-sweep"
+    # The published registry and the kept copies (steps.registry is known.registry); None: steps.registry alone.
+    known: Known | None = None
 
 
 class Evidence(BaseModel):
@@ -86,6 +98,7 @@ class Evidence(BaseModel):
     pool_capacity: int = Field(default=0, description="max(ASG desired, live instances) of its pool")
     pool_used_by: list[str] = Field(default_factory=list, description="other profiles active on the pool")
     pool_claimant: bool = Field(default=False, description="first profile of its pool: answers for an orphan pool")
+    removed: str | None = Field(default=None, description="why the registry no longer lists it (None: it does)")
 
 
 class Repair(BaseModel):
@@ -116,11 +129,14 @@ def decide(seen: Evidence) -> Repair:
         return repair("lock-owner-ended", f"lock held by {seen.lock_owner.rsplit(':', 1)[-1]}, which is "
                       f"{seen.lock_owner_status}", seen.lock_owner)
     since = state.phase_since.isoformat() if state.phase_since else "unknown"
+    capacity = seen.service_desired > 0 or seen.service_tasks > 0
+    if seen.removed and (state.phase != Phase.STOPPED or capacity):
+        return repair("removed-from-registry", f"{seen.removed} while {state.phase.value} (service wants "
+                      f"{seen.service_desired} task(s), runs {seen.service_tasks})", since)
     if state.phase in (Phase.STARTING, Phase.STOPPING):
         return repair("phase-stuck", f"{state.phase.value} since {since}, set by "
                       f"{(state.execution or 'nobody').rsplit(':', 1)[-1]}, and no start or stop of it is running",
                       state.execution or "", since)
-    capacity = seen.service_desired > 0 or seen.service_tasks > 0
     orphan_pool = seen.pool_capacity > 0 and not seen.pool_used_by and seen.pool_claimant
     if seen.failed_stop and (state.phase != Phase.STOPPED or capacity or orphan_pool or state.session_id):
         return repair("stop-failed", f"stop {seen.failed_stop.rsplit(':', 1)[-1]} did not finish and it is "
@@ -199,6 +215,7 @@ def observe(deps: ReconcileDeps, name: str, *, failed_stop: str | None = None, c
         running=running, failed_stop=failed_stop, service_desired=counts.desired,
         service_tasks=counts.running + counts.pending, pool_capacity=max(group.desired, len(live)),
         pool_used_by=pool_users(steps, name), pool_claimant=pool_profiles[0] == name,
+        removed=deps.known.retired[name] if deps.known and name in deps.known.removed else None,
     )
 
 
@@ -228,10 +245,13 @@ def reconcile(deps: ReconcileDeps, profiles: list[str] | None = None, *, trigger
     on its own: an exception is logged and reported as that profile's repair (action "error").
     closed: execution ARN -> a closed status already known (see observe)."""
     repairs = []
+    published = deps.known.published.registry if deps.known else deps.steps.registry
     for name in sorted(profiles if profiles is not None else deps.steps.registry.profiles):
         try:
             seen = observe(deps, name, failed_stop=failed_stop, closed=closed)
             repair = decide(seen).model_copy(update={"trigger": trigger})
+            if not repair.stop and not dry_run:
+                refresh_entry(published, deps.steps.store, seen.state, deps.steps.clock.now())
             if repair.stop:
                 repair = repair.model_copy(update={"action": "would-stop"}) if dry_run else act(deps, seen, repair, poll)
         except Exception as exc:  # one profile's failure must not leave the others running
@@ -240,6 +260,17 @@ def reconcile(deps: ReconcileDeps, profiles: list[str] | None = None, *, trigger
                             action="error", trigger=trigger)
         repairs.append(repair)
     return repairs
+
+
+def undescribed_capacity(registry: Registry, tagged: TaggedCapacity, trigger: str = "sweep") -> list[Repair]:
+    """An error for each service or group whose tags name a profile or pool the registry (with the
+    kept copies) does not describe: running capacity nobody can stop through the flows."""
+    found = [(f"profile {name}", where) for name, where in tagged.profiles.items() if name not in registry.profiles]
+    found += [(f"pool {name}", where) for name, where in tagged.pools.items() if name not in registry.pools]
+    return [Repair(profile=what.split(" ", 1)[1], stop=False, reason="error", action="error", trigger=trigger,
+                   detail=f"{where} is tagged for {what}, which neither the registry nor any record describes: "
+                   "stop it by hand (service desired 0, group desired and min 0)")
+            for what, where in sorted(found)]
 
 
 class StatusChange(BaseModel):

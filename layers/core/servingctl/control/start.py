@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from servingctl.control import aws, launch_failures, timeline_sources
+from servingctl.control import aws, known, launch_failures, timeline_sources
 from servingctl.control.config import start_config
 from servingctl.control.deps import Deps
 from servingctl.control.flow import (
@@ -23,7 +23,7 @@ from servingctl.control.flow import (
 )
 from servingctl.control.polling import Progress, run_check
 from servingctl.control.timeline import GRACE_BOUNDS_S, GRACE_SPAN, HISTORY_STARTS, LOOP_SPANS, MIN_WAIT_S, derived_wait, spans
-from servingctl.shared.errors import CapacityUnavailable, LockHeld, TaskFailed, error_reason
+from servingctl.shared.errors import CapacityUnavailable, LockHeld, ProfileNotFound, TaskFailed, error_reason
 from servingctl.shared.settings import StartConfig
 from servingctl.store.base import LockConflict
 from servingctl.store.models import Mark, Phase, Session, StartRecord, iso, profile_lock, session_id_for
@@ -48,6 +48,9 @@ def _observe(deps: Deps, config: StartConfig, state: dict[str, Any], *extra: Mar
 def prepare_start(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
     """Validate the input (InvalidInput / ProfileNotFound) and merge the registry's defaults; a
     deadline the input does not set comes from the profile's past starts once there are enough."""
+    named = state.get("profile")
+    if isinstance(named, str) and named in deps.retired:
+        raise ProfileNotFound(f"profile: {named} cannot be started: {deps.retired[named]}; it can only be stopped")
     config = start_config(deps.registry, state)
     given = state.get("deadlines") if isinstance(state.get("deadlines"), dict) else {}
     history = deps.store.list_starts(config.profile, limit=HISTORY_STARTS)
@@ -108,6 +111,7 @@ def scale_out(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
         config.profile, Phase.STARTING, now, execution,
         session_id=session_id, last_error=None, ready_at=None, stopped_at=None, phase_seconds={}, lease_deadline=None,
         instance_type=pool.instance_type, warm_start=None, capacity_note=None,
+        registry_entry=known.entry(deps.registry, config.profile),
         # Who asked; a keepalive or a benchmark hold of an earlier session does not carry over.
         started_by=config.requested_by, kept_alive_by=None, kept_alive_at=None, held_by=None, held_until=None,
     )

@@ -182,6 +182,8 @@ def _ecs(operation: str, params: Mapping[str, Any], names: Names) -> list[Reques
         return under("container-instance", params["containerInstances"])
     if operation == "ListContainerInstances":
         return [Request(action, cluster_arn, context)]
+    if operation == "ListServices":
+        return [Request(action, "*", context)]  # no resource type; the ecs:cluster condition key scopes it
     if operation == "DescribeTaskDefinition":
         return [Request(action, "*")]  # no resource-level permissions (Service Authorization Reference)
     if operation == "ListTasks":
@@ -238,6 +240,10 @@ def _events(operation: str, params: Mapping[str, Any], names: Names) -> list[Req
 
 
 def _ssm(operation: str, params: Mapping[str, Any], names: Names) -> list[Request]:
+    if operation == "GetParametersByPath":
+        # Authorised on the path asked for, not on the parameters it returns (AWS's Parameter Store
+        # retrieval authorization).
+        return [Request("ssm:GetParametersByPath", names.arn("ssm", "parameter/" + params["Path"].strip("/")))]
     wanted = params["Names"] if operation == "GetParameters" else [params["Name"]]
     return [Request(f"ssm:{operation}", names.arn("ssm", "parameter/" + n.lstrip("/"))) for n in wanted]
 

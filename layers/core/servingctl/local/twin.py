@@ -52,6 +52,7 @@ from servingctl.local.faults import check_fault
 from servingctl.local.modelserver import free_port
 from servingctl.local.world import PREFETCH_CONTAINER, WORLD_AGENT, Delays, World, model_log_group
 from servingctl.local.task_iam import TaskIam
+from servingctl.registry import layout
 from servingctl.registry.loader import parse_registry
 from servingctl.registry.models import Registry
 
@@ -64,7 +65,9 @@ FUNCTIONS = ("profile_steps", "smoke_test", "sweep", "api", "bench_worker")
 # (SERVINGCTL_STOP_POLL) provides; each function also gets the ones template.yaml gives it.
 RUNTIME_VARIABLES = ("SERVINGCTL_STOP_POLL", "POWERTOOLS_TRACE_DISABLED", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
                      "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_REGION")
-SSM_PARAMETER = "/servingctl/registry"
+# The registry's SSM path: one parameter per pool and profile under it (servingctl.registry.layout),
+# as Terraform publishes it under /<name>/registry.
+SSM_PATH = "/servingctl/registry"
 # Terraform's alb module: the load balancer's idle timeout and the listener's default 404 body.
 IDLE_TIMEOUT_S = 300
 UNKNOWN_PROFILE_BODY = '{"error":"unknown or missing X-LLM-Profile header"}'
@@ -399,7 +402,6 @@ class Twin:
         self.repo_root = Path(repo_root) if repo_root else REPO_ROOT
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="servingctl-twin-"))
-        self.registry_path = self.workdir / "registry.json"
         self.table_name = TABLE
         self.bucket_name = BUCKET
         self.region = ""
@@ -422,8 +424,7 @@ class Twin:
         self._saved_moto_port: str | None = None
         self._saved_environment: dict[str, str | None] = {}
         # template.yaml after the SAM transform: when given, each function's role decides its calls
-        # (servingctl.local.iam), the functions read the registry from SSM as deployed, and
-        # self.iam records every call.
+        # (servingctl.local.iam) and self.iam records every call.
         self.iam_template = iam_template
         self.iam: iam.Enforcer | None = None
         # The handlers' output: <workdir>/logs/lambda/<function>.log, or this process's terminal.
@@ -621,7 +622,10 @@ class Twin:
         return {
             # The stops the sweep starts are paced like the twin's clock (the deployed sweep leaves it unset).
             "SERVINGCTL_STOP_POLL": json.dumps(self.scaled_poll()),
-            "SERVINGCTL_REGISTRY": f"ssm:{SSM_PARAMETER}" if self.iam_template is not None else str(self.registry_path),
+            # As deployed: every function reads the registry from SSM by its path.
+            "SERVINGCTL_REGISTRY": f"ssm:{SSM_PATH}",
+            # template.yaml's 60 s registry cache on the twin's clock.
+            "POWERTOOLS_PARAMETERS_MAX_AGE": str(max(1, round(60 / self.time_scale))),
             "SERVINGCTL_TABLE": self.table_name,
             "SERVINGCTL_BUCKET": self.bucket_name,
             "POWERTOOLS_SERVICE_NAME": "servingctl",
@@ -802,6 +806,8 @@ class Twin:
                 networkConfiguration={"awsvpcConfiguration": {"subnets": subnets, "securityGroups": [sg]}},
                 loadBalancers=[{"targetGroupArn": tg["TargetGroupArn"], "containerName": "vllm", "containerPort": 8000}],
                 healthCheckGracePeriodSeconds=int(self.delays.health_grace_s),
+                # As Terraform's serving-profile module tags them: the reconciler finds running capacity by these.
+                tags=[{"key": "servingctl:profile", "value": name}, {"key": "servingctl:pool", "value": profile["pool"]}],
             )
             # moto's CreateService drops the grace period; UpdateService (patched) keeps it for the world.
             # In the twin's seconds (AWS's / time scale), the clock the controller measures starts with.
@@ -810,9 +816,7 @@ class Twin:
 
         self.registry = parse_registry(document)
         self._register_bench_task(ecs, subnets, sg)
-        self.registry_path.parent.mkdir(parents=True, exist_ok=True)
-        self.registry_path.write_text(json.dumps(document, indent=2))
-        self.client("ssm").put_parameter(Name=SSM_PARAMETER, Value=json.dumps(document), Type="String", Tier="Advanced", Overwrite=True)
+        self.publish_registry(document)
         dynamodb = self.client("dynamodb")
         dynamodb.create_table(
             TableName=self.table_name, BillingMode="PAY_PER_REQUEST",
@@ -822,6 +826,19 @@ class Twin:
         dynamodb.update_time_to_live(TableName=self.table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
         self.client("s3").create_bucket(Bucket=self.bucket_name)
         self._bootstrap_control_plane()
+
+    def publish_registry(self, document: Mapping[str, Any]) -> dict[str, str]:
+        """Publish a registry document to SSM as Terraform's registry.tf does (one String parameter per
+        pool and profile and the index, Standard tier up to 4 KB, else Advanced) and delete the
+        parameters under the path it no longer has; returns name -> value."""
+        ssm = self.client("ssm")
+        present = [p["Name"] for page in ssm.get_paginator("get_parameters_by_path").paginate(Path=SSM_PATH, Recursive=True)
+                   for p in page["Parameters"]]
+        wanted = publish_parameters(ssm, document, SSM_PATH)
+        stale = [name for name in present if name not in wanted]
+        for start in range(0, len(stale), 10):  # DeleteParameters takes at most 10 names
+            ssm.delete_parameters(Names=stale[start : start + 10])
+        return wanted
 
     def _register_bench_task(self, ecs: Any, subnets: list[str], security_group: str) -> None:
         """Register template.yaml's BenchTaskDefinition as deployed (its environment rendered with the
@@ -925,7 +942,7 @@ class Twin:
             **{name: p["Default"] for name, p in (template.get("Parameters") or {}).items() if "Default" in p},
             "AWS::Partition": "aws", "AWS::Region": self.region, "AWS::AccountId": ACCOUNT_ID,
             "AWS::StackName": "servingctl", "AWS::URLSuffix": "amazonaws.com",
-            "RegistryParameterName": SSM_PARAMETER, "RegistryParameterArn": arn("ssm", "parameter" + SSM_PARAMETER),
+            "RegistryPath": SSM_PATH, "RegistryPathArn": arn("ssm", "parameter" + SSM_PATH),
             "ClusterArn": arn("ecs", f"cluster/{cluster}"),
             "ServiceArns": [arn("ecs", f"service/{p.cluster}/{p.service}") for p in registry.profiles.values()],
             "AsgArns": [p.asg_arn for p in registry.pools.values()],
@@ -947,6 +964,16 @@ class Twin:
             elif resource["Type"] == "AWS::IAM::Role":
                 refs[f"{logical}.Arn"] = f"arn:aws:iam::{ACCOUNT_ID}:role/servingctl-{logical}"
         return refs
+
+
+def publish_parameters(ssm: Any, document: Mapping[str, Any], path: str) -> dict[str, str]:
+    """Put every parameter of the document under path as Terraform does (String; Standard tier up to
+    4 KB, else Advanced, as Intelligent-Tiering picks); returns name -> value."""
+    wanted = layout.parameters(document, path)
+    for name, value in wanted.items():
+        tier = "Standard" if len(value.encode()) <= layout.SSM_STANDARD_BYTES else "Advanced"
+        ssm.put_parameter(Name=name, Value=value, Type="String", Tier=tier, Overwrite=True)
+    return wanted
 
 
 def function_settings(repo_root: Path) -> dict[str, tuple[int, int, list[str]]]:

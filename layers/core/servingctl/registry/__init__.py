@@ -12,13 +12,14 @@ from servingctl.registry.models import (
     ServingProfile,
     StartSettings,
 )
-from servingctl.registry.loader import RegistryError, load_registry, parse_registry
+from servingctl.registry.loader import Published, RegistryError, load_registry, parse_registry, read_registry
 
 __all__ = [
     "AutoStopSettings",
     "ComputePool",
     "IdleSettings",
     "Period",
+    "Published",
     "Registry",
     "RegistryError",
     "RoutingHeader",
@@ -28,4 +29,5 @@ __all__ = [
     "StartSettings",
     "load_registry",
     "parse_registry",
+    "read_registry",
 ]

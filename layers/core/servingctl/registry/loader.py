@@ -1,30 +1,62 @@
-"""Load and validate the registry from SSM Parameter Store (cached) or from a local JSON file."""
+"""Load and validate the registry from SSM Parameter Store (by path, cached) or from a local JSON file.
+
+Lambda reads SSM ("ssm:<path>", registry/layout.py); a file holds the whole document (the CLI's
+offline use). read_registry() keeps what parses and names every parameter it could not use, so
+the flows that stop GPUs go on from it; load_registry() refuses a registry with any problem.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from servingctl.registry.models import Registry
+from servingctl.registry.layout import Problem, assemble
+from servingctl.registry.models import ComputePool, Registry, ServingProfile
 
-# Env var naming where the registry lives: "ssm:<parameter name>" or a file path.
+# Env var naming where the registry lives: "ssm:<path>" or a file path.
 REGISTRY_ENV = "SERVINGCTL_REGISTRY"
-CACHE_SECONDS = 60
-# SSM Parameter Store's value size limits: Standard 4 KB, Advanced 8 KB. Terraform publishes the
-# registry with tier Intelligent-Tiering, which moves to Advanced past 4 KB and fails past 8 KB.
-SSM_STANDARD_BYTES = 4096
-SSM_ADVANCED_BYTES = 8192
+# The region of a registry whose index cannot be read (Lambda sets AWS_REGION).
+REGION_ENV = ("AWS_REGION", "AWS_DEFAULT_REGION")
 
 
 class RegistryError(ValueError):
-    """The registry document is missing or invalid; the message names the field path."""
+    """The registry is missing or invalid; the message names each parameter and field at fault."""
+
+    def __init__(self, message: str, problems: tuple[Problem, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Published:
+    """What the registry's source holds: every pool and profile that parses, and the problems."""
+
+    registry: Registry
+    source: str
+    problems: tuple[Problem, ...] = ()
+    # Profile names the index lists; None when the index could not be read (no profile is then
+    # known to be removed on purpose).
+    listed: frozenset[str] | None = None
+    # Profiles the registry names but that cannot be used as published, with why.
+    unusable: dict[str, str] = field(default_factory=dict)
+
+    def strict(self) -> Registry:
+        """The registry, or RegistryError naming every problem."""
+        if self.problems:
+            raise RegistryError(f"registry {self.source}: " + "; ".join(str(p) for p in self.problems), self.problems)
+        return self.registry
+
+
+def _errors(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '<document>'}: {err['msg']}" for err in exc.errors())
 
 
 def parse_registry(document: str | bytes | dict) -> Registry:
-    """Validate a registry document and return the model, or raise RegistryError naming the field."""
+    """Validate a whole registry document and return the model, or raise RegistryError naming the field."""
     try:
         data = json.loads(document) if isinstance(document, (str, bytes)) else document
     except json.JSONDecodeError as exc:
@@ -32,43 +64,57 @@ def parse_registry(document: str | bytes | dict) -> Registry:
     try:
         return Registry.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<document>'}: {err['msg']}" for err in exc.errors()
-        )
-        raise RegistryError(f"invalid registry: {problems}") from exc
+        raise RegistryError(f"invalid registry: {_errors(exc)}") from exc
 
 
-def parameter_bytes(data: object) -> int:
-    """Size of the document as Terraform's jsonencode stores it in SSM (compact JSON, UTF-8)."""
-    return len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode())
+def _region() -> str:
+    return next((os.environ[n] for n in REGION_ENV if os.environ.get(n)), "us-east-1")
 
 
-def check_parameter_size(data: object) -> int:
-    """The document's SSM size; RegistryError when it exceeds the Advanced tier's 8 KB limit.
-
-    Applied to documents read from SSM and to the registries the tests publish (the example and the
-    Terraform one); a registry file for local use may be larger."""
-    size = parameter_bytes(data)
-    if size > SSM_ADVANCED_BYTES:
-        raise RegistryError(
-            f"registry: {size} bytes as an SSM parameter value, over the Advanced tier limit of {SSM_ADVANCED_BYTES} "
-            f"bytes (Standard: {SSM_STANDARD_BYTES}); shorten profiles (e.g. serving options) or split the registry"
-        )
-    return size
+def _empty(region: str) -> Registry:
+    return Registry(region=region, pools={}, profiles={})
 
 
-def load_registry(source: str | None = None) -> Registry:
-    """Load the registry from source ("ssm:<name>" or a file path; default $SERVINGCTL_REGISTRY)."""
+def read_ssm(path: str) -> Published:
+    """Every parameter under path (GetParametersByPath, recursive, every page; cached for
+    $POWERTOOLS_PARAMETERS_MAX_AGE seconds, template.yaml's 60)."""
+    from aws_lambda_powertools.utilities import parameters
+    from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterError
+
+    base = path.rstrip("/")
+    try:
+        values = parameters.get_parameters(base, recursive=True)
+    except GetParameterError as exc:
+        problem = Problem(base, f"could not be read: {exc}")
+        return Published(_empty(_region()), f"ssm:{base}", (problem,))
+    built = assemble(base, values, _region())
+    try:
+        registry = Registry.model_validate(built.document)
+    except ValidationError as exc:
+        # Every part was checked on its own (e.g. one profile past the bound): keep them usable.
+        problems = (*built.problems, Problem(base, _errors(exc)))
+        parts = {key: built.document[key] for key in ("schema_version", "region")}
+        registry = Registry.model_construct(**parts, pools={n: ComputePool.model_validate(p) for n, p in built.document["pools"].items()},
+                                            profiles={n: ServingProfile.model_validate(p) for n, p in built.document["profiles"].items()})
+        return Published(registry, f"ssm:{base}", problems, built.listed, built.unusable)
+    return Published(registry, f"ssm:{base}", built.problems, built.listed, built.unusable)
+
+
+def read_registry(source: str | None = None) -> Published:
+    """Read the registry from source ("ssm:<path>" or a file path; default $SERVINGCTL_REGISTRY),
+    keeping what parses; a file is all or nothing (RegistryError)."""
     source = source or os.environ.get(REGISTRY_ENV)
     if not source:
-        raise RegistryError(f"no registry configured: set {REGISTRY_ENV} to ssm:<parameter name> or a file path")
+        raise RegistryError(f"no registry configured: set {REGISTRY_ENV} to ssm:<path> or a file path")
     if source.startswith("ssm:"):
-        from aws_lambda_powertools.utilities import parameters
-
-        value = parameters.get_parameter(source[len("ssm:") :], max_age=CACHE_SECONDS)
-        check_parameter_size(json.loads(value))
-        return parse_registry(value)
+        return read_ssm(source[len("ssm:") :])
     path = Path(source)
     if not path.is_file():
         raise RegistryError(f"registry file not found: {source}")
-    return parse_registry(path.read_text())
+    registry = parse_registry(path.read_text())
+    return Published(registry, source, listed=frozenset(registry.profiles))
+
+
+def load_registry(source: str | None = None) -> Registry:
+    """The registry from source, or RegistryError naming each parameter and field at fault."""
+    return read_registry(source).strict()

@@ -1,4 +1,5 @@
-"""Pydantic models of the registry document that Terraform publishes to SSM Parameter Store.
+"""Pydantic models of the registry document that Terraform publishes to SSM Parameter Store
+(one parameter per pool and per profile: registry/layout.py).
 
 The JSON Schema exported from `Registry` (registry/schema.json) is the contract with the Terraform
 side: both the controller and the Terraform tests check documents against it.
@@ -12,6 +13,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 SCHEMA_VERSION = 1
+# The registry holds at most this many profiles and pools (one SSM parameter each, registry/layout.py).
+# The bound is what the controller is tested at: every sweep reconciles and decides each profile in
+# one Lambda run, and a cold start reads every parameter (GetParametersByPath, 10 a page).
+MAX_PROFILES = 50
+MAX_POOLS = 50
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
 ClockTime = Annotated[str, StringConstraints(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
@@ -278,8 +284,8 @@ class Registry(_Strict):
 
     schema_version: Literal[1] = SCHEMA_VERSION
     region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
-    pools: dict[Name, ComputePool]
-    profiles: dict[Name, ServingProfile]
+    pools: dict[Name, ComputePool] = Field(max_length=MAX_POOLS)
+    profiles: dict[Name, ServingProfile] = Field(max_length=MAX_PROFILES)
 
     @model_validator(mode="after")
     def _profiles_name_known_pools(self) -> Registry:

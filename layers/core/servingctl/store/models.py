@@ -80,6 +80,9 @@ class ProfileState(_Record):
     # The last time the reconciler found the record and the cloud disagreeing, and why it stopped the profile.
     reconciled_at: datetime | None = None
     reconcile_reason: str | None = None
+    # The registry's entry for this profile and its pool (JSON) as the profile last ran with it, kept
+    # by the start and the reconciler: a profile the registry loses can still be found and stopped.
+    registry_entry: str | None = None
 
     def stop_requested(self, now: datetime) -> bool:
         """True while a stop flag set by a stop execution is still in force."""
