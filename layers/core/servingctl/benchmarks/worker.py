@@ -160,7 +160,7 @@ def _ends_cleanly(deps: WorkerDeps, run: BenchmarkRun) -> Iterator[None]:
     try:
         yield
     except RunEnded as exc:
-        release_hold(deps, run)
+        release_hold(deps.profiles, run, deps.clock.now())
         log.warning("benchmark run %s ended under this worker: %s", run.run_id, exc)
         raise
 
@@ -268,9 +268,9 @@ def hold_profile(deps: WorkerDeps, run: BenchmarkRun, seconds: float) -> None:
         raise ProfileNotReady(f"profile {run.profile} is {phase.value}, no longer READY: benchmark run {run.run_id} cannot go on")
 
 
-def release_hold(deps: WorkerDeps, run: BenchmarkRun) -> None:
+def release_hold(profiles: Store, run: BenchmarkRun, now: datetime) -> None:
     """Give the profile back (only if this run still holds it)."""
-    deps.profiles.update_profile_if(run.profile, deps.clock.now(), {"held_by": run.run_id}, held_by=None, held_until=None)
+    profiles.update_profile_if(run.profile, now, {"held_by": run.run_id}, held_by=None, held_until=None)
 
 
 # ---- actions ------------------------------------------------------------------------------------
@@ -586,7 +586,7 @@ def finish(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
             compare_run(deps, run)
         except Exception as exc:  # noqa: BLE001 (the original failure is the one to report)
             error = f"{error} (comparison skipped: {type(exc).__name__}: {exc})"
-    release_hold(deps, run)
+    release_hold(deps.profiles, run, deps.clock.now())
     now = deps.clock.now()
     try:
         done = deps.runs.update_run(run.run_id, now, when=UNFINISHED, status=outcome, finished_at=now, error=error)
