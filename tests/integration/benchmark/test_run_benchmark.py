@@ -12,7 +12,6 @@ import pytest
 
 from servingctl.benchmarks import worker as bench_worker
 from servingctl.costs import CompareInput, compare, load_catalog
-from servingctl.store.records import records_key
 
 ROOT = Path(__file__).resolve().parents[3]
 Bench = Any  # conftest.Bench (conftest modules are not importable under --import-mode=importlib)
@@ -45,8 +44,10 @@ def test_happy_path_stores_every_scenario_its_records_and_comparisons(bench: Ben
     assert [s.name for s in scenarios] == ["in64-c1", "in64-c2", "in256-c1", "in256-c2"]
     total = 0
     for s in scenarios:
-        records = bench.records.get_records(records_key(run_id, s.name))
-        assert s.records_key == records_key(run_id, s.name) and len(records) == s.records == (1 + 2) * s.summary.concurrency
+        records = bench.records.get_records(s.records_key)
+        # each attempt its own key: $$.State.EnteredTime's digits and the retry count (none here)
+        assert s.records_key.startswith(f"runs/{run_id}/{s.name}.t") and s.records_key.endswith("-r0.jsonl.gz")
+        assert len(records) == s.records == (1 + 2) * s.summary.concurrency
         assert s.summary.requests == 2 * s.summary.concurrency and s.summary.failed == 0
         # every scenario's own check: the server generated exactly the tokens the client counted
         assert s.summary.server.generation_tokens_equal is True
@@ -110,9 +111,13 @@ def test_a_client_bound_scenario_is_split_and_the_merge_matches_the_servers_coun
     [scenario] = bench.runs.list_scenarios(run_id)
     assert scenario.split is not None and scenario.split.shards == 3
     assert any("client CPU" in reason for reason in scenario.split.reasons)  # why one worker was not enough
-    shards = [bench.records.get_records(records_key(run_id, "in64-c4", shard=i)) for i in range(3)]
+    listed = bench.twin.client("s3").list_objects_v2(Bucket=bench.twin.bucket_name, Prefix=f"runs/{run_id}/shards/in64-c4/")
+    keys = sorted(o["Key"] for o in listed["Contents"])  # <shard>.<attempt>.jsonl.gz, one attempt each
+    assert [k.rsplit("/", 1)[1].split(".")[0] for k in keys] == ["0", "1", "2"]
+    shards = [bench.records.get_records(k) for k in keys]
     assert [len(s) for s in shards] == [(1 + 3) * c for c in (2, 1, 1)]  # each shard its share of the 4
     merged = bench.records.get_records(scenario.records_key)
+    assert scenario.records_key.startswith(f"runs/{run_id}/in64-c4.merged-t")  # beside the single-worker result it replaced
     assert len(merged) == scenario.records == sum(len(s) for s in shards) == (1 + 3) * 4
     assert len({r.index for r in merged}) == len(merged)  # request indexes (and so cache salts) unique
     summary = scenario.summary
