@@ -220,3 +220,52 @@ def test_a_bench_task_exiting_non_zero_fails_the_run_with_the_ecs_error(bench: B
     assert cause["StopCode"] == "EssentialContainerExited" and [c["ExitCode"] for c in cause["Containers"]] == [1]
     run = next(r for r in bench.runs.list_runs(profile=READY) if r.execution == result.arn)
     assert bench.runs.get_run(run.run_id).status.value == "FAILED"
+
+
+ONE = {"input_tokens": [64], "concurrencies": [1], "warmup": 0, "rounds": 2, "max_tokens": 8, "max_workers": 1}
+
+
+def test_a_retried_scenario_attempt_writes_its_own_records_and_the_first_objects_stay(
+    bench: Bench, ready_profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from servingctl.shared.errors import Throttled
+    from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
+
+    real, calls = DynamoBenchmarkStore.put_scenario, {"n": 0}
+
+    def throttled_once(self: Any, scenario: Any, replacing: str | None = None) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:  # the records are in S3, the summary write is throttled: Step Functions retries
+            raise Throttled("DynamoDB: throttled")
+        return real(self, scenario, replacing)
+
+    monkeypatch.setattr(DynamoBenchmarkStore, "put_scenario", throttled_once)
+    assert bench.twin.router is not None
+    with bench.twin.router.in_process():  # so the handlers see the patch
+        result = bench.run("retried", profile=READY, **ONE)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    run_id = result.output["plan"]["run_id"]
+    [scenario] = bench.runs.list_scenarios(run_id)
+    listed = bench.twin.client("s3").list_objects_v2(Bucket=bench.twin.bucket_name, Prefix=f"runs/{run_id}/")
+    keys = sorted(o["Key"] for o in listed["Contents"])
+    assert len(keys) == 2 and keys[0].endswith("-r0.jsonl.gz") and keys[1].endswith("-r1.jsonl.gz")
+    assert scenario.records_key == keys[1]  # the retry's summary points at the retry's own records
+    assert len(bench.records.get_records(keys[0])) == len(bench.records.get_records(keys[1])) == scenario.records
+
+
+def test_a_duplicate_workers_scenario_write_is_refused_and_the_first_result_stays(bench: Bench, ready_profile: str) -> None:
+    from datetime import UTC, datetime
+
+    from servingctl.store.benchmarks import ResultExists, RunStatus
+
+    result = bench.run("duplicate", profile=READY, **ONE)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    run_id = result.output["plan"]["run_id"]
+    [first] = bench.runs.list_scenarios(run_id)
+    # A second worker of the same scenario, finishing while the run is still measuring.
+    bench.runs.update_run(run_id, datetime.now(UTC), status=RunStatus.RUNNING)
+    second = first.model_copy(update={"records_key": f"runs/{run_id}/in64-c1.t1-r0.jsonl.gz", "written_at": datetime.now(UTC)})
+    with pytest.raises(ResultExists, match="scenario in64-c1 is already written"):
+        bench.runs.put_scenario(second)
+    assert bench.runs.list_scenarios(run_id) == [first]
+    bench.runs.update_run(run_id, datetime.now(UTC), status=RunStatus.SUCCEEDED)

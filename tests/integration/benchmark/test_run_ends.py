@@ -1,9 +1,10 @@
 """A run_benchmark execution that dies without recording its end (aborted: StopExecution runs no
 Catch; timed out; failed in its own failure path), on a twin running the deployed control loop
-(template.yaml's sweep schedule divided by the time scale, and its status-change rule): the run
-reads FAILED in the list and the detail, its hold on the profile is gone, the profile its
-`--start --stop` started is stopped within one sweep interval, and the worker measuring when the run
-ended fails with RunEnded having written nothing. Each test prints its figures (pytest -s).
+(template.yaml's sweep schedule divided by the time scale, and its status-change rule) and every
+function under its template.yaml role: the run reads FAILED in the list and the detail, its hold
+on the profile is gone, the profile its `--start --stop` started is stopped within one sweep
+interval, and the worker measuring when the run ended fails with RunEnded having written nothing.
+Each test prints its figures (pytest -s).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ STOP_MARGIN_S = 60
 
 
 @pytest.fixture(scope="module")
-def twin() -> Iterator[Twin]:
-    """A twin whose sweep runs on its schedule and gets the status-change events."""
-    with Twin(model_server="sim", time_scale=TIME_SCALE, delays=Delays().scaled(0.1), sweep=True, api_port=0,
+def twin(cfn: dict) -> Iterator[Twin]:
+    """A twin whose sweep runs on its schedule and gets the status-change events, every function
+    under its template.yaml role (the sweep's grant to end runs, the worker's condition checks)."""
+    with Twin(model_server="sim", time_scale=TIME_SCALE, delays=Delays().scaled(0.1), sweep=True, api_port=0, iam_template=cfn,
               execution_timeouts_s={"run_benchmark": RUN_TIMEOUT_S}) as running:
         yield running
 
