@@ -137,3 +137,15 @@ def test_a_status_change_ends_only_the_run_of_its_execution(stores) -> None:
     sfn = FakeSfn({BENCH + "one": {"status": "ABORTED"}, BENCH + "other": {"status": "ABORTED"}})
     assert [e.run_id for e in end_dead_runs(_deps(stores, sfn), execution_arn=BENCH + "one")] == [one.run_id]
     assert runs.get_run(other.run_id).status == RunStatus.RUNNING
+
+
+def test_a_profile_left_starting_by_the_runs_aborted_start_is_left_to_the_reconciler(stores) -> None:
+    runs, profiles = stores
+    profiles.set_phase(PROFILE, Phase.STOPPING, T0, "arn:stop")
+    profiles.set_phase(PROFILE, Phase.STOPPED, T0, "arn:stop")
+    profiles.set_phase(PROFILE, Phase.STARTING, T0, BENCH + "child-start")
+    run = _run(runs, "in-start", RunStatus.PLANNED, stop=True)
+    sfn = FakeSfn({BENCH + "in-start": {"status": "ABORTED"}})
+    [ended] = end_dead_runs(_deps(stores, sfn))
+    assert ended.action == "recorded" and ended.stop_execution is None and sfn.started == []
+    assert runs.get_run(run.run_id).status == RunStatus.FAILED

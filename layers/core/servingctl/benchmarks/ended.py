@@ -3,8 +3,10 @@ runs no Catch), timed out, or failed before its finish step. The sweep finds the
 execution's status-change event, and on every scheduled sweep among the newest runs) and does what
 the state machine's own failure path would have: the run is recorded FAILED with the execution's
 status and error, its hold on the profile is released, and a run that asked for a stop starts
-stop_profile (unless a stop of the profile is running already, or it is STOPPED). Its workers see
-the run ended and write nothing more (servingctl.benchmarks.worker).
+stop_profile when the profile is READY (the reconciler calls that consistent; a profile left
+STARTING or STOPPING by the run's aborted child is the reconciler's, which stops it on its own),
+unless a stop of it is running already. Its workers see the run ended and write nothing more
+(servingctl.benchmarks.worker).
 """
 
 from __future__ import annotations
@@ -67,8 +69,8 @@ def _reason(described: dict[str, Any]) -> str:
 
 
 def _stop(deps: EndDeps, run: BenchmarkRun, poll: Poll | None) -> str | None:
-    """The stop the run asked for: a running stop of the profile is joined; a STOPPED profile needs none."""
-    if deps.profiles.get_profile(run.profile).phase == Phase.STOPPED:
+    """The stop the run asked for, of a READY profile (any other phase is the reconciler's); a running stop is joined."""
+    if deps.profiles.get_profile(run.profile).phase != Phase.READY:
         return None
     running = running_execution(deps.sfn, deps.stop_machine_arn, "stop", run.profile)
     if running is not None:
