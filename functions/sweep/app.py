@@ -2,9 +2,13 @@
 every 5 minutes, and the reconciler alone on a start/stop/run_benchmark execution that ended
 ABORTED, TIMED_OUT or FAILED (EventBridge's "Step Functions Execution Status Change").
 
+Both first end the benchmark runs whose run_benchmark execution died without recording it (the
+run FAILED, its hold released, its profile stopped when the run asked for a stop:
+servingctl.benchmarks.ended); a dry run leaves them alone.
+
 Scheduled event: {"dry_run": false} (dry_run true reports without stopping; "poll" optionally
 paces the stop executions the auto-stop starts). Env: SERVINGCTL_REGISTRY, SERVINGCTL_TABLE,
-START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE;
+START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, RUN_BENCHMARK_STATE_MACHINE_ARN, POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE;
 SERVINGCTL_STOP_POLL (optional, JSON): the pacing of the stops it starts when the event gives none
 (the local twin sets it to its scaled clock; unset, stop_profile's defaults apply).
 """
@@ -22,6 +26,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from servingctl.benchmarks.ended import EndDeps, end_dead_runs
 from servingctl.control.autostop import GAUGE_TIMEOUT_S, SweepDeps, SweepInput, sweep
 from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.deps import Deps
@@ -31,6 +36,7 @@ from servingctl.control.reconcile import STATUS_CHANGE, ReconcileDeps, Repair, o
 from servingctl.shared.settings import Poll, parse_input
 from servingctl.registry import read_registry
 from servingctl.store import DynamoStore
+from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 from servingctl.tracing import PATCH_MODULES
 
 logger = Logger()
@@ -46,6 +52,7 @@ def _client(name: str) -> Any:
     if not _clients:
         _clients.update({s: boto3.client(s) for s in ("stepfunctions", "cloudwatch", "events", "ecs", "autoscaling", "elbv2")})
         _clients["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
+        _clients["runs"] = DynamoBenchmarkStore(os.environ["SERVINGCTL_TABLE"])
         # Who did it: the stops the sweep starts carry its own role's ARN (GetCallerIdentity needs no permission).
         _clients["identity"] = boto3.client("sts").get_caller_identity()["Arn"]
         _clients["http"] = httpx.Client(timeout=GAUGE_TIMEOUT_S)
@@ -87,6 +94,17 @@ def _reconcile_deps(known: Known) -> ReconcileDeps:
                          identity=_client("identity"), known=known)
 
 
+def _end_runs(execution_arn: str | None, poll: Poll | None) -> list[dict[str, Any]]:
+    """End the dead benchmark runs (of one execution, or all recent ones), logged and counted."""
+    deps = EndDeps(runs=_client("runs"), profiles=_client("store"), sfn=_client("stepfunctions"),
+                   stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"], clock=CLOCK, identity=_client("identity"))
+    ended = end_dead_runs(deps, execution_arn, poll)
+    for run in ended:
+        logger.info("benchmark run ended by the sweep", extra=run.model_dump())
+        _count("BenchmarkRunsEnded", run.action, False)
+    return [run.model_dump(mode="json") for run in ended]
+
+
 def _count(name: str, reason: str, dry_run: bool) -> None:
     """One metric per decision with its reason as the dimension (idle, lease-expired, phase-stuck, ...)."""
     with single_metric(name=name, unit=MetricUnit.Count, value=1,
@@ -115,12 +133,18 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     profile; log and count each decision, count the profiles that raised (SweepErrors), answer with all."""
     if isinstance(event, dict) and event.get("detail-type") == STATUS_CHANGE:
         known, _ = _known()
+        detail = event.get("detail") or {}
+        runs = []
+        if detail.get("stateMachineArn") == os.environ.get("RUN_BENCHMARK_STATE_MACHINE_ARN"):
+            runs = _end_runs(str(detail.get("executionArn")), _stop_poll())
         repairs = on_status_change(_reconcile_deps(known), event, poll=_stop_poll())
         _report(repairs, False)
-        metrics.add_metric(name="SweepErrors", unit=MetricUnit.Count, value=sum(r.action == "error" for r in repairs))
-        return {"trigger": "status-change", "repairs": [r.model_dump(mode="json") for r in repairs]}
+        errors = sum(r.action == "error" for r in repairs) + sum(r["action"] == "error" for r in runs)
+        metrics.add_metric(name="SweepErrors", unit=MetricUnit.Count, value=errors)
+        return {"trigger": "status-change", "runs_ended": runs, "repairs": [r.model_dump(mode="json") for r in repairs]}
     request = parse_input(SweepInput, event if event is not None else {})
     poll = request.poll or _stop_poll()
+    runs = [] if request.dry_run else _end_runs(None, poll)
     known, tagged = _known()
     repairs = reconcile(_reconcile_deps(known), dry_run=request.dry_run, poll=poll)
     if tagged is None:
@@ -137,8 +161,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         logger.info("sweep decision", extra=outcome.model_dump() | {"dry_run": request.dry_run})
         _count("SweepDecisions", outcome.reason, request.dry_run)
     metrics.add_metric(name="SweptProfiles", unit=MetricUnit.Count, value=len(outcomes))
-    errors = sum(r.action == "error" for r in repairs) + sum(o.action == "error" for o in outcomes)
+    errors = (sum(r.action == "error" for r in repairs) + sum(o.action == "error" for o in outcomes)
+              + sum(r["action"] == "error" for r in runs))
     # Always published (0 included), so the SweepErrors alarm sees a datapoint per sweep.
     metrics.add_metric(name="SweepErrors", unit=MetricUnit.Count, value=errors)
-    return {"dry_run": request.dry_run, "repairs": [r.model_dump(mode="json") for r in repairs],
+    return {"dry_run": request.dry_run, "runs_ended": runs, "repairs": [r.model_dump(mode="json") for r in repairs],
             "decisions": [o.model_dump(mode="json") for o in outcomes]}

@@ -12,7 +12,6 @@ import pytest
 
 from servingctl.benchmarks import worker as bench_worker
 from servingctl.costs import CompareInput, compare, load_catalog
-from servingctl.store.records import records_key
 
 ROOT = Path(__file__).resolve().parents[3]
 Bench = Any  # conftest.Bench (conftest modules are not importable under --import-mode=importlib)
@@ -45,8 +44,10 @@ def test_happy_path_stores_every_scenario_its_records_and_comparisons(bench: Ben
     assert [s.name for s in scenarios] == ["in64-c1", "in64-c2", "in256-c1", "in256-c2"]
     total = 0
     for s in scenarios:
-        records = bench.records.get_records(records_key(run_id, s.name))
-        assert s.records_key == records_key(run_id, s.name) and len(records) == s.records == (1 + 2) * s.summary.concurrency
+        records = bench.records.get_records(s.records_key)
+        # each attempt its own key: $$.State.EnteredTime's digits and the retry count (none here)
+        assert s.records_key.startswith(f"runs/{run_id}/{s.name}.t") and s.records_key.endswith("-r0.jsonl.gz")
+        assert len(records) == s.records == (1 + 2) * s.summary.concurrency
         assert s.summary.requests == 2 * s.summary.concurrency and s.summary.failed == 0
         # every scenario's own check: the server generated exactly the tokens the client counted
         assert s.summary.server.generation_tokens_equal is True
@@ -110,9 +111,13 @@ def test_a_client_bound_scenario_is_split_and_the_merge_matches_the_servers_coun
     [scenario] = bench.runs.list_scenarios(run_id)
     assert scenario.split is not None and scenario.split.shards == 3
     assert any("client CPU" in reason for reason in scenario.split.reasons)  # why one worker was not enough
-    shards = [bench.records.get_records(records_key(run_id, "in64-c4", shard=i)) for i in range(3)]
+    listed = bench.twin.client("s3").list_objects_v2(Bucket=bench.twin.bucket_name, Prefix=f"runs/{run_id}/shards/in64-c4/")
+    keys = sorted(o["Key"] for o in listed["Contents"])  # <shard>.<attempt>.jsonl.gz, one attempt each
+    assert [k.rsplit("/", 1)[1].split(".")[0] for k in keys] == ["0", "1", "2"]
+    shards = [bench.records.get_records(k) for k in keys]
     assert [len(s) for s in shards] == [(1 + 3) * c for c in (2, 1, 1)]  # each shard its share of the 4
     merged = bench.records.get_records(scenario.records_key)
+    assert scenario.records_key.startswith(f"runs/{run_id}/in64-c4.merged-t")  # beside the single-worker result it replaced
     assert len(merged) == scenario.records == sum(len(s) for s in shards) == (1 + 3) * 4
     assert len({r.index for r in merged}) == len(merged)  # request indexes (and so cache salts) unique
     summary = scenario.summary
@@ -215,3 +220,52 @@ def test_a_bench_task_exiting_non_zero_fails_the_run_with_the_ecs_error(bench: B
     assert cause["StopCode"] == "EssentialContainerExited" and [c["ExitCode"] for c in cause["Containers"]] == [1]
     run = next(r for r in bench.runs.list_runs(profile=READY) if r.execution == result.arn)
     assert bench.runs.get_run(run.run_id).status.value == "FAILED"
+
+
+ONE = {"input_tokens": [64], "concurrencies": [1], "warmup": 0, "rounds": 2, "max_tokens": 8, "max_workers": 1}
+
+
+def test_a_retried_scenario_attempt_writes_its_own_records_and_the_first_objects_stay(
+    bench: Bench, ready_profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from servingctl.shared.errors import Throttled
+    from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
+
+    real, calls = DynamoBenchmarkStore.put_scenario, {"n": 0}
+
+    def throttled_once(self: Any, scenario: Any, replacing: str | None = None) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:  # the records are in S3, the summary write is throttled: Step Functions retries
+            raise Throttled("DynamoDB: throttled")
+        return real(self, scenario, replacing)
+
+    monkeypatch.setattr(DynamoBenchmarkStore, "put_scenario", throttled_once)
+    assert bench.twin.router is not None
+    with bench.twin.router.in_process():  # so the handlers see the patch
+        result = bench.run("retried", profile=READY, **ONE)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    run_id = result.output["plan"]["run_id"]
+    [scenario] = bench.runs.list_scenarios(run_id)
+    listed = bench.twin.client("s3").list_objects_v2(Bucket=bench.twin.bucket_name, Prefix=f"runs/{run_id}/")
+    keys = sorted(o["Key"] for o in listed["Contents"])
+    assert len(keys) == 2 and keys[0].endswith("-r0.jsonl.gz") and keys[1].endswith("-r1.jsonl.gz")
+    assert scenario.records_key == keys[1]  # the retry's summary points at the retry's own records
+    assert len(bench.records.get_records(keys[0])) == len(bench.records.get_records(keys[1])) == scenario.records
+
+
+def test_a_duplicate_workers_scenario_write_is_refused_and_the_first_result_stays(bench: Bench, ready_profile: str) -> None:
+    from datetime import UTC, datetime
+
+    from servingctl.store.benchmarks import ResultExists, RunStatus
+
+    result = bench.run("duplicate", profile=READY, **ONE)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    run_id = result.output["plan"]["run_id"]
+    [first] = bench.runs.list_scenarios(run_id)
+    # A second worker of the same scenario, finishing while the run is still measuring.
+    bench.runs.update_run(run_id, datetime.now(UTC), status=RunStatus.RUNNING)
+    second = first.model_copy(update={"records_key": f"runs/{run_id}/in64-c1.t1-r0.jsonl.gz", "written_at": datetime.now(UTC)})
+    with pytest.raises(ResultExists, match="scenario in64-c1 is already written"):
+        bench.runs.put_scenario(second)
+    assert bench.runs.list_scenarios(run_id) == [first]
+    bench.runs.update_run(run_id, datetime.now(UTC), status=RunStatus.SUCCEEDED)

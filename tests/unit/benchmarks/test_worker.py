@@ -12,12 +12,13 @@ import httpx
 import pytest
 
 from servingctl.bench.calibration import UNIT
+from servingctl.benchmarks import worker as bench_worker
 from servingctl.benchmarks.worker import EcsTarget, ProfileNotReady, WorkerDeps, compare_run, execution_name, new_run_id, run_action
 from servingctl.shared.errors import InvalidInput, ProfileNotFound
 from servingctl.costs import CompareInput, compare, load_catalog
 from servingctl.registry.loader import parse_registry
 from servingctl.store import MemoryStore, Phase
-from servingctl.store.benchmarks import RunStatus
+from servingctl.store.benchmarks import ResultExists, RunEnded, RunStatus
 from servingctl.store.benchmarks_memory import MemoryBenchmarkStore
 from servingctl.store.records import MemoryRecordStore, records_key
 
@@ -26,6 +27,7 @@ REGISTRY = parse_registry((ROOT / "layers/core/servingctl/local/reference_regist
 EXECUTION = "arn:aws:states:us-east-1:123456789012:execution:servingctl-run-benchmark:bench-1"
 STARTED = "2026-12-02T10:00:00.000Z"
 T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+ENTERED = "2026-12-02T10:00:01.250Z"  # $$.State.EnteredTime of the scenario steps
 
 
 class FixedClock:
@@ -147,9 +149,14 @@ def _measured_run(deps: WorkerDeps, **given) -> dict:
     plan = _plan(deps, **{**SMALL, **given})
     state = {"profile": "deepseek-v4-flash", "plan": plan}
     run_action({"action": "calibrate", "state": state, "execution": EXECUTION}, deps)
-    answers = [run_action({"action": "run_scenario", "state": {"run_id": plan["run_id"], "scenario": s}, "execution": EXECUTION}, deps)
-               for s in plan["scenarios"]]
+    answers = [run_action(_scenario_event(plan, s), deps) for s in plan["scenarios"]]
     return {"plan": plan, "state": state, "answers": answers}
+
+
+def _scenario_event(plan: dict, scenario: dict, retry: int = 0) -> dict:
+    """run_scenario as the state machine sends it, with the attempt's context ($$.State)."""
+    return {"action": "run_scenario", "state": {"run_id": plan["run_id"], "scenario": scenario}, "execution": EXECUTION,
+            "attempt": {"entered": ENTERED, "retry": retry}}
 
 
 def test_calibrate_then_each_scenario_is_stored_with_its_records(deps: WorkerDeps) -> None:
@@ -164,7 +171,7 @@ def test_calibrate_then_each_scenario_is_stored_with_its_records(deps: WorkerDep
     assert all(r["headers"]["x-llm-profile"] == "deepseek-v4-flash" for r in seen)  # the ALB routes on it
     stored = deps.runs.list_scenarios(run_id)
     assert [s.name for s in stored] == ["in100-c1", "in100-c2"] and [s.records for s in stored] == [2, 4]
-    assert stored[1].records_key == records_key(run_id, "in100-c2")
+    assert stored[1].records_key == records_key(run_id, "in100-c2", attempt="t20261202100001250-r0")
     assert [r.completion_tokens for r in deps.records.get_records(stored[1].records_key)] == [4, 4, 4, 4]
     c1, c2 = done["answers"]
     assert c1["split"] is False  # one request in flight is never split
@@ -318,3 +325,106 @@ def test_sweep_input_errors_name_the_field(deps: WorkerDeps) -> None:
     plan = _plan(deps, **SMALL)
     with pytest.raises(InvalidInput, match="sweep: run .* was not asked to sweep"):
         run_action({"action": "sweep_next", "state": {"plan": plan}, "execution": EXECUTION}, deps)
+
+
+def test_a_retried_attempt_writes_its_own_records_key() -> None:
+    assert bench_worker.attempt_of({"attempt": {"entered": ENTERED, "retry": 2}}) == "t20261202100001250-r2"
+    assert bench_worker.attempt_of({"attempt": {"entered": "2026-12-02T10:05:00.000Z", "retry": 0}}) == "t20261202100500000-r0"
+    assert bench_worker.attempt_of({}) == "t0-r0"  # a hand-made event
+
+
+def test_a_scenario_already_written_is_answered_from_the_store_not_measured_again(deps: WorkerDeps) -> None:
+    transport, seen = fake_server()
+    deps.transport = transport
+    done = _measured_run(deps)
+    plan, first = done["plan"], done["answers"][0]
+    sent = len(seen)
+    again = run_action(_scenario_event(plan, plan["scenarios"][0], retry=1), deps)  # the response was lost: Step Functions retried
+    assert again == first and len(seen) == sent
+    [stored, _] = deps.runs.list_scenarios(plan["run_id"])
+    assert stored.records_key.endswith(".t20261202100001250-r0.jsonl.gz")
+
+
+def test_a_duplicate_workers_write_is_refused_logged_and_the_first_result_stays(
+    deps: WorkerDeps, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = _measured_run(deps, concurrencies=[1])
+    plan = done["plan"]
+    [first] = deps.runs.list_scenarios(plan["run_id"])
+    # The second worker looked before the first one wrote (both were measuring at once).
+    real = deps.runs.get_scenario
+    looks = {"n": 0}
+
+    def racing(run_id: str, name: str):
+        looks["n"] += 1
+        return None if looks["n"] == 1 else real(run_id, name)
+
+    monkeypatch.setattr(deps.runs, "get_scenario", racing)
+    with caplog.at_level("WARNING", logger="servingctl.benchmarks.worker"):
+        answer = run_action(_scenario_event(plan, plan["scenarios"][0], retry=1), deps)
+    assert answer == done["answers"][0]  # the first result's answer
+    assert deps.runs.list_scenarios(plan["run_id"]) == [first]
+    assert any("in100-c1 was refused (ResultExists" in r.getMessage() for r in caplog.records)
+    # its own records went under its own attempt's key; the first attempt's object is untouched
+    assert len(deps.records.get_records(first.records_key)) == first.records
+    assert sorted(deps.records.objects) == [records_key(plan["run_id"], "in100-c1", attempt=f"t20261202100001250-r{n}") for n in (0, 1)]
+
+
+def test_a_run_that_ends_mid_measurement_cancels_it_and_nothing_is_written(
+    deps: WorkerDeps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    _ready(deps, "deepseek-v4-flash")
+    plan = _plan(deps, **SMALL)
+    run_action({"action": "calibrate", "state": {"plan": plan}, "execution": EXECUTION}, deps)
+    cancelled = []
+
+    async def aborted_meanwhile(*args, **kwargs):
+        # the execution is aborted and the sweep records it while this worker measures
+        deps.runs.update_run(plan["run_id"], T0, status=RunStatus.FAILED, error="execution ABORTED")
+        deps.profiles.update_profile(plan["profile"], T0, held_by=None, held_until=None)
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            cancelled.append(True)
+
+    monkeypatch.setattr(bench_worker, "RUN_WATCH_S", 0.01)
+    monkeypatch.setattr(bench_worker, "measure_scenario", aborted_meanwhile)
+    with pytest.raises(RunEnded, match="is FAILED, not RUNNING: nothing written"):
+        run_action(_scenario_event(plan, plan["scenarios"][0]), deps)
+    assert cancelled == [True]
+    assert deps.runs.list_scenarios(plan["run_id"]) == [] and deps.records.objects == {}
+    assert deps.profiles.get_profile(plan["profile"]).held_by is None  # its step's hold went with it
+    run = deps.runs.get_run(plan["run_id"])
+    assert run.status == RunStatus.FAILED and run.error == "execution ABORTED"
+
+
+def test_a_step_of_a_run_that_ended_does_nothing_and_cannot_revive_it(deps: WorkerDeps) -> None:
+    transport, seen = fake_server()
+    deps.transport = transport
+    _ready(deps, "deepseek-v4-flash")
+    plan = _plan(deps, **SMALL)
+    deps.runs.update_run(plan["run_id"], T0, status=RunStatus.FAILED, error="execution TIMED_OUT")
+    with pytest.raises(RunEnded):
+        run_action({"action": "calibrate", "state": {"plan": plan}, "execution": EXECUTION}, deps)
+    with pytest.raises(RunEnded):
+        run_action(_scenario_event(plan, plan["scenarios"][0]), deps)
+    assert seen == [] and deps.profiles.get_profile("deepseek-v4-flash").held_by is None
+    assert deps.runs.get_run(plan["run_id"]).status == RunStatus.FAILED
+
+
+def test_finish_and_compare_again_keep_what_the_first_attempt_recorded(deps: WorkerDeps) -> None:
+    done = _measured_run(deps)
+    first = run_action({"action": "compare", "state": done["state"], "execution": EXECUTION}, deps)
+    stored = deps.runs.list_comparisons(done["plan"]["run_id"])
+    assert run_action({"action": "compare", "state": done["state"], "execution": EXECUTION}, deps) == first
+    assert deps.runs.list_comparisons(done["plan"]["run_id"]) == stored
+    ok = run_action({"action": "finish", "state": done["state"], "execution": EXECUTION}, deps)
+    late = run_action({"action": "finish", "outcome": "FAILED", "state": done["state"], "execution": EXECUTION}, deps)
+    assert ok["status"] == late["status"] == "SUCCEEDED"
+    with pytest.raises(RunEnded):  # and no comparison is written for a run that ended
+        deps.runs.put_comparison(stored[0].model_copy(update={"scenario": "in100-c9"}))
+    deps.runs.update_run(done["plan"]["run_id"], T0, status=RunStatus.RUNNING)
+    with pytest.raises(ResultExists):  # even while it runs, the first comparison stays
+        deps.runs.put_comparison(stored[0])

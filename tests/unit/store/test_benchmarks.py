@@ -18,6 +18,8 @@ from servingctl.store.benchmarks import (
     BenchmarkRun,
     BenchmarkStore,
     Reproducibility,
+    ResultExists,
+    RunEnded,
     RunStatus,
     Split,
     StoredComparison,
@@ -27,7 +29,15 @@ from servingctl.store.benchmarks import (
 from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 from servingctl.store.benchmarks_memory import MemoryBenchmarkStore
 from servingctl.store.dynamodb import create_table
-from servingctl.store.records import MemoryRecordStore, RecordStore, S3RecordStore, decode_records, encode_records, records_key
+from servingctl.store.records import (
+    MemoryRecordStore,
+    RecordsExist,
+    RecordStore,
+    S3RecordStore,
+    decode_records,
+    encode_records,
+    records_key,
+)
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 MS = 1_000_000
@@ -63,6 +73,12 @@ def _run(run_id: str, profile: str = "deepseek-v4-flash", created: datetime = T0
     )
 
 
+def _running(store: BenchmarkStore, run_id: str) -> BenchmarkRun:
+    """A run measuring (calibrated): the only status its workers may write results in."""
+    store.create_run(_run(run_id))
+    return store.update_run(run_id, T0, status=RunStatus.RUNNING)
+
+
 def _records(name: str, concurrency: int) -> list[RequestRecord]:
     records = []
     for i in range(concurrency):
@@ -95,6 +111,18 @@ def _scenario(run_id: str, concurrency: int, position: int, records: RecordStore
 def test_records_key_layout() -> None:
     assert records_key("r1", "in256-c4") == "runs/r1/in256-c4.jsonl.gz"
     assert records_key("r1", "in256-c4", shard=2) == "runs/r1/shards/in256-c4/2.jsonl.gz"
+    assert records_key("r1", "in256-c4", attempt="a1") == "runs/r1/in256-c4.a1.jsonl.gz"
+    assert records_key("r1", "in256-c4", shard=2, attempt="a1") == "runs/r1/shards/in256-c4/2.a1.jsonl.gz"
+
+
+def test_a_records_object_is_written_once(stores) -> None:
+    _, records = stores
+    first, second = _records("in256-c1", 1), _records("in256-c1", 2)
+    key = records.put_records(records_key("r1", "in256-c1", attempt="a0"), first)
+    with pytest.raises(RecordsExist, match="already written"):
+        records.put_records(key, second)
+    assert records.get_records(key) == first
+    assert records.get_records(records.put_records(records_key("r1", "in256-c1", attempt="a1"), second)) == second
 
 
 def test_records_encoding_is_gzip_json_lines_and_round_trips() -> None:
@@ -152,7 +180,7 @@ def test_list_runs_newest_first_with_profile_filter_and_limit(stores) -> None:
 
 def test_scenarios_are_kept_in_run_order_with_their_records(stores) -> None:
     store, records = stores
-    store.create_run(_run("r1"))
+    _running(store, "r1")
     second, recs2 = _scenario("r1", 2, 1, records)
     first, recs1 = _scenario("r1", 1, 0, records)
     store.put_scenario(second)
@@ -164,14 +192,64 @@ def test_scenarios_are_kept_in_run_order_with_their_records(stores) -> None:
     assert store.list_scenarios("other") == []
 
 
-def test_a_rerun_scenario_replaces_the_first_and_records_its_split(stores) -> None:
+def test_a_scenario_is_written_once_and_a_duplicate_leaves_the_first_intact(stores) -> None:
     store, records = stores
+    _running(store, "r1")
     first, _ = _scenario("r1", 2, 0, records)
     store.put_scenario(first)
-    merged = first.model_copy(update={"split": Split(shards=2, reasons=["client CPU 95% of one core > 80%"])})
-    store.put_scenario(merged)
+    duplicate = first.model_copy(update={"records_key": "runs/r1/in256-c2/other.jsonl.gz", "written_at": T0 + timedelta(seconds=9)})
+    with pytest.raises(ResultExists, match="scenario in256-c2 is already written"):
+        store.put_scenario(duplicate)
+    assert store.list_scenarios("r1") == [first] and store.get_scenario("r1", "in256-c2") == first
+    assert store.get_scenario("r1", "in256-c1") is None
+
+
+def test_the_merge_replaces_only_the_single_worker_result_it_read(stores) -> None:
+    store, records = stores
+    _running(store, "r1")
+    first, _ = _scenario("r1", 2, 0, records)
+    merged = first.model_copy(update={"split": Split(shards=2, reasons=["client CPU 95% of one core > 80%"]),
+                                      "records_key": "runs/r1/in256-c2/merged.jsonl.gz"})
+    with pytest.raises(ResultExists):  # nothing to replace yet
+        store.put_scenario(merged, replacing=first.records_key)
+    store.put_scenario(first)
+    with pytest.raises(ResultExists):  # not the result the merge read
+        store.put_scenario(merged, replacing="runs/r1/in256-c2/someone-else.jsonl.gz")
+    assert store.get_scenario("r1", "in256-c2") == first
+    store.put_scenario(merged, replacing=first.records_key)
     [only] = store.list_scenarios("r1")
-    assert only.split is not None and only.split.shards == 2
+    assert only == merged and only.split is not None and only.split.shards == 2
+    with pytest.raises(ResultExists):  # a second merge of the same single result: the first merge stays
+        store.put_scenario(merged.model_copy(update={"records_key": "runs/r1/in256-c2/merged-2.jsonl.gz"}),
+                           replacing=first.records_key)
+    assert store.list_scenarios("r1") == [merged]
+
+
+@pytest.mark.parametrize("status", [RunStatus.PLANNED, RunStatus.SUCCEEDED, RunStatus.FAILED])
+def test_results_are_refused_unless_the_run_is_running(stores, status: RunStatus) -> None:
+    store, records = stores
+    store.create_run(_run("r1"))
+    store.update_run("r1", T0, status=status)
+    scenario, _ = _scenario("r1", 1, 0, records)
+    with pytest.raises(RunEnded, match=f"r1 is {status.value}, not RUNNING"):
+        store.put_scenario(scenario)
+    with pytest.raises(RunEnded):
+        store.put_comparison(_comparison("r1"))
+    with pytest.raises(RunEnded, match="is gone"):
+        store.put_scenario(scenario.model_copy(update={"run_id": "never-created"}))
+    assert store.list_scenarios("r1") == [] and store.list_comparisons("r1") == []
+
+
+def test_an_update_with_when_is_refused_once_the_run_left_those_statuses(stores) -> None:
+    store, _ = stores
+    store.create_run(_run("r1"))
+    live = (RunStatus.PLANNED, RunStatus.RUNNING)
+    assert store.update_run("r1", T0, when=live, status=RunStatus.RUNNING).status == RunStatus.RUNNING
+    store.update_run("r1", T0, when=live, status=RunStatus.FAILED, error="execution ABORTED")
+    with pytest.raises(RunEnded, match="r1 is FAILED, not PLANNED or RUNNING"):  # a late worker cannot revive it
+        store.update_run("r1", T0 + timedelta(seconds=1), when=live, status=RunStatus.RUNNING)
+    stored = store.get_run("r1")
+    assert stored.status == RunStatus.FAILED and stored.error == "execution ABORTED" and stored.updated_at == T0
 
 
 def test_missing_records_raise_key_error(stores) -> None:
@@ -180,20 +258,27 @@ def test_missing_records_raise_key_error(stores) -> None:
         records.get_records(records_key("r1", "nothing"))
 
 
-def test_comparisons_round_trip(stores) -> None:
-    store, _ = stores
+def _comparison(run_id: str) -> StoredComparison:
     comparison = compare(CompareInput(aggregate_tok_s=358.41, input_tokens=254, output_tokens=256,
                                       api_input_usd_per_m=0.22, api_output_usd_per_m=0.66, hourly_usd=12.17))
-    stored = StoredComparison(run_id="r1", scenario="in256-c4", api="fireworks/deepseek-v4-flash", instance_type="g7e.12xlarge",
-                              hourly_usd=12.17, price_source="catalog", comparison=comparison, written_at=T0)
+    return StoredComparison(run_id=run_id, scenario="in256-c4", api="fireworks/deepseek-v4-flash", instance_type="g7e.12xlarge",
+                            hourly_usd=12.17, price_source="catalog", comparison=comparison, written_at=T0)
+
+
+def test_comparisons_round_trip_and_are_written_once(stores) -> None:
+    store, _ = stores
+    _running(store, "r1")
+    stored = _comparison("r1")
     store.put_comparison(stored)
+    with pytest.raises(ResultExists, match="comparison in256-c4"):
+        store.put_comparison(stored.model_copy(update={"hourly_usd": 99.0}))
     [back] = store.list_comparisons("r1")
     assert back == stored and round(back.comparison.ratio_self_hosted_to_api, 2) == 10.74
 
 
 def test_run_result_reassembles_the_results_schema(stores) -> None:
     store, records = stores
-    store.create_run(_run("r1"))
+    _running(store, "r1")
     for position, concurrency in enumerate((1, 2)):
         store.put_scenario(_scenario("r1", concurrency, position, records)[0])
     run = store.get_run("r1")

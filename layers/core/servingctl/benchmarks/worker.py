@@ -13,20 +13,30 @@ Actions (event = {"action", "state", "execution"}; plan also gets "started_at"):
                 or its stop, recorded with the run
   compare       self-hosted vs managed API for every written scenario
   finish        the run's final status (after a failure too: what was written stays)
+
+A run's workers write only while it is RUNNING: every scenario and comparison is written once, in
+one transaction with a check of the run's status, and a measurement in flight is cancelled within
+RUN_WATCH_S of its run ending (an aborted, failed or timed-out execution, recorded by the sweep), so
+a worker that outlives its execution fails with RunEnded and writes nothing. A result already
+written (a retry, a duplicate worker) stays: the step answers with it. Records objects carry the
+step's attempt (when Step Functions entered the state, and its retry count) in their keys.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
+import logging
 import math
 import os
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -53,9 +63,20 @@ from servingctl.costs import CompareInput, PriceCatalog, compare, day_use, load_
 from servingctl.schema.comparison import SloCost
 from servingctl.registry.models import Registry, ServingProfile
 from servingctl.store.base import Store
-from servingctl.store.benchmarks import BenchmarkRun, BenchmarkStore, Reproducibility, RunStatus, Split, StoredComparison, StoredScenario
+from servingctl.store.benchmarks import (
+    LIVE,
+    BenchmarkRun,
+    BenchmarkStore,
+    Reproducibility,
+    ResultExists,
+    RunEnded,
+    RunStatus,
+    Split,
+    StoredComparison,
+    StoredScenario,
+)
 from servingctl.store.models import Phase
-from servingctl.store.records import RecordStore, records_key
+from servingctl.store.records import RecordsExist, RecordStore, records_key
 
 EVENT_ENV = "SERVINGCTL_BENCH_EVENT"
 BUCKET_ENV = "SERVINGCTL_BUCKET"
@@ -68,6 +89,13 @@ HOLD_MARGIN_S = 600
 # 400 KB item limit at one sample a second, so longer timelines are thinned to this many (~60 KB).
 STORED_TIMELINE_SAMPLES = 300
 SHARD_TIMELINE_SAMPLES = 100
+# How often a measuring worker reads its run: one that ended stops the measurement this soon.
+RUN_WATCH_S = 5.0
+# The statuses calibrate and finish may move a run from (after them, the run has ended).
+UNFINISHED = frozenset({RunStatus.PLANNED, RunStatus.RUNNING})
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class ProfileNotReady(ControlError):
@@ -116,6 +144,49 @@ def _run(deps: WorkerDeps, run_id: Any) -> BenchmarkRun:
     if run is None:
         raise RunNotFound(f"run_id: no benchmark run {run_id!r} in the store")
     return run
+
+
+def _live_run(deps: WorkerDeps, run_id: Any, wanted: frozenset[RunStatus] = LIVE) -> BenchmarkRun:
+    """The run, read now; RunEnded unless its status is one of wanted (a late worker stops here)."""
+    run = _run(deps, run_id)
+    if run.status not in wanted:
+        raise RunEnded(run.run_id, run.status, wanted)
+    return run
+
+
+@contextlib.contextmanager
+def _ends_cleanly(deps: WorkerDeps, run: BenchmarkRun) -> Iterator[None]:
+    """A step whose run ended under it gives the profile back (if it still holds it) and fails with RunEnded."""
+    try:
+        yield
+    except RunEnded as exc:
+        release_hold(deps.profiles, run, deps.clock.now())
+        log.warning("benchmark run %s ended under this worker: %s", run.run_id, exc)
+        raise
+
+
+async def _while_live(deps: WorkerDeps, run_id: str, work: Coroutine[Any, Any, T]) -> T:
+    """Await work while the run is RUNNING; cancel it (RunEnded) once a read finds the run ended."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=RUN_WATCH_S)
+        if done:
+            return task.result()
+        run = await asyncio.to_thread(deps.runs.get_run, run_id)
+        if run is None or run.status not in LIVE:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise RunEnded(run_id, run.status if run else None, LIVE)
+
+
+def attempt_of(event: dict[str, Any]) -> str:
+    """This step attempt's label for object keys: t<digits of the time Step Functions entered the
+    state>-r<retry count> (a retry, or a redrive entering the state again, gets a new one)."""
+    attempt = event.get("attempt") if isinstance(event.get("attempt"), dict) else {}
+    entered = re.sub(r"\D", "", str(attempt.get("entered") or ""))
+    retry = attempt.get("retry")
+    return f"t{entered or 0}-r{retry if isinstance(retry, int) else 0}"
 
 
 def _given(run: BenchmarkRun) -> BenchmarkInput:
@@ -197,9 +268,9 @@ def hold_profile(deps: WorkerDeps, run: BenchmarkRun, seconds: float) -> None:
         raise ProfileNotReady(f"profile {run.profile} is {phase.value}, no longer READY: benchmark run {run.run_id} cannot go on")
 
 
-def release_hold(deps: WorkerDeps, run: BenchmarkRun) -> None:
+def release_hold(profiles: Store, run: BenchmarkRun, now: datetime) -> None:
     """Give the profile back (only if this run still holds it)."""
-    deps.profiles.update_profile_if(run.profile, deps.clock.now(), {"held_by": run.run_id}, held_by=None, held_until=None)
+    profiles.update_profile_if(run.profile, now, {"held_by": run.run_id}, held_by=None, held_until=None)
 
 
 # ---- actions ------------------------------------------------------------------------------------
@@ -252,23 +323,38 @@ def plan(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
 
 def calibrate(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     """Server metadata and one calibration per input length, stored with the run."""
-    run = _run(deps, (_state(event).get("plan") or {}).get("run_id"))
-    hold_profile(deps, run, 0)
-    metadata, calibrations = asyncio.run(prepare(run.config, _connection(deps, run), run_id=run.run_id, transport=deps.transport))
-    repro = run.reproducibility.model_copy(update={"calibrations": calibrations, "server_version": metadata.server_version})
-    deps.runs.update_run(run.run_id, deps.clock.now(), status=RunStatus.RUNNING, metadata=metadata, reproducibility=repro)
+    run = _live_run(deps, (_state(event).get("plan") or {}).get("run_id"), UNFINISHED)
+    with _ends_cleanly(deps, run):
+        hold_profile(deps, run, 0)
+        metadata, calibrations = asyncio.run(prepare(run.config, _connection(deps, run), run_id=run.run_id, transport=deps.transport))
+        repro = run.reproducibility.model_copy(update={"calibrations": calibrations, "server_version": metadata.server_version})
+        deps.runs.update_run(run.run_id, deps.clock.now(), when=UNFINISHED, status=RunStatus.RUNNING, metadata=metadata,
+                             reproducibility=repro)
     return {"calibrations": [{"target_tokens": c.target_tokens, "actual_tokens": c.actual_tokens, "method": c.method} for c in calibrations]}
 
 
-def _store_scenario(deps: WorkerDeps, run: BenchmarkRun, planned: PlannedScenario, result: Any, runner: str,
-                    split: Split | None = None) -> StoredScenario:
-    key = deps.records.put_records(records_key(run.run_id, planned.name), result.records)
+def _store_scenario(deps: WorkerDeps, run: BenchmarkRun, planned: PlannedScenario, result: Any, runner: str, attempt: str,
+                    split: Split | None = None, replacing: str | None = None) -> StoredScenario:
+    """Records first (under this attempt's key), then the summary; both refused once the run ended
+    (the records by a read just before: S3 cannot check the run), the summary once one is written."""
+    _live_run(deps, run.run_id)
+    key = deps.records.put_records(records_key(run.run_id, planned.name, attempt=attempt), result.records)
     return deps.runs.put_scenario(StoredScenario(
         run_id=run.run_id, name=planned.name, position=planned.position, runner=runner, summary=result.summary,
         calibration=result.calibration, t0_wall=result.t0_wall, rounds=result.rounds,
         server_timeline=thinned(result.server_timeline, STORED_TIMELINE_SAMPLES), records_key=key,
         records=len(result.records), split=split, written_at=deps.clock.now(),
-    ))
+    ), replacing=replacing)
+
+
+def _first_written(deps: WorkerDeps, run: BenchmarkRun, name: str, refused: Exception) -> StoredScenario:
+    """The stored result a refused write leaves in place (a duplicate worker's, a retry's), logged."""
+    stored = deps.runs.get_scenario(run.run_id, name)
+    if stored is None:
+        raise refused
+    log.warning("benchmark run %s: this worker's %s was refused (%s: %s); the result written at %s (%s) stays",
+                run.run_id, name, type(refused).__name__, refused, stored.written_at.isoformat(), stored.records_key)
+    return stored
 
 
 def _shard_state(run_id: str, planned: PlannedScenario, shard: ShardPlan) -> dict[str, Any]:
@@ -285,22 +371,39 @@ def _answer(summary: ScenarioSummary) -> dict[str, Any]:
             "client_bound": summary.client_bound, "generation_tokens_equal": summary.server.generation_tokens_equal}
 
 
+def _scenario_answer(deps: WorkerDeps, run: BenchmarkRun, planned: PlannedScenario, summary: ScenarioSummary) -> dict[str, Any]:
+    # An ECS task is sized for its scenario: only Lambda workers are split.
+    given = _given(run)
+    shards = [] if planned.runner == "ecs" else plan_shards(summary, run.config, given.max_workers, deps.clock.now())
+    return _answer(summary) | {"split": bool(shards), "shards": [_shard_state(run.run_id, planned, s) for s in shards]}
+
+
 def run_scenario(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
-    """Run one scenario, write its summary and records, and plan shards if the client was the limit."""
+    """Run one scenario, write its summary and records, and plan shards if the client was the limit;
+    a scenario written already (by an earlier attempt) is answered from the store, not measured again."""
     state = _state(event)
-    run, planned = _run(deps, state.get("run_id")), _scenario(state)
+    run, planned = _live_run(deps, state.get("run_id")), _scenario(state)
+    written = deps.runs.get_scenario(run.run_id, planned.name)
+    if written is not None:
+        log.warning("benchmark run %s: %s is already written (%s): answered from the store", run.run_id, planned.name,
+                    written.records_key)
+        if written.split is not None:  # merged already: measured by its shards
+            return _answer(written.summary) | {"split": False, "shards": []}
+        return _scenario_answer(deps, run, planned, written.summary)
     given = _given(run)
     calibration = _calibration(run, planned.input_tokens)
-    hold_profile(deps, run, planned.estimate_s)
-    measurement = asyncio.run(measure_scenario(
-        run.config, _connection(deps, run), calibration, planned.concurrency, run_id=run.run_id,
-        lag_p99_limit_ms=given.client_lag_limit_ms, cpu_share_limit=given.client_cpu_limit, transport=deps.transport,
-    ))
-    result = summarize_measurement(run.config, calibration, measurement)
-    _store_scenario(deps, run, planned, result, planned.runner)
-    # An ECS task is sized for its scenario: only Lambda workers are split.
-    shards = [] if planned.runner == "ecs" else plan_shards(result.summary, run.config, given.max_workers, deps.clock.now())
-    return _answer(result.summary) | {"split": bool(shards), "shards": [_shard_state(run.run_id, planned, s) for s in shards]}
+    with _ends_cleanly(deps, run):
+        hold_profile(deps, run, planned.estimate_s)
+        measurement = asyncio.run(_while_live(deps, run.run_id, measure_scenario(
+            run.config, _connection(deps, run), calibration, planned.concurrency, run_id=run.run_id,
+            lag_p99_limit_ms=given.client_lag_limit_ms, cpu_share_limit=given.client_cpu_limit, transport=deps.transport,
+        )))
+        result = summarize_measurement(run.config, calibration, measurement)
+        try:
+            summary = _store_scenario(deps, run, planned, result, planned.runner, attempt_of(event)).summary
+        except (ResultExists, RecordsExist) as exc:
+            summary = _first_written(deps, run, planned.name, exc).summary
+    return _scenario_answer(deps, run, planned, summary)
 
 
 def _snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
@@ -310,17 +413,19 @@ def _snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
 def run_shard(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     """Measure one shard from the common start instant; its records go beside the scenario's."""
     state = _state(event)
-    run, planned = _run(deps, state.get("run_id")), _scenario(state)
+    run, planned = _live_run(deps, state.get("run_id")), _scenario(state)
     given = _given(run)
     shard = ShardPlan(**{**state["shard"], "start_at": datetime.fromisoformat(state["shard"]["start_at"])})
     calibration = _calibration(run, planned.input_tokens)
-    hold_profile(deps, run, planned.estimate_s)
-    m = asyncio.run(measure_scenario(
-        shard_config(run.config, shard), _connection(deps, run), calibration, shard.concurrency, run_id=run.run_id,
-        name=planned.name, shard=Shard(shard.index, shard.count, shard.start_at),
-        lag_p99_limit_ms=given.client_lag_limit_ms, cpu_share_limit=given.client_cpu_limit, transport=deps.transport,
-    ))
-    key = deps.records.put_records(records_key(run.run_id, planned.name, shard.index), m.records)
+    with _ends_cleanly(deps, run):
+        hold_profile(deps, run, planned.estimate_s)
+        m = asyncio.run(_while_live(deps, run.run_id, measure_scenario(
+            shard_config(run.config, shard), _connection(deps, run), calibration, shard.concurrency, run_id=run.run_id,
+            name=planned.name, shard=Shard(shard.index, shard.count, shard.start_at),
+            lag_p99_limit_ms=given.client_lag_limit_ms, cpu_share_limit=given.client_cpu_limit, transport=deps.transport,
+        )))
+        _live_run(deps, run.run_id)
+        key = deps.records.put_records(records_key(run.run_id, planned.name, shard.index, attempt_of(event)), m.records)
     return {
         "index": shard.index,
         "concurrency": shard.concurrency,
@@ -345,12 +450,18 @@ async def _after_snapshot(deps: WorkerDeps, run: BenchmarkRun, before: Snapshot,
 
 def merge(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     """Merge the shards of a scenario, check the whole against the server, write it over the
-    single-worker result (the reasons for the split are kept with it)."""
+    single-worker result it read and nothing else (the reasons for the split are kept with it);
+    a scenario merged already (an earlier attempt) is answered from the store."""
     state = _state(event)
-    run, planned = _run(deps, state.get("run_id")), _scenario(state)
+    run, planned = _live_run(deps, state.get("run_id")), _scenario(state)
     outputs = sorted(state.get("shards") or [], key=lambda s: s["index"])
     if not outputs:
         raise InvalidInput("shards: expected the outputs of run_shard, one per shard")
+    single = deps.runs.get_scenario(run.run_id, planned.name)
+    if single is not None and single.split is not None:
+        log.warning("benchmark run %s: %s is already merged (%s): answered from the store", run.run_id, planned.name,
+                    single.records_key)
+        return _answer(single.summary) | {"shards": single.split.shards}
     parts = []
     for out in outputs:
         records = deps.records.get_records(out["records_key"])
@@ -363,13 +474,18 @@ def merge(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
             server_timeline=[ServerSample.model_validate(p) for p in out.get("server_timeline") or []],
         ))
     client_tokens = sum(r.completion_tokens or 0 for p in parts for r in p.records)
-    after = asyncio.run(_after_snapshot(deps, run, earliest_snapshot([p.before for p in parts]), client_tokens))
-    calibration = _calibration(run, planned.input_tokens)
-    result, warnings = merge_shards(run.config, calibration, planned.concurrency, parts, after)
-    single = next((s for s in deps.runs.list_scenarios(run.run_id) if s.name == planned.name), None)
-    reasons = single.summary.client.reasons if single else []
-    _store_scenario(deps, run, planned, result, "lambda", Split(shards=len(parts), reasons=reasons, warnings=warnings))
-    return _answer(result.summary) | {"shards": len(parts)}
+    with _ends_cleanly(deps, run):
+        after = asyncio.run(_after_snapshot(deps, run, earliest_snapshot([p.before for p in parts]), client_tokens))
+        calibration = _calibration(run, planned.input_tokens)
+        result, warnings = merge_shards(run.config, calibration, planned.concurrency, parts, after)
+        reasons = single.summary.client.reasons if single else []
+        split = Split(shards=len(parts), reasons=reasons, warnings=warnings)
+        try:
+            merged = _store_scenario(deps, run, planned, result, "lambda", "merged-" + attempt_of(event), split,
+                                     replacing=single.records_key if single else None)
+        except (ResultExists, RecordsExist) as exc:
+            merged = _first_written(deps, run, planned.name, exc)
+    return _answer(merged.summary) | {"shards": merged.split.shards if merged.split else len(parts)}
 
 
 def sweep_next(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
@@ -385,12 +501,12 @@ def sweep_next(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     decision = decide(steps, given.sweep_max_concurrency, given.sweep_max_steps)
     if decision.next is None:
         sweep = result_of(steps, decision)
-        deps.runs.update_run(run.run_id, deps.clock.now(), sweep=sweep)
+        deps.runs.update_run(run.run_id, deps.clock.now(), when=LIVE, sweep=sweep)
         return {"next": None, "scenario": None, "found": sweep.found, "stop": sweep.stop, "reason": sweep.reason,
                 "steps": len(steps)}
     planned = sweep_scenario(given, decision.next, len(steps))
     if planned.name not in run.scenarios:
-        deps.runs.update_run(run.run_id, deps.clock.now(), scenarios=[*run.scenarios, planned.name])
+        deps.runs.update_run(run.run_id, deps.clock.now(), when=LIVE, scenarios=[*run.scenarios, planned.name])
     return {"next": decision.next, "scenario": planned.model_dump(), "found": decision.found, "stop": None,
             "reason": decision.reason, "steps": len(steps)}
 
@@ -420,14 +536,18 @@ def compare_run(deps: WorkerDeps, run: BenchmarkRun) -> dict[str, Any]:
             api_input_usd_per_m=api.input_usd_per_m, api_output_usd_per_m=api.output_usd_per_m, hourly_usd=price.hourly_usd,
             standing_monthly_usd=standing,
         ))
-        deps.runs.put_comparison(StoredComparison(
-            run_id=run.run_id, scenario=summary.name, api=str(api_name), instance_type=pool.instance_type,
-            hourly_usd=price.hourly_usd, price_source=price.source, comparison=comparison, written_at=deps.clock.now(),
-        ))
+        try:
+            deps.runs.put_comparison(StoredComparison(
+                run_id=run.run_id, scenario=summary.name, api=str(api_name), instance_type=pool.instance_type,
+                hourly_usd=price.hourly_usd, price_source=price.source, comparison=comparison, written_at=deps.clock.now(),
+            ))
+        except ResultExists as exc:  # an earlier attempt's comparison stays
+            log.warning("benchmark run %s: %s", run.run_id, exc)
+            comparison = next(c.comparison for c in deps.runs.list_comparisons(run.run_id) if c.scenario == summary.name)
         compared.append({"scenario": summary.name, "ratio_self_hosted_to_api": round(comparison.ratio_self_hosted_to_api, 3)})
     cost = cost_at_slo(deps, run, price.hourly_usd, api.input_usd_per_m, api.output_usd_per_m)
     if cost is not None:
-        deps.runs.update_run(run.run_id, deps.clock.now(), slo_cost=cost)
+        deps.runs.update_run(run.run_id, deps.clock.now(), when=LIVE, slo_cost=cost)
     return {"compared": compared, "skipped": None}
 
 
@@ -466,9 +586,12 @@ def finish(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
             compare_run(deps, run)
         except Exception as exc:  # noqa: BLE001 (the original failure is the one to report)
             error = f"{error} (comparison skipped: {type(exc).__name__}: {exc})"
-    release_hold(deps, run)
+    release_hold(deps.profiles, run, deps.clock.now())
     now = deps.clock.now()
-    done = deps.runs.update_run(run.run_id, now, status=outcome, finished_at=now, error=error)
+    try:
+        done = deps.runs.update_run(run.run_id, now, when=UNFINISHED, status=outcome, finished_at=now, error=error)
+    except RunEnded:  # recorded already (a retry of this step): that record stays
+        done = _run(deps, run.run_id)
     written = [s.name for s in deps.runs.list_scenarios(run.run_id)]
     return {"run_id": run.run_id, "status": done.status.value, "scenarios_written": written, "error": error}
 

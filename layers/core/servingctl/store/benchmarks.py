@@ -8,6 +8,7 @@ Per-request records are not here: they go to S3 (servingctl.store.records), one 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal, Protocol
@@ -39,6 +40,31 @@ class RunStatus(StrEnum):
     RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+
+
+# A run's workers write results only while it is RUNNING (a run that ended keeps what it had).
+LIVE = frozenset({RunStatus.RUNNING})
+
+
+class ResultRefused(Exception):
+    """A conditional write of a benchmark run the store refused; nothing was written."""
+
+
+class RunEnded(ResultRefused):
+    """The run is not in a status the write expected (it ended, or ended already): its workers stop."""
+
+    def __init__(self, run_id: str, status: RunStatus | None, wanted: Collection[RunStatus]) -> None:
+        now = status.value if status is not None else "gone"
+        super().__init__(f"benchmark run {run_id} is {now}, not {' or '.join(sorted(wanted))}: nothing written")
+        self.run_id, self.status = run_id, status
+
+
+class ResultExists(ResultRefused):
+    """The result is already written (a retry or a duplicate worker): the first one stays."""
+
+    def __init__(self, run_id: str, key: str) -> None:
+        super().__init__(f"benchmark run {run_id}: {key} is already written (or changed since it was read); the stored one stays")
+        self.run_id, self.key = run_id, key
 
 
 class Reproducibility(_Record):
@@ -135,16 +161,23 @@ class BenchmarkStore(Protocol):
         """One run, None when absent."""
         ...
 
-    def update_run(self, run_id: str, now: datetime, **changes: Any) -> BenchmarkRun:
-        """Set the given fields of a run (KeyError when absent); returns the new record."""
+    def update_run(self, run_id: str, now: datetime, *, when: Collection[RunStatus] | None = None, **changes: Any) -> BenchmarkRun:
+        """Set the given fields of a run (KeyError when absent), only while its status is one of
+        `when` if given (RunEnded otherwise, nothing written); returns the new record."""
         ...
 
     def list_runs(self, profile: str | None = None, limit: int = 50) -> list[BenchmarkRun]:
         """Runs newest first (run ids sort by creation time), optionally of one profile."""
         ...
 
-    def put_scenario(self, scenario: StoredScenario) -> StoredScenario:
-        """Write a scenario result (a rerun of the same scenario replaces it)."""
+    def put_scenario(self, scenario: StoredScenario, replacing: str | None = None) -> StoredScenario:
+        """Write a finished scenario while its run is RUNNING (RunEnded otherwise): once (ResultExists
+        when it is written already), or, with `replacing`, over the stored result whose records_key
+        that is and nothing else (the shard merge over the single-worker result it read)."""
+        ...
+
+    def get_scenario(self, run_id: str, name: str) -> StoredScenario | None:
+        """One scenario result, None when not written."""
         ...
 
     def list_scenarios(self, run_id: str) -> list[StoredScenario]:
@@ -152,7 +185,7 @@ class BenchmarkStore(Protocol):
         ...
 
     def put_comparison(self, comparison: StoredComparison) -> StoredComparison:
-        """Write one scenario's cost comparison (replacing an earlier one)."""
+        """Write one scenario's cost comparison once, while its run is RUNNING (ResultExists, RunEnded)."""
         ...
 
     def list_comparisons(self, run_id: str) -> list[StoredComparison]:

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from servingctl.store.benchmarks import BenchmarkRun, StoredComparison, StoredScenario, apply_run_changes
+from servingctl.store.benchmarks import (
+    LIVE,
+    BenchmarkRun,
+    ResultExists,
+    RunEnded,
+    RunStatus,
+    StoredComparison,
+    StoredScenario,
+    apply_run_changes,
+)
 
 
 class MemoryBenchmarkStore:
@@ -30,11 +40,19 @@ class MemoryBenchmarkStore:
             found = self._runs.get(run_id)
             return found.model_copy(deep=True) if found else None
 
-    def update_run(self, run_id: str, now: datetime, **changes: Any) -> BenchmarkRun:
-        """Set the given fields of a run (KeyError when absent); returns the new record."""
+    def _expect(self, run_id: str, when: Collection[RunStatus]) -> None:
+        found = self._runs.get(run_id)
+        if found is None or found.status not in when:
+            raise RunEnded(run_id, found.status if found else None, when)
+
+    def update_run(self, run_id: str, now: datetime, *, when: Collection[RunStatus] | None = None, **changes: Any) -> BenchmarkRun:
+        """Set the given fields of a run (KeyError when absent), only while its status is one of
+        `when` if given (RunEnded otherwise, nothing written); returns the new record."""
         with self._mutex:
             if run_id not in self._runs:
                 raise KeyError(f"no benchmark run {run_id!r}")
+            if when is not None:
+                self._expect(run_id, when)
             self._runs[run_id] = apply_run_changes(self._runs[run_id], now, changes)
             return self._runs[run_id].model_copy(deep=True)
 
@@ -44,11 +62,24 @@ class MemoryBenchmarkStore:
             runs = [r for r in self._runs.values() if profile is None or r.profile == profile]
             return [r.model_copy(deep=True) for r in sorted(runs, key=lambda r: r.run_id, reverse=True)[:limit]]
 
-    def put_scenario(self, scenario: StoredScenario) -> StoredScenario:
-        """Write a scenario result (a rerun of the same scenario replaces it)."""
+    def put_scenario(self, scenario: StoredScenario, replacing: str | None = None) -> StoredScenario:
+        """Write a finished scenario while its run is RUNNING (RunEnded otherwise): once (ResultExists
+        when it is written already), or, with `replacing`, over the stored result whose records_key
+        that is and nothing else (the shard merge over the single-worker result it read)."""
+        key = (scenario.run_id, scenario.name)
         with self._mutex:
-            self._scenarios[(scenario.run_id, scenario.name)] = scenario.model_copy(deep=True)
+            self._expect(scenario.run_id, LIVE)
+            stored = self._scenarios.get(key)
+            if (stored is not None) if replacing is None else (stored is None or stored.records_key != replacing):
+                raise ResultExists(scenario.run_id, f"scenario {scenario.name}")
+            self._scenarios[key] = scenario.model_copy(deep=True)
             return scenario
+
+    def get_scenario(self, run_id: str, name: str) -> StoredScenario | None:
+        """One scenario result, None when not written."""
+        with self._mutex:
+            found = self._scenarios.get((run_id, name))
+            return found.model_copy(deep=True) if found else None
 
     def list_scenarios(self, run_id: str) -> list[StoredScenario]:
         """The run's scenario results in run order."""
@@ -57,9 +88,13 @@ class MemoryBenchmarkStore:
         return sorted(found, key=lambda s: (s.position, s.name))
 
     def put_comparison(self, comparison: StoredComparison) -> StoredComparison:
-        """Write one scenario's cost comparison (replacing an earlier one)."""
+        """Write one scenario's cost comparison once, while its run is RUNNING (ResultExists, RunEnded)."""
+        key = (comparison.run_id, comparison.scenario)
         with self._mutex:
-            self._comparisons[(comparison.run_id, comparison.scenario)] = comparison.model_copy(deep=True)
+            self._expect(comparison.run_id, LIVE)
+            if key in self._comparisons:
+                raise ResultExists(comparison.run_id, f"comparison {comparison.scenario}")
+            self._comparisons[key] = comparison.model_copy(deep=True)
             return comparison
 
     def list_comparisons(self, run_id: str) -> list[StoredComparison]:

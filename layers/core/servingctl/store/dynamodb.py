@@ -56,6 +56,28 @@ def _conditional_failure(exc: ClientError) -> bool:
     return exc.response["Error"]["Code"] == "ConditionalCheckFailedException"
 
 
+def transact(client: Any, writes: list[dict[str, Any]]) -> list[str] | None:
+    """Run the transaction; None when written, else the index-aligned cancellation reason codes
+    of a condition failure. Conflicts with another transaction and throttling are retried."""
+    last = ""
+    for attempt in range(TRANSACTION_ATTEMPTS):
+        try:
+            client.transact_write_items(TransactItems=writes)
+            return None
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            # DynamoDB says why per item, in the order of TransactItems ("None" for the fine ones).
+            reasons = [str(r.get("Code")) for r in exc.response.get("CancellationReasons", [])]
+            if "ConditionalCheckFailed" in reasons:
+                return reasons
+            if not reasons or set(reasons) - {"None"} - RETRIED_CANCELLATIONS:
+                raise
+            last = ", ".join(reasons)
+        time.sleep(TRANSACTION_BACKOFF_S * 2**attempt * (0.5 + random.random()))
+    raise StoreBusy(f"TransactWriteItems kept being cancelled ({last}) after {TRANSACTION_ATTEMPTS} attempts")
+
+
 class DynamoStore:
     """The store on one DynamoDB table."""
 
@@ -154,25 +176,7 @@ class DynamoStore:
                         "ExpressionAttributeNames": names, "ExpressionAttributeValues": values}}
 
     def _transact(self, writes: list[dict[str, Any]]) -> list[str] | None:
-        """Run the transaction; None when written, else the index-aligned cancellation reason codes
-        of a condition failure. Conflicts with another transaction and throttling are retried."""
-        last = ""
-        for attempt in range(TRANSACTION_ATTEMPTS):
-            try:
-                self._client.transact_write_items(TransactItems=writes)
-                return None
-            except ClientError as exc:
-                if exc.response["Error"]["Code"] != "TransactionCanceledException":
-                    raise
-                # DynamoDB says why per item, in the order of TransactItems ("None" for the fine ones).
-                reasons = [str(r.get("Code")) for r in exc.response.get("CancellationReasons", [])]
-                if "ConditionalCheckFailed" in reasons:
-                    return reasons
-                if not reasons or set(reasons) - {"None"} - RETRIED_CANCELLATIONS:
-                    raise
-                last = ", ".join(reasons)
-            time.sleep(TRANSACTION_BACKOFF_S * 2**attempt * (0.5 + random.random()))
-        raise StoreBusy(f"TransactWriteItems kept being cancelled ({last}) after {TRANSACTION_ATTEMPTS} attempts")
+        return transact(self._client, writes)
 
     def acquire_locks(
         self, names: Sequence[str], owner: str, now: datetime, ttl_s: int, replacing: Collection[str] = ()

@@ -1,5 +1,7 @@
-"""Per-request benchmark records as objects: gzip JSON lines, one object per scenario (or shard),
-under runs/<run id>/<scenario>.jsonl.gz, in S3 or in memory behind one small interface."""
+"""Per-request benchmark records as objects: gzip JSON lines, one object per scenario (or shard) and
+attempt, under runs/<run id>/<scenario>.<attempt>.jsonl.gz, in S3 or in memory behind one small
+interface. An object is written once: a key that holds one is refused (S3's If-None-Match), so a
+retried or duplicate worker never replaces what another attempt wrote."""
 
 from __future__ import annotations
 
@@ -16,11 +18,16 @@ from servingctl.schema.results import RequestRecord
 CONTENT_TYPE = "application/x-ndjson"
 
 
-def records_key(run_id: str, scenario: str, shard: int | None = None) -> str:
-    """Object key of a scenario's records (a shard's records live beside it until merged)."""
-    if shard is None:
-        return f"runs/{run_id}/{scenario}.jsonl.gz"
-    return f"runs/{run_id}/shards/{scenario}/{shard}.jsonl.gz"
+class RecordsExist(Exception):
+    """The key already holds an object (another attempt's): nothing was written."""
+
+
+def records_key(run_id: str, scenario: str, shard: int | None = None, attempt: str | None = None) -> str:
+    """Object key of a scenario's records (a shard's records live beside it until merged); each
+    attempt (a Step Functions retry or redrive, a merge) has keys of its own. Readers take the key
+    from the stored scenario, never from this layout."""
+    base = f"runs/{run_id}/{scenario}" if shard is None else f"runs/{run_id}/shards/{scenario}/{shard}"
+    return f"{base}.jsonl.gz" if attempt is None else f"{base}.{attempt}.jsonl.gz"
 
 
 def encode_records(records: Sequence[RequestRecord]) -> bytes:
@@ -40,7 +47,7 @@ class RecordStore(Protocol):
     """Where per-request records go."""
 
     def put_records(self, key: str, records: Sequence[RequestRecord]) -> str:
-        """Write the records under key (replacing an older object); returns the key."""
+        """Write the records under key, once (RecordsExist when it holds an object); returns the key."""
         ...
 
     def get_records(self, key: str) -> list[RequestRecord]:
@@ -56,8 +63,14 @@ class S3RecordStore:
         self._s3 = client or boto3.client("s3")
 
     def put_records(self, key: str, records: Sequence[RequestRecord]) -> str:
-        """Write the records under key (the bucket is versioned: an older object is kept as a version)."""
-        self._s3.put_object(Bucket=self.bucket, Key=key, Body=encode_records(records), ContentType=CONTENT_TYPE)
+        """Write the records under key, once (RecordsExist when it holds an object); returns the key."""
+        try:
+            self._s3.put_object(Bucket=self.bucket, Key=key, Body=encode_records(records), ContentType=CONTENT_TYPE,
+                                IfNoneMatch="*")
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("PreconditionFailed", "ConditionalRequestConflict"):
+                raise RecordsExist(f"s3://{self.bucket}/{key} is already written") from None
+            raise
         return key
 
     def get_records(self, key: str) -> list[RequestRecord]:
@@ -88,9 +101,11 @@ class MemoryRecordStore:
         self._mutex = threading.Lock()
 
     def put_records(self, key: str, records: Sequence[RequestRecord]) -> str:
-        """Write the records under key (replacing an older object); returns the key."""
+        """Write the records under key, once (RecordsExist when it holds an object); returns the key."""
         blob = encode_records(records)
         with self._mutex:
+            if key in self.objects:
+                raise RecordsExist(f"{key} is already written")
             self.objects[key] = blob
         return key
 
