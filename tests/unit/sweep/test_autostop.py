@@ -268,7 +268,7 @@ def test_a_sweep_overlapping_another_does_not_stop_the_session_started_after_the
             for phase in (Phase.STOPPING, Phase.STOPPED):
                 deps.store.set_phase("nemotron-nano", phase, deps.clock.now(), other.execution_arn)
             deps.store.set_phase("nemotron-nano", Phase.STARTING, deps.clock.now(), "arn:aws:states:::execution:start:start-nemotron-nano-2")
-        return _alb(request)
+        return _target(request)
 
     deps.http = httpx.Client(transport=httpx.MockTransport(meanwhile))
     [outcome] = sweep(deps)  # sweep A
@@ -288,7 +288,7 @@ def test_two_sweeps_deciding_the_same_stop_at_once_start_one_execution(deps: Swe
         if not joined:
             joined.append(None)
             joined[0] = sweep(deps)[0]  # sweep B decides and starts while A is deciding
-        return _alb(request)
+        return _target(request)
 
     deps.http = httpx.Client(transport=httpx.MockTransport(meanwhile))
     [outcome] = sweep(deps)
