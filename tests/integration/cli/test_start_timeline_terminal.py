@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -48,12 +48,39 @@ def _piped(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[
                           cwd=env["XDG_CACHE_HOME"])
 
 
-def _tmux(*argv: str) -> str:
-    return subprocess.run(["tmux", *argv], capture_output=True, text=True, timeout=30, check=True).stdout
+@pytest.fixture
+def tmux(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """A tmux server of the test's own: its own socket (never the user's server), in the foreground (-D).
 
-
-def test_start_wait_in_a_terminal_shows_phases_as_they_complete_with_the_eta(env: dict[str, str]) -> None:
+    A daemonised server needs /dev/null to be a character device (glibc's daemon() checks), which some
+    sandboxes do not give; a foreground server runs anywhere a pty can be opened.
+    """
     assert shutil.which("tmux"), "tmux not found: the live display is tested in a real terminal (apt-get install tmux)"
+    socket, config = tmp_path / "tmux.sock", tmp_path / "tmux.conf"
+    config.write_text("")
+    server = subprocess.Popen(["tmux", "-S", str(socket), "-f", str(config), "-D"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def run(*argv: str) -> str:
+        done = subprocess.run(["tmux", "-S", str(socket), *argv], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, f"tmux {argv[0]}: exit {done.returncode}: {done.stderr}"
+        return done.stdout
+
+    deadline = time.monotonic() + 30
+    while not socket.exists():
+        assert server.poll() is None and time.monotonic() < deadline, f"tmux server: {server.communicate()[0]!r}"
+        time.sleep(0.05)
+    yield run
+    subprocess.run(["tmux", "-S", str(socket), "kill-server"], capture_output=True, timeout=30)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def test_start_wait_in_a_terminal_shows_phases_as_they_complete_with_the_eta(env: dict[str, str],
+                                                                            tmux: Callable[..., str]) -> None:
     # A first start and stop give the profile a past start, so the second one has an ETA.
     first = _piped(["start", PROFILE, "--wait"], env)
     assert first.returncode == 0 and f"{PROFILE} READY in" in first.stdout, first.stdout + first.stderr
@@ -62,16 +89,16 @@ def test_start_wait_in_a_terminal_shows_phases_as_they_complete_with_the_eta(env
     session = f"servingctl-test-{uuid.uuid4().hex[:8]}"
     command = " ".join([*CLI, "start", PROFILE, "--wait"]) + "; echo EXIT=$?; sleep 120"
     exports = [f"{k}={v}" for k, v in env.items() if k in ("XDG_CACHE_HOME", "TERM", "PYTHONPATH", "PATH", "HOME")]
-    _tmux("new-session", "-d", "-s", session, "-x", "80", "-y", "30", "-c", env["XDG_CACHE_HOME"], "env", *exports, "sh", "-c", command)
+    tmux("new-session", "-d", "-s", session, "-x", "80", "-y", "30", "-c", env["XDG_CACHE_HOME"], "env", *exports, "sh", "-c", command)
     screens: list[str] = []
     try:
         deadline = time.monotonic() + 180
         while not screens or "EXIT=" not in screens[-1]:
             assert time.monotonic() < deadline, screens[-1] if screens else "no screen"
-            screens.append(_tmux("capture-pane", "-p", "-t", session))
+            screens.append(tmux("capture-pane", "-p", "-t", session))
             time.sleep(0.2)
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=30)
+        tmux("kill-session", "-t", session)
     final = screens[-1]
     print(final)
     assert "EXIT=0" in final and f"{PROFILE} READY in" in final, final

@@ -208,8 +208,10 @@ def test_ctrl_c_in_a_follow_says_what_keeps_running_and_wait_re_attaches(name: s
 
 def test_ctrl_c_in_a_bench_from_this_machine_says_nothing_keeps_running(env: dict[str, str]) -> None:
     _phase(env, "READY")
-    endpoint = json.loads(_piped(["status", PROFILE, "--json"], env).stdout)["endpoint_url"]
-    code, rows, shown = _interrupt(["bench", "--endpoint", endpoint, "--model", PROFILE, *LONG_BENCH], env, when="calibrated")
+    detail = json.loads(_piped(["status", PROFILE, "--json"], env).stdout)
+    endpoint, header = detail["endpoint_url"], detail["routing_header"].replace(": ", ":")  # the ALB routes by the header
+    code, rows, shown = _interrupt(["bench", "--endpoint", endpoint, "--model", PROFILE, "--header", header, *LONG_BENCH],
+                                   env, when="calibrated")
     assert code == 130 and "Traceback" not in shown and "KeyboardInterrupt" not in shown, shown
     assert [row for row in rows if row.startswith("interrupted:")] == [
         f"interrupted: nothing written, nothing left running (the benchmark ran from this machine against {endpoint})"]

@@ -196,6 +196,8 @@ def test_a_target_that_resets_or_refuses_gets_a_502(twin: Twin, group: Any) -> N
     resetting = _resetting_server()
     try:
         group.register(resetting.getsockname()[1])
+        # As on AWS, a registration is not routed at once: wait for its health checks to judge it.
+        _until("the target is unhealthy", lambda: group.states() == ["unhealthy"])
         answer = httpx.get(_url(twin, "/v1/models"), headers={HEADER: PROFILE})
         assert answer.status_code == 502
     finally:
