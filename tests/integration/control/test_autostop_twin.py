@@ -333,6 +333,8 @@ def test_the_idle_stop_fires_on_client_silence_whatever_the_controller_reads(
                     stopped_at = minute
                     _stopped_by_the_sweep(twin, probe, QUIET, quiet, "idle")
         assert stopped_at is not None and IDLE_WINDOW <= stopped_at <= IDLE_WINDOW + 2, stopped_at
+        print(f"FIGURE idle stop: {QUIET} (no client request) stopped at the sweep {stopped_at} min after READY, "
+              f"idle window {IDLE_WINDOW} min; {VISITED} kept by {sent} client requests, one every {IDLE_WINDOW - 1} min")
         assert sent >= 2
     finally:
         balancers.clock = lambda: datetime.now(UTC)
