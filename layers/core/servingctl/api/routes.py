@@ -65,6 +65,17 @@ ERRORS = {
 }
 
 
+_GATEWAY_BODY = {"application/json": {"schema": {
+    "type": "object", "properties": {"message": {"type": "string"}, "Message": {"type": "string"}},
+}}}
+GATEWAY_REFUSALS = {
+    403: {"description": "API Gateway: unsigned (Missing Authentication Token), wrongly signed, or a caller its resource "
+          "policy does not admit (Message: ... is not authorized to perform: execute-api:Invoke ...)",
+          "content": _GATEWAY_BODY},
+    413: {"description": "API Gateway: the body is over its 10 MB payload quota (Request Too Long)", "content": _GATEWAY_BODY},
+}
+
+
 def _ok(model: type[Any], description: str = "Success") -> dict[int, Any]:
     return {200: {"description": description, "content": {"application/json": {"model": model}}}}
 
@@ -332,8 +343,12 @@ def openapi_document() -> dict[str, Any]:
 
     document = json.loads(build_app(no_deps).get_openapi_json_schema(title=TITLE, version=VERSION))
     for path in document["paths"].values():
-        for operation in path.values():
+        for method, operation in path.items():
             operation["responses"].pop("422", None)
+            # API Gateway's own answers, before the function runs (its gateway responses' bodies).
+            operation["responses"]["403"] = GATEWAY_REFUSALS[403]
+            if method == "post":
+                operation["responses"]["413"] = GATEWAY_REFUSALS[413]
     components = document.setdefault("components", {})
     for unused in ("HTTPValidationError", "ValidationError", "ResponseValidationError"):
         components.get("schemas", {}).pop(unused, None)
