@@ -44,6 +44,15 @@ def test_error_answers_become_api_errors_with_the_field() -> None:
     assert (raised.value.status, raised.value.field) == (400, "body.lease_minutes")
 
 
+def test_api_gateways_access_refusal_is_read_for_its_message() -> None:
+    said = "User: arn:aws:iam::210987654321:user/m is not authorized to perform: execute-api:Invoke on resource: arn:..."
+    transport = httpx.MockTransport(lambda r: httpx.Response(403, json={"Message": said}))
+    api = client.Client("http://127.0.0.1:1", local=True, transport=transport)
+    with pytest.raises(client.ApiError) as raised:
+        api.get("/profiles")
+    assert (raised.value.status, raised.value.message, raised.value.field) == (403, said, None)
+
+
 def test_the_region_comes_from_the_api_url(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKID")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")

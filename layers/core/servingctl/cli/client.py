@@ -111,8 +111,10 @@ class Client:
         except ValueError:
             body = None
         if response.status_code >= 400:
-            if isinstance(body, dict) and "message" in body:
-                raise ApiError(response.status_code, str(body["message"]), body.get("field"))
+            # API Gateway's access refusals say "Message"; every other answer, "message".
+            message = (body.get("message") or body.get("Message")) if isinstance(body, dict) else None
+            if message:
+                raise ApiError(response.status_code, str(message), body.get("field"))
             raise ApiError(response.status_code, response.text[:300] or response.reason_phrase)
         return body
 
