@@ -30,7 +30,7 @@ def _burst(twin: Twin, requests: list[tuple[str, str]]) -> list[tuple[str, str, 
 
     def one(request: tuple[str, str]) -> tuple[str, str, int, dict[str, Any]]:
         action, profile = request
-        answer = httpx.post(f"{twin.api_url}/profiles/{profile}/{action}", json={"poll": POLL}, timeout=60)
+        answer = httpx.post(f"{twin.api_url}/profiles/{profile}/{action}", json={"poll": POLL}, timeout=60, auth=twin.api_auth())
         return action, profile, answer.status_code, answer.json()
 
     with ThreadPoolExecutor(max_workers=len(requests)) as pool:
@@ -96,7 +96,7 @@ def test_an_integration_failure_is_a_502_and_its_exception_is_logged(
     caplog.set_level(logging.ERROR, logger="servingctl.local.apigw")
     assert twin.router is not None
     with twin.router.in_process():  # so the handlers see the patch
-        answer = httpx.get(f"{twin.api_url}/profiles", timeout=60)
+        answer = httpx.get(f"{twin.api_url}/profiles", timeout=60, auth=twin.api_auth())
     assert answer.status_code == 502 and answer.json() == {"message": "Internal server error"}
     [logged] = _gateway_log(caplog)
     assert logged.startswith("integration failure on GET /profiles: RuntimeError: the table is gone")

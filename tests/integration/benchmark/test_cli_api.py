@@ -143,16 +143,16 @@ def test_bench_profile_runs_in_the_vpc_then_runs_and_report_compare_read_it_back
 
 def test_the_api_refuses_bad_benchmarks_naming_the_field(twin: Twin) -> None:
     api = twin.api_url
-    answer = httpx.post(f"{api}/benchmarks", json={"profile": PROFILE, "concurrencies": [0]}, timeout=30)
+    answer = httpx.post(f"{api}/benchmarks", json={"profile": PROFILE, "concurrencies": [0]}, timeout=30, auth=twin.api_auth())
     assert answer.status_code == 400 and "concurrencies" in answer.json()["message"]
-    answer = httpx.post(f"{api}/benchmarks", json={"profile": "nope"}, timeout=30)
+    answer = httpx.post(f"{api}/benchmarks", json={"profile": "nope"}, timeout=30, auth=twin.api_auth())
     assert answer.status_code == 400 and answer.json()["field"] == "body.profile"
-    answer = httpx.post(f"{api}/benchmarks", json={"profile": PROFILE, "input_tokens": [8192], "rounds": 20, "runner": "lambda"}, timeout=30)
+    answer = httpx.post(f"{api}/benchmarks", json={"profile": PROFILE, "input_tokens": [8192], "rounds": 20, "runner": "lambda"}, timeout=30, auth=twin.api_auth())
     assert answer.status_code == 400 and "more than the 780 s a Lambda worker may take" in answer.json()["message"]
-    answer = httpx.post(f"{api}/benchmarks", json={"profile": "nemotron-nano"}, timeout=30)  # never started here
+    answer = httpx.post(f"{api}/benchmarks", json={"profile": "nemotron-nano"}, timeout=30, auth=twin.api_auth())  # never started here
     assert answer.status_code == 409 and answer.json()["field"] == "body.start" and "STOPPED, not READY" in answer.json()["message"]
-    assert httpx.get(f"{api}/benchmarks/20250101T000000Z-none", timeout=30).status_code == 404
-    assert httpx.get(f"{api}/benchmarks", params={"profile": "nope"}, timeout=30).status_code == 404
+    assert httpx.get(f"{api}/benchmarks/20250101T000000Z-none", timeout=30, auth=twin.api_auth()).status_code == 404
+    assert httpx.get(f"{api}/benchmarks", params={"profile": "nope"}, timeout=30, auth=twin.api_auth()).status_code == 404
 
 
 def test_posting_the_same_run_again_joins_it_and_another_input_under_its_id_is_refused(twin: Twin) -> None:
@@ -160,13 +160,13 @@ def test_posting_the_same_run_again_joins_it_and_another_input_under_its_id_is_r
     body = {"profile": "nemotron-nano", "start": True, "stop": True, "input_tokens": [64], "concurrencies": [1], "warmup": 0,
             "rounds": 1, "max_tokens": 8, "run_id": "20261202T000000Z-same", "start_options": {"poll": POLL},
             "stop_options": {"poll": POLL}}
-    first = httpx.post(f"{api}/benchmarks", json=body, timeout=30)
-    again = httpx.post(f"{api}/benchmarks", json=body, timeout=30)
+    first = httpx.post(f"{api}/benchmarks", json=body, timeout=30, auth=twin.api_auth())
+    again = httpx.post(f"{api}/benchmarks", json=body, timeout=30, auth=twin.api_auth())
     assert first.status_code == again.status_code == 202 and first.json() == again.json()
-    other = httpx.post(f"{api}/benchmarks", json=body | {"label": "another"}, timeout=30)
+    other = httpx.post(f"{api}/benchmarks", json=body | {"label": "another"}, timeout=30, auth=twin.api_auth())
     assert other.status_code == 409 and other.json()["field"] == "body.run_id"
     deadline = time.monotonic() + 180
-    while (detail := httpx.get(f"{api}/benchmarks/{body['run_id']}", timeout=30).json())["execution_status"] == "RUNNING":
+    while (detail := httpx.get(f"{api}/benchmarks/{body['run_id']}", timeout=30, auth=twin.api_auth()).json())["execution_status"] == "RUNNING":
         assert time.monotonic() < deadline, "the run never ended"
         time.sleep(0.5)
     assert detail["status"] == "SUCCEEDED" and detail["scenarios_written"] == ["in64-c1"]
@@ -183,14 +183,14 @@ def test_a_run_whose_execution_is_aborted_reads_failed_with_the_abort_not_runnin
     api = twin.api_url
     body = {"profile": "nemotron-nano", "start": True, "input_tokens": [64], "concurrencies": [1, 2, 4], "warmup": 0,
             "rounds": 50, "max_tokens": 64, "run_id": "20261202T000000Z-abort", "start_options": {"poll": POLL}}
-    ref = httpx.post(f"{api}/benchmarks", json=body, timeout=30)
+    ref = httpx.post(f"{api}/benchmarks", json=body, timeout=30, auth=twin.api_auth())
     assert ref.status_code == 202, ref.text
     deadline = time.monotonic() + 180
-    while httpx.get(f"{api}/benchmarks/{body['run_id']}", timeout=30).json()["status"] != "RUNNING":
+    while httpx.get(f"{api}/benchmarks/{body['run_id']}", timeout=30, auth=twin.api_auth()).json()["status"] != "RUNNING":
         assert time.monotonic() < deadline, "the run never got to its scenarios"
         time.sleep(0.2)
     twin.client("stepfunctions").stop_execution(executionArn=ref.json()["execution_arn"], cause="aborted from the console")
-    detail = httpx.get(f"{api}/benchmarks/{body['run_id']}", timeout=30).json()
+    detail = httpx.get(f"{api}/benchmarks/{body['run_id']}", timeout=30, auth=twin.api_auth()).json()
     assert detail["execution_status"] == "ABORTED" and detail["status"] == "FAILED"
     assert "ABORTED" in detail["error"]
     code, _, err = cli("wait", body["run_id"])

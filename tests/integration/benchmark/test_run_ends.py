@@ -77,9 +77,9 @@ def _assert_ended(bench: Bench, arn: str, run_id: str, status: str, ended_at: fl
     recorded = time.monotonic() - ended_at
     run = bench.runs.get_run(run_id)
     assert run.error is not None and run.error.startswith(f"execution {status}") and run.finished_at is not None
-    listed = httpx.get(f"{twin.api_url}/benchmarks", params={"profile": PROFILE}, timeout=30).json()
+    listed = httpx.get(f"{twin.api_url}/benchmarks", params={"profile": PROFILE}, timeout=30, auth=twin.api_auth()).json()
     assert [r["status"] for r in listed if r["run_id"] == run_id] == ["FAILED"]
-    detail = httpx.get(f"{twin.api_url}/benchmarks/{run_id}", timeout=30).json()
+    detail = httpx.get(f"{twin.api_url}/benchmarks/{run_id}", timeout=30, auth=twin.api_auth()).json()
     assert detail["status"] == "FAILED" and detail["error"] == run.error
     assert bench.profiles.get_profile(PROFILE).held_by is None
     bench.wait_for("the profile STOPPED with nothing running",

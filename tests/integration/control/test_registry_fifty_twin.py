@@ -31,7 +31,7 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
 
 def _profiles(twin: Twin) -> httpx.Response:
     assert twin.api_url is not None
-    return httpx.get(twin.api_url + "/profiles", timeout=60)
+    return httpx.get(twin.api_url + "/profiles", timeout=60, auth=twin.api_auth())
 
 
 def _sweep(twin: Twin) -> dict:

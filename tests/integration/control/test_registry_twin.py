@@ -47,7 +47,7 @@ def published(twin: Twin) -> Iterator[dict[str, Any]]:
 
 def _api(twin: Twin, method: str, path: str) -> httpx.Response:
     assert twin.api_url is not None
-    return httpx.request(method, twin.api_url + path, json={"poll": POLL} if method == "POST" else None, timeout=60)
+    return httpx.request(method, twin.api_url + path, json={"poll": POLL} if method == "POST" else None, timeout=60, auth=twin.api_auth())
 
 
 def _ready(probe: Probe, profile: str) -> None:

@@ -101,7 +101,7 @@ def _full_runs(twin: Twin) -> str:
     let the sweep stop an expired lease and reconcile a start aborted from the console; a start
     taking the locks of an aborted one; a start that fails and rolls back. Returns the key of the missing shard the worker looked for."""
     assert twin.api_url is not None
-    api = httpx.Client(base_url=twin.api_url, timeout=60)
+    api = httpx.Client(base_url=twin.api_url, timeout=60, auth=twin.api_auth())
     assert api.get("/profiles").status_code == 200
     # With an Idempotency-Key, as the CLI sends one: Powertools keeps its record in the table.
     started = api.post(f"/profiles/{PROFILE}/start", json={"lease_minutes": 30, **START},
@@ -224,7 +224,7 @@ def test_a_bench_task_whose_role_lacks_a_grant_fails_the_run_as_on_aws(twin: Twi
     twin.tasks.roles[BENCH_TASK] = replace(role, statements=without)
     before = len(twin.iam.calls)
     try:
-        api = httpx.Client(base_url=twin.api_url, timeout=60)
+        api = httpx.Client(base_url=twin.api_url, timeout=60, auth=twin.api_auth())
         run = api.post("/benchmarks", json={**ECS_BENCHMARK, "stop": True}).json()
         result = twin.wait_execution(run["execution_arn"], timeout_s=300)
     finally:

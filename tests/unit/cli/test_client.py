@@ -44,6 +44,15 @@ def test_error_answers_become_api_errors_with_the_field() -> None:
     assert (raised.value.status, raised.value.field) == (400, "body.lease_minutes")
 
 
+def test_api_gateways_access_refusal_is_read_for_its_message() -> None:
+    said = "User: arn:aws:iam::210987654321:user/m is not authorized to perform: execute-api:Invoke on resource: arn:..."
+    transport = httpx.MockTransport(lambda r: httpx.Response(403, json={"Message": said}))
+    api = client.Client("http://127.0.0.1:1", local=True, transport=transport)
+    with pytest.raises(client.ApiError) as raised:
+        api.get("/profiles")
+    assert (raised.value.status, raised.value.message, raised.value.field) == (403, said, None)
+
+
 def test_the_region_comes_from_the_api_url(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKID")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
@@ -105,15 +114,18 @@ def test_no_api_at_all_exits_3_with_what_to_do_and_never_guesses_a_port(
     assert "no API: pass --api-url" in capsys.readouterr().err
 
 
-def test_a_loopback_api_url_is_the_twin_unsigned_with_its_pacing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_loopback_api_url_is_the_twin_signed_as_its_user_with_its_pacing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)  # no credentials needed, no region either
-    client.write_twin_state("http://127.0.0.1:18701", {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5})
-    for url, poll in (("http://127.0.0.1:18701/", {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}),
-                      ("http://localhost:18702", None), ("http://[::1]:18703", None)):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)  # none of the user's credentials needed
+    client.write_twin_state("http://127.0.0.1:18701", {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}, "eu-west-1")
+    for url, poll, region in (("http://127.0.0.1:18701/", {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}, "eu-west-1"),
+                              ("http://localhost:18702", None, "us-east-1"), ("http://[::1]:18703", None, "us-east-1")):
         args = type("Args", (), {"api_url": url, "local": False, "aws_profile": None, "region": None})()
         found = client.connect(args)
-        assert found._http.auth is None and found.local and found.poll == poll, url
+        auth = found._http.auth
+        assert isinstance(auth, SigV4) and found.local and found.poll == poll, url
+        # The twin's region from its state file (the reference registry's when the file names another twin).
+        assert auth.region == region and auth.credentials.access_key == "AKIATWINLOCALUSER000", url
     assert not client.is_loopback("https://abc123.execute-api.eu-west-1.amazonaws.com/v1")
     assert not client.is_loopback("http://127.0.0.1.example.com")
 

@@ -82,7 +82,7 @@ def start_benchmark(deps: ApiDeps, given: BenchmarkInput) -> BenchmarkRef:
     try:
         planned = plan_scenarios(given, deps.registry.profiles[given.profile], ecs_available=deps.bench_ecs)
     except InvalidInput as exc:
-        raise BadRequest(str(exc)) from None
+        raise BadRequest(str(exc), fields=["body"]) from None
     phase = deps.store.get_profile(given.profile).phase
     if phase != Phase.READY and not given.start:
         raise Conflict(f"profile {given.profile} is {phase.value}, not READY; send \"start\": true to start it first "

@@ -18,7 +18,8 @@ def lower_bound(model: type[BaseModel], name: str) -> int:
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: "30" is not 30 and true is not 1 (no coercion); extra: an unknown field is refused by name.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class StartRequest(_Body):
@@ -54,6 +55,9 @@ class ErrorBody(BaseModel):
     error: str = Field(description="BadRequest, NotFound or Conflict")
     message: str
     field: str | None = Field(default=None, description="the input at fault (body.lease_minutes, path.name, ...)")
+    fields: list[str] = Field(
+        default_factory=list, description="every input at fault, each with its location: body, query, path or header"
+    )
 
 
 class ExecutionRef(BaseModel):

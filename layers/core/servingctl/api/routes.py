@@ -2,19 +2,23 @@
 
 build_app(deps, persistence) returns the resolver. Starts and stops run through Powertools
 idempotency when the caller sends an Idempotency-Key header (the CLI sends one per command): the
-same key answers the first answer again, a key reused for another request is a 409. The OpenAPI
-document is openapi_document() (committed as api/openapi.json).
+same key from the same caller (IAM ARN) answers the first answer again, a key reused for another
+request is a 409, and another caller's key is its own. Input is read strictly: invalid JSON is
+answered with its line and column, a duplicate key or an unknown query parameter is refused by name
+(unknown body fields and coercions such as "30" -> 30 by the strict models). The OpenAPI document is
+openapi_document() (committed as api/openapi.json).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
@@ -61,6 +65,17 @@ ERRORS = {
 }
 
 
+_GATEWAY_BODY = {"application/json": {"schema": {
+    "type": "object", "properties": {"message": {"type": "string"}, "Message": {"type": "string"}},
+}}}
+GATEWAY_REFUSALS = {
+    403: {"description": "API Gateway: unsigned (Missing Authentication Token), wrongly signed, or a caller its resource "
+          "policy does not admit (Message: ... is not authorized to perform: execute-api:Invoke ...)",
+          "content": _GATEWAY_BODY},
+    413: {"description": "API Gateway: the body is over its 10 MB payload quota (Request Too Long)", "content": _GATEWAY_BODY},
+}
+
+
 def _ok(model: type[Any], description: str = "Success") -> dict[int, Any]:
     return {200: {"description": description, "content": {"application/json": {"model": model}}}}
 
@@ -71,9 +86,49 @@ IdempotencyKey = Annotated[
 ]
 
 
+class DuplicateKey(ValueError):
+    """A JSON object names the same key twice (json.loads would keep the last one silently)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads' object_pairs_hook: the object, or DuplicateKey naming the repeated key."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise DuplicateKey(key)
+        found[key] = value
+    return found
+
+
+def parse_body(text: str) -> Any:
+    """The body as JSON, or BadRequest (location body) saying where it broke or which key repeats."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"body: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", "body") from None
+    except DuplicateKey as exc:
+        raise BadRequest(f"body: duplicate key {exc.key!r}: each key may appear once in an object", "body") from None
+
+
+def _error_body(error: ApiError) -> ErrorBody:
+    return ErrorBody(status=error.status, error=error.error, message=error.message, field=error.field, fields=error.fields)
+
+
 def _error_response(error: ApiError) -> Response:
-    body = ErrorBody(status=error.status, error=error.error, message=error.message, field=error.field)
+    body = _error_body(error)
     return Response(status_code=error.status, content_type=content_types.APPLICATION_JSON, body=body.model_dump_json())
+
+
+def _location(loc: Sequence[Any]) -> str:
+    """body.lease_minutes, query.limit, header.Idempotency-Key (Powertools lowercases header names)."""
+    parts = [str(p) for p in loc] or ["body"]
+    if parts[0] == "header" and len(parts) > 1:
+        parts[1] = "-".join(word.capitalize() for word in parts[1].split("-"))
+    return ".".join(parts)
 
 
 def _validation_message(exc: RequestValidationError) -> BadRequest:
@@ -81,8 +136,20 @@ def _validation_message(exc: RequestValidationError) -> BadRequest:
     plain words (servingctl.wording); field is the one input at fault (body.lease_minutes, ...)."""
     errors = exc.errors()
     parts = [f"{where or 'body'}: {text}" for where, text in problems(errors)]
-    fields = [".".join(str(p) for p in err.get("loc", ())) for err in errors]
-    return BadRequest("invalid request: " + "; ".join(parts), fields[0] if len(fields) == 1 else None)
+    fields = [_location(err.get("loc", ())) for err in errors]
+    return BadRequest("invalid request: " + "; ".join(parts), fields[0] if len(fields) == 1 else None, fields)
+
+
+def _known_query_only(app: APIGatewayRestResolver, next_middleware: NextMiddleware) -> Response:
+    """Refuse a query parameter the route does not declare, by name (as unknown body fields are)."""
+    declared = {param.alias for param in app.context["_route"].dependant.query_params}
+    unknown = sorted(set(app.current_event.query_string_parameters or {}) - declared)
+    if unknown:
+        allowed = ", ".join(sorted(declared)) or "none"
+        raise BadRequest("invalid request: " + "; ".join(f"{name}: is not a known query parameter (allowed: {allowed})"
+                                                         for name in unknown),
+                         f"query.{unknown[0]}" if len(unknown) == 1 else None, [f"query.{name}" for name in unknown])
+    return next_middleware(app)
 
 
 def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | None = None,
@@ -91,6 +158,7 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
     and raises RegistryError (503) when a registry parameter is unusable; stop_deps() (default deps)
     serves the stop, which must work from what parses and the kept copies."""
     app = APIGatewayRestResolver(enable_validation=True)
+    app.use(middlewares=[_known_query_only])
     stopping = stop_deps or deps
 
     def caller() -> str | None:
@@ -107,7 +175,8 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
         return ref.model_dump(mode="json")
 
     config = IdempotencyConfig(
-        event_key_jmespath="key", payload_validation_jmespath="[action, profile, body]",
+        # The key is the caller's: another principal's same key is another request, never its answer.
+        event_key_jmespath="[caller, key]", payload_validation_jmespath="[action, profile, body]",
         expires_after_seconds=IDEMPOTENCY_EXPIRY_S,
     )
     remembered = (
@@ -238,19 +307,26 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
 
 
 def handle(app: APIGatewayRestResolver, event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Resolve a proxy event; a body that is not UTF-8 JSON is refused before any parsing (the API takes JSON only)."""
+    """Resolve a proxy event; a body that is not UTF-8 JSON, not valid JSON or repeats a key is refused
+    before any route runs (the API takes JSON only)."""
     headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
     content_type = (headers.get("content-type") or "").split(";")[0].strip().lower()
     if event.get("body") and content_type and content_type != "application/json":
-        return _refusal(ErrorBody(status=415, error="UnsupportedMediaType", field="header.Content-Type",
+        return _refusal(ErrorBody(status=415, error="UnsupportedMediaType", field="header.Content-Type", fields=["header.Content-Type"],
                                   message=f"Content-Type {content_type!r} is not accepted; send application/json"))
     if event.get("body") and event.get("isBase64Encoded"):
         # A binary body (API Gateway base64-encodes one): JSON must be UTF-8 text.
         try:
             text = base64.b64decode(event["body"], validate=True).decode("utf-8")
         except (ValueError, UnicodeDecodeError):
-            return _refusal(ErrorBody(status=400, error="BadRequest", field="body", message="body: not UTF-8 JSON"))
+            return _refusal(ErrorBody(status=400, error="BadRequest", field="body", fields=["body"],
+                                      message="body: not UTF-8 JSON"))
         event = {**event, "body": text, "isBase64Encoded": False}
+    if event.get("body"):
+        try:
+            parse_body(event["body"])
+        except BadRequest as error:
+            return _refusal(_error_body(error))
     return app.resolve(event, context)
 
 
@@ -267,8 +343,12 @@ def openapi_document() -> dict[str, Any]:
 
     document = json.loads(build_app(no_deps).get_openapi_json_schema(title=TITLE, version=VERSION))
     for path in document["paths"].values():
-        for operation in path.values():
+        for method, operation in path.items():
             operation["responses"].pop("422", None)
+            # API Gateway's own answers, before the function runs (its gateway responses' bodies).
+            operation["responses"]["403"] = GATEWAY_REFUSALS[403]
+            if method == "post":
+                operation["responses"]["413"] = GATEWAY_REFUSALS[413]
     components = document.setdefault("components", {})
     for unused in ("HTTPValidationError", "ValidationError", "ResponseValidationError"):
         components.get("schemas", {}).pop(unused, None)

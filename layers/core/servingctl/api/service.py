@@ -91,9 +91,11 @@ class ApiError(Exception):
     status = 500
     error = "Error"
 
-    def __init__(self, message: str, field: str | None = None) -> None:
+    def __init__(self, message: str, field: str | None = None, fields: list[str] | None = None) -> None:
         super().__init__(message)
+        # fields: every input at fault with its location (body.x, query.y); field alone when one is.
         self.message, self.field = message, field
+        self.fields = fields if fields is not None else [field] if field else []
 
 
 class BadRequest(ApiError):
@@ -333,8 +335,8 @@ def _check_limits(name: str, spec: ServingProfile, body: StartRequest | StopRequ
     deadlines = body.deadlines.model_dump() if body.deadlines is not None else {}
     problems = limit_problems(name, spec, body.poll, deadlines)
     if problems:
-        field = "body." + problems[0].split(":", 1)[0] if len(problems) == 1 else None
-        raise BadRequest("invalid request: " + "; ".join(problems), field)
+        fields = ["body." + problem.split(":", 1)[0] for problem in problems]
+        raise BadRequest("invalid request: " + "; ".join(problems), fields[0] if len(fields) == 1 else None, fields)
 
 
 def start_profile(deps: ApiDeps, name: str, body: StartRequest, caller: str | None = None) -> ExecutionRef:

@@ -2,8 +2,8 @@
 
 Owns finding the API (--api-url, --local, $SERVINGCTL_API_URL, or the local twin found through the
 state file `servingctl local up` writes: never a guessed port), SigV4 signing with the user's usual
-AWS credentials for the deployed API (API Gateway with IAM auth; a loopback URL is the twin, which
-takes unsigned requests), the twin's state file, and turning error answers into ApiError and
+AWS credentials for the deployed API (API Gateway with IAM auth; a loopback URL is the twin, signed
+with the twin's own user, servingctl.cli.sigv4), the twin's state file, and turning error answers into ApiError and
 network failures into Unreachable ("cannot connect to URL"). httpx and botocore load only when a
 request is made, so `--help` stays fast. Commands add its flags with add_api_arguments(parser)
 and call connect(args).
@@ -63,12 +63,14 @@ def twin_state_path() -> Path:
     return state_dir() / "twin.json"
 
 
-def write_twin_state(api_url: str | None, poll: dict[str, Any] | None = None) -> Path:
-    """Record the running twin (its API URL, its pid, and poll settings scaled to its clock), or with
-    api_url None that it is starting: commands run meanwhile wait for it instead of finding none."""
+def write_twin_state(api_url: str | None, poll: dict[str, Any] | None = None, region: str | None = None) -> Path:
+    """Record the running twin (its API URL, its pid, poll settings scaled to its clock and the region
+    its API checks signatures for), or with api_url None that it is starting: commands run meanwhile
+    wait for it instead of finding none."""
     path = twin_state_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"api_url": api_url, "pid": os.getpid(), "poll": poll} if api_url else {"starting": True, "pid": os.getpid()}
+    record = ({"api_url": api_url, "pid": os.getpid(), "poll": poll, "region": region} if api_url
+              else {"starting": True, "pid": os.getpid()})
     path.write_text(json.dumps(record))
     return path
 
@@ -109,8 +111,10 @@ class Client:
         except ValueError:
             body = None
         if response.status_code >= 400:
-            if isinstance(body, dict) and "message" in body:
-                raise ApiError(response.status_code, str(body["message"]), body.get("field"))
+            # API Gateway's access refusals say "Message"; every other answer, "message".
+            message = (body.get("message") or body.get("Message")) if isinstance(body, dict) else None
+            if message:
+                raise ApiError(response.status_code, str(message), body.get("field"))
             raise ApiError(response.status_code, response.text[:300] or response.reason_phrase)
         return body
 
@@ -184,15 +188,19 @@ def _when_up(state: dict[str, Any]) -> dict[str, Any]:
 
 def _twin(url: str | None = None) -> Client | None:
     """The running twin from its state file (None when none runs; waited for while it starts), or
-    the twin at url (unsigned), with the pacing the state file suggests when it names that URL."""
+    the twin at url, signed as the twin's user, with the pacing and region the state file gives when
+    it names that URL."""
     state = read_twin_state() or {}
     if url is None and state.get("starting"):
         state = _when_up(state)
     url = url or state.get("api_url")
     if url is None:
         return None
+    from servingctl.cli.sigv4 import twin_signer
+
     same = str(state.get("api_url", "")).rstrip("/") == url.rstrip("/")
-    return Client(url, local=True, poll=state.get("poll") if same else None)
+    return Client(url, local=True, poll=state.get("poll") if same else None,
+                  auth=twin_signer(state.get("region") if same else None))
 
 
 def _signed(url: str, aws_profile: str | None, region: str | None) -> Client:

@@ -180,7 +180,7 @@ def _run_up(args: argparse.Namespace) -> int:
         twin.start()
         assert twin.api_url is not None
         if other is None:
-            write_twin_state(twin.api_url, twin.scaled_poll())
+            write_twin_state(twin.api_url, twin.scaled_poll(), twin.region)
         print(_banner(twin, verbose=args.verbose), flush=True)
         if other is not None:
             print(f"note: another twin (pid {other['pid']}, {other.get('api_url') or 'starting'}) is the one servingctl finds by default "

@@ -351,6 +351,17 @@ def statement_applies(statement: Statement, request: Request) -> bool:
     return True
 
 
+def principal_applies(statement: Statement, principal_arn: str) -> bool:
+    """True when a resource policy statement's Principal covers the caller: "*", the caller's ARN,
+    or its account (an account ID or its :root ARN: the account delegates to its own policies)."""
+    given = statement.get("Principal")
+    if given == "*":
+        return True
+    account = principal_arn.split(":")[4]
+    names = _as_list(given.get("AWS", [])) if isinstance(given, dict) else []
+    return any(name in ("*", account, principal_arn) or name.endswith(f":iam::{account}:root") for name in names)
+
+
 @dataclass(frozen=True)
 class Policy:
     """A role's identity policy statements, each named (policy name and Sid or position)."""

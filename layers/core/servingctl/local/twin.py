@@ -43,9 +43,11 @@ from aws_lambda_powertools.utilities.parameters import constants as parameters_c
 from aws_lambda_powertools.utilities.parameters import secrets as parameters_secrets
 from aws_lambda_powertools.utilities.parameters import ssm as parameters_ssm
 from botocore.config import Config
+from botocore.credentials import Credentials
 
+from servingctl.cli.sigv4 import SigV4
 from servingctl.local import ecs_tasks, iam, lambda_runtime, moto_patches
-from servingctl.local.apigw import ApiGateway
+from servingctl.local.apigw import LOCAL_PRINCIPAL, ApiGateway, Principal
 from servingctl.local.eventbridge import EventBridge, load_template, read_wiring
 from servingctl.local.elbv2 import LoadBalancers
 from servingctl.local.faults import check_fault
@@ -73,6 +75,7 @@ IDLE_TIMEOUT_S = 300
 UNKNOWN_PROFILE_BODY = '{"error":"unknown or missing X-LLM-Profile header"}'
 # template.yaml's benchmark task (BenchTaskDefinition) and the image whose command it runs.
 BENCH_TASK = "BenchTaskDefinition"
+API_RESOURCE = "ServingApi"  # template.yaml's REST API: its resource policy is the twin's API Gateway's
 BENCH_DOCKERFILE = Path("infra/bench/Dockerfile")
 BENCH_IMAGE = "servingctl-bench:twin"  # BenchImageUri on the twin: the task runs the image's command locally
 TABLE = "servingctl"
@@ -581,9 +584,27 @@ class Twin:
 
         router = self.router
         assert router is not None
-        self.api = ApiGateway(lambda payload: router(function_name("api"), payload), openapi_document, self.host, self.api_port or 0)
+        self.api = ApiGateway(lambda payload: router(function_name("api"), payload), openapi_document, self.host,
+                              self.api_port or 0, region=self.region, resource_policy=self.api_resource_policy())
         self.api.start()
         self.api_port = int(self.api.url.rsplit(":", 1)[1])
+
+    def api_resource_policy(self) -> list[iam.Statement]:
+        """template.yaml's API resource policy (ServingApi's CustomStatements) with the twin's names and
+        the parameters' defaults; none without template.yaml (then only this account's callers pass)."""
+        path = self.repo_root / "template.yaml"
+        if not path.is_file():
+            return []
+        template = load_template(path)
+        refs = self.template_refs(template)
+        statements = template["Resources"][API_RESOURCE]["Properties"]["Auth"]["ResourcePolicy"]["CustomStatements"]
+        resolved = iam.resolve(statements, refs, iam.evaluate_conditions(template, refs))
+        return resolved if isinstance(resolved, list) else [resolved]
+
+    def api_auth(self, principal: Principal | None = None) -> SigV4:
+        """An httpx auth signing requests to the twin's API as principal (default the twin's user)."""
+        principal = principal or LOCAL_PRINCIPAL
+        return SigV4(Credentials(principal.access_key_id, principal.secret_access_key), self.region)
 
     # ---- access -----------------------------------------------------------------------------
     @property
