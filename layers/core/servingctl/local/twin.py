@@ -54,6 +54,7 @@ from servingctl.local.world import PREFETCH_CONTAINER, WORLD_AGENT, Delays, Worl
 from servingctl.local.task_iam import TaskIam
 from servingctl.registry import layout
 from servingctl.registry.loader import parse_registry
+from servingctl.store.dynamodb import TABLE_SCHEMA
 from servingctl.registry.models import Registry
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
@@ -818,11 +819,7 @@ class Twin:
         self._register_bench_task(ecs, subnets, sg)
         self.publish_registry(document)
         dynamodb = self.client("dynamodb")
-        dynamodb.create_table(
-            TableName=self.table_name, BillingMode="PAY_PER_REQUEST",
-            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        )
+        dynamodb.create_table(TableName=self.table_name, **TABLE_SCHEMA)
         dynamodb.update_time_to_live(TableName=self.table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
         self.client("s3").create_bucket(Bucket=self.bucket_name)
         self._bootstrap_control_plane()
