@@ -489,6 +489,7 @@ class Twin:
             family = self.bench_ecs["SERVINGCTL_BENCH_ECS_TASK_DEFINITION"]
             roles = {} if self.iam is None else {family: TaskIam(
                 family, self.iam.policies[family].statements, ACCOUNT_ID, self.region, self.iam.names.partition_keys, calls_path="",
+                assumable={arn: p.statements for arn, p in self.iam.policies.items() if arn.startswith("arn:aws:iam::")},
             )}
             self.tasks = ecs_tasks.TaskRunner(
                 {family: ecs_tasks.image_command(self.repo_root / BENCH_DOCKERFILE)},
@@ -629,6 +630,8 @@ class Twin:
             "POWERTOOLS_PARAMETERS_MAX_AGE": str(max(1, round(60 / self.time_scale))),
             "SERVINGCTL_TABLE": self.table_name,
             "SERVINGCTL_BUCKET": self.bucket_name,
+            # template.yaml's BenchRunRole.Arn on the twin (template_refs), assumed per benchmark run.
+            "SERVINGCTL_BENCH_RUN_ROLE": f"arn:aws:iam::{ACCOUNT_ID}:role/servingctl-BenchRunRole",
             "POWERTOOLS_SERVICE_NAME": "servingctl",
             "POWERTOOLS_METRICS_NAMESPACE": "servingctl",
             "POWERTOOLS_TRACE_DISABLED": "true",
@@ -919,7 +922,8 @@ class Twin:
         registry = self.registry
         b = moto_patches.backends(ACCOUNT_ID, self.region)
         refs = self.template_refs(template)
-        policies = iam.function_policies(template, refs) | iam.task_policies(template, refs | {"BenchImageUri": BENCH_IMAGE})
+        policies = (iam.function_policies(template, refs) | iam.task_policies(template, refs | {"BenchImageUri": BENCH_IMAGE})
+                    | iam.assumable_policies(template, refs))
         names = iam.Names(
             account=ACCOUNT_ID, region=self.region, partition_keys={self.table_name: "pk"},
             asg_arn=lambda name: next(p.asg_arn for p in registry.pools.values() if p.asg_name == name),
