@@ -130,12 +130,13 @@ class Names:
         return f"arn:aws:{service}:{self.region if regional else ''}:{self.account if regional else ''}:{resource}"
 
 
-def _leading_keys_of_query(params: Mapping[str, Any], partition_key: str) -> tuple[str, ...]:
-    """The partition key value of a Query's KeyConditionExpression (#n0 = :v0 or pk = :pk)."""
+def _leading_keys_of_query(params: Mapping[str, Any], partition_key: str | None) -> tuple[str, ...]:
+    """The partition key value of a Query's KeyConditionExpression (#n0 = :v0 or pk = :pk); with
+    no partition key named, the first equality's."""
     names = params.get("ExpressionAttributeNames") or {}
     values = params.get("ExpressionAttributeValues") or {}
     for name, placeholder in re.findall(r"(#?[A-Za-z0-9_]+)\s*=\s*(:[A-Za-z0-9_]+)", params.get("KeyConditionExpression", "")):
-        if names.get(name, name) == partition_key:
+        if partition_key is None or names.get(name, name) == partition_key:
             return (next(iter(values[placeholder].values())),)
     return ()
 
@@ -152,9 +153,12 @@ def _dynamodb(operation: str, params: Mapping[str, Any], names: Names) -> list[R
     if operation == "PutItem":
         return [one("dynamodb:PutItem", params["TableName"], params["Item"])]
     if operation == "Query":
-        table = params["TableName"]
-        leading = _leading_keys_of_query(params, names.partition_keys.get(table, "pk"))
-        return [Request("dynamodb:Query", names.arn("dynamodb", f"table/{table}"), {"dynamodb:LeadingKeys": leading} if leading else {})]
+        table, index = params["TableName"], params.get("IndexName")
+        # A query of an index is authorised on the index's ARN; its partition key is the index's own
+        # (the one equality a key condition must have), not the table's.
+        leading = _leading_keys_of_query(params, names.partition_keys.get(table, "pk") if index is None else None)
+        resource = names.arn("dynamodb", f"table/{table}" + (f"/index/{index}" if index else ""))
+        return [Request("dynamodb:Query", resource, {"dynamodb:LeadingKeys": leading} if leading else {})]
     if operation == "TransactWriteItems":
         # Each item is authorised by its own action (PutItem, UpdateItem, DeleteItem, ConditionCheckItem).
         actions = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem"}
@@ -622,8 +626,15 @@ _hooks_installed: list[bool] = []
 def _note_call(params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
     """before-parameter-build (registered last, after boto3's DynamoDB transforms): keep the call's
     parameters for before-call, where the credentials that sign it are known."""
-    if (CALLER.get() or _process_caller) is not None and _active is not None:
-        context["servingctl_params"] = dict(params)
+    function, enforcer = CALLER.get() or _process_caller, _active
+    if function is None or enforcer is None:
+        return
+    if context.get("is_presign_request"):
+        # A presigned URL is authorised when it is used, against its signer's policy: decided here,
+        # where generate_presigned_url stops (no before-call); a refused one is recorded as such.
+        enforcer.decide(function, model.service_model.service_name, model.name, params)
+        return
+    context["servingctl_params"] = dict(params)
 
 
 def _refuse(model: Any, context: dict[str, Any], request_signer: Any = None, **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
