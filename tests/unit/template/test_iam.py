@@ -323,9 +323,9 @@ WRITES = {
         "dynamodb:DeleteItem": {"lock"},
     },
     "ApiFunctionRole": {
-        "dynamodb:PutItem": {"profile#p", "profile#q", "idempotency#api"},
+        "dynamodb:PutItem": {"idempotency#api"},
         "dynamodb:UpdateItem": {"profile#p", "profile#q", "idempotency#api"},
-        "dynamodb:DeleteItem": {"profile#p", "profile#q", "idempotency#api"},
+        "dynamodb:DeleteItem": {"idempotency#api"},
     },
     "SweepFunctionRole": {
         "dynamodb:PutItem": {"run#r1", "run#r2"}, "dynamodb:UpdateItem": {"profile#p", "profile#q"}, "dynamodb:DeleteItem": {"lock"},
