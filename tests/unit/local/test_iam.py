@@ -141,9 +141,9 @@ def test_a_policy_variable_is_the_sessions_tag_taken_literally(tags: dict[str, s
 def test_assume_role_with_tags_is_authorised_as_assume_and_tag_session() -> None:
     params = {"RoleArn": RUN_ROLE, "RoleSessionName": "bench-r1", "Tags": [{"Key": "run", "Value": "r1"}]}
     assume, tag = requests_of("sts", "AssumeRole", params, NAMES)
-    assert assume == Request("sts:AssumeRole", RUN_ROLE)
-    assert tag == Request("sts:TagSession", RUN_ROLE, {"aws:RequestTag/run": ("r1",), "aws:TagKeys": ("run",)})
-    assert requests_of("sts", "AssumeRole", {"RoleArn": RUN_ROLE, "RoleSessionName": "s"}, NAMES) == [assume]
+    tags = {"aws:RequestTag/run": ("r1",), "aws:TagKeys": ("run",)}
+    assert (assume, tag) == (Request("sts:AssumeRole", RUN_ROLE, tags), Request("sts:TagSession", RUN_ROLE, tags))
+    assert requests_of("sts", "AssumeRole", {"RoleArn": RUN_ROLE, "RoleSessionName": "s"}, NAMES) == [Request("sts:AssumeRole", RUN_ROLE)]
 
 
 def test_calls_signed_by_an_assumed_session_are_decided_by_that_roles_policy() -> None:
@@ -166,3 +166,17 @@ def test_a_query_of_an_index_is_authorised_on_the_index_with_its_own_partition_k
               "ExpressionAttributeValues": {k: TypeSerializer().serialize(v) for k, v in expression.attribute_value_placeholders.items()}}
     [request] = requests_of("dynamodb", "Query", params, NAMES)
     assert request == Request("dynamodb:Query", f"{TABLE}/index/listing", {"dynamodb:LeadingKeys": ("run",)})
+
+
+@pytest.mark.parametrize(("tags", "allowed"), [
+    ([{"Key": "run", "Value": "r1"}, {"Key": "profile", "Value": "p"}], True), ([{"Key": "run", "Value": "r1"}], True),
+    ([], False), ([{"Key": "run", "Value": ""}], False), ([{"Key": "run", "Value": "r1"}, {"Key": "owner", "Value": "x"}], False),
+])
+def test_assuming_a_role_meets_its_trust_policys_conditions(tags: list[dict[str, str]], allowed: bool) -> None:
+    # BenchRunRole's trust: a run tag is required, no tag key but run and profile.
+    trust = ({"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::123456789012:root"}, "Action": ["sts:AssumeRole", "sts:TagSession"],
+              "Condition": {"StringLike": {"aws:RequestTag/run": "?*"}, "ForAllValues:StringEquals": {"aws:TagKeys": ["run", "profile"]}}},)
+    worker = Policy((("assume", _allow(Action=["sts:AssumeRole", "sts:TagSession"], Resource=RUN_ROLE)),))
+    enforcer = Enforcer({"bench_worker": worker, RUN_ROLE: Policy(RUN_SCOPED.statements, trust)}, NAMES, lambda bucket, key: True)
+    call = enforcer.decide("bench_worker", "sts", "AssumeRole", {"RoleArn": RUN_ROLE, "RoleSessionName": "s", "Tags": tags})
+    assert (call.denied is None) is allowed

@@ -423,3 +423,22 @@ def test_the_bench_task_pulls_only_the_repository_its_image_names(cfn, image):
 def test_without_a_bench_image_the_task_may_pull_nothing(cfn):
     policy = _role_policy(cfn, "BenchTaskExecutionRole")
     assert [statement["Sid"] for _, statement in policy.statements] == ["EcrLogin", "WriteTaskLogs"]
+
+
+@pytest.mark.parametrize(("tags", "allowed"), [
+    ({"run": "r1", "profile": "p"}, True), ({"run": "r1"}, True), ({"profile": "p"}, False), ({}, False),
+    ({"run": "r1", "profile": "p", "admin": "yes"}, False),
+])
+def test_the_run_role_is_assumed_only_with_a_run_tag(cfn, tags, allowed):
+    refs = _Placeholders({"AWS::Partition": "aws", "AWS::AccountId": "123456789012", "AWS::Region": "us-east-1",
+                          "StateTable.Arn": TABLE_ARN, "RecordsBucket.Arn": "arn:aws:s3:::records",
+                          "BenchRunRole.Arn": "arn:aws:iam::123456789012:role/run", "ClusterArn": "arn:aws:ecs:us-east-1:123456789012:cluster/c"})
+    [(arn, policy)] = iam.assumable_policies(cfn, refs).items()
+    caller = _role_policy(cfn, "BenchWorkerFunctionRole", **{"BenchRunRole.Arn": arn})
+    names = iam.Names("123456789012", "us-east-1", {}, asg_arn=str, asg_tags=lambda group: {})
+    enforcer = iam.Enforcer({"bench_worker": caller, arn: policy}, names, lambda bucket, key: True)
+    params = {"RoleArn": arn, "RoleSessionName": "bench-r1", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+    requests = iam.requests_of("sts", "AssumeRole", params, names)
+    assert all(caller.allowing(r) for r in requests)  # the worker's own policy allows it whatever the tags
+    assert all(enforcer.trusted(r) for r in requests) is allowed  # the role's trust policy decides
+    assert (enforcer.decide("bench_worker", "sts", "AssumeRole", params).denied is None) is allowed

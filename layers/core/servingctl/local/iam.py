@@ -271,12 +271,11 @@ def _sts(operation: str, params: Mapping[str, Any], names: Names) -> list[Reques
     if operation != "AssumeRole":
         raise UnknownCall(f"sts:{operation}")
     # Session tags are authorised by sts:TagSession on the same role, with the tags as request tags.
+    # Both requests carry the tags asked for (a trust policy's conditions on them apply to either).
     tags = {t["Key"]: t["Value"] for t in params.get("Tags") or []}
-    assume = Request("sts:AssumeRole", params["RoleArn"])
-    if not tags:
-        return [assume]
-    context = {f"aws:RequestTag/{k}": (v,) for k, v in tags.items()} | {"aws:TagKeys": tuple(tags)}
-    return [assume, Request("sts:TagSession", params["RoleArn"], context)]
+    context = {f"aws:RequestTag/{k}": (v,) for k, v in tags.items()} | ({"aws:TagKeys": tuple(tags)} if tags else {})
+    assume = Request("sts:AssumeRole", params["RoleArn"], context)
+    return [assume, Request("sts:TagSession", params["RoleArn"], context)] if tags else [assume]
 
 
 def _unscoped(service: str) -> Callable[[str, Mapping[str, Any], Names], list[Request]]:
@@ -400,9 +399,12 @@ def statement_applies(statement: Statement, request: Request) -> bool:
 
 @dataclass(frozen=True)
 class Policy:
-    """A role's identity policy statements, each named (policy name and Sid or position)."""
+    """A role's identity policy statements, each named (policy name and Sid or position), and for a
+    role principals assume, its trust policy's statements (whom it trusts is this account: only the
+    conditions are evaluated, on the AssumeRole and TagSession requests)."""
 
     statements: tuple[tuple[str, Statement], ...]
+    trust: tuple[Statement, ...] = ()
 
     def allowing(self, request: Request) -> list[str]:
         """Names of the Allow statements covering the request; empty when it is refused (no Allow,
@@ -514,14 +516,15 @@ def assumable_policies(template: Mapping[str, Any], refs: Mapping[str, Any]) -> 
     the role's ARN in refs (RoleLogicalId.Arn): what calls signed with their sessions may do."""
     resources = template["Resources"]
     conditions = evaluate_conditions(template, refs)
-    return {
-        refs[f"{logical}.Arn"]: role_policy(template, logical, refs, conditions)
-        for logical, resource in resources.items()
-        if resource["Type"] == "AWS::IAM::Role" and any(
-            "AWS" in (statement.get("Principal") or {})
-            for statement in resource["Properties"]["AssumeRolePolicyDocument"]["Statement"]
-        )
-    }
+    found = {}
+    for logical, resource in resources.items():
+        if resource["Type"] != "AWS::IAM::Role":
+            continue
+        trust = _as_list(resolve(resource["Properties"]["AssumeRolePolicyDocument"]["Statement"], refs, conditions))
+        if any("AWS" in (statement.get("Principal") or {}) for statement in trust):
+            policy = role_policy(template, logical, refs, conditions)
+            found[refs[f"{logical}.Arn"]] = Policy(policy.statements, tuple(trust))
+    return found
 
 
 def role_policy(template: Mapping[str, Any], role: str, refs: Mapping[str, Any], conditions: Mapping[str, bool]) -> Policy:
@@ -585,7 +588,7 @@ class Enforcer:
         requests = tuple(requests_of(service, operation, params, self.names))
         if session is not None:
             requests = tuple(replace(r, context={**r.context, **session.context()}) for r in requests)
-        allowed_by = tuple(tuple(policy.allowing(r)) for r in requests)
+        allowed_by = tuple(tuple(policy.allowing(r)) if self.trusted(r) else () for r in requests)
         denied = None
         refused = next((r for r, by in zip(requests, allowed_by) if not by), None)
         role = f"arn:aws:sts::{self.names.account}:assumed-role/servingctl-{function}/servingctl-{function}"
@@ -604,6 +607,14 @@ class Enforcer:
         call = Call(function, service, operation, requests, allowed_by, denied, session.role if session else None)
         self.record(call)
         return call
+
+    def trusted(self, request: Request) -> bool:
+        """False for an AssumeRole or TagSession the target role's trust policy refuses (its
+        conditions: STS checks both the caller's policy and the role's trust)."""
+        target = self.policies.get(request.resource) if request.action in ("sts:AssumeRole", "sts:TagSession") else None
+        if target is None or not target.trust:
+            return True
+        return bool(Policy(tuple((str(i), {k: v for k, v in st.items() if k != "Principal"}) for i, st in enumerate(target.trust))).allowing(request))
 
     def assumed(self, access_key: str, params: Mapping[str, Any]) -> None:
         """Note the session an allowed AssumeRole (params) answered with credentials access_key."""

@@ -40,6 +40,8 @@ class TaskIam:
     calls_path: str  # the file the process appends its calls to (the twin's runner sets one per task)
     # The roles the task may assume (role ARN -> its statements): calls signed with their sessions.
     assumable: Mapping[str, tuple[tuple[str, Mapping[str, Any]], ...]] = field(default_factory=dict)
+    # Their trust policies' statements (role ARN -> statements): the conditions an AssumeRole must meet.
+    trusts: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
 
     def to_env(self) -> str:
         """The setup as the value of $SERVINGCTL_TWIN_TASK_IAM."""
@@ -50,7 +52,8 @@ class TaskIam:
         """The setup from $SERVINGCTL_TWIN_TASK_IAM."""
         given = json.loads(value)
         return cls(**given | {"statements": tuple((name, statement) for name, statement in given["statements"]),
-                              "assumable": {arn: tuple((n, st) for n, st in statements) for arn, statements in given.get("assumable", {}).items()}})
+                              "assumable": {arn: tuple((n, st) for n, st in statements) for arn, statements in given.get("assumable", {}).items()},
+                              "trusts": {arn: tuple(statements) for arn, statements in given.get("trusts", {}).items()}})
 
 
 def recorded_calls(path: Path) -> Iterator[iam.Call]:
@@ -74,7 +77,8 @@ class _TaskEnforcer(iam.Enforcer):
 
         names = iam.Names(account=setup.account, region=setup.region, partition_keys=setup.partition_keys,
                           asg_arn=no_group, asg_tags=no_group)
-        policies = {setup.caller: iam.Policy(setup.statements)} | {arn: iam.Policy(st) for arn, st in setup.assumable.items()}
+        policies = {setup.caller: iam.Policy(setup.statements)} | {
+            arn: iam.Policy(st, tuple(setup.trusts.get(arn, ()))) for arn, st in setup.assumable.items()}
         super().__init__(policies, names, _object_exists)
         self.calls_path = setup.calls_path
 

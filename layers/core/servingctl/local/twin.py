@@ -490,6 +490,7 @@ class Twin:
             roles = {} if self.iam is None else {family: TaskIam(
                 family, self.iam.policies[family].statements, ACCOUNT_ID, self.region, self.iam.names.partition_keys, calls_path="",
                 assumable={arn: p.statements for arn, p in self.iam.policies.items() if arn.startswith("arn:aws:iam::")},
+                trusts={arn: p.trust for arn, p in self.iam.policies.items() if arn.startswith("arn:aws:iam::")},
             )}
             self.tasks = ecs_tasks.TaskRunner(
                 {family: ecs_tasks.image_command(self.repo_root / BENCH_DOCKERFILE)},
