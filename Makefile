@@ -40,7 +40,7 @@ $(VENV)/.stamp: pyproject.toml constraints.txt
 setup: $(VENV)/.stamp ## main venv (package, AWS emulation, test tools)
 
 clean: ## remove every venv, build and cache
-	rm -rf $(VENV) $(VLLM_VENV) $(SAM_VENV) $(CHECKOV_VENV) node_modules .cache .aws-sam
+	rm -rf $(VENV) $(VLLM_VENV) $(SAM_VENV) $(CHECKOV_VENV) $(CLOUDSPLAINING_VENV) node_modules .cache .aws-sam
 
 # Each area owns one fragment: mk/vllm.mk (real vLLM venv + tiny model), mk/sam.mk, mk/node.mk,
 # mk/terraform.mk. They add their stamps to TEST_DEPS / DEMO_DEPS.

@@ -39,3 +39,9 @@ def cfn() -> dict:
 def asl_validator() -> Path:
     """node_modules/.bin/asl-validator (npm asl-validator, pinned by package-lock.json)."""
     return _tool("SERVINGCTL_ASL_VALIDATOR", ROOT / "node_modules/.bin/asl-validator", "node")
+
+
+@pytest.fixture(scope="session")
+def cloudsplaining() -> Path:
+    """The IAM linter's Python (.venv-cloudsplaining, built by mk/iamlint.mk)."""
+    return _tool("SERVINGCTL_CLOUDSPLAINING_PYTHON", ROOT / ".venv-cloudsplaining/bin/python", "iam-lint")

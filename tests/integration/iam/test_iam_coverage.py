@@ -10,6 +10,7 @@ The figures (calls recorded, distinct actions, statements never used) are printe
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections import Counter
@@ -27,7 +28,11 @@ from servingctl.shared.clock import OffsetClock
 from servingctl.local import iam
 from servingctl.local.twin import Twin, function_name
 from servingctl.local.world import Delays
-from servingctl.store.records import S3RecordStore
+from servingctl.benchmarks.scoped import RUN_ROLE_ENV, RunScopes
+from servingctl.store import DynamoStore
+from servingctl.store.benchmarks import ResultExists, RunStatus
+from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
+from servingctl.store.dynamodb import profile_key
 
 POLL = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}
 START = {"poll": POLL, "deadlines": {"capacity_s": 60, "task_s": 60, "health_s": 60}}
@@ -54,6 +59,11 @@ def twin(cfn: dict) -> Iterator[Twin]:
     """A twin whose functions run under their template.yaml roles, with the REST API."""
     with Twin(model_server="sim", time_scale=10.0, delays=Delays().scaled(0.1), api_port=0, iam_template=cfn) as running:
         yield running
+
+
+def _scopes(twin: Twin) -> RunScopes:
+    """The bench worker's BenchRunRole sessions, as deps_from_env makes them (its calls run as the caller)."""
+    return RunScopes(os.environ[RUN_ROLE_ENV], twin.table_name, twin.bucket_name)
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -158,7 +168,8 @@ def _full_runs(twin: Twin) -> str:
     # The merge's read of a shard whose records are missing (its worker died before writing them):
     # "no records", not a permission error.
     with iam.calling("bench_worker"), pytest.raises(KeyError, match="no records at s3://"):
-        S3RecordStore(twin.bucket_name).get_records(missing := f"runs/{run['run_id']}/shards/in64-c2/9.jsonl.gz")
+        _, records, _ = _scopes(twin)(run["run_id"], None)
+        records.get_records(missing := f"runs/{run['run_id']}/shards/in64-c2/9.jsonl.gz")
 
     # A start without capacity rolls back.
     twin.set_faults("capacity-unavailable")
@@ -179,7 +190,8 @@ def test_every_call_of_the_full_runs_is_allowed_by_its_functions_role(twin: Twin
     # smoke_test calls no AWS API
     assert {c.function for c in calls} == {"api", "profile_steps", "sweep", "bench_worker", BENCH_TASK}
 
-    used = {f"{c.function}/{name}" for c in calls for names in c.allowed_by for name in names}
+    # A call signed with an assumed role's session (BenchRunRole) is allowed by that role's statements.
+    used = {f"{c.role or c.function}/{name}" for c in calls for names in c.allowed_by for name in names}
     statements = {f"{function}/{name}" for function, policy in twin.iam.policies.items() for name, _ in policy.statements}
     never_used = sorted(statements - used)
     actions = Counter(r.action for c in calls for r in c.requests)
@@ -214,14 +226,15 @@ def test_a_missing_record_is_denied_to_a_role_that_may_not_list_the_bucket(twin:
 
 
 def test_a_bench_task_whose_role_lacks_a_grant_fails_the_run_as_on_aws(twin: Twin) -> None:
-    # BenchTaskRole as it was before this test found the gap: no dynamodb:UpdateItem, so the task's
-    # hold on the profile is refused; on AWS the container exits 1 and runTask.sync fails the run.
+    # BenchRunRole, as the task assumes it, without dynamodb:UpdateItem (as BenchTaskRole was before
+    # this test found the gap): the task's hold on the profile is refused; on AWS the container exits 1
+    # and runTask.sync fails the run.
     assert twin.tasks is not None and twin.iam is not None and twin.api_url is not None
-    role = twin.tasks.roles[BENCH_TASK]
+    role, run_role = twin.tasks.roles[BENCH_TASK], os.environ[RUN_ROLE_ENV]
     without = tuple((name, {**st, "Action": [a for a in _as_list(st["Action"]) if a != "dynamodb:UpdateItem"]})
-                    for name, st in role.statements)
-    assert without != role.statements
-    twin.tasks.roles[BENCH_TASK] = replace(role, statements=without)
+                    for name, st in role.assumable[run_role])
+    assert without != role.assumable[run_role]
+    twin.tasks.roles[BENCH_TASK] = replace(role, assumable={run_role: without})
     before = len(twin.iam.calls)
     try:
         api = httpx.Client(base_url=twin.api_url, timeout=60, auth=twin.api_auth())
@@ -235,3 +248,82 @@ def test_a_bench_task_whose_role_lacks_a_grant_fails_the_run_as_on_aws(twin: Twi
     assert str(refused).startswith(f"{BENCH_TASK}: dynamodb.UpdateItem dynamodb:UpdateItem on arn:aws:dynamodb:")
     assert "is not authorized to perform: dynamodb:UpdateItem" in (refused.denied or "")
     assert api.get(f"/profiles/{BENCHED}").json()["phase"] == "STOPPED"  # the failed run still stopped it
+
+
+# ---- item-level scope: a run's session touches only its run; profile steps delete only locks ----
+def _two_runs(twin: Twin) -> tuple[Any, Any]:
+    """The full runs' two benchmark runs (newest first; the failed run of another test left out),
+    read by the test itself (no role)."""
+    runs = [r for r in DynamoBenchmarkStore(twin.table_name).list_runs() if r.status == RunStatus.SUCCEEDED]
+    assert len(runs) == 2, [r.run_id for r in runs]
+    return runs[0], runs[1]
+
+
+def _denied(exc: pytest.ExceptionInfo[ClientError], action: str) -> None:
+    assert exc.value.response["Error"]["Code"] in ("AccessDeniedException", "AccessDenied")
+    assert f"assumed-role/servingctl-BenchRunRole/bench-" in str(exc.value) and f"perform: {action}" in str(exc.value)
+
+
+def test_a_bench_worker_session_is_denied_another_runs_item_and_object(twin: Twin) -> None:
+    mine, other = _two_runs(twin)
+    table = boto3.resource("dynamodb").Table(twin.table_name)
+    before = table.get_item(Key={"pk": f"run#{other.run_id}", "sk": "run"})["Item"]
+    objects = twin.client("s3").list_objects_v2(Bucket=twin.bucket_name, Prefix=f"runs/{other.run_id}/")["Contents"]
+    with iam.calling("bench_worker"):
+        runs, records, profiles = _scopes(twin)(mine.run_id, mine.profile)
+        assert runs.get_run(mine.run_id) == mine  # its own run: allowed
+        session = _scopes(twin).session(mine.run_id, mine.profile)
+        with pytest.raises(ClientError) as put:
+            runs.update_run(other.run_id, other.updated_at, label="overwritten")
+        _denied(put, "dynamodb:GetItem")
+        with pytest.raises(ClientError) as item:  # a blind write, no read first
+            session.client("dynamodb").put_item(TableName=twin.table_name, Item={"pk": {"S": f"run#{other.run_id}"}, "sk": {"S": "run"}})
+        _denied(item, "dynamodb:PutItem")
+        with pytest.raises(ClientError) as obj:
+            session.client("s3").put_object(Bucket=twin.bucket_name, Key=objects[0]["Key"], Body=b"overwritten")
+        _denied(obj, "s3:PutObject")
+        with pytest.raises(ClientError) as hold:  # another profile's record, beyond its own profile's hold
+            profiles.update_profile_if(other.profile if other.profile != mine.profile else PROFILE, other.updated_at, {}, held_by=mine.run_id)
+        _denied(hold, "dynamodb:GetItem")
+    assert table.get_item(Key={"pk": f"run#{other.run_id}", "sk": "run"})["Item"] == before
+    after = twin.client("s3").list_objects_v2(Bucket=twin.bucket_name, Prefix=f"runs/{other.run_id}/")["Contents"]
+    assert [(o["Key"], o["ETag"]) for o in after] == [(o["Key"], o["ETag"]) for o in objects]
+
+
+def test_the_benchmark_tasks_own_role_cannot_touch_the_table(twin: Twin) -> None:
+    # Without assuming BenchRunRole the task's role (and the worker's) reaches no item at all.
+    mine, _ = _two_runs(twin)
+    for caller in (BENCH_TASK, "bench_worker"):
+        with iam.calling(caller), pytest.raises(ClientError) as refused:
+            DynamoBenchmarkStore(twin.table_name).get_run(mine.run_id)
+        assert refused.value.response["Error"]["Code"] == "AccessDeniedException"
+
+
+def test_profile_steps_are_denied_deleting_a_profile_record(twin: Twin) -> None:
+    table = boto3.resource("dynamodb").Table(twin.table_name)
+    before = table.get_item(Key=profile_key(BENCHED))["Item"]
+    with iam.calling("profile_steps"), pytest.raises(ClientError) as refused:
+        table.delete_item(Key=profile_key(BENCHED))
+    assert refused.value.response["Error"]["Code"] == "AccessDeniedException"
+    assert "perform: dynamodb:DeleteItem" in str(refused.value)
+    assert table.get_item(Key=profile_key(BENCHED))["Item"] == before
+    assert DynamoStore(twin.table_name).get_profile(BENCHED).phase == before["phase"]
+
+
+def test_a_second_workers_duplicate_scenario_write_is_refused_and_the_first_stays(twin: Twin) -> None:
+    from datetime import UTC, datetime
+
+    mine, _ = _two_runs(twin)
+    unscoped = DynamoBenchmarkStore(twin.table_name)
+    [first, *_] = unscoped.list_scenarios(mine.run_id)
+    unscoped.update_run(mine.run_id, datetime.now(UTC), status=RunStatus.RUNNING)  # still measuring
+    try:
+        with iam.calling("bench_worker"):
+            runs, _, _ = _scopes(twin)(mine.run_id, mine.profile)
+            second = first.model_copy(update={"records_key": f"runs/{mine.run_id}/{first.name}.t9-r0.jsonl.gz",
+                                              "written_at": datetime.now(UTC)})
+            with pytest.raises(ResultExists, match=f"scenario {first.name} is already written"):
+                runs.put_scenario(second)  # allowed by IAM, refused by the write's condition
+    finally:
+        unscoped.update_run(mine.run_id, datetime.now(UTC), status=mine.status)
+    assert unscoped.get_scenario(mine.run_id, first.name) == first

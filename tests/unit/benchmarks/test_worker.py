@@ -4,6 +4,7 @@ record, a scenario written as soon as it finishes, the split plan, comparisons a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from servingctl.bench.calibration import UNIT
 from servingctl.benchmarks import worker as bench_worker
-from servingctl.benchmarks.worker import EcsTarget, ProfileNotReady, WorkerDeps, compare_run, execution_name, new_run_id, run_action
+from servingctl.benchmarks.worker import EcsTarget, ProfileNotReady, RunNotFound, WorkerDeps, compare_run, execution_name, new_run_id, run_action
 from servingctl.shared.errors import InvalidInput, ProfileNotFound
 from servingctl.costs import CompareInput, compare, load_catalog
 from servingctl.registry.loader import parse_registry
@@ -428,3 +429,26 @@ def test_finish_and_compare_again_keep_what_the_first_attempt_recorded(deps: Wor
     deps.runs.update_run(done["plan"]["run_id"], T0, status=RunStatus.RUNNING)
     with pytest.raises(ResultExists):  # even while it runs, the first comparison stays
         deps.runs.put_comparison(stored[0])
+
+
+def test_each_step_works_through_the_stores_of_its_own_run(deps: WorkerDeps) -> None:
+    # Deployed, deps.scope hands out stores on BenchRunRole tagged with the run (and its profile when
+    # the event names it); here it records what it was asked and serves the same stores.
+    asked: list[tuple[str, str | None]] = []
+
+    def scope(run_id: str, profile: str | None) -> tuple:
+        asked.append((run_id, profile))
+        return deps.runs, deps.records, deps.profiles
+
+    scoped = dataclasses.replace(deps, scope=scope)
+    _ready(deps, "deepseek-v4-flash")
+    plan = _plan(scoped, **SMALL)
+    assert asked == [(plan["run_id"], "deepseek-v4-flash")]  # plan: the id it gives the run, the profile asked for
+    state = {"plan": plan}
+    run_action({"action": "calibrate", "state": state, "execution": EXECUTION}, scoped)
+    run_action(_scenario_event(plan, plan["scenarios"][0]), scoped)
+    # calibrate names the plan (run and profile); a scenario event names only its run.
+    assert asked[1:] == [(plan["run_id"], "deepseek-v4-flash"), (plan["run_id"], None)]
+    with pytest.raises(RunNotFound):  # no run named: no scope asked for, the step says why
+        run_action({"action": "compare", "state": {}, "execution": EXECUTION}, scoped)
+    assert len(asked) == 3

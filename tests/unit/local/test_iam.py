@@ -116,3 +116,67 @@ def test_a_refused_read_of_a_record_that_is_there_stays_refused() -> None:
             S3RecordStore("b", s3).get_records("runs/r/a.jsonl.gz")
         with pytest.raises(KeyError, match="no records at s3://b/runs/r/a.jsonl.gz"):
             S3RecordStore("b", s3).get_records("runs/r/a.jsonl.gz")
+
+
+# ---- policy variables and assumed sessions (BenchRunRole) -----------------------------------------
+RUN_ROLE = "arn:aws:iam::123456789012:role/servingctl-BenchRunRole"
+RUN_SCOPED = Policy((
+    ("items", _allow(Action="dynamodb:PutItem", Resource=TABLE,
+                     Condition={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["run#${aws:PrincipalTag/run}"]}})),
+    ("records", _allow(Action="s3:PutObject", Resource="arn:aws:s3:::b/runs/${aws:PrincipalTag/run}/*")),
+))
+
+
+@pytest.mark.parametrize(("tags", "partition", "allowed"), [
+    ({"run": "r1"}, "run#r1", True), ({"run": "r1"}, "run#r2", False), ({"run": "r1"}, "run#r1x", False),
+    ({"run": "*"}, "run#r1", False), ({"run": "r?"}, "run#r1", False), ({}, "run#r1", False), ({}, "run#${aws:PrincipalTag/run}", False),
+])
+def test_a_policy_variable_is_the_sessions_tag_taken_literally(tags: dict[str, str], partition: str, allowed: bool) -> None:
+    context = {f"aws:PrincipalTag/{k}": (v,) for k, v in tags.items()}
+    assert bool(RUN_SCOPED.allowing(Request("dynamodb:PutItem", TABLE, {"dynamodb:LeadingKeys": (partition,), **context}))) is allowed
+    key = f"runs/{partition.removeprefix('run#')}/x.jsonl.gz"
+    assert bool(RUN_SCOPED.allowing(Request("s3:PutObject", f"arn:aws:s3:::b/{key}", context))) is allowed
+
+
+def test_assume_role_with_tags_is_authorised_as_assume_and_tag_session() -> None:
+    params = {"RoleArn": RUN_ROLE, "RoleSessionName": "bench-r1", "Tags": [{"Key": "run", "Value": "r1"}]}
+    assume, tag = requests_of("sts", "AssumeRole", params, NAMES)
+    tags = {"aws:RequestTag/run": ("r1",), "aws:TagKeys": ("run",)}
+    assert (assume, tag) == (Request("sts:AssumeRole", RUN_ROLE, tags), Request("sts:TagSession", RUN_ROLE, tags))
+    assert requests_of("sts", "AssumeRole", {"RoleArn": RUN_ROLE, "RoleSessionName": "s"}, NAMES) == [Request("sts:AssumeRole", RUN_ROLE)]
+
+
+def test_calls_signed_by_an_assumed_session_are_decided_by_that_roles_policy() -> None:
+    worker = Policy((("assume", _allow(Action=["sts:AssumeRole", "sts:TagSession"], Resource=RUN_ROLE)),))
+    enforcer = Enforcer({"bench_worker": worker, RUN_ROLE: RUN_SCOPED}, NAMES, lambda bucket, key: True)
+    put = {"TableName": "servingctl", "Item": {"pk": {"S": "run#r1"}, "sk": {"S": "run"}}}
+    # The function's own credentials: its own policy, which has no table access.
+    assert enforcer.decide("bench_worker", "dynamodb", "PutItem", put, "AKIDFUNCTION").denied
+    enforcer.assumed("ASIASESSION", {"RoleArn": RUN_ROLE, "RoleSessionName": "bench-r1", "Tags": [{"Key": "run", "Value": "r1"}]})
+    call = enforcer.decide("bench_worker", "dynamodb", "PutItem", put, "ASIASESSION")
+    assert call.denied is None and call.role == RUN_ROLE and call.allowed_by == (("items",),)
+    other = enforcer.decide("bench_worker", "dynamodb", "PutItem", {**put, "Item": {"pk": {"S": "run#r2"}, "sk": {"S": "run"}}}, "ASIASESSION")
+    assert other.denied is not None and "assumed-role/servingctl-BenchRunRole/bench-r1" in other.denied
+
+
+def test_a_query_of_an_index_is_authorised_on_the_index_with_its_own_partition_key() -> None:
+    expression = ConditionExpressionBuilder().build_expression(Key("lpk").eq("run"), is_key_condition=True)
+    params = {"TableName": "servingctl", "IndexName": "listing", "KeyConditionExpression": expression.condition_expression,
+              "ExpressionAttributeNames": expression.attribute_name_placeholders,
+              "ExpressionAttributeValues": {k: TypeSerializer().serialize(v) for k, v in expression.attribute_value_placeholders.items()}}
+    [request] = requests_of("dynamodb", "Query", params, NAMES)
+    assert request == Request("dynamodb:Query", f"{TABLE}/index/listing", {"dynamodb:LeadingKeys": ("run",)})
+
+
+@pytest.mark.parametrize(("tags", "allowed"), [
+    ([{"Key": "run", "Value": "r1"}, {"Key": "profile", "Value": "p"}], True), ([{"Key": "run", "Value": "r1"}], True),
+    ([], False), ([{"Key": "run", "Value": ""}], False), ([{"Key": "run", "Value": "r1"}, {"Key": "owner", "Value": "x"}], False),
+])
+def test_assuming_a_role_meets_its_trust_policys_conditions(tags: list[dict[str, str]], allowed: bool) -> None:
+    # BenchRunRole's trust: a run tag is required, no tag key but run and profile.
+    trust = ({"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::123456789012:root"}, "Action": ["sts:AssumeRole", "sts:TagSession"],
+              "Condition": {"StringLike": {"aws:RequestTag/run": "?*"}, "ForAllValues:StringEquals": {"aws:TagKeys": ["run", "profile"]}}},)
+    worker = Policy((("assume", _allow(Action=["sts:AssumeRole", "sts:TagSession"], Resource=RUN_ROLE)),))
+    enforcer = Enforcer({"bench_worker": worker, RUN_ROLE: Policy(RUN_SCOPED.statements, trust)}, NAMES, lambda bucket, key: True)
+    call = enforcer.decide("bench_worker", "sts", "AssumeRole", {"RoleArn": RUN_ROLE, "RoleSessionName": "s", "Tags": tags})
+    assert (call.denied is None) is allowed

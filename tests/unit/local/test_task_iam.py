@@ -60,7 +60,8 @@ def test_a_call_the_task_role_allows_is_sent(tmp_path: Path) -> None:
 
 
 def test_the_setup_survives_the_environment_and_no_calls_file_is_no_calls(tmp_path: Path) -> None:
-    setup = TaskIam("f", (("p/S", {"Effect": "Allow", "Action": "s3:PutObject", "Resource": "*"}),), "1", "r", {"t": "pk"}, "x")
+    setup = TaskIam("f", (("p/S", {"Effect": "Allow", "Action": "s3:PutObject", "Resource": "*"}),), "1", "r", {"t": "pk"}, "x",
+                    {"arn:aws:iam::1:role/run": (("q/T", {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"}),)})
     assert TaskIam.from_env(setup.to_env()) == setup
     assert list(recorded_calls(tmp_path / "none")) == []
 
@@ -68,7 +69,8 @@ def test_the_setup_survives_the_environment_and_no_calls_file_is_no_calls(tmp_pa
 def test_the_bench_task_role_is_read_from_the_translated_template_by_family(cfn: dict) -> None:
     refs = {"AWS::StackName": "servingctl", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012",
             "AWS::Partition": "aws", "BenchImageUri": "servingctl-bench:twin"}
-    arns = {"StateTable": TABLE, "RecordsBucket": "arn:aws:s3:::records", "RegistryPathArn": "arn:ssm"}
+    arns = {"StateTable": TABLE, "RecordsBucket": "arn:aws:s3:::records", "RegistryPathArn": "arn:ssm",
+            "BenchRunRole": "arn:aws:iam::123456789012:role/run"}
 
     class Refs(dict):
         def __missing__(self, key: str) -> str:
@@ -77,6 +79,9 @@ def test_the_bench_task_role_is_read_from_the_translated_template_by_family(cfn:
     policies = iam.task_policies(cfn, Refs(refs))
     assert list(policies) == ["servingctl-bench"]
     policy = policies["servingctl-bench"]
-    assert policy.allowing(iam.Request("dynamodb:UpdateItem", TABLE))  # the run's hold on the profile
-    assert not policy.allowing(iam.Request("s3:GetObject", "arn:aws:s3:::records/runs/r/x.jsonl.gz"))
+    # No table nor bucket access of its own: only BenchRunRole, assumed with session tags.
+    assert policy.allowing(iam.Request("sts:AssumeRole", "arn:aws:iam::123456789012:role/run"))
+    assert policy.allowing(iam.Request("sts:TagSession", "arn:aws:iam::123456789012:role/run"))
+    assert not policy.allowing(iam.Request("dynamodb:UpdateItem", TABLE, {"dynamodb:LeadingKeys": ("profile#p",)}))
+    assert not policy.allowing(iam.Request("s3:PutObject", "arn:aws:s3:::records/runs/r/x.jsonl.gz"))
     assert iam.task_policies(cfn, Refs(refs | {"BenchImageUri": ""})) == {}  # no image: no task definition

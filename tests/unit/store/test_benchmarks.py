@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import boto3
 import pytest
@@ -29,6 +30,8 @@ from servingctl.store.benchmarks import (
 from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 from servingctl.store.benchmarks_memory import MemoryBenchmarkStore
 from servingctl.store.dynamodb import create_table
+from servingctl.store.migrate import Moved, migrate
+from servingctl.store import DynamoStore, Phase
 from servingctl.store.records import (
     MemoryRecordStore,
     RecordsExist,
@@ -290,3 +293,62 @@ def test_run_result_reassembles_the_results_schema(stores) -> None:
     light = run_result(run, store)
     assert [len(s.records) for s in light.scenarios] == [0, 0]
     assert light.scenarios[1].summary == result.scenarios[1].summary
+
+
+# ---- servingctl.store.migrate: the shared-partition layout moved to one partition per profile and run ----
+MIGRATED_TABLE = "servingctl-migrate"
+
+
+@pytest.fixture
+def migrating(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        resource = boto3.resource("dynamodb", region_name="us-east-1")
+        create_table(MIGRATED_TABLE, resource)
+        yield resource
+
+
+def _old_layout(resource: Any) -> None:
+    """Two profiles and a run as the earlier stores wrote them."""
+    table = resource.Table(MIGRATED_TABLE)
+    for name, phase in (("nemotron-nano", "READY"), ("deepseek-v4-flash", "STOPPED")):
+        table.put_item(Item={"pk": "profile", "sk": name, "kind": "profile", "profile": name, "phase": phase,
+                             "updated_at": T0.isoformat()})
+    run = _run("2026-12-01T09-00-00Z-a", profile="nemotron-nano")
+    table.put_item(Item={"pk": "run", "sk": run.run_id, "kind": "benchmark-run", "profile": run.profile,
+                         "status": run.status.value, "created_at": T0.isoformat(), "version": 1, "doc": run.model_dump_json()})
+
+
+def test_old_items_move_and_the_stores_read_them(migrating: Any) -> None:
+    _old_layout(migrating)
+    profiles, runs = DynamoStore(MIGRATED_TABLE, migrating), DynamoBenchmarkStore(MIGRATED_TABLE, migrating)
+    assert profiles.list_profiles() == [] and runs.list_runs() == []  # invisible before
+
+    assert migrate(MIGRATED_TABLE, migrating) == Moved(copied=3, deleted=3, already_there=0)
+
+    assert [(s.profile, s.phase) for s in profiles.list_profiles()] == [("deepseek-v4-flash", Phase.STOPPED), ("nemotron-nano", Phase.READY)]
+    assert profiles.get_profile("nemotron-nano").phase == Phase.READY
+    [run] = runs.list_runs()
+    assert run.run_id == "2026-12-01T09-00-00Z-a" and runs.get_run(run.run_id) == run
+    # The moved run takes updates under its new key (the version came along).
+    assert runs.update_run(run.run_id, T0, label="moved").label == "moved"
+    keys = sorted((i["pk"], i["sk"]) for i in migrating.Table(MIGRATED_TABLE).scan()["Items"])
+    assert keys == [("profile#deepseek-v4-flash", "state"), ("profile#nemotron-nano", "state"), ("run#2026-12-01T09-00-00Z-a", "run")]
+
+
+def test_a_second_run_moves_nothing(migrating: Any) -> None:
+    _old_layout(migrating)
+    migrate(MIGRATED_TABLE, migrating)
+    before = migrating.Table(MIGRATED_TABLE).scan()["Items"]
+    assert migrate(MIGRATED_TABLE, migrating) == Moved(copied=0, deleted=0, already_there=0)
+    assert migrating.Table(MIGRATED_TABLE).scan()["Items"] == before
+
+
+def test_an_interrupted_migration_keeps_the_newer_record(migrating: Any) -> None:
+    # The new record exists already (written after a crash between copy and delete, then updated):
+    # the old copy is dropped, the new one kept as it is.
+    _old_layout(migrating)
+    profiles = DynamoStore(MIGRATED_TABLE, migrating)
+    profiles.update_profile("nemotron-nano", T0, phase=Phase.STOPPING)
+    assert migrate(MIGRATED_TABLE, migrating) == Moved(copied=2, deleted=3, already_there=1)
+    assert profiles.get_profile("nemotron-nano").phase == Phase.STOPPING

@@ -298,34 +298,100 @@ class _Placeholders(dict):
 def _role_policy(cfn: dict, role: str, **given) -> iam.Policy:
     refs = _Placeholders({"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012",
                           "RecordsBucket.Arn": "arn:aws:s3:::records", "StateTable.Arn": TABLE_ARN, "AsgArns": ["arn:asg"],
-                          "BenchImageUri": "", **given})
+                          "BenchImageUri": "", "ClusterArn": "arn:aws:ecs:us-east-1:123456789012:cluster/c", **given})
     return iam.role_policy(cfn, role, refs, iam.evaluate_conditions(cfn, refs))
 
 
-# S3: "no such record" can be told from "denied".
-@pytest.mark.parametrize(("prefix", "allowed"), [("runs/r1/shards/in64-c2/0.jsonl.gz", True), ("runs/", True), ("run", False), ("other/x", False)])
-def test_the_bench_worker_may_list_the_records_under_runs_only(cfn, prefix, allowed):
-    policy = _role_policy(cfn, "BenchWorkerFunctionRole")
-    listing = iam.Request("s3:ListBucket", "arn:aws:s3:::records", {"s3:prefix": (prefix,)})
+# S3: "no such record" can be told from "denied", under the run's own prefix only.
+@pytest.mark.parametrize(("prefix", "allowed"), [("runs/r1/shards/in64-c2/0.jsonl.gz", True), ("runs/r1/", True), ("runs/r2/x", False),
+                                                 ("runs/", False), ("run", False), ("other/x", False)])
+def test_a_run_session_may_list_the_records_of_its_run_only(cfn, prefix, allowed):
+    policy = _role_policy(cfn, "BenchRunRole")
+    listing = iam.Request("s3:ListBucket", "arn:aws:s3:::records", {"s3:prefix": (prefix,), **RUN_R1})
     assert bool(policy.allowing(listing)) is allowed
-    assert not policy.allowing(iam.Request("s3:ListBucket", "arn:aws:s3:::records")), "a listing of the whole bucket"
+    assert not policy.allowing(iam.Request("s3:ListBucket", "arn:aws:s3:::records", RUN_R1)), "a listing of the whole bucket"
+
+
+# The item key spaces (partition keys) each role may write, as the report's table gives them:
+# role -> {action: partitions allowed}; every other partition of the layout is refused.
+PARTITIONS = ["profile#p", "profile#q", "lock", "session#p", "start#p", "run#r1", "run#r2", "idempotency#api"]
+RUN_R1 = {"aws:PrincipalTag/run": ("r1",), "aws:PrincipalTag/profile": ("p",)}
+WRITES = {
+    "ProfileStepsFunctionRole": {
+        "dynamodb:PutItem": {"profile#p", "profile#q", "lock", "session#p", "start#p"},
+        "dynamodb:UpdateItem": {"profile#p", "profile#q", "lock", "session#p", "start#p"},
+        "dynamodb:DeleteItem": {"lock"},
+    },
+    "ApiFunctionRole": {
+        "dynamodb:PutItem": {"idempotency#api"},
+        "dynamodb:UpdateItem": {"profile#p", "profile#q", "idempotency#api"},
+        "dynamodb:DeleteItem": {"idempotency#api"},
+    },
+    "SweepFunctionRole": {
+        "dynamodb:PutItem": {"run#r1", "run#r2"}, "dynamodb:UpdateItem": {"profile#p", "profile#q"}, "dynamodb:DeleteItem": {"lock"},
+    },
+    "BenchWorkerFunctionRole": {"dynamodb:PutItem": set(), "dynamodb:UpdateItem": set(), "dynamodb:DeleteItem": set()},
+    "BenchTaskRole": {"dynamodb:PutItem": set(), "dynamodb:UpdateItem": set(), "dynamodb:DeleteItem": set()},
+    # A session tagged run=r1, profile=p: its run's partition and its profile's hold, nothing else.
+    "BenchRunRole": {"dynamodb:PutItem": {"run#r1"}, "dynamodb:UpdateItem": {"profile#p", "run#r1"}, "dynamodb:DeleteItem": set(),
+                     "dynamodb:ConditionCheckItem": {"run#r1"}},
+}
+
+
+@pytest.mark.parametrize(("role", "action"), [(r, a) for r, actions in WRITES.items() for a in actions])
+def test_each_role_writes_only_its_key_spaces(cfn, role, action):
+    policy = _role_policy(cfn, role)
+    context = RUN_R1 if role == "BenchRunRole" else {}
+    allowed = {p for p in PARTITIONS if policy.allowing(iam.Request(action, TABLE_ARN, {"dynamodb:LeadingKeys": (p,), **context}))}
+    assert allowed == WRITES[role][action]
+
+
+def test_a_run_session_without_its_profile_tag_touches_no_profile(cfn):
+    # A step that knows only the run id reads the run first with a run-only session.
+    policy = _role_policy(cfn, "BenchRunRole")
+    run_only = {"aws:PrincipalTag/run": ("r1",)}
+    assert policy.allowing(iam.Request("dynamodb:GetItem", TABLE_ARN, {"dynamodb:LeadingKeys": ("run#r1",), **run_only}))
+    for action in ("dynamodb:GetItem", "dynamodb:UpdateItem"):
+        for profile in ("profile#p", "profile#"):
+            assert not policy.allowing(iam.Request(action, TABLE_ARN, {"dynamodb:LeadingKeys": (profile,), **run_only}))
+    # A tag value is a literal, not a pattern: a run tagged "*" matches no run.
+    starred = {"aws:PrincipalTag/run": ("*",), "aws:PrincipalTag/profile": ("*",)}
+    assert not policy.allowing(iam.Request("dynamodb:PutItem", TABLE_ARN, {"dynamodb:LeadingKeys": ("run#r1",), **starred}))
+    assert not policy.allowing(iam.Request("s3:PutObject", "arn:aws:s3:::records/runs/r1/x", starred))
+
+
+@pytest.mark.parametrize(("key", "allowed"), [("runs/r1/in64-c1.0.jsonl.gz", True), ("runs/r1/shards/in64-c2/0.1.jsonl.gz", True),
+                                              ("runs/r2/in64-c1.0.jsonl.gz", False), ("runs/r1", False), ("other/r1/x", False)])
+def test_a_run_session_writes_and_reads_its_run_records_only(cfn, key, allowed):
+    policy = _role_policy(cfn, "BenchRunRole")
+    for action in ("s3:PutObject", "s3:GetObject"):
+        assert bool(policy.allowing(iam.Request(action, f"arn:aws:s3:::records/{key}", RUN_R1))) is allowed
+    assert not policy.allowing(iam.Request("s3:DeleteObject", f"arn:aws:s3:::records/{key}", RUN_R1))
 
 
 @pytest.mark.parametrize(
     ("action", "partition", "allowed"),
     [
-        ("dynamodb:GetItem", "profile", True), ("dynamodb:Query", "session#nemotron-nano", True),
-        ("dynamodb:Query", "run", True), ("dynamodb:Query", "run#2026-12-03T12-00-00Z-x", True),
+        ("dynamodb:GetItem", "profile#p", True), ("dynamodb:Query", "session#nemotron-nano", True),
+        ("dynamodb:Query", "run#2026-12-03T12-00-00Z-x", True), ("dynamodb:GetItem", "profile", False),
         ("dynamodb:GetItem", "idempotency#api", True), ("dynamodb:GetItem", "lock", False),
-        ("dynamodb:UpdateItem", "profile", True), ("dynamodb:PutItem", "idempotency#api", True),
+        ("dynamodb:UpdateItem", "profile#p", True), ("dynamodb:PutItem", "idempotency#api", True),
         ("dynamodb:DeleteItem", "idempotency#api", True), ("dynamodb:PutItem", "session#nemotron-nano", False),
-        ("dynamodb:UpdateItem", "lock", False), ("dynamodb:PutItem", "run", False),
+        ("dynamodb:UpdateItem", "lock", False), ("dynamodb:PutItem", "run#r1", False),
     ],
 )
 def test_the_api_reads_and_writes_only_its_items(cfn, action, partition, allowed):
     policy = _role_policy(cfn, "ApiFunctionRole")
     assert bool(policy.allowing(iam.Request(action, TABLE_ARN, {"dynamodb:LeadingKeys": (partition,)}))) is allowed
     assert not policy.allowing(iam.Request("dynamodb:Scan", TABLE_ARN)), "a Scan names no partition: not granted"
+
+
+@pytest.mark.parametrize("role", ["ApiFunctionRole", "SweepFunctionRole", "ProfileStepsFunctionRole"])
+def test_listings_come_from_the_index_which_no_one_writes(cfn, role):
+    policy = _role_policy(cfn, role)
+    index = f"{TABLE_ARN}/index/listing"
+    assert policy.allowing(iam.Request("dynamodb:Query", index, {"dynamodb:LeadingKeys": ("profile",)}))
+    assert not policy.allowing(iam.Request("dynamodb:Scan", index))
 
 
 @pytest.mark.parametrize(
@@ -357,3 +423,22 @@ def test_the_bench_task_pulls_only_the_repository_its_image_names(cfn, image):
 def test_without_a_bench_image_the_task_may_pull_nothing(cfn):
     policy = _role_policy(cfn, "BenchTaskExecutionRole")
     assert [statement["Sid"] for _, statement in policy.statements] == ["EcrLogin", "WriteTaskLogs"]
+
+
+@pytest.mark.parametrize(("tags", "allowed"), [
+    ({"run": "r1", "profile": "p"}, True), ({"run": "r1"}, True), ({"profile": "p"}, False), ({}, False),
+    ({"run": "r1", "profile": "p", "admin": "yes"}, False),
+])
+def test_the_run_role_is_assumed_only_with_a_run_tag(cfn, tags, allowed):
+    refs = _Placeholders({"AWS::Partition": "aws", "AWS::AccountId": "123456789012", "AWS::Region": "us-east-1",
+                          "StateTable.Arn": TABLE_ARN, "RecordsBucket.Arn": "arn:aws:s3:::records",
+                          "BenchRunRole.Arn": "arn:aws:iam::123456789012:role/run", "ClusterArn": "arn:aws:ecs:us-east-1:123456789012:cluster/c"})
+    [(arn, policy)] = iam.assumable_policies(cfn, refs).items()
+    caller = _role_policy(cfn, "BenchWorkerFunctionRole", **{"BenchRunRole.Arn": arn})
+    names = iam.Names("123456789012", "us-east-1", {}, asg_arn=str, asg_tags=lambda group: {})
+    enforcer = iam.Enforcer({"bench_worker": caller, arn: policy}, names, lambda bucket, key: True)
+    params = {"RoleArn": arn, "RoleSessionName": "bench-r1", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+    requests = iam.requests_of("sts", "AssumeRole", params, names)
+    assert all(caller.allowing(r) for r in requests)  # the worker's own policy allows it whatever the tags
+    assert all(enforcer.trusted(r) for r in requests) is allowed  # the role's trust policy decides
+    assert (enforcer.decide("bench_worker", "sts", "AssumeRole", params).denied is None) is allowed

@@ -80,6 +80,18 @@ def test_table_keeps_state_recoverable_encrypted_and_expiring(template):
     assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     assert props["SSESpecification"]["SSEEnabled"] is True
     assert props["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}
+    assert props["DeletionProtectionEnabled"] is True
+
+
+def test_table_keys_and_listing_index_are_what_the_store_creates(template):
+    # The twin and the tests create the table with servingctl.store.dynamodb.TABLE_SCHEMA.
+    from servingctl.store.dynamodb import TABLE_SCHEMA
+
+    (table,) = _of_type(template, "AWS::DynamoDB::Table").values()
+    props = table["Properties"]
+    assert props["KeySchema"] == TABLE_SCHEMA["KeySchema"]
+    assert sorted(props["AttributeDefinitions"], key=str) == sorted(TABLE_SCHEMA["AttributeDefinitions"], key=str)
+    assert props["GlobalSecondaryIndexes"] == TABLE_SCHEMA["GlobalSecondaryIndexes"]
 
 
 def test_records_bucket_is_private_encrypted_versioned_and_tls_only(template):

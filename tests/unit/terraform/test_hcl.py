@@ -125,3 +125,17 @@ def test_validation_messages_name_every_field_they_check() -> None:
             assert [f for f in sorted(fields) if f not in message] == [], f"variable {name}: {message!r} does not name {sorted(fields)}"
             checked += bool(fields)
     assert checked >= 25
+
+
+def test_the_instance_role_has_only_the_agents_inline_grants() -> None:
+    # No AWS managed policy (AmazonEC2ContainerServiceforEC2Role pulls from any repository and writes
+    # any log group; AmazonSSMManagedInstanceCore reads every parameter), only the inline document.
+    cluster = TF_ROOT / "modules" / "cluster"
+    assert blocks("resource", cluster).get("aws_iam_role_policy_attachment") is None
+    documents = {name: body for tf in cluster.glob("*.tf") for block in load(tf).get("data", [])
+                 for name, body in block.get("aws_iam_policy_document", {}).items()}
+    document = documents["instance"]
+    actions = {a for statement in document["statement"] for a in statement["actions"]}
+    assert {a.split(":")[0] for a in actions} == {"ecs", "ssm", "ssmmessages"}
+    assert not any(a.startswith(("ssm:Get", "ecr:", "logs:")) or "*" in a for a in actions)
+    assert "ssm:UpdateInstanceInformation" in actions and "ecs:RegisterContainerInstance" in actions

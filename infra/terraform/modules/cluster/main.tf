@@ -25,16 +25,79 @@ resource "aws_iam_role" "instance" {
   assume_role_policy = data.aws_iam_policy_document.ec2_assume.json
 }
 
-# AWS managed policies: the ECS agent's own permissions, and SSM Session Manager for debugging
-# without any inbound port.
-resource "aws_iam_role_policy_attachment" "instance_ecs" {
-  role       = aws_iam_role.instance.name
-  policy_arn = "arn:${data.aws_partition.current.partition}:iam::aws:policy/service-role/AmazonEC2ContainerServiceforEC2Role"
+# Only what the instance's own agents call (no AWS managed policy: AmazonEC2ContainerServiceforEC2Role
+# adds ECR pulls and log writes for any repository and group, AmazonSSMManagedInstanceCore reads every
+# parameter of the account). Image pulls and task logs go through each task's execution role, the AMI
+# is resolved by Terraform, and nothing on the instance reads a parameter, so no ssm:GetParameter*.
+locals {
+  container_instances_arn = "${replace(aws_ecs_cluster.this.arn, ":cluster/", ":container-instance/")}/*"
 }
 
-resource "aws_iam_role_policy_attachment" "instance_ssm" {
-  role       = aws_iam_role.instance.name
-  policy_arn = "arn:${data.aws_partition.current.partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
+data "aws_iam_policy_document" "instance" {
+  # The ECS agent: register to this cluster (with the pool tag of ECS_CONTAINER_INSTANCE_TAGS, which
+  # needs ecs:TagResource at registration) and report container, task and attachment state to it.
+  statement {
+    sid = "AgentRegistersInCluster"
+    actions = [
+      "ecs:RegisterContainerInstance",
+      "ecs:DeregisterContainerInstance",
+      "ecs:SubmitAttachmentStateChanges",
+      "ecs:SubmitContainerStateChange",
+      "ecs:SubmitTaskStateChange",
+    ]
+    resources = [aws_ecs_cluster.this.arn]
+  }
+
+  statement {
+    sid       = "AgentTagsItsRegistration"
+    actions   = ["ecs:TagResource"]
+    resources = [local.container_instances_arn]
+    condition {
+      test     = "StringEquals"
+      variable = "ecs:CreateAction"
+      values   = ["RegisterContainerInstance"]
+    }
+  }
+
+  # The agent's long poll for work and its telemetry, on this cluster's container instances.
+  statement {
+    sid       = "AgentPollsInCluster"
+    actions   = ["ecs:Poll", "ecs:StartTelemetrySession"]
+    resources = [local.container_instances_arn]
+  }
+
+  # DiscoverPollEndpoint has no resource-level permission (Service Authorization Reference): "*" is
+  # the only resource it can be granted on; it returns an endpoint URL and changes nothing.
+  statement {
+    sid       = "AgentFindsPollEndpoint"
+    actions   = ["ecs:DiscoverPollEndpoint"]
+    resources = ["*"]
+  }
+
+  # Session Manager (shell on the instance without an inbound port): the SSM agent registers the
+  # instance and opens its channels. ssmmessages has no resource-level permissions ("*" only).
+  statement {
+    sid       = "SessionManagerRegistersInstance"
+    actions   = ["ssm:UpdateInstanceInformation"]
+    resources = ["arn:${data.aws_partition.current.partition}:ec2:*:*:instance/*"]
+  }
+
+  statement {
+    sid = "SessionManagerChannels"
+    actions = [
+      "ssmmessages:CreateControlChannel",
+      "ssmmessages:CreateDataChannel",
+      "ssmmessages:OpenControlChannel",
+      "ssmmessages:OpenDataChannel",
+    ]
+    resources = ["*"]
+  }
+}
+
+resource "aws_iam_role_policy" "instance" {
+  name   = "ecs-agent-and-session-manager"
+  role   = aws_iam_role.instance.id
+  policy = data.aws_iam_policy_document.instance.json
 }
 
 resource "aws_iam_instance_profile" "instance" {

@@ -34,7 +34,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -129,6 +129,10 @@ class WorkerDeps:
     ecs: EcsTarget | None = None
     catalog: Callable[[], PriceCatalog] = load_catalog
     transport: httpx.AsyncBaseTransport | None = None
+    # The stores limited to one run (run id, profile if known) -> runs, records, profiles: deployed,
+    # BenchRunRole's session tagged with the run (servingctl.benchmarks.scoped); None: the stores
+    # above serve every run (tests on one process's stores).
+    scope: Callable[[str, str | None], tuple[BenchmarkStore, RecordStore, Store]] | None = None
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -274,6 +278,23 @@ def release_hold(profiles: Store, run: BenchmarkRun, now: datetime) -> None:
 
 
 # ---- actions ------------------------------------------------------------------------------------
+def _planned_run_id(deps: WorkerDeps, event: dict[str, Any], given: BenchmarkInput) -> str:
+    """The id plan gives the run: the one asked for, else from the execution's start and name."""
+    started = datetime.fromisoformat(str(event.get("started_at") or deps.clock.now().isoformat()))
+    return given.run_id or new_run_id(started, str(event.get("execution") or ""))
+
+
+def run_of(action: str, deps: WorkerDeps, event: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The run a step works on and its profile when the event tells it (None, None: no run named)."""
+    state = _state(event)
+    if action == "plan":
+        given = parse_benchmark_input(state)
+        return _planned_run_id(deps, event, given), given.profile
+    planned = state.get("plan") or {}
+    run_id = planned.get("run_id") or state.get("run_id")
+    return (str(run_id), planned.get("profile")) if run_id else (None, None)
+
+
 def plan(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     """Validate the input and record the run; ProfileNotReady unless READY or `start` was asked."""
     given = parse_benchmark_input(_state(event))
@@ -292,8 +313,7 @@ def plan(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     start_input = _flow_input(deps.registry, "start", profile, given.profile, given.start_options, lease)
     stop_input = _flow_input(deps.registry, "stop", profile, given.profile, given.stop_options)
 
-    started = datetime.fromisoformat(str(event.get("started_at") or deps.clock.now().isoformat()))
-    run_id = given.run_id or new_run_id(started, execution)
+    run_id = _planned_run_id(deps, event, given)
     now = deps.clock.now()
     request = given.model_dump(mode="json") | {"run_id": run_id}
     stored = deps.runs.create_run(BenchmarkRun(
@@ -613,6 +633,11 @@ def run_action(event: Any, deps: WorkerDeps) -> dict[str, Any]:
     """Run event["action"]; AWS throttling becomes Throttled (the state machine retries it)."""
     action = action_of(event, ACTIONS)
     with throttling_as_error():
+        if deps.scope is not None:
+            run_id, profile = run_of(action, deps, event)
+            if run_id is not None:  # no run named: the step fails on its own (RunNotFound, InvalidInput)
+                runs, records, profiles = deps.scope(run_id, profile)
+                deps = replace(deps, runs=runs, records=records, profiles=profiles)
         return ACTIONS[action](deps, event)
 
 
@@ -633,19 +658,22 @@ def deps_from_env() -> WorkerDeps:
     """Deps from the environment every servingctl function gets (registry, table, bucket)."""
     import boto3
 
+    from servingctl.benchmarks.scoped import RUN_ROLE_ENV, RunScopes
     from servingctl.registry import load_registry
     from servingctl.store import DynamoStore
     from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
     from servingctl.store.records import S3RecordStore
 
-    table = os.environ["SERVINGCTL_TABLE"]
+    table, bucket = os.environ["SERVINGCTL_TABLE"], os.environ[BUCKET_ENV]
     resource = boto3.resource("dynamodb")
+    role = os.environ.get(RUN_ROLE_ENV)
     return WorkerDeps(
         registry=load_registry(),
         runs=DynamoBenchmarkStore(table, resource),
-        records=S3RecordStore(os.environ[BUCKET_ENV]),
+        records=S3RecordStore(bucket),
         profiles=DynamoStore(table, resource),
         ecs=ecs_target_from_env(),
+        scope=RunScopes(role, table, bucket) if role else None,
     )
 
 

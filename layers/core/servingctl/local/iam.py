@@ -6,6 +6,9 @@ each call a handler makes (a botocore event hook; the handler's name comes from 
 through a context variable) and answers AccessDenied where the function's role would be refused,
 so a grant missing from the template fails on the twin as it would on AWS. It also plays S3's
 answer for a missing key: 403 AccessDenied, not 404 NoSuchKey, unless the caller may s3:ListBucket.
+A role a function assumes (sts:AssumeRole with session tags, as the bench worker does with
+BenchRunRole) is followed by its credentials: every call signed with them is decided by that role's
+policy, with aws:PrincipalTag/<key> from the session's tags and policy variables (${aws:...}) filled in.
 
 Owns: the operation -> IAM action map (botocore's names, a small table of exceptions), the resource
 ARNs and condition keys of the operations servingctl calls, the policy evaluator (Allow/Deny,
@@ -21,7 +24,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import boto3
@@ -50,6 +53,7 @@ PERMISSION_ONLY = {
     "logs:DeleteLogDelivery": "vended-log delivery setup, done by Step Functions itself",
     "logs:ListLogDeliveries": "vended-log delivery setup, done by Step Functions itself",
     "dynamodb:ConditionCheckItem": "the condition check of one TransactWriteItems item",
+    "sts:TagSession": "checked when an AssumeRole call passes session tags",
 }
 # Dependent actions: AWS also authorises these when the key action's call names a launch template
 # (Amazon EC2 Auto Scaling user guide, API permissions: a launch template's launch, its tag
@@ -126,12 +130,13 @@ class Names:
         return f"arn:aws:{service}:{self.region if regional else ''}:{self.account if regional else ''}:{resource}"
 
 
-def _leading_keys_of_query(params: Mapping[str, Any], partition_key: str) -> tuple[str, ...]:
-    """The partition key value of a Query's KeyConditionExpression (#n0 = :v0 or pk = :pk)."""
+def _leading_keys_of_query(params: Mapping[str, Any], partition_key: str | None) -> tuple[str, ...]:
+    """The partition key value of a Query's KeyConditionExpression (#n0 = :v0 or pk = :pk); with
+    no partition key named, the first equality's."""
     names = params.get("ExpressionAttributeNames") or {}
     values = params.get("ExpressionAttributeValues") or {}
     for name, placeholder in re.findall(r"(#?[A-Za-z0-9_]+)\s*=\s*(:[A-Za-z0-9_]+)", params.get("KeyConditionExpression", "")):
-        if names.get(name, name) == partition_key:
+        if partition_key is None or names.get(name, name) == partition_key:
             return (next(iter(values[placeholder].values())),)
     return ()
 
@@ -148,9 +153,12 @@ def _dynamodb(operation: str, params: Mapping[str, Any], names: Names) -> list[R
     if operation == "PutItem":
         return [one("dynamodb:PutItem", params["TableName"], params["Item"])]
     if operation == "Query":
-        table = params["TableName"]
-        leading = _leading_keys_of_query(params, names.partition_keys.get(table, "pk"))
-        return [Request("dynamodb:Query", names.arn("dynamodb", f"table/{table}"), {"dynamodb:LeadingKeys": leading} if leading else {})]
+        table, index = params["TableName"], params.get("IndexName")
+        # A query of an index is authorised on the index's ARN; its partition key is the index's own
+        # (the one equality a key condition must have), not the table's.
+        leading = _leading_keys_of_query(params, names.partition_keys.get(table, "pk") if index is None else None)
+        resource = names.arn("dynamodb", f"table/{table}" + (f"/index/{index}" if index else ""))
+        return [Request("dynamodb:Query", resource, {"dynamodb:LeadingKeys": leading} if leading else {})]
     if operation == "TransactWriteItems":
         # Each item is authorised by its own action (PutItem, UpdateItem, DeleteItem, ConditionCheckItem).
         actions = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem"}
@@ -259,6 +267,17 @@ def _logs(operation: str, params: Mapping[str, Any], names: Names) -> list[Reque
     raise UnknownCall(f"logs:{operation}")
 
 
+def _sts(operation: str, params: Mapping[str, Any], names: Names) -> list[Request]:
+    if operation != "AssumeRole":
+        raise UnknownCall(f"sts:{operation}")
+    # Session tags are authorised by sts:TagSession on the same role, with the tags as request tags.
+    # Both requests carry the tags asked for (a trust policy's conditions on them apply to either).
+    tags = {t["Key"]: t["Value"] for t in params.get("Tags") or []}
+    context = {f"aws:RequestTag/{k}": (v,) for k, v in tags.items()} | ({"aws:TagKeys": tuple(tags)} if tags else {})
+    assume = Request("sts:AssumeRole", params["RoleArn"], context)
+    return [assume, Request("sts:TagSession", params["RoleArn"], context)] if tags else [assume]
+
+
 def _unscoped(service: str) -> Callable[[str, Mapping[str, Any], Names], list[Request]]:
     """Services whose calls here have no resource-level permission: AWS evaluates Resource "*"."""
     return lambda operation, params, names: [Request(iam_action(service, operation), "*")]
@@ -266,7 +285,7 @@ def _unscoped(service: str) -> Callable[[str, Mapping[str, Any], Names], list[Re
 
 _RESOURCES: dict[str, Callable[[str, Mapping[str, Any], Names], list[Request]]] = {
     "dynamodb": _dynamodb, "ecs": _ecs, "autoscaling": _autoscaling, "stepfunctions": _states, "s3": _s3,
-    "events": _events, "ssm": _ssm, "logs": _logs,
+    "events": _events, "ssm": _ssm, "logs": _logs, "sts": _sts,
     "ec2": _unscoped("ec2"), "elbv2": _unscoped("elbv2"), "cloudwatch": _unscoped("cloudwatch"),
 }
 
@@ -285,15 +304,37 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+_VARIABLE = re.compile(r"\$\{([^}]+)\}")
+
+
+def with_variables(pattern: str, context: Mapping[str, tuple[str, ...]]) -> str | None:
+    """pattern with its policy variables (${aws:PrincipalTag/run}) replaced by the request's single
+    values, marked literal (\0 ... \0: a tag value's * is no wildcard); None when one is missing
+    (the statement then matches nothing, as IAM treats a variable it cannot fill)."""
+    def fill(match: re.Match[str]) -> str:
+        values = context.get(match.group(1))
+        if not values or len(values) != 1:
+            raise LookupError(match.group(1))
+        return f"\0{values[0]}\0"
+
+    try:
+        return _VARIABLE.sub(fill, pattern)
+    except LookupError:
+        return None
+
+
 def _like(pattern: str, value: str, *, ignore_case: bool = False) -> bool:
-    """IAM's wildcards: * any run of characters (across : and /), ? one character."""
-    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    """IAM's wildcards: * any run of characters (across : and /), ? one character (not inside a
+    filled-in variable's value, marked by \0)."""
+    parts = pattern.split("\0")
+    regex = "".join(re.escape(part) if i % 2 else "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in part)
+                    for i, part in enumerate(parts))
     return re.fullmatch(regex, value, re.IGNORECASE | re.DOTALL if ignore_case else re.DOTALL) is not None
 
 
 def _compare(base: str, policy_value: str, value: str) -> bool:
     if base in ("StringEquals", "ArnEquals"):
-        return value == policy_value if base == "StringEquals" else _like(policy_value, value)
+        return value == policy_value.replace("\0", "") if base == "StringEquals" else _like(policy_value, value)
     if base in ("StringLike", "ArnLike"):
         return _like(policy_value, value)
     if base == "StringEqualsIgnoreCase":
@@ -314,7 +355,8 @@ _NEGATED = {"StringNotEquals": "StringEquals", "StringNotLike": "StringLike", "A
 def _condition(operator: str, key: str, policy_values: Sequence[Any], context: Mapping[str, tuple[str, ...]]) -> bool:
     """One key of one operator, with IAM's rules for absent keys, IfExists and the set prefixes."""
     values = context.get(key)
-    wanted = [str(v).lower() if isinstance(v, bool) else str(v) for v in policy_values]
+    filled = [with_variables(str(v).lower() if isinstance(v, bool) else str(v), context) for v in policy_values]
+    wanted = [w for w in filled if w is not None]  # a value naming a missing variable matches nothing
     if operator == "Null":
         return (values is None) == (wanted[0].lower() == "true")
     quantifier, _, base = operator.rpartition(":")
@@ -339,10 +381,14 @@ def statement_applies(statement: Statement, request: Request) -> bool:
             return False
     elif any(_like(a, request.action, ignore_case=True) for a in _as_list(statement.get("NotAction", []))):
         return False
+    def resources(key: str) -> list[str]:
+        filled = (with_variables(r, request.context) for r in _as_list(statement.get(key, [])))
+        return [r for r in filled if r is not None]
+
     if "Resource" in statement:
-        if not any(_like(r, request.resource) for r in _as_list(statement["Resource"])):
+        if not any(_like(r, request.resource) for r in resources("Resource")):
             return False
-    elif any(_like(r, request.resource) for r in _as_list(statement.get("NotResource", []))):
+    elif any(_like(r, request.resource) for r in resources("NotResource")):
         return False
     for operator, keys in (statement.get("Condition") or {}).items():
         for key, wanted in keys.items():
@@ -364,9 +410,12 @@ def principal_applies(statement: Statement, principal_arn: str) -> bool:
 
 @dataclass(frozen=True)
 class Policy:
-    """A role's identity policy statements, each named (policy name and Sid or position)."""
+    """A role's identity policy statements, each named (policy name and Sid or position), and for a
+    role principals assume, its trust policy's statements (whom it trusts is this account: only the
+    conditions are evaluated, on the AssumeRole and TagSession requests)."""
 
     statements: tuple[tuple[str, Statement], ...]
+    trust: tuple[Statement, ...] = ()
 
     def allowing(self, request: Request) -> list[str]:
         """Names of the Allow statements covering the request; empty when it is refused (no Allow,
@@ -396,7 +445,8 @@ def resolve(node: Any, refs: Mapping[str, Any], conditions: Mapping[str, bool]) 
         if key == "Fn::Sub":
             text, variables = (value, {}) if isinstance(value, str) else value
             local = {k: resolve(v, refs, conditions) for k, v in variables.items()}
-            return re.sub(r"\$\{([^}!]+)\}", lambda m: str(local[m.group(1)] if m.group(1) in local else refs[m.group(1)]), text)
+            text = re.sub(r"\$\{([^}!]+)\}", lambda m: str(local[m.group(1)] if m.group(1) in local else refs[m.group(1)]), text)
+            return text.replace("${!", "${")  # ${!Literal} is Fn::Sub's escape for a literal ${Literal}
         if key == "Fn::Join":
             separator, items = value
             return separator.join(str(i) for i in _as_list(resolve(items, refs, conditions)))
@@ -472,6 +522,22 @@ def task_policies(template: Mapping[str, Any], refs: Mapping[str, Any]) -> dict[
     }
 
 
+def assumable_policies(template: Mapping[str, Any], refs: Mapping[str, Any]) -> dict[str, Policy]:
+    """The inline policies of the template's roles that principals (not services) assume, keyed by
+    the role's ARN in refs (RoleLogicalId.Arn): what calls signed with their sessions may do."""
+    resources = template["Resources"]
+    conditions = evaluate_conditions(template, refs)
+    found = {}
+    for logical, resource in resources.items():
+        if resource["Type"] != "AWS::IAM::Role":
+            continue
+        trust = _as_list(resolve(resource["Properties"]["AssumeRolePolicyDocument"]["Statement"], refs, conditions))
+        if any("AWS" in (statement.get("Principal") or {}) for statement in trust):
+            policy = role_policy(template, logical, refs, conditions)
+            found[refs[f"{logical}.Arn"]] = Policy(policy.statements, tuple(trust))
+    return found
+
+
 def role_policy(template: Mapping[str, Any], role: str, refs: Mapping[str, Any], conditions: Mapping[str, bool]) -> Policy:
     """The inline policies of the template's role `role` (logical ID), resolved with refs, one named
     statement per grant."""
@@ -495,29 +561,50 @@ class Call:
     requests: tuple[Request, ...]
     allowed_by: tuple[tuple[str, ...], ...]  # per request, the Allow statements covering it
     denied: str | None  # the AccessDenied message the twin answered, None when allowed
+    role: str | None = None  # the ARN of the role the function assumed and signed this call with
 
     def __str__(self) -> str:
         return f"{self.function}: {self.service}.{self.operation} " + ", ".join(f"{r.action} on {r.resource}" for r in self.requests)
+
+
+@dataclass(frozen=True)
+class AssumedSession:
+    """A role session a function made (sts:AssumeRole): the role and the session's name and tags."""
+
+    role: str
+    name: str
+    tags: Mapping[str, str]
+
+    def context(self) -> dict[str, tuple[str, ...]]:
+        """The condition keys every call of the session carries (aws:PrincipalTag/<key>)."""
+        return {f"aws:PrincipalTag/{k}": (v,) for k, v in self.tags.items()}
 
 
 class Enforcer:
     """Records every call of a twin function and refuses what its role would be refused."""
 
     def __init__(self, policies: Mapping[str, Policy], names: Names, object_exists: Callable[[str, str], bool]) -> None:
-        self.policies = dict(policies)
+        self.policies = dict(policies)  # by function name, and by role ARN for the roles functions assume
         self.names = names
         self.object_exists = object_exists
         self.calls: list[Call] = []
+        self.sessions: dict[str, AssumedSession] = {}  # by access key id, made in this process
         self._lock = threading.Lock()
 
-    def decide(self, function: str, service: str, operation: str, params: Mapping[str, Any]) -> Call:
-        """Evaluate one call of function against its role; record it."""
-        policy = self.policies.get(function, Policy(()))
+    def decide(self, function: str, service: str, operation: str, params: Mapping[str, Any], access_key: str | None = None) -> Call:
+        """Evaluate one call of function against its role, or against the role whose session's
+        credentials (access_key) signed it; record it."""
+        session = self.sessions.get(access_key or "")
+        policy = self.policies.get(session.role if session else function, Policy(()))
         requests = tuple(requests_of(service, operation, params, self.names))
-        allowed_by = tuple(tuple(policy.allowing(r)) for r in requests)
+        if session is not None:
+            requests = tuple(replace(r, context={**r.context, **session.context()}) for r in requests)
+        allowed_by = tuple(tuple(policy.allowing(r)) if self.trusted(r) else () for r in requests)
         denied = None
         refused = next((r for r, by in zip(requests, allowed_by) if not by), None)
         role = f"arn:aws:sts::{self.names.account}:assumed-role/servingctl-{function}/servingctl-{function}"
+        if session is not None:
+            role = f"arn:aws:sts::{self.names.account}:assumed-role/{session.role.rsplit('/', 1)[-1]}/{session.name}"
         if refused is not None:
             denied = (f"User: {role} is not authorized to perform: {refused.action} on resource: {refused.resource} "
                       f"because no identity-based policy allows the {refused.action} action")
@@ -528,9 +615,23 @@ class Enforcer:
             listing = Request("s3:ListBucket", f"arn:aws:s3:::{params['Bucket']}")
             if not policy.allowing(listing):
                 denied = "Access Denied"
-        call = Call(function, service, operation, requests, allowed_by, denied)
+        call = Call(function, service, operation, requests, allowed_by, denied, session.role if session else None)
         self.record(call)
         return call
+
+    def trusted(self, request: Request) -> bool:
+        """False for an AssumeRole or TagSession the target role's trust policy refuses (its
+        conditions: STS checks both the caller's policy and the role's trust)."""
+        target = self.policies.get(request.resource) if request.action in ("sts:AssumeRole", "sts:TagSession") else None
+        if target is None or not target.trust:
+            return True
+        return bool(Policy(tuple((str(i), {k: v for k, v in st.items() if k != "Principal"}) for i, st in enumerate(target.trust))).allowing(request))
+
+    def assumed(self, access_key: str, params: Mapping[str, Any]) -> None:
+        """Note the session an allowed AssumeRole (params) answered with credentials access_key."""
+        tags = {t["Key"]: t["Value"] for t in params.get("Tags") or []}
+        with self._lock:
+            self.sessions[access_key] = AssumedSession(params["RoleArn"], params["RoleSessionName"], tags)
 
     def record(self, call: Call) -> None:
         """Keep a decided call (from here, or decided in a Lambda worker or an ECS task process)."""
@@ -545,19 +646,30 @@ _hooks_installed: list[bool] = []
 
 
 def _note_call(params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
-    """before-parameter-build (registered last, after boto3's DynamoDB transforms): decide the call."""
+    """before-parameter-build (registered last, after boto3's DynamoDB transforms): keep the call's
+    parameters for before-call, where the credentials that sign it are known."""
     function, enforcer = CALLER.get() or _process_caller, _active
     if function is None or enforcer is None:
         return
-    call = enforcer.decide(function, model.service_model.service_name, model.name, params)
-    if call.denied is not None:
-        context["servingctl_denied"] = call
+    if context.get("is_presign_request"):
+        # A presigned URL is authorised when it is used, against its signer's policy: decided here,
+        # where generate_presigned_url stops (no before-call); a refused one is recorded as such.
+        enforcer.decide(function, model.service_model.service_name, model.name, params)
+        return
+    context["servingctl_params"] = dict(params)
 
 
-def _refuse(model: Any, context: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
-    """before-call: answer a refused call with AccessDenied instead of sending it."""
-    call = context.pop("servingctl_denied", None)
-    if call is None:
+def _refuse(model: Any, context: dict[str, Any], request_signer: Any = None, **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+    """before-call: decide the call (as the function, or as the role whose session signs it) and
+    answer a refused one with AccessDenied instead of sending it."""
+    function, enforcer, params = CALLER.get() or _process_caller, _active, context.get("servingctl_params")
+    if function is None or enforcer is None or params is None:
+        return None
+    # The signer's credentials (botocore keeps them private; refreshable ones refresh on this read).
+    credentials = getattr(request_signer, "_credentials", None)
+    access_key = credentials.get_frozen_credentials().access_key if credentials is not None else None
+    call = enforcer.decide(function, model.service_model.service_name, model.name, params, access_key)
+    if call.denied is None:
         return None
     service = model.service_model.service_name
     code = DENIED_CODE.get(service, "AccessDeniedException")
@@ -565,7 +677,16 @@ def _refuse(model: Any, context: dict[str, Any], **_: Any) -> tuple[AWSResponse,
     return AWSResponse("", 403, {}, None), parsed
 
 
-_HOOKS = (("before-parameter-build", _note_call, botocore.handlers.REGISTER_LAST), ("before-call", _refuse, botocore.handlers.REGISTER_LAST))
+def _note_session(parsed: Mapping[str, Any], context: dict[str, Any], **_: Any) -> None:
+    """after-call.sts.AssumeRole: remember which role and tags the returned credentials carry."""
+    params, enforcer = context.get("servingctl_params"), _active
+    if params is None or enforcer is None or "Credentials" not in parsed:
+        return
+    enforcer.assumed(parsed["Credentials"]["AccessKeyId"], params)
+
+
+_HOOKS = (("before-parameter-build", _note_call, botocore.handlers.REGISTER_LAST), ("before-call", _refuse, botocore.handlers.REGISTER_LAST),
+          ("after-call.sts.AssumeRole", _note_session, botocore.handlers.REGISTER_LAST))
 
 
 def _install_hooks() -> None:

@@ -168,9 +168,9 @@ class _WorkerEnforcer(iam.Enforcer):
         super().__init__(setup.policies, names, lambda bucket, key: bool(asker.ask("object_exists", bucket, key)))
         self.asker = asker
 
-    def decide(self, function: str, service: str, operation: str, params: Mapping[str, Any]) -> iam.Call:
+    def decide(self, function: str, service: str, operation: str, params: Mapping[str, Any], access_key: str | None = None) -> iam.Call:
         """Decide as the twin's Enforcer would and send the call to it."""
-        call = super().decide(function, service, operation, params)
+        call = super().decide(function, service, operation, params, access_key)
         self.asker.record(call)
         return call
 

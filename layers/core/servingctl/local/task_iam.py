@@ -16,7 +16,7 @@ import pickle
 import runpy
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -38,6 +38,10 @@ class TaskIam:
     region: str
     partition_keys: Mapping[str, str]
     calls_path: str  # the file the process appends its calls to (the twin's runner sets one per task)
+    # The roles the task may assume (role ARN -> its statements): calls signed with their sessions.
+    assumable: Mapping[str, tuple[tuple[str, Mapping[str, Any]], ...]] = field(default_factory=dict)
+    # Their trust policies' statements (role ARN -> statements): the conditions an AssumeRole must meet.
+    trusts: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
 
     def to_env(self) -> str:
         """The setup as the value of $SERVINGCTL_TWIN_TASK_IAM."""
@@ -47,7 +51,9 @@ class TaskIam:
     def from_env(cls, value: str) -> TaskIam:
         """The setup from $SERVINGCTL_TWIN_TASK_IAM."""
         given = json.loads(value)
-        return cls(**given | {"statements": tuple((name, statement) for name, statement in given["statements"])})
+        return cls(**given | {"statements": tuple((name, statement) for name, statement in given["statements"]),
+                              "assumable": {arn: tuple((n, st) for n, st in statements) for arn, statements in given.get("assumable", {}).items()},
+                              "trusts": {arn: tuple(statements) for arn, statements in given.get("trusts", {}).items()}})
 
 
 def recorded_calls(path: Path) -> Iterator[iam.Call]:
@@ -71,7 +77,9 @@ class _TaskEnforcer(iam.Enforcer):
 
         names = iam.Names(account=setup.account, region=setup.region, partition_keys=setup.partition_keys,
                           asg_arn=no_group, asg_tags=no_group)
-        super().__init__({setup.caller: iam.Policy(setup.statements)}, names, _object_exists)
+        policies = {setup.caller: iam.Policy(setup.statements)} | {
+            arn: iam.Policy(st, tuple(setup.trusts.get(arn, ()))) for arn, st in setup.assumable.items()}
+        super().__init__(policies, names, _object_exists)
         self.calls_path = setup.calls_path
 
     def record(self, call: iam.Call) -> None:

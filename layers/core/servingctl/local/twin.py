@@ -56,6 +56,7 @@ from servingctl.local.world import PREFETCH_CONTAINER, WORLD_AGENT, Delays, Worl
 from servingctl.local.task_iam import TaskIam
 from servingctl.registry import layout
 from servingctl.registry.loader import parse_registry
+from servingctl.store.dynamodb import TABLE_SCHEMA
 from servingctl.registry.models import Registry
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
@@ -491,6 +492,8 @@ class Twin:
             family = self.bench_ecs["SERVINGCTL_BENCH_ECS_TASK_DEFINITION"]
             roles = {} if self.iam is None else {family: TaskIam(
                 family, self.iam.policies[family].statements, ACCOUNT_ID, self.region, self.iam.names.partition_keys, calls_path="",
+                assumable={arn: p.statements for arn, p in self.iam.policies.items() if arn.startswith("arn:aws:iam::")},
+                trusts={arn: p.trust for arn, p in self.iam.policies.items() if arn.startswith("arn:aws:iam::")},
             )}
             self.tasks = ecs_tasks.TaskRunner(
                 {family: ecs_tasks.image_command(self.repo_root / BENCH_DOCKERFILE)},
@@ -649,6 +652,8 @@ class Twin:
             "POWERTOOLS_PARAMETERS_MAX_AGE": str(max(1, round(60 / self.time_scale))),
             "SERVINGCTL_TABLE": self.table_name,
             "SERVINGCTL_BUCKET": self.bucket_name,
+            # template.yaml's BenchRunRole.Arn on the twin (template_refs), assumed per benchmark run.
+            "SERVINGCTL_BENCH_RUN_ROLE": f"arn:aws:iam::{ACCOUNT_ID}:role/servingctl-BenchRunRole",
             "POWERTOOLS_SERVICE_NAME": "servingctl",
             "POWERTOOLS_METRICS_NAMESPACE": "servingctl",
             "POWERTOOLS_TRACE_DISABLED": "true",
@@ -839,11 +844,7 @@ class Twin:
         self._register_bench_task(ecs, subnets, sg)
         self.publish_registry(document)
         dynamodb = self.client("dynamodb")
-        dynamodb.create_table(
-            TableName=self.table_name, BillingMode="PAY_PER_REQUEST",
-            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        )
+        dynamodb.create_table(TableName=self.table_name, **TABLE_SCHEMA)
         dynamodb.update_time_to_live(TableName=self.table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
         self.client("s3").create_bucket(Bucket=self.bucket_name)
         self._bootstrap_control_plane()
@@ -943,7 +944,8 @@ class Twin:
         registry = self.registry
         b = moto_patches.backends(ACCOUNT_ID, self.region)
         refs = self.template_refs(template)
-        policies = iam.function_policies(template, refs) | iam.task_policies(template, refs | {"BenchImageUri": BENCH_IMAGE})
+        policies = (iam.function_policies(template, refs) | iam.task_policies(template, refs | {"BenchImageUri": BENCH_IMAGE})
+                    | iam.assumable_policies(template, refs))
         names = iam.Names(
             account=ACCOUNT_ID, region=self.region, partition_keys={self.table_name: "pk"},
             asg_arn=lambda name: next(p.asg_arn for p in registry.pools.values() if p.asg_name == name),

@@ -2,10 +2,13 @@
 
 Item layout (every item carries `kind` and the record as one JSON string `doc`, so nested results
 round-trip exactly, floats included; a few plain attributes make the console readable):
-  run         pk="run"            sk=<run id>                 profile, status, created_at, version (N)
+  run         pk="run#<run id>"   sk="run"                    profile, status, created_at, version (N),
+                                                              lpk="run", lsk=<run id>
   scenario    pk="run#<run id>"   sk="scenario#<name>"        position (N), records_key
   comparison  pk="run#<run id>"   sk="comparison#<scenario>"
-Run ids start with their UTC creation time, so a descending query on pk="run" lists newest first.
+A run's items share one partition (IAM scopes a run's writers to it by dynamodb:LeadingKeys). Run ids
+start with their UTC creation time, so a descending query of the listing index (lpk="run", sparse,
+eventually consistent) lists newest first.
 Run updates are optimistic: the write is conditional on the version that was read (and, when the
 caller says so, on the status it read). Scenarios and comparisons are written in one transaction
 with a condition check of their run's status (RUNNING), and only where none is written yet, or (the
@@ -32,9 +35,9 @@ from servingctl.store.benchmarks import (
     StoredScenario,
     apply_run_changes,
 )
-from servingctl.store.dynamodb import transact
+from servingctl.store.dynamodb import LIST_PK, LIST_SK, LISTING_INDEX, transact
 
-RUN_PK = "run"
+RUN_SK = "run"
 # A run update retries this often when another writer changed the run in between.
 UPDATE_ATTEMPTS = 5
 
@@ -44,7 +47,7 @@ def _run_pk(run_id: str) -> str:
 
 
 def _run_key(run_id: str) -> dict[str, str]:
-    return {"pk": RUN_PK, "sk": run_id}
+    return {"pk": _run_pk(run_id), "sk": RUN_SK}
 
 
 def _scenario_key(run_id: str, name: str) -> dict[str, str]:
@@ -70,6 +73,8 @@ class DynamoBenchmarkStore:
     def _run_item(self, run: BenchmarkRun, version: int) -> dict[str, Any]:
         return _run_key(run.run_id) | {
             "kind": "benchmark-run",
+            LIST_PK: "run",
+            LIST_SK: run.run_id,
             "profile": run.profile,
             "status": run.status.value,
             "created_at": run.model_dump(mode="json")["created_at"],
@@ -120,8 +125,9 @@ class DynamoBenchmarkStore:
         raise RuntimeError(f"benchmark run {run_id}: {UPDATE_ATTEMPTS} concurrent updates in a row, giving up")
 
     def list_runs(self, profile: str | None = None, limit: int = 50) -> list[BenchmarkRun]:
-        """Runs newest first (run ids sort by creation time), optionally of one profile."""
-        kwargs: dict[str, Any] = {"KeyConditionExpression": Key("pk").eq(RUN_PK), "ScanIndexForward": False}
+        """Runs newest first (run ids sort by creation time), optionally of one profile (from the
+        listing index: eventually consistent)."""
+        kwargs: dict[str, Any] = {"IndexName": LISTING_INDEX, "KeyConditionExpression": Key(LIST_PK).eq("run"), "ScanIndexForward": False}
         if profile is not None:
             kwargs["FilterExpression"] = Attr("profile").eq(profile)
         runs: list[BenchmarkRun] = []

@@ -1,13 +1,19 @@
 """DynamoDB store: one table (pk, sk, TTL attribute `ttl`), conditional writes for phases and locks.
 
-Item layout (every item also carries `kind`):
-  profile state   pk="profile"            sk=<profile>      ProfileState fields (times as ISO strings)
+Item layout (every item also carries `kind`). Each profile and each benchmark run has a partition of
+its own, so IAM's dynamodb:LeadingKeys can tell one from another (template.yaml scopes every role by
+it); the sparse index LISTING_INDEX (lpk, lsk: only profile and run records carry them) lists them:
+  profile state   pk="profile#<profile>"  sk="state"        ProfileState fields (times as ISO strings)
+                  lpk="profile", lsk=<profile>
   lock            pk="lock"               sk="profile:<p>" | "pool:<pool>"
                   owner, acquired_at, expires_at (ISO), expires_epoch (N), ttl (N, expiry + 1 day)
   ledger session  pk="session#<profile>"  sk=<session id: "<started ISO>#<execution name>">
                   Session fields (times as ISO strings, uptime_s N)
   start           pk="start#<profile>"    sk=<start id: "<requested ISO>#<execution name>">
                   StartRecord fields (the start's timeline: marks with times as ISO strings)
+The index is eventually consistent (no ConsistentRead on a GSI): a listing may miss a profile
+recorded a moment ago; every decision re-reads the item itself. servingctl.store.migrate moves items
+of the earlier layout (pk="profile" / pk="run", sk=<name>) to this one.
 TTL only cleans up: lock conditions compare expires_epoch with the caller's clock, since DynamoDB may
 delete expired items up to days late. Lock transactions are read by their CancellationReasons: a
 ConditionalCheckFailed is a held (or lost) lock, TransactionConflict and ThrottlingError are retried.
@@ -31,8 +37,12 @@ from servingctl.store.base import LockConflict, LockLost, StoreBusy, TransitionR
 from servingctl.store.memory import checked_changes
 from servingctl.store.models import ALLOWED_TRANSITIONS, Lock, Phase, ProfileState, Session, StartRecord, iso
 
-PROFILE_PK = "profile"
 LOCK_PK = "lock"
+PROFILE_SK = "state"
+# The sparse index listing profile and run records (partition lpk = "profile" | "run", sort lsk = name).
+LISTING_INDEX = "listing"
+LIST_PK = "lpk"
+LIST_SK = "lsk"
 LOCK_TTL_GRACE_S = 86400
 # Optimistic phase writes retry this often when another writer changed the item in between.
 PHASE_WRITE_ATTEMPTS = 3
@@ -41,6 +51,22 @@ PHASE_WRITE_ATTEMPTS = 3
 TRANSACTION_ATTEMPTS = 4
 TRANSACTION_BACKOFF_S = 0.05
 RETRIED_CANCELLATIONS = frozenset({"TransactionConflict", "ThrottlingError"})
+
+
+def profile_key(profile: str) -> dict[str, str]:
+    """The key of a profile's state record."""
+    return {"pk": f"profile#{profile}", "sk": PROFILE_SK}
+
+
+def query_all(table: Any, kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every item of a query, over all its pages."""
+    items: list[dict[str, Any]] = []
+    while True:
+        page = table.query(**kwargs)
+        items.extend(page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs = kwargs | {"ExclusiveStartKey": page["LastEvaluatedKey"]}
 
 
 def _to_item(data: dict[str, Any]) -> dict[str, Any]:
@@ -88,19 +114,12 @@ class DynamoStore:
     # ---- profile state -------------------------------------------------------------------------
     def get_profile(self, profile: str) -> ProfileState:
         """The profile's state (STOPPED with no history when never recorded)."""
-        item = self._table.get_item(Key={"pk": PROFILE_PK, "sk": profile}, ConsistentRead=True).get("Item")
+        item = self._table.get_item(Key=profile_key(profile), ConsistentRead=True).get("Item")
         return ProfileState.model_validate(item) if item else ProfileState(profile=profile)
 
     def list_profiles(self) -> list[ProfileState]:
-        """Every recorded profile state, sorted by name."""
-        items: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {"KeyConditionExpression": Key("pk").eq(PROFILE_PK), "ConsistentRead": True}
-        while True:
-            page = self._table.query(**kwargs)
-            items.extend(page["Items"])
-            if "LastEvaluatedKey" not in page:
-                break
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        """Every recorded profile state, sorted by name (from the listing index: eventually consistent)."""
+        items = query_all(self._table, {"IndexName": LISTING_INDEX, "KeyConditionExpression": Key(LIST_PK).eq("profile")})
         return sorted((ProfileState.model_validate(i) for i in items), key=lambda s: s.profile)
 
     def _write_profile(self, current: ProfileState, changes: dict[str, Any], now: datetime, condition: Any) -> ProfileState:
@@ -109,14 +128,15 @@ class DynamoStore:
         names = ["profile", "updated_at", *changes]
         sets = {n: dumped[n] for n in names if dumped[n] is not None}
         removes = [n for n in names if dumped[n] is None]
-        expression = "SET " + ", ".join(f"#{n} = :{n}" for n in [*sets, "kind"])
+        expression = "SET " + ", ".join(f"#{n} = :{n}" for n in [*sets, "kind", LIST_PK, LIST_SK])
         if removes:
             expression += " REMOVE " + ", ".join(f"#{n}" for n in removes)
         kwargs: dict[str, Any] = {
-            "Key": {"pk": PROFILE_PK, "sk": current.profile},
+            "Key": profile_key(current.profile),
             "UpdateExpression": expression,
-            "ExpressionAttributeNames": {f"#{n}": n for n in [*sets, *removes, "kind"]},
-            "ExpressionAttributeValues": {f":{n}": v for n, v in sets.items()} | {":kind": "profile"},
+            "ExpressionAttributeNames": {f"#{n}": n for n in [*sets, *removes, "kind", LIST_PK, LIST_SK]},
+            "ExpressionAttributeValues": {f":{n}": v for n, v in sets.items()}
+            | {":kind": "profile", f":{LIST_PK}": "profile", f":{LIST_SK}": current.profile},
             "ReturnValues": "ALL_NEW",
         }
         if condition is not None:
@@ -340,15 +360,23 @@ class DynamoStore:
         return [StartRecord.model_validate(i) for i in reversed(page["Items"])]
 
 
+# Keys, the listing index and billing as template.yaml's StateTable declares them.
+TABLE_SCHEMA: dict[str, Any] = {
+    "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+    "AttributeDefinitions": [{"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk", LIST_PK, LIST_SK)],
+    "GlobalSecondaryIndexes": [{
+        "IndexName": LISTING_INDEX,
+        "KeySchema": [{"AttributeName": LIST_PK, "KeyType": "HASH"}, {"AttributeName": LIST_SK, "KeyType": "RANGE"}],
+        "Projection": {"ProjectionType": "ALL"},
+    }],
+    "BillingMode": "PAY_PER_REQUEST",
+}
+
+
 def create_table(table_name: str, resource: Any | None = None) -> None:
     """Create the table as template.yaml declares it (for the local twin and tests)."""
     resource = resource or boto3.resource("dynamodb")
-    table = resource.create_table(
-        TableName=table_name,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    table = resource.create_table(TableName=table_name, **TABLE_SCHEMA)
     table.wait_until_exists()
     resource.meta.client.update_time_to_live(
         TableName=table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"}
