@@ -380,7 +380,7 @@ def measure(args: argparse.Namespace, concurrencies: list[int], model: str, work
     ttft = ttft_rows(runs["paced"], ttft_at)
     run = read_results(runs["flood"][0]["ours_dir"])
     exported = set(to_vllm(run, run.scenarios[0]))
-    whole = {}
+    whole: dict[str, dict[str, dict[str, float]]] = {}
     for name, boths in runs.items():
         whole[name] = {}
         for client in ("ours", "vllm"):

@@ -64,7 +64,8 @@ def run_vllm(log_path: str, argv: list[str]) -> int:
         "tokens": result.get("total_output_tokens"),
         "requests": result.get("completed"),
     })
-    runs, current = [], []
+    runs: list[list[str]] = []
+    current: list[str] = []
     for arg in argv:
         if arg == "--next":
             runs.append(current)

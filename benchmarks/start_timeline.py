@@ -33,6 +33,7 @@ import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import boto3
@@ -69,9 +70,8 @@ REFERENCE = Delays(
     # profiling ("Graph capturing finished in 17 secs", "init engine ... took 34.11 seconds": vLLM
     # issue #20264), then the API server: 161 + 60 + 34 = 255 s.
     load_s=255.0,
-    # ALB health checks: interval 30 s, healthy threshold 2 (FACTS.md section 1).
-    health_interval_s=30.0,
-    healthy_threshold=2,
+    # ALB health checks (interval 30 s, healthy threshold 2: FACTS.md section 1) are the target
+    # group's settings, which the twin's ALB follows (servingctl.local.elbv2), not world delays.
     # Warm pool: EC2 starts a stopped instance and skips the first boot (the ECS docs' pre-initialized
     # instances); 40 s is the world's default. Image layers on the volume: a manifest check (5 s).
     warm_start_s=40.0,
@@ -105,7 +105,7 @@ def _registry(directory: Path) -> Path:
     return path
 
 
-def _scaled(values: dict[str, float], factor: float) -> dict[str, Any]:
+def _scaled(values: Mapping[str, float], factor: float) -> dict[str, Any]:
     return {k: v if k == "backoff" else max(1, math.ceil(v / factor)) for k, v in values.items()}
 
 

@@ -19,6 +19,7 @@ import json
 import math
 import sys
 from datetime import datetime
+from collections.abc import Mapping
 from typing import Any
 
 import boto3
@@ -32,7 +33,7 @@ DEADLINES = {"capacity_s": 900, "task_s": 2400, "health_s": 2400}
 GOAL_TRANSITIONS = 150
 
 
-def _scaled(values: dict[str, float], factor: float, keep: tuple[str, ...] = ()) -> dict[str, Any]:
+def _scaled(values: Mapping[str, float], factor: float, keep: tuple[str, ...] = ()) -> dict[str, Any]:
     """Divide every value by factor (whole seconds, at least 1), leaving the keys in keep alone."""
     return {k: v if k in keep else max(1, math.ceil(v / factor)) for k, v in values.items()}
 

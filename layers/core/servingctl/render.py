@@ -24,10 +24,11 @@ def when(moment: str | datetime | None, *, short: bool = False) -> str:
     if not moment:
         return "-"
     if isinstance(moment, str):
+        text = moment
         try:
-            moment = datetime.fromisoformat(moment)
+            moment = datetime.fromisoformat(text)
         except ValueError:
-            return moment
+            return text
     return (moment.astimezone(UTC) if moment.tzinfo else moment).strftime("%m-%d %H:%M" if short else "%Y-%m-%d %H:%M UTC")
 
 
@@ -80,7 +81,7 @@ def columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequenc
     return "\n".join(out)
 
 
-def columns_with_notes(header: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str], right: Sequence[int] = ()) -> str:
+def columns_with_notes(header: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str | None], right: Sequence[int] = ()) -> str:
     """columns() of one-line header and short cells, each row followed by its note (free text such
     as an error, wrapped to the terminal and indented) when it has one."""
     lines = columns(header, rows, right).split("\n")

@@ -115,7 +115,8 @@ def list_benchmarks(deps: ApiDeps, profile: str | None, limit: int) -> list[Benc
 def _execution(deps: ApiDeps, run_id: str) -> dict[str, Any] | None:
     arn = deps.bench_machine_arn.replace(":stateMachine:", ":execution:") + ":" + execution_name(run_id)
     try:
-        return deps.sfn.describe_execution(executionArn=arn)
+        execution: dict[str, Any] = deps.sfn.describe_execution(executionArn=arn)
+        return execution
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") in ("ExecutionDoesNotExist", "InvalidArn"):
             return None
@@ -131,7 +132,7 @@ def get_benchmark(deps: ApiDeps, run_id: str) -> BenchmarkDetail:
     run = deps.runs.get_run(run_id)
     ended = execution is not None and execution["status"] != "RUNNING"
     reason = None
-    if ended:
+    if ended and execution is not None:
         reason = ": ".join([f"execution {execution['status']}", *(str(execution[k]) for k in ("error", "cause") if execution.get(k))])
     if run is None:
         if execution is None:

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyAlreadyInProgressError,
@@ -49,7 +50,7 @@ TITLE = "servingctl"
 VERSION = "1"
 IDEMPOTENCY_EXPIRY_S = 3600
 MAX_STARTS = 100  # GET /profiles/{name}/starts answers at most this many (one DynamoDB query page)
-ERRORS = {
+ERRORS: dict[int, OpenAPIResponse] = {
     400: {"description": "Bad input: the message names the field and the allowed values",
           "content": {"application/json": {"model": ErrorBody}}},
     404: {"description": "Unknown profile or execution", "content": {"application/json": {"model": ErrorBody}}},
@@ -61,7 +62,7 @@ ERRORS = {
 }
 
 
-def _ok(model: type[Any], description: str = "Success") -> dict[int, Any]:
+def _ok(model: Any, description: str = "Success") -> dict[int, OpenAPIResponse]:
     return {200: {"description": description, "content": {"application/json": {"model": model}}}}
 
 ProfileName = Annotated[str, Path(description="profile name from the registry")]
@@ -71,7 +72,7 @@ IdempotencyKey = Annotated[
 ]
 
 
-def _error_response(error: ApiError) -> Response:
+def _error_response(error: ApiError) -> Response[str]:
     body = ErrorBody(status=error.status, error=error.error, message=error.message, field=error.field)
     return Response(status_code=error.status, content_type=content_types.APPLICATION_JSON, body=body.model_dump_json())
 
@@ -115,7 +116,7 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
         if persistence is not None else submit
     )
 
-    def _submit(action: str, name: str, body: dict[str, Any], key: str | None) -> Response:
+    def _submit(action: str, name: str, body: dict[str, Any], key: str | None) -> Response[ExecutionRef]:
         request = {"action": action, "profile": name, "body": body, "key": key, "caller": caller()}
         if key is None:
             # Without a key the execution name is what makes a repeated call harmless.
@@ -124,27 +125,28 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
             config.register_lambda_context(app.lambda_context)
             answer = remembered(request=request)
         # Nothing started (already READY / STOPPED) is a 200, an execution started or joined a 202.
-        return Response(status_code=200 if answer.get("already") else 202, content_type=content_types.APPLICATION_JSON, body=answer)
+        return Response(status_code=200 if answer.get("already") else 202, content_type=content_types.APPLICATION_JSON,
+                        body=ExecutionRef.model_validate(answer))
 
     @app.exception_handler(ApiError)
-    def _api_error(error: ApiError) -> Response:
+    def _api_error(error: ApiError) -> Response[str]:
         return _error_response(error)
 
     @app.exception_handler(RegistryError)
-    def _registry_unusable(exc: RegistryError) -> Response:
+    def _registry_unusable(exc: RegistryError) -> Response[str]:
         field = exc.problems[0].parameter if len(exc.problems) == 1 else None
         return _error_response(RegistryUnavailable(str(exc), field))
 
     @app.exception_handler(RequestValidationError)
-    def _invalid(exc: RequestValidationError) -> Response:
+    def _invalid(exc: RequestValidationError) -> Response[str]:
         return _error_response(_validation_message(exc))
 
     @app.exception_handler(IdempotencyValidationError)
-    def _key_reused(exc: IdempotencyValidationError) -> Response:
+    def _key_reused(exc: IdempotencyValidationError) -> Response[str]:
         return _error_response(Conflict("Idempotency-Key was already used for a different request", "header.Idempotency-Key"))
 
     @app.exception_handler(IdempotencyAlreadyInProgressError)
-    def _key_in_progress(exc: IdempotencyAlreadyInProgressError) -> Response:
+    def _key_in_progress(exc: IdempotencyAlreadyInProgressError) -> Response[str]:
         return _error_response(Conflict("a request with this Idempotency-Key is still being handled", "header.Idempotency-Key"))
 
     @app.get("/profiles", summary="List the profiles", tags=["profiles"], responses={**_ok(list[ProfileSummary]), 503: ERRORS[503]})
@@ -174,8 +176,8 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
                          "content": {"application/json": {"model": ExecutionRef}}},
                    **ERRORS},
     )
-    def start_profile(name: ProfileName, body: Annotated[StartRequest | None, Body()] = None, key: IdempotencyKey = None) -> ExecutionRef:
-        return _submit("start", name, (body or StartRequest()).model_dump(mode="json", exclude_none=True), key)  # type: ignore[return-value]
+    def start_profile(name: ProfileName, body: Annotated[StartRequest | None, Body()] = None, key: IdempotencyKey = None) -> Response[ExecutionRef]:
+        return _submit("start", name, (body or StartRequest()).model_dump(mode="json", exclude_none=True), key)
 
     @app.post(
         "/profiles/<name>/stop", summary="Stop a profile (202 with the execution)", tags=["profiles"], status_code=202,
@@ -185,8 +187,8 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
                          "content": {"application/json": {"model": ExecutionRef}}},
                    **ERRORS},
     )
-    def stop_profile(name: ProfileName, body: Annotated[StopRequest | None, Body()] = None, key: IdempotencyKey = None) -> ExecutionRef:
-        return _submit("stop", name, (body or StopRequest()).model_dump(mode="json", exclude_none=True), key)  # type: ignore[return-value]
+    def stop_profile(name: ProfileName, body: Annotated[StopRequest | None, Body()] = None, key: IdempotencyKey = None) -> Response[ExecutionRef]:
+        return _submit("stop", name, (body or StopRequest()).model_dump(mode="json", exclude_none=True), key)
 
     @app.post(
         "/profiles/<name>/keepalive", summary="Extend a READY profile's lease", tags=["profiles"],
@@ -217,9 +219,8 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
         "length. 409 when the profile is not READY and start is false, or the run_id is taken.",
         responses={202: {"description": "Started", "content": {"application/json": {"model": BenchmarkRef}}}, **ERRORS},
     )
-    def start_benchmark(body: Annotated[BenchmarkInput, Body()]) -> BenchmarkRef:
-        ref = benchmarks.start_benchmark(deps(), body)
-        return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=ref.model_dump(mode="json"))  # type: ignore[return-value]
+    def start_benchmark(body: Annotated[BenchmarkInput, Body()]) -> Response[BenchmarkRef]:
+        return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=benchmarks.start_benchmark(deps(), body))
 
     @app.get("/benchmarks", summary="Benchmark runs, newest first", tags=["benchmarks"],
              responses={**_ok(list[BenchmarkSummary]), 400: ERRORS[400], 404: ERRORS[404], 503: ERRORS[503]})
@@ -265,7 +266,7 @@ def openapi_document() -> dict[str, Any]:
     def no_deps() -> ApiDeps:
         raise RuntimeError("the OpenAPI document is generated without calling any route")
 
-    document = json.loads(build_app(no_deps).get_openapi_json_schema(title=TITLE, version=VERSION))
+    document: dict[str, Any] = json.loads(build_app(no_deps).get_openapi_json_schema(title=TITLE, version=VERSION))
     for path in document["paths"].values():
         for operation in path.values():
             operation["responses"].pop("422", None)

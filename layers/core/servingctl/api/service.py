@@ -422,7 +422,7 @@ def keepalive(deps: ApiDeps, name: str, body: KeepaliveRequest, caller: str | No
     else:
         raise Conflict(f"{name}: its record kept changing during the keepalive; try again")
     summary = _summary(deps, name, updated)
-    if extended:
+    if extended or previous is None:
         message = f"{name}: lease now ends at {render.when(deadline)} ({minutes} min from now)" + (f"; it ended at {render.when(previous)}" if previous else "")
     else:
         left = int((previous - now).total_seconds() // 60)
@@ -438,6 +438,7 @@ def keepalive(deps: ApiDeps, name: str, body: KeepaliveRequest, caller: str | No
 # ---- progress -----------------------------------------------------------------------------------
 def execution_arn(deps: ApiDeps, execution_id: str) -> tuple[str, Action]:
     """The ARN and flow of an execution given by name (start-.../stop-...) or by ARN."""
+    action: Action
     if execution_id.startswith("arn:"):
         machine = execution_id.replace(":execution:", ":stateMachine:").rsplit(":", 1)[0]
         for action in ("start", "stop"):
@@ -446,7 +447,6 @@ def execution_arn(deps: ApiDeps, execution_id: str) -> tuple[str, Action]:
         raise NotFound(f"execution {execution_id} does not belong to the start or stop state machine", "path.execution_id")
     if not EXECUTION_NAME.match(execution_id):
         raise BadRequest("execution_id: an execution name (letters, digits, - and _, at most 80) or ARN", "path.execution_id")
-    action: Action
     if execution_id.startswith("start-"):
         action = "start"
     elif execution_id.startswith("stop-"):

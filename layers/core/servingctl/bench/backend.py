@@ -296,7 +296,7 @@ class Backend:
         """Close the connection pool."""
         await self._client.aclose()
 
-    def chat_body(self, prompt: str, max_tokens: int, seed: int, cache_salt: str | None, stream: bool = True) -> dict:
+    def chat_body(self, prompt: str, max_tokens: int, seed: int, cache_salt: str | None, stream: bool = True) -> dict[str, Any]:
         """The request body: greedy, fixed length (ignore_eos), usage in every chunk."""
         body: dict[str, Any] = {
             "model": self.model,
@@ -383,11 +383,12 @@ class Backend:
         finally:
             await timed.aclose()
 
-    async def get_json(self, path: str) -> dict | None:
-        """GET a JSON document; None when the server does not answer it with 200 and JSON."""
+    async def get_json(self, path: str) -> dict[str, Any] | None:
+        """GET a JSON object; None when the server does not answer it with 200 and a JSON object."""
         try:
             response = await self._client.get(path)
-            return response.json() if response.status_code == 200 else None
+            document = response.json() if response.status_code == 200 else None
+            return document if isinstance(document, dict) else None
         except (httpx.HTTPError, ValueError):
             return None
 
@@ -419,7 +420,7 @@ class Backend:
             await timed.aclose()
         return status, body.decode("utf-8", "replace")
 
-    async def post_json(self, path: str, body: dict) -> tuple[int | None, Any]:
+    async def post_json(self, path: str, body: dict[str, Any]) -> tuple[int | None, Any]:
         """POST JSON: (status, parsed body or text); status None on a network error."""
         try:
             response = await self._client.post(path, json=body)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -47,7 +47,7 @@ class Change:
     units: tuple[int, int] = (0, 0)  # resampled units in the baseline, in this run
     confidence: float = CONFIDENCE
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
         return asdict(self)
 

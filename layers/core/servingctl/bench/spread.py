@@ -21,6 +21,7 @@ from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
+from collections.abc import Sequence
 from typing import Any
 
 from servingctl.bench import aio
@@ -44,9 +45,11 @@ START_LEAD_S = 1.0
 MAX_PROCESSES = 64
 # How often the parent looks whether a process died without a word (killed, out of memory).
 POLL_S = 1.0
+# What a process tells the parent: (kind, process index, payload), as _measure_part lists them.
+Message = tuple[str, int, Any]
 
 
-def _measure_part(out: Queue, go: Event, start_ns: Synchronized, config: RunConfig, connection: Connection,
+def _measure_part(out: Queue[Message], go: Event, start_ns: Synchronized[int], config: RunConfig, connection: Connection,
                   calibration: Calibration, concurrency: int, run_id: str, name: str, index: int, count: int,
                   lag_p99_limit_ms: float, cpu_share_limit: float) -> None:
     """One process's share, on its own event loop: ("ready", index, None) once it is up, then after
@@ -69,7 +72,7 @@ def _measure_part(out: Queue, go: Event, start_ns: Synchronized, config: RunConf
         out.put(("error", shard.index, f"{type(exc).__name__}: {exc}"))
 
 
-def _start_deaf_to_ctrl_c(children: list[BaseProcess]) -> None:
+def _start_deaf_to_ctrl_c(children: Sequence[BaseProcess]) -> None:
     """Start the processes with SIGINT blocked from their first instruction: a Ctrl-C reaches the
     whole process group, and a process still importing the engine would print a cut-off
     KeyboardInterrupt traceback. This process owns the interrupt and terminates them; a Ctrl-C
@@ -83,7 +86,7 @@ def _start_deaf_to_ctrl_c(children: list[BaseProcess]) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def _next(out: Queue) -> tuple[str, int, Any] | None:
+def _next(out: Queue[Message]) -> Message | None:
     """The next message from a process, or None after POLL_S of silence."""
     try:
         return out.get(timeout=POLL_S)

@@ -26,7 +26,7 @@ import asyncio
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 
@@ -108,7 +108,7 @@ class TimedStream(httpx.AsyncByteStream):
         if self._error is not None:
             raise self._error
 
-    async def __aiter__(self):  # type: ignore[override]
+    async def __aiter__(self) -> AsyncIterator[bytes]:
         """Body blocks as they arrive (the non-streaming path: httpx's aread)."""
         while True:
             if self._blocks:
@@ -509,6 +509,7 @@ class StreamTransport(httpx.AsyncBaseTransport):
             host, port, request, pool_timeout=None, connect_timeout=connect_timeout, read_timeout=read_timeout,
             no_body=False, stamped=True,
         )
+        assert conn.stream is not None  # the response head arrived: the connection has its body stream
         return t_sent, status, conn.stream
 
     async def _send(

@@ -221,7 +221,7 @@ def plan_scenarios(given: BenchmarkInput, profile: ServingProfile, *, ecs_availa
     count = len(given.input_tokens) * len(given.concurrencies)
     if count > MAX_SCENARIOS:
         raise InvalidInput(f"invalid input: input_tokens x concurrencies is {count} scenarios; allowed: at most {MAX_SCENARIOS}")
-    planned = []
+    planned: list[PlannedScenario] = []
     for tokens in given.input_tokens:
         for concurrency in given.concurrencies:
             name = scenario_name(tokens, concurrency, given.mode, given.rate)

@@ -51,7 +51,7 @@ from servingctl.benchmarks.matrix import (
     run_config,
     sweep_scenario,
 )
-from servingctl.schema.results import SCHEMA_VERSION, Calibration, ClientSelfCheck, ScenarioSummary, ServerSample
+from servingctl.schema.results import SCHEMA_VERSION, Calibration, ClientSelfCheck, ScenarioSummary, ServerSample, SweepStep
 from servingctl.bench.runner import Measurement, Shard, connection_for, measure_scenario, prepare, settled_snapshot, summarize_measurement
 from servingctl.bench.server_metrics import ServerMetrics, Snapshot, thinned
 from servingctl.bench.shards import earliest_snapshot, merge_shards
@@ -70,6 +70,7 @@ from servingctl.store.benchmarks import (
     Reproducibility,
     ResultExists,
     RunEnded,
+    Runner,
     RunStatus,
     Split,
     StoredComparison,
@@ -183,7 +184,9 @@ async def _while_live(deps: WorkerDeps, run_id: str, work: Coroutine[Any, Any, T
 def attempt_of(event: dict[str, Any]) -> str:
     """This step attempt's label for object keys: t<digits of the time Step Functions entered the
     state>-r<retry count> (a retry, or a redrive entering the state again, gets a new one)."""
-    attempt = event.get("attempt") if isinstance(event.get("attempt"), dict) else {}
+    attempt = event.get("attempt")
+    if not isinstance(attempt, dict):
+        attempt = {}
     entered = re.sub(r"\D", "", str(attempt.get("entered") or ""))
     retry = attempt.get("retry")
     return f"t{entered or 0}-r{retry if isinstance(retry, int) else 0}"
@@ -333,7 +336,7 @@ def calibrate(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     return {"calibrations": [{"target_tokens": c.target_tokens, "actual_tokens": c.actual_tokens, "method": c.method} for c in calibrations]}
 
 
-def _store_scenario(deps: WorkerDeps, run: BenchmarkRun, planned: PlannedScenario, result: Any, runner: str, attempt: str,
+def _store_scenario(deps: WorkerDeps, run: BenchmarkRun, planned: PlannedScenario, result: Any, runner: Runner, attempt: str,
                     split: Split | None = None, replacing: str | None = None) -> StoredScenario:
     """Records first (under this attempt's key), then the summary; both refused once the run ended
     (the records by a read just before: S3 cannot check the run), the summary once one is written."""
@@ -495,7 +498,7 @@ def sweep_next(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     given = _given(run)
     if not given.sweep:
         raise InvalidInput(f"sweep: run {run.run_id} was not asked to sweep")
-    steps = []
+    steps: list[SweepStep] = []
     for scenario in sorted(deps.runs.list_scenarios(run.run_id), key=lambda s: s.position):
         steps.append(step_of(scenario.summary, steps))
     decision = decide(steps, given.sweep_max_concurrency, given.sweep_max_steps)

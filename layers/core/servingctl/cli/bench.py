@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from servingctl.bench import aio
 from servingctl.bench.calibration import CalibrationError, EndpointUnreachable
@@ -229,7 +229,7 @@ def _progress(console: Console) -> Iterator[ProgressFn]:
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
-        tasks: dict[str, object] = {}
+        tasks: dict[str, TaskID] = {}
 
         def rich_event(event: ProgressEvent) -> None:
             if event.kind == "calibrated":

@@ -96,17 +96,18 @@ def _compare(args: argparse.Namespace) -> int:
     except KeyError as exc:
         return _error(f"--api: {exc.args[0]}")
     try:
-        inputs = CompareInput(
-            aggregate_tok_s=args.aggregate_tok_s,
-            input_tokens=args.input_tokens,
-            output_tokens=args.output_tokens,
-            api_input_usd_per_m=api_in,
-            api_output_usd_per_m=api_out,
-            hours=args.hours,
-            self_hosted_monthly_usd=args.self_hosted_monthly_usd,
-            hourly_usd=args.hourly_usd,
-            standing_monthly_usd=args.standing_monthly_usd,
-        )
+        # Validated as given (an API price still None is refused naming its flag).
+        inputs = CompareInput.model_validate({
+            "aggregate_tok_s": args.aggregate_tok_s,
+            "input_tokens": args.input_tokens,
+            "output_tokens": args.output_tokens,
+            "api_input_usd_per_m": api_in,
+            "api_output_usd_per_m": api_out,
+            "hours": args.hours,
+            "self_hosted_monthly_usd": args.self_hosted_monthly_usd,
+            "hourly_usd": args.hourly_usd,
+            "standing_monthly_usd": args.standing_monthly_usd,
+        })
     except ValidationError as exc:
         return _error(for_flags(exc.errors(), _FLAGS))
     result = compare(inputs)
@@ -140,8 +141,8 @@ def _api_prices(args: argparse.Namespace) -> tuple[float | None, float | None]:
     """The managed API's input and output prices per 1M: the flags, else the catalog's API (CatalogError, KeyError)."""
     catalog = load_catalog(args.prices)
     api = catalog.managed_api(args.api) if args.api or catalog.default_managed_api else None
-    api_in = args.api_input_usd_per_m if args.api_input_usd_per_m is not None else (api and api.input_usd_per_m)
-    api_out = args.api_output_usd_per_m if args.api_output_usd_per_m is not None else (api and api.output_usd_per_m)
+    api_in = args.api_input_usd_per_m if args.api_input_usd_per_m is not None else (api.input_usd_per_m if api else None)
+    api_out = args.api_output_usd_per_m if args.api_output_usd_per_m is not None else (api.output_usd_per_m if api else None)
     return api_in, api_out
 
 
@@ -200,14 +201,16 @@ def _prices(args: argparse.Namespace) -> int:
     for key, p in catalog.instances.items():
         rows.append(("instance", key, f"{p.hourly_usd}/h" + (" (estimate)" if p.estimate else "")))
         notes.append(f"as of {p.as_of}, source: {p.source}")
-    for key, p in catalog.infrastructure.items():
+    for key, infra in catalog.infrastructure.items():
         monthly = f"/{MONTHLY_UNITS.get(key.split('-')[-2], 'GB')}-month"
-        amount = next(f"{v}{unit}" for v, unit in ((p.hourly_usd, "/h"), (p.per_gb_usd, "/GB"), (p.monthly_usd, monthly)) if v is not None)
+        amount = next(
+            f"{v}{unit}" for v, unit in ((infra.hourly_usd, "/h"), (infra.per_gb_usd, "/GB"), (infra.monthly_usd, monthly)) if v is not None
+        )
         rows.append(("infrastructure", key, amount))
-        notes.append(f"as of {p.as_of}, source: {p.source}")
-    for key, p in catalog.managed_apis.items():
-        rows.append(("managed API", key, f"in {p.input_usd_per_m} / out {p.output_usd_per_m} per 1M"))
-        notes.append(f"as of {p.as_of}, source: {p.source}")
+        notes.append(f"as of {infra.as_of}, source: {infra.source}")
+    for key, api in catalog.managed_apis.items():
+        rows.append(("managed API", key, f"in {api.input_usd_per_m} / out {api.output_usd_per_m} per 1M"))
+        notes.append(f"as of {api.as_of}, source: {api.source}")
     print(f"Price catalog ({catalog.currency})")
     print(render.columns_with_notes(("kind", "key", "price"), rows, notes))
     return 0

@@ -18,7 +18,7 @@ from servingctl.cli.benchmarks import RunNotAvailable, load_run
 from servingctl.cli.main import summary
 from servingctl.cli.client import add_api_arguments
 from servingctl.costs import CatalogError, cost_comparisons, load_catalog, priced_api
-from servingctl.costs.compare import HOURS_PER_MONTH
+from servingctl.schema.comparison import HOURS_PER_MONTH
 from servingctl.wording import for_flags
 
 

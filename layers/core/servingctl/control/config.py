@@ -45,7 +45,7 @@ def _within(problems: list[str], field: str, value: int | None, largest: int, li
 def limit_problems(profile: str, spec: ServingProfile, poll: Poll | None, deadlines: dict[str, int | None]) -> list[str]:
     """What in a start's or stop's poll and deadlines exceeds the profile's registry limits, one
     line per field naming the allowed range (empty when everything is within them)."""
-    limits, problems = spec.limits, []
+    limits, problems = spec.limits, list[str]()
     if poll is not None:
         for name in ("interval_s", "max_interval_s"):
             _within(problems, f"poll.{name}", getattr(poll, name), limits.max_poll_interval_s,

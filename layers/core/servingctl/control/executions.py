@@ -38,6 +38,7 @@ def is_execution_of(name: str, action: Action, profile: str) -> bool:
 
 def running_execution(sfn: Any, machine_arn: str, action: Action, profile: str) -> dict[str, Any] | None:
     """The profile's RUNNING execution of the machine (a list_executions item), None when there is none."""
+    execution: dict[str, Any]
     for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine_arn, statusFilter="RUNNING"):
         for execution in page["executions"]:
             if is_execution_of(execution["name"], action, profile):
@@ -48,6 +49,7 @@ def running_execution(sfn: Any, machine_arn: str, action: Action, profile: str) 
 def latest_execution(sfn: Any, machine_arn: str, action: Action, profile: str) -> dict[str, Any] | None:
     """The profile's newest execution of the machine, whatever its status (a list_executions item)."""
     # ListExecutions answers newest first.
+    execution: dict[str, Any]
     for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine_arn):
         for execution in page["executions"]:
             if is_execution_of(execution["name"], action, profile):

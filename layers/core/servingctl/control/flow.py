@@ -52,7 +52,7 @@ def take_locks(deps: Deps, config: StartConfig | StopConfig, execution: str) -> 
     """Take the profile and pool locks; a holder whose execution is no longer RUNNING is taken over,
     conditionally on that same holder. Returns the locks and the dead owners taken over from;
     LockConflict names a live holder."""
-    names, dead = lock_names(config), []
+    names, dead = lock_names(config), list[str]()
     # Each round takes the locks, finds a live holder, or learns one more dead owner.
     while True:
         try:

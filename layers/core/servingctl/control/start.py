@@ -52,7 +52,9 @@ def prepare_start(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
     if isinstance(named, str) and named in deps.retired:
         raise ProfileNotFound(f"profile: {named} cannot be started: {deps.retired[named]}; it can only be stopped")
     config = start_config(deps.registry, state)
-    given = state.get("deadlines") if isinstance(state.get("deadlines"), dict) else {}
+    given = state.get("deadlines")
+    if not isinstance(given, dict):
+        given = {}
     history = deps.store.list_starts(config.profile, limit=HISTORY_STARTS)
     upper = deps.profile(config.profile).limits.max_start_deadline_s
     fixed = config.settings.deadlines

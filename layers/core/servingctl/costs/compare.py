@@ -15,7 +15,10 @@ SECONDS_PER_HOUR = 3600
 
 def compare(inputs: CompareInput) -> Comparison:
     """Compute the monthly costs both ways, their ratio, cost per 1M output tokens and break-even."""
-    running = inputs.self_hosted_monthly_usd or inputs.hourly_usd * inputs.hours  # type: ignore[operator]
+    running = inputs.self_hosted_monthly_usd
+    if running is None:
+        assert inputs.hourly_usd is not None  # CompareInput holds exactly one of the two
+        running = inputs.hourly_usd * inputs.hours
     self_monthly = running + inputs.standing_monthly_usd
     output_tokens = inputs.aggregate_tok_s * inputs.hours * SECONDS_PER_HOUR
     requests = output_tokens / inputs.output_tokens

@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -55,7 +56,7 @@ def _errors(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '<document>'}: {err['msg']}" for err in exc.errors())
 
 
-def parse_registry(document: str | bytes | dict) -> Registry:
+def parse_registry(document: str | bytes | dict[str, Any]) -> Registry:
     """Validate a whole registry document and return the model, or raise RegistryError naming the field."""
     try:
         data = json.loads(document) if isinstance(document, (str, bytes)) else document

@@ -9,13 +9,13 @@ tokens per second. Bump SCHEMA_VERSION on any incompatible change.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servingctl.schema.comparison import SloCost
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 
 Mode = Literal["burst", "sustained", "rate"]
 SaltMode = Literal["cache-salt", "prompt-nonce", "none"]
@@ -383,9 +383,9 @@ class RunMetadata(_Model):
     python_version: str
     hostname: str | None = None
     client_host: ClientHost | None = None
-    deployment: dict | None = Field(None, description="what was measured as the controller deployed it (a stored run's reproducibility record)")
-    server_version: dict | None = Field(None, description="GET /version as returned")
-    server_models: dict | None = Field(None, description="GET /v1/models as returned")
+    deployment: dict[str, Any] | None = Field(None, description="what was measured as the controller deployed it (a stored run's reproducibility record)")
+    server_version: dict[str, Any] | None = Field(None, description="GET /version as returned")
+    server_models: dict[str, Any] | None = Field(None, description="GET /v1/models as returned")
     started_at: datetime
     finished_at: datetime | None = None
 

@@ -14,8 +14,9 @@ shard merge) only over the item whose records_key the merge read.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import boto3
@@ -55,6 +56,22 @@ def _comparison_key(run_id: str, scenario: str) -> dict[str, str]:
     return {"pk": _run_pk(run_id), "sk": f"comparison#{scenario}"}
 
 
+def _doc(item: Mapping[str, object]) -> str:
+    """The JSON document an item carries (written as a string)."""
+    doc = item["doc"]
+    if not isinstance(doc, str):
+        raise TypeError(f"item {item.get('pk')}/{item.get('sk')}: doc is a {type(doc).__name__}, not a string")
+    return doc
+
+
+def _number(item: Mapping[str, object], name: str) -> Decimal:
+    """A number attribute (the DynamoDB resource reads numbers as Decimal)."""
+    value = item[name]
+    if not isinstance(value, Decimal):
+        raise TypeError(f"item {item.get('pk')}/{item.get('sk')}: {name} is a {type(value).__name__}, not a number")
+    return value
+
+
 def _conditional_failure(exc: ClientError) -> bool:
     return exc.response["Error"]["Code"] == "ConditionalCheckFailedException"
 
@@ -81,7 +98,7 @@ class DynamoBenchmarkStore:
         item = self._table.get_item(Key=_run_key(run_id), ConsistentRead=True).get("Item")
         if not item:
             return None
-        return BenchmarkRun.model_validate_json(item["doc"]), int(item["version"])
+        return BenchmarkRun.model_validate_json(_doc(item)), int(_number(item, "version"))
 
     def create_run(self, run: BenchmarkRun) -> BenchmarkRun:
         """Record a new run; creating the same run_id again returns the stored one unchanged."""
@@ -172,7 +189,7 @@ class DynamoBenchmarkStore:
     def get_scenario(self, run_id: str, name: str) -> StoredScenario | None:
         """One scenario result, None when not written."""
         item = self._table.get_item(Key=_scenario_key(run_id, name), ConsistentRead=True).get("Item")
-        return StoredScenario.model_validate_json(item["doc"]) if item else None
+        return StoredScenario.model_validate_json(_doc(item)) if item else None
 
     def list_scenarios(self, run_id: str) -> list[StoredScenario]:
         """The run's scenario results in run order."""

@@ -24,7 +24,7 @@ from decimal import Decimal
 from typing import Any
 
 import boto3
-from boto3.dynamodb.conditions import Attr, Key
+from boto3.dynamodb.conditions import Attr, ConditionBase, Key
 from botocore.exceptions import ClientError
 
 from servingctl.store.base import LockConflict, LockLost, StoreBusy, TransitionRefused
@@ -45,7 +45,8 @@ RETRIED_CANCELLATIONS = frozenset({"TransactionConflict", "ThrottlingError"})
 
 def _to_item(data: dict[str, Any]) -> dict[str, Any]:
     """JSON-mode values with floats as Decimal (what the DynamoDB resource accepts)."""
-    return json.loads(json.dumps(data), parse_float=Decimal)
+    item: dict[str, Any] = json.loads(json.dumps(data), parse_float=Decimal)
+    return item
 
 
 def _epoch(value: datetime) -> Decimal:
@@ -131,10 +132,10 @@ class DynamoStore:
     def update_profile_if(self, profile: str, now: datetime, expect: dict[str, Any], **changes: Any) -> ProfileState | None:
         """Like update_profile, but only while every field in expect has that value (one conditional
         write); None otherwise. Expecting phase STOPPED also matches a never-recorded profile."""
-        condition = None
+        condition: ConditionBase | None = None
         for name, value in checked_changes(expect).items():
             value = value.value if isinstance(value, Phase) else iso(value) if isinstance(value, datetime) else value
-            term = Attr(name).not_exists() if value is None else Attr(name).eq(value)
+            term: ConditionBase = Attr(name).not_exists() if value is None else Attr(name).eq(value)
             if name == "phase" and value == Phase.STOPPED.value:
                 term = term | Attr(name).not_exists()
             condition = term if condition is None else condition & term
@@ -153,7 +154,7 @@ class DynamoStore:
                 raise TransitionRefused(profile, current.phase, phase)
             since = current.phase_since if current.phase == phase else now
             # Optimistic: the phase must still be the one just read (an absent phase means STOPPED).
-            unchanged = Attr("phase").eq(current.phase.value)
+            unchanged: ConditionBase = Attr("phase").eq(current.phase.value)
             if current.phase == Phase.STOPPED:
                 unchanged = unchanged | Attr("phase").not_exists()
             fields = {"phase": phase, "execution": execution, "phase_since": since} | changes

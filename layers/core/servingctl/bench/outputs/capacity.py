@@ -24,7 +24,7 @@ def _missed(checks: list[SloCheck]) -> str:
 
 def goodput_rows(run: RunResult) -> list[tuple[str, ...]]:
     """Per scenario (by concurrency): met or which SLO missed, good share, goodput and all-ok throughput."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for s in sorted((sc.summary for sc in run.scenarios if sc.summary.slo), key=lambda s: (s.input_tokens, s.concurrency)):
         slo = s.slo
         assert slo is not None

@@ -13,7 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from servingctl.schema.results import RunResult
+from servingctl.schema.results import RunResult, ServerSample
 from servingctl.bench.outputs.rows import ScenarioRow, compare_runs, scenario_rows
 
 AGGREGATE_PNG = "aggregate_tok_s.png"
@@ -41,15 +41,16 @@ def aggregate_figure(run: RunResult) -> Figure:
     """Aggregate tok/s against concurrency, one line per input length."""
     fig = _figure()
     ax = fig.add_subplot()
-    by_input: dict[int, list[ScenarioRow]] = defaultdict(list)
+    # Each row with its throughput (rows without one are not drawn).
+    by_input: dict[int, list[tuple[ScenarioRow, float]]] = defaultdict(list)
     for row in scenario_rows(run):
         if row.aggregate_tok_s is not None:
-            by_input[row.input_tokens].append(row)
+            by_input[row.input_tokens].append((row, row.aggregate_tok_s))
     for input_tokens, rows in sorted(by_input.items()):
-        ax.plot([r.concurrency for r in rows], [r.aggregate_tok_s for r in rows], marker="o", label=f"{input_tokens} input tokens")
-    _mark_client_bound(ax, [(r.concurrency, r.aggregate_tok_s) for rows in by_input.values() for r in rows if r.client_bound])
+        ax.plot([r.concurrency for r, _ in rows], [tok_s for _, tok_s in rows], marker="o", label=f"{input_tokens} input tokens")
+    _mark_client_bound(ax, [(r.concurrency, tok_s) for rows in by_input.values() for r, tok_s in rows if r.client_bound])
     ax.set_xscale("log", base=2)
-    concurrencies = sorted({r.concurrency for rows in by_input.values() for r in rows})
+    concurrencies = sorted({r.concurrency for rows in by_input.values() for r, _ in rows})
     ax.set_xticks(concurrencies, [str(c) for c in concurrencies])
     ax.set_xlabel("concurrency (requests in flight)")
     ax.set_ylabel("aggregate output tok/s")
@@ -63,18 +64,19 @@ def ttft_figure(run: RunResult) -> Figure:
     """Median TTFT against input length, one line per concurrency, whiskers up to p90."""
     fig = _figure()
     ax = fig.add_subplot()
-    by_conc: dict[int, list[ScenarioRow]] = defaultdict(list)
+    # Each row with its median TTFT (rows without one are not drawn).
+    by_conc: dict[int, list[tuple[ScenarioRow, float]]] = defaultdict(list)
     for row in scenario_rows(run):
         if row.ttft_median_ms is not None:
-            by_conc[row.concurrency].append(row)
+            by_conc[row.concurrency].append((row, row.ttft_median_ms))
     for concurrency, rows in sorted(by_conc.items()):
-        medians = [r.ttft_median_ms for r in rows]
-        upper = [max((r.ttft_p90_ms if r.ttft_p90_ms is not None else r.ttft_median_ms) - r.ttft_median_ms, 0.0) for r in rows]
+        medians = [median for _, median in rows]
+        upper = [max((r.ttft_p90_ms if r.ttft_p90_ms is not None else median) - median, 0.0) for r, median in rows]
         ax.errorbar(
-            [r.input_tokens for r in rows], medians, yerr=[[0.0] * len(rows), upper],
+            [r.input_tokens for r, _ in rows], medians, yerr=[[0.0] * len(rows), upper],
             marker="o", capsize=4, label=f"concurrency {concurrency}",
         )
-    _mark_client_bound(ax, [(r.input_tokens, r.ttft_median_ms) for rows in by_conc.values() for r in rows if r.client_bound])
+    _mark_client_bound(ax, [(r.input_tokens, median) for rows in by_conc.values() for r, median in rows if r.client_bound])
     ax.set_xlabel("input tokens")
     ax.set_ylabel("TTFT ms (median, whisker to p90)")
     ax.set_title(f"Time to first token: {run.config.model} ({run.metadata.run_id})")
@@ -116,16 +118,17 @@ def _rates(times: list[float], totals: list[float | None]) -> tuple[list[float],
     return xs, ys
 
 
-def _acceptance(times: list[float], samples: list) -> tuple[list[float], list[float]]:
+def _acceptance(times: list[float], samples: list[ServerSample]) -> tuple[list[float], list[float]]:
     """Accepted / draft tokens between consecutive samples that drafted anything."""
     xs, ys = [], []
     for t, a, b in zip(times[1:], samples, samples[1:]):
-        if None in (a.spec_draft_tokens, b.spec_draft_tokens, a.spec_accepted_tokens, b.spec_accepted_tokens):
+        a_drafted, b_drafted, a_accepted, b_accepted = a.spec_draft_tokens, b.spec_draft_tokens, a.spec_accepted_tokens, b.spec_accepted_tokens
+        if a_drafted is None or b_drafted is None or a_accepted is None or b_accepted is None:
             continue
-        drafted = b.spec_draft_tokens - a.spec_draft_tokens
+        drafted = b_drafted - a_drafted
         if drafted > 0:
             xs.append(t)
-            ys.append((b.spec_accepted_tokens - a.spec_accepted_tokens) / drafted)
+            ys.append((b_accepted - a_accepted) / drafted)
     return xs, ys
 
 

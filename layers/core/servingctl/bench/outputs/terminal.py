@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.text import Text
@@ -198,9 +198,9 @@ def run_json(
     *,
     baseline: RunResult | None = None,
     comparisons: Mapping[str, Comparison] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The same content as print_run, as a JSON-ready dict."""
-    out: dict = {
+    out: dict[str, Any] = {
         "run_id": run.metadata.run_id,
         "failed_scenarios": run.failed_scenarios,
         "warnings": [w.replace("**", "") for w in warnings(run)],
