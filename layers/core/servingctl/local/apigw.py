@@ -150,6 +150,7 @@ class ApiGateway:
     def url(self) -> str:
         """Base URL of the API."""
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server's address is (host, port)
         return f"http://{host}:{port}"
 
     def start(self) -> ApiGateway:

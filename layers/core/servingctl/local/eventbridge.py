@@ -52,8 +52,10 @@ def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
         value: Any = loader.construct_scalar(node)
     elif isinstance(node, yaml.SequenceNode):
         value = loader.construct_sequence(node, deep=True)
-    else:
+    elif isinstance(node, yaml.MappingNode):
         value = loader.construct_mapping(node, deep=True)
+    else:  # yaml has no other kind of node
+        raise yaml.constructor.ConstructorError(None, None, f"!{suffix}: unexpected {type(node).__name__}", node.start_mark)
     if suffix == "Ref":
         return {"Ref": value}
     if suffix == "GetAtt" and isinstance(value, str):

@@ -27,7 +27,7 @@ from typing import Any
 import boto3
 import botocore.handlers
 import botocore.session
-from botocore.awsrequest import AWSResponse
+from botocore.awsrequest import AWSResponse, HTTPHeaders
 
 # The twin function whose handler is running in this thread (None: the twin, a test, the CLI).
 CALLER: ContextVar[str | None] = ContextVar("servingctl_twin_caller", default=None)
@@ -551,10 +551,11 @@ def _refuse(model: Any, context: dict[str, Any], **_: Any) -> tuple[AWSResponse,
     service = model.service_model.service_name
     code = DENIED_CODE.get(service, "AccessDeniedException")
     parsed = {"Error": {"Code": code, "Message": call.denied}, "ResponseMetadata": {"HTTPStatusCode": 403, "HTTPHeaders": {}}}
-    return AWSResponse("", 403, {}, None), parsed
+    return AWSResponse("", 403, HTTPHeaders(), None), parsed
 
 
-_HOOKS = (("before-parameter-build", _note_call, botocore.handlers.REGISTER_LAST), ("before-call", _refuse, botocore.handlers.REGISTER_LAST))
+# (event, handler, position): a before-call handler may return a response, so handlers return Any.
+_HOOKS: tuple[tuple[str, Callable[..., Any], object], ...] = (("before-parameter-build", _note_call, botocore.handlers.REGISTER_LAST), ("before-call", _refuse, botocore.handlers.REGISTER_LAST))
 
 
 def _install_hooks() -> None:

@@ -319,5 +319,5 @@ class Worker:
 
 def _signal_name(number: int) -> str:
     """killed, terminated, ... as Go's os/exec prints them (Lambda's runtime messages do)."""
-    names = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated", signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "aborted"}
+    names: dict[int, str] = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated", signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "aborted"}
     return names.get(number, f"signal {number}")

@@ -44,6 +44,7 @@ from moto.core.responses import ActionResult
 from moto.dynamodb.responses import DynamoHandler
 from moto.ec2.models import ec2_backends
 from moto.ec2.models.instances import InstanceBackend
+from moto.ec2.models.launch_templates import LaunchTemplate
 from moto.ecs.models import EC2ContainerServiceBackend, Service, Task, ecs_backends
 from moto.elbv2.models import ELBv2Backend, FakeHealthStatus, FakeTargetGroup, elbv2_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
@@ -308,7 +309,7 @@ def _update_service(self: EC2ContainerServiceBackend, service_properties: dict[s
     result = _ORIGINALS["EC2ContainerServiceBackend.update_service"](self, service_properties)
     service.running_count, service.pending_count = running, pending
     if service_properties.get("health_check_grace_period_seconds") is not None:
-        service.health_check_grace_period_seconds = int(service_properties["health_check_grace_period_seconds"])
+        _set_missing(service, health_check_grace_period_seconds=int(service_properties["health_check_grace_period_seconds"]))
     for deployment in service.deployments:
         deployment["desiredCount"] = service.desired_count
     return result
@@ -428,7 +429,8 @@ def _ecs_eval_service_task(
         return _ORIGINALS["StateTaskServiceEcs._eval_service_task"](
             self, env, resource_runtime_part, normalised_parameters, state_credentials
         )
-    ecs = boto_client_for(region=resource_runtime_part.region, service="ecs", state_credentials=state_credentials)
+    # A botocore client of ECS: its operations are made at run time.
+    ecs: Any = boto_client_for(region=resource_runtime_part.region, service="ecs", state_credentials=state_credentials)
     # AWS's PascalCase Parameters (Cluster, TaskDefinition, ...) to boto3's names, as for states: Tasks.
     self._to_boto_request(normalised_parameters, ecs.meta.service_model.operation_model("RunTask").input_shape)
     answer = ecs.run_task(**normalised_parameters)
@@ -447,7 +449,7 @@ def _fail_task(task: StateTaskServiceEcs, env: Any, error: str, cause: str) -> N
             env=env,
             error_name=CustomErrorName(error) if not error.startswith("States.") else _CarriedErrorName(error),
             event_type=HistoryEventType.TaskFailed,
-            event_details=EventDetails(
+            event_details=EventDetails(  # type: ignore[typeddict-item]  # moto requires every key; an event has one
                 taskFailedEventDetails=TaskFailedEventDetails(
                     error=error, cause=cause, resource=task._get_sfn_resource(), resourceType=task._get_sfn_resource_type(),
                 )
@@ -471,7 +473,7 @@ def _ecs_build_sync_resolver(
     """runTask.sync as Step Functions does it: the task's description (PascalCase) once it STOPPED; a
     container's non-zero exit code fails the state with States.TaskFailed and that description as
     the cause (moto would succeed whatever the exit code)."""
-    ecs = boto_client_for(service="ecs", region=resource_runtime_part.region, state_credentials=state_credentials)
+    ecs: Any = boto_client_for(service="ecs", region=resource_runtime_part.region, state_credentials=state_credentials)
     [submitted] = env.stack.pop()["Tasks"]
 
     def resolver() -> Any:
@@ -623,12 +625,20 @@ def terminate_warm_instance(b: Backends, name: str, instance_id: str) -> None:
 
 def launch_template_id(b: Backends, name: str) -> str:
     """Id of the launch template the group's next launch uses."""
-    return str(asg(b, name).ec2_launch_template.id)
+    return str(_launch_template(b, name).id)
 
 
 def launch_template_data(b: Backends, name: str) -> dict[str, Any]:
     """The LaunchTemplateData of the latest version of the group's launch template."""
-    return dict(asg(b, name).ec2_launch_template.latest_version().data or {})
+    return dict(_launch_template(b, name).latest_version().data or {})
+
+
+def _launch_template(b: Backends, name: str) -> LaunchTemplate:
+    """The group's launch template (the twin's groups are all made from one)."""
+    template = asg(b, name).ec2_launch_template
+    if template is None:
+        raise LookupError(f"Auto Scaling group {name} has no launch template")
+    return template
 
 
 def set_agent_connected(b: Backends, cluster: str, container_instance_arn: str, connected: bool) -> None:
@@ -658,11 +668,16 @@ def record_activity(
     """Add a scaling activity (Successful, Failed, InProgress...) to the group's history."""
     now = datetime.now(timezone.utc)
     activity = Activity(description, cause, asg(b, name), start_time=now, end_time=now, status_code=status_code)
-    activity.status_message = status_message  # serialised as StatusMessage
+    _set_missing(activity, status_message=status_message, details="{}")  # serialised as StatusMessage, Details
     activity.progress = 100
-    activity.details = "{}"
     with _lock:
         _activities.setdefault(name, []).insert(0, activity)
+
+
+def _set_missing(model: object, **attributes: Any) -> None:
+    """Set attributes AWS answers with and moto's model lacks (its responses serialise them)."""
+    for name, value in attributes.items():
+        setattr(model, name, value)
 
 
 def services(b: Backends) -> list[Service]:
@@ -679,6 +694,8 @@ def service_tasks(b: Backends, service: Service) -> list[Task]:
 def create_service_task(b: Backends, service: Service, container_instance_arn: str, capacity_provider: str) -> Task:
     """Place a new task of the service on the container instance, in PROVISIONING, with an awsvpc ENI."""
     cluster = b.ecs.clusters[service.cluster_name]
+    if service.task_definition is None:
+        raise LookupError(f"ECS service {service.name} has no task definition")
     task_definition = b.ecs.describe_task_definition(service.task_definition)
     network = getattr(service, "network_configuration", None)
     task = Task(
@@ -695,7 +712,7 @@ def create_service_task(b: Backends, service: Service, container_instance_arn: s
     )
     task.status = "PROVISIONING"
     task.desired_status = "RUNNING"
-    task.created_at = datetime.now(timezone.utc)
+    _set_missing(task, created_at=datetime.now(timezone.utc))
     _address_in_subnet(task)
     b.ecs.tasks.setdefault(cluster.name, {})[task.task_arn] = task
     return task
@@ -704,7 +721,8 @@ def create_service_task(b: Backends, service: Service, container_instance_arn: s
 def _address_in_subnet(task: Task) -> None:
     """Give the task's ENI an address of its subnet, as AWS does (moto draws one from 10.0.0.0/8 at
     random): the twin's subnets are loopback ranges, so the task's model server can listen there."""
-    details = {d["name"]: d for a in task.attachments for d in a.get("details", [])}
+    attachments: list[dict[str, Any]] = task.attachments
+    details = {d["name"]: d for a in attachments for d in a.get("details", [])}
     if "networkInterfaceId" not in details:
         return
     ec2 = ec2_backends[task._account_id][task.region_name]
@@ -724,7 +742,8 @@ def task_container_definition(task: Task) -> dict[str, Any]:
 
 def task_ip(task: Task) -> str | None:
     """The private IPv4 address of the task's ENI (awsvpc), None without one."""
-    for attachment in task.attachments:
+    attachments: list[dict[str, Any]] = task.attachments
+    for attachment in attachments:
         for detail in attachment.get("details", []):
             if detail["name"] == "privateIPv4Address":
                 return str(detail["value"])
@@ -742,15 +761,15 @@ def set_task_status(
         if exit_code is not None:
             container.exitCode = exit_code
     if last_status == "RUNNING":
-        task.started_at = now
+        _set_missing(task, started_at=now)
     if last_status in ("DEACTIVATING", "STOPPING", "DEPROVISIONING", "STOPPED"):
         task.desired_status = "STOPPED"
         if stopped_reason is not None:
             task.stopped_reason = stopped_reason
         if stop_code is not None:
-            task.stop_code = stop_code
+            _set_missing(task, stop_code=stop_code)
         if last_status == "STOPPED":
-            task.stopped_at = now
+            _set_missing(task, stopped_at=now)
 
 
 def set_service_counts(service: Service, *, running: int, pending: int) -> None:
@@ -843,7 +862,7 @@ class _CappedEventManager(EventManager):
             details = ExecutionFailedEventDetails(error=HISTORY_LIMIT_ERROR, cause=HISTORY_LIMIT_CAUSE)
             event_id = int(super().add_event(
                 EventHistoryContext(previous_event_id=HISTORY_LIMIT - 1), HistoryEventType.ExecutionFailed,
-                EventDetails(executionFailedEventDetails=details),
+                EventDetails(executionFailedEventDetails=details),  # type: ignore[typeddict-item]  # moto requires every key; an event has one
             ))
         execution = self._execution
         execution.error, execution.cause = HISTORY_LIMIT_ERROR, HISTORY_LIMIT_CAUSE
@@ -857,7 +876,10 @@ def _evaluation_environment(self: ExecutionWorker) -> Any:
     """moto's evaluation environment of an execution, its history capped at HISTORY_LIMIT events (the
     Map iterations' frames share the root's event manager, so they count in the same history)."""
     env = _ORIGINALS["ExecutionWorker._get_evaluation_environment"](self)
-    execution = self._execution_communication.execution
+    communication = self._execution_communication
+    if not isinstance(communication, BaseExecutionWorkerCommunication):
+        raise TypeError(f"moto's execution worker talks through a {type(communication).__name__}, not an execution's")
+    execution = communication.execution
     env.event_manager = _CappedEventManager(env, execution, self._cloud_watch_logging_session)
     return env
 
@@ -888,7 +910,8 @@ def _task_parameters(self: StateTask, env: Any) -> dict[str, Any]:
             env=env,
             error_name=StatesErrorName(typ=StatesErrorNameType.StatesStatesDataLimitExceeded),
             event_type=HistoryEventType.TaskFailed,
-            event_details=EventDetails(taskFailedEventDetails=TaskFailedEventDetails(error=DATA_LIMIT_EXCEEDED, cause=cause)),
+            # moto's EventDetails requires every key; an event has one.
+            event_details=EventDetails(taskFailedEventDetails=TaskFailedEventDetails(error=DATA_LIMIT_EXCEEDED, cause=cause)),  # type: ignore[typeddict-item]
         )
     )
 

@@ -33,7 +33,7 @@ class TaskIam:
     """What a task process needs to decide its calls: its role's policy, the twin's names, where to record."""
 
     caller: str  # the task definition's family: the name its calls are recorded under
-    statements: tuple[tuple[str, Mapping[str, Any]], ...]
+    statements: tuple[tuple[str, iam.Statement], ...]
     account: str
     region: str
     partition_keys: Mapping[str, str]

@@ -139,7 +139,7 @@ def _isolate_parameter_caches() -> None:
     for module in (parameters_constants, parameters_base, parameters_ssm, parameters_secrets, parameters_appconfig):
         # A Powertools upgrade that moved the dict fails here, not as a silently shared cache.
         assert getattr(module, "DEFAULT_PROVIDERS", None) is shared, f"{module.__name__}.DEFAULT_PROVIDERS moved"
-        module.DEFAULT_PROVIDERS = isolated  # type: ignore[attr-defined]
+        module.DEFAULT_PROVIDERS = isolated  # type: ignore[attr-defined]  # declared by constants only; the assert checks each has it
 
 
 class _HandlerGlobals:
@@ -466,7 +466,7 @@ class Twin:
         document = json.loads(self.source_registry.read_text())
         self.region = document["region"]
         self._bootstrap(document)
-        assert self.load_balancers is not None
+        assert self.load_balancers is not None and self.registry is not None  # both made by _bootstrap
         self.world = World(
             moto_patches.backends(ACCOUNT_ID, self.region),
             self.registry,
@@ -599,7 +599,8 @@ class Twin:
     def client(self, service: str, *, internal: bool = False) -> Any:
         """A boto3 client of service against the twin; internal: the twin's own (its harness, its AWS-side
         agents), which no fault touches (e.g. its reads of executions do not lag under executions-lag)."""
-        return boto3.client(
+        # types-boto3 overloads client() per literal service name; this one takes any name.
+        return boto3.client(  # type: ignore[call-overload]
             service,
             endpoint_url=self.endpoint_url,
             region_name=self.region,

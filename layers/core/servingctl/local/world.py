@@ -218,9 +218,9 @@ class World:
         self._t0 = time.monotonic()
         self.error: BaseException | None = None
         config = Config(user_agent_extra=WORLD_AGENT, retries={"mode": "standard", "max_attempts": 3})
-        kw = {"endpoint_url": endpoint_url, "region_name": registry.region, "config": config,
+        kw: dict[str, Any] = {"endpoint_url": endpoint_url, "region_name": registry.region, "config": config,
               "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-        self.ecs, self.elbv2, self.logs = (boto3.client(s, **kw) for s in ("ecs", "elbv2", "logs"))
+        self.ecs, self.elbv2, self.logs = boto3.client("ecs", **kw), boto3.client("elbv2", **kw), boto3.client("logs", **kw)
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -361,7 +361,7 @@ class World:
     def _auto_scaling(self, pool_name: str, asg_name: str, now: float) -> None:
         group = mp.asg(self.b, asg_name)
         live = self._live_instances(asg_name)
-        desired = min(group.desired_capacity or 0, group.max_size)
+        desired = min(group.desired_capacity or 0, group.max_size or 0)  # CreateAutoScalingGroup requires MaxSize
         if desired > len(live) and now >= self._next_launch_attempt.get(asg_name, 0.0):
             warm = self._takeable_warm(asg_name)
             # Starting a stopped instance needs capacity of its type as much as a launch does.
@@ -460,7 +460,7 @@ class World:
             return
         group = mp.asg(self.b, asg_name)
         desired = group.desired_capacity or 0
-        prepared = config.max_group_prepared_capacity or group.max_size
+        prepared = config.max_group_prepared_capacity or group.max_size or 0
         wanted = max(int(config.min_size or 0), prepared - desired)
         warm = mp.warm_instances(asg_name)
         if len(warm) < wanted and now >= self._next_launch_attempt.get(asg_name, 0.0):
@@ -496,12 +496,12 @@ class World:
             )
             if instance is not None:
                 info = self._instances[instance]
-                task = mp.create_service_task(
+                created = mp.create_service_task(
                     self.b, service, str(info.container_instance_arn), self.registry.pools[pool].capacity_provider
                 )
-                self._tasks[task.task_arn] = _Task(profile, task.task_arn, task, instance, "PROVISIONING",
-                                                   self._after(self.delays.provision_s))
-                self._log("task-provisioning", f"{profile}: {task.task_arn}")
+                self._tasks[created.task_arn] = _Task(profile, created.task_arn, created, instance, "PROVISIONING",
+                                                      self._after(self.delays.provision_s))
+                self._log("task-provisioning", f"{profile}: {created.task_arn}")
         elif service.desired_count < len(live):
             for task in sorted(live, key=lambda t: t.task.created_at, reverse=True)[: len(live) - service.desired_count]:
                 self._begin_stop(task, f"Scaling activity initiated by (deployment {service.deployments[0]['id']})",
@@ -615,7 +615,9 @@ class World:
     def _container_log(self, task: _Task, container: str, lines: Sequence[str]) -> None:
         """Write lines to the container's stream as the awslogs driver of its task definition would."""
         definition = self.b.ecs.describe_task_definition(task.task.task_definition_arn)
-        settings = next(c for c in definition.container_definitions if c["name"] == container)["logConfiguration"]["options"]
+        # moto types the definitions' values as objects: they are the JSON RegisterTaskDefinition took.
+        containers: list[Mapping[str, Any]] = list(definition.container_definitions)
+        settings = next(c for c in containers if c["name"] == container)["logConfiguration"]["options"]
         group, stream = settings["awslogs-group"], f"{settings['awslogs-stream-prefix']}/{container}/{task.arn.rsplit('/', 1)[-1]}"
         stamp = int(time.time() * 1000)
         try:

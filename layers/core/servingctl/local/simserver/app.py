@@ -215,7 +215,7 @@ class SimServer:
     # ---- chat -----------------------------------------------------------------------------------
     async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The request's first bytes arrived then (server.py stamps them); the app's own clock otherwise.
-        received_ns = (scope.get("extensions") or {}).get(ARRIVAL_NS) or time.monotonic_ns()
+        received_ns = ((scope.get("extensions") or {}).get(ARRIVAL_NS) or {}).get("ns") or time.monotonic_ns()
         try:
             req = ChatRequest.model_validate(await _read_json(receive))
         except ValidationError as exc:

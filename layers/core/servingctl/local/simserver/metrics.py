@@ -24,7 +24,7 @@ def render(scheduler: Scheduler, model: str, still_streaming: int = 0) -> str:
     base = f'engine="0",model_name={json.dumps(model)}'
     c = scheduler.counters
     cache = scheduler.prefix_cache
-    families = [
+    families: list[tuple[str, str, str, list[tuple[str, float]]]] = [
         ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
          [(base, len(scheduler.running) + still_streaming)]),
         ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",

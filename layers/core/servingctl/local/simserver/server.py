@@ -46,7 +46,7 @@ class _StampingProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         """A new request: carry the arrival stamp in its scope."""
         super().on_message_begin()
-        self.scope["extensions"] = {ARRIVAL_NS: self.arrival_ns}  # type: ignore[typeddict-unknown-key]
+        self.scope["extensions"] = {ARRIVAL_NS: {"ns": self.arrival_ns}}
 
 
 _READ_SIZE = 65536

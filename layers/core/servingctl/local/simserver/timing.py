@@ -29,11 +29,22 @@ tests/unit/local/simserver checks these bounds.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class _Timing(TypedDict):
+    frontend_ms: float
+    eager_step_ms: float
+    prefill_ms_per_token: float
+    decode_step_ms: dict[int, float]
+    decode_step_ms_mtp: dict[int, float]
+
 
 # The parameter table (milliseconds), derived above. Batch sizes beyond the table extrapolate
 # linearly from its last two rows.
-REFERENCE_TIMING: dict[str, object] = {
+REFERENCE_TIMING: _Timing = {
     "frontend_ms": 12.879,
     "eager_step_ms": 90.141,
     "prefill_ms_per_token": 0.038895,
