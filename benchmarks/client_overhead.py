@@ -47,8 +47,8 @@ import json
 import math
 import os
 import platform
-import statistics
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,8 +57,8 @@ from pathlib import Path
 
 import httpx
 
-from servingctl.bench.outputs import read_results
 from servingctl.bench.metrics import per_read
+from servingctl.bench.outputs import read_results
 from servingctl.bench.outputs.vllm_compat import to_vllm
 from servingctl.bench.stats import summarize
 
@@ -201,7 +201,7 @@ def ttft_split_vllm(result: dict, concurrency: int, timings: dict[str, dict]) ->
     """Where vLLM's TTFT error sits: request in flight (client start -> server received) and first
     chunk in flight (server sent -> client read). Exact: perf_counter is CLOCK_MONOTONIC on Linux."""
     send, receive = [], []
-    for i, (start_s, ttft_s) in enumerate(zip(result["start_times"], result["ttfts"])):
+    for i, (start_s, ttft_s) in enumerate(zip(result["start_times"], result["ttfts"], strict=False)):
         truth = timings.get(f"ovh-c{concurrency}-{i}")
         if truth and truth["first_chunk_sent_ns"] is not None:
             send.append(truth["received_ns"] / 1e6 - start_s * 1e3)
@@ -362,13 +362,13 @@ def measure(args: argparse.Namespace, concurrencies: list[int], model: str, work
     per_slot = max(1, math.ceil(args.paced_seconds / request_s))
     plans = {
         "flood": (["--batch-writes", "--pace-ms", str(args.flood_flush_ms), "--pace-phase", "stream"],
-                  ["--requests", str(flood_requests)], {c: flood_requests for c in concurrencies}, args.max_tokens),
+                  ["--requests", str(flood_requests)], dict.fromkeys(concurrencies, flood_requests), args.max_tokens),
         "paced": (["--pace-ms", str(args.pace_ms), "--pace-phase", "step"], ["--duration", f"{(per_slot - 0.5) * request_s:g}"],
                   {c: per_slot * c for c in concurrencies}, args.paced_max_tokens),
         "paced-stream": (["--pace-ms", str(args.pace_ms), "--pace-phase", "stream"],
                          ["--duration", f"{(per_slot - 0.5) * request_s:g}"], {c: per_slot * c for c in concurrencies},
                          args.paced_max_tokens),
-        "eager": ([], ["--requests", str(flood_requests)], {c: flood_requests for c in concurrencies}, args.max_tokens),
+        "eager": ([], ["--requests", str(flood_requests)], dict.fromkeys(concurrencies, flood_requests), args.max_tokens),
     }
     runs: dict[str, list[dict]] = {name: [] for name in plans}
     for repeat in range(args.repeat):  # the shapes in turn, so a slow spell of the machine spreads over all
@@ -395,7 +395,7 @@ def measure(args: argparse.Namespace, concurrencies: list[int], model: str, work
                      "flood_flush_ms": args.flood_flush_ms, "paced_seconds": args.paced_seconds,
                      "input_tokens": args.input_tokens, "speed": args.speed, "flood_requests_per_concurrency": flood_requests,
                      "simulator": "mtp off, max-num-seqs 2 x max concurrency",
-                     "cores": {k: sorted(v) if v else "any" for k, v in zip(("simulator", "clients"), cores(args.pin))}},
+                     "cores": {k: sorted(v) if v else "any" for k, v in zip(("simulator", "clients"), cores(args.pin), strict=True)}},
         "wall_s": time.monotonic() - started,
         "repeat": args.repeat,
         "load_avg": {name: [b["load_avg"] for b in boths] for name, boths in runs.items()},
@@ -451,7 +451,8 @@ def print_table(report: dict) -> None:
     if any(unparsed.values()):
         print(f"requests vLLM's client failed to parse (its SSE split, left out of its tokens): {unparsed}")
     g = report["goals"]
-    print(f"max ratio ours/vLLM, {' and '.join(GOAL_SHAPES)}: {g['ratio_max']:.2f} (goal <= {g['ratio_goal']}, never above {g['ratio_limit']}); "
+    print(f"max ratio ours/vLLM, {' and '.join(GOAL_SHAPES)}: {g['ratio_max']:.2f} "
+          f"(goal <= {g['ratio_goal']}, never above {g['ratio_limit']}); "
           f"TTFT error p99 {g['ttft_error_p99_ms']} ms (goal < {g['ttft_goal_p99_ms']} ms)")
     missing = report["vllm_compat"]["vllm_keys_missing_in_export"]
     print(f"vLLM result keys missing in our vLLM-compatible export: {missing or 'none'}")

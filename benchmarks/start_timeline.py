@@ -31,9 +31,9 @@ import math
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any
 
 import boto3

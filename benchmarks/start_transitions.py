@@ -18,8 +18,8 @@ import contextlib
 import json
 import math
 import sys
-from datetime import datetime
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import boto3
@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
               f"(time compressed x{figures['factor']:g}, poll {POLL})")
         print(f"  state transitions per start   {figures['start_transitions']:>6}   (goal <= {GOAL_TRANSITIONS}); "
               f"Lambda invocations {figures['start_lambda_invocations']}, checks {figures['checks']}")
-        print(f"  target healthy -> READY lag   {figures['healthy_to_ready_s']:>6} s (goal <= {POLL['interval_s']} s, one poll interval)")
+        print(f"  target healthy -> READY lag   {figures['healthy_to_ready_s']:>6} s "
+              f"(goal <= {POLL['interval_s']} s, one poll interval)")
         print(f"  state transitions per stop    {figures['stop_transitions']:>6}")
     ok = figures["start_transitions"] <= GOAL_TRANSITIONS and figures["healthy_to_ready_s"] <= POLL["interval_s"]
     return 0 if ok else 1

@@ -8,7 +8,8 @@ servingctl.benchmarks.ended); a dry run leaves them alone.
 
 Scheduled event: {"dry_run": false} (dry_run true reports without stopping; "poll" optionally
 paces the stop executions the auto-stop starts). Env: SERVINGCTL_REGISTRY, SERVINGCTL_TABLE,
-START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, RUN_BENCHMARK_STATE_MACHINE_ARN, POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE;
+START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, RUN_BENCHMARK_STATE_MACHINE_ARN, POWERTOOLS_SERVICE_NAME,
+POWERTOOLS_METRICS_NAMESPACE;
 SERVINGCTL_STOP_POLL (optional, JSON): the pacing of the stops it starts when the event gives none
 (the local twin sets it to its scaled clock; unset, stop_profile's defaults apply).
 """
@@ -21,20 +22,20 @@ from typing import Any
 
 import boto3
 import httpx
-from botocore.exceptions import BotoCoreError, ClientError
 from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import BotoCoreError, ClientError
 
 from servingctl.benchmarks.ended import EndDeps, end_dead_runs
 from servingctl.control.autostop import GAUGE_TIMEOUT_S, SweepDeps, SweepInput, sweep
-from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.deps import Deps
 from servingctl.control.known import Known, merge
-from servingctl.control.tags import TaggedCapacity, tagged_capacity
 from servingctl.control.reconcile import STATUS_CHANGE, ReconcileDeps, Repair, on_status_change, reconcile, undescribed_capacity
-from servingctl.shared.settings import Poll, parse_input
+from servingctl.control.tags import TaggedCapacity, tagged_capacity
 from servingctl.registry import read_registry
+from servingctl.shared.clock import Clock, SystemClock
+from servingctl.shared.settings import Poll, parse_input
 from servingctl.store import DynamoStore
 from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 from servingctl.tracing import PATCH_MODULES

@@ -72,7 +72,7 @@ def columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequenc
     start = sum(sizes) + 2 * len(sizes)
     out = []
     for n, row in enumerate(cells):
-        fixed = "  ".join(cell.rjust(size) if i in right else cell.ljust(size) for i, (cell, size) in enumerate(zip(row, sizes)))
+        fixed = "  ".join(cell.rjust(size) if i in right else cell.ljust(size) for i, (cell, size) in enumerate(zip(row, sizes, strict=False)))
         last = wrap(row[-1], width() - start) if row[-1] else [""]
         heading = n < depth and upper
         line = (fixed + "  " + last[0]).rstrip()

@@ -65,7 +65,7 @@ def for_flags(errors: Iterable[Mapping[str, Any]], flags: Mapping[str, str]) -> 
     """
     errors = list(errors)
     parts = []
-    for error, (field, text) in zip(errors, problems(errors)):
+    for error, (field, text) in zip(errors, problems(errors), strict=False):
         # Plain words read on from the flag ("--lease must be at least 5"); a rule's own text after a colon.
         sep = ": " if error.get("type") in ("value_error", "assertion_error") else " "
         if not field and ": " in text:

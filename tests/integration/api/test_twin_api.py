@@ -15,9 +15,9 @@ import pytest
 
 from servingctl.cli.client import write_twin_state
 from servingctl.cli.main import main
-from servingctl.shared.clock import OffsetClock
 from servingctl.local.twin import Twin
 from servingctl.local.world import Delays
+from servingctl.shared.clock import OffsetClock
 
 REPO = Path(__file__).resolve().parents[3]
 PROFILE = "nemotron-nano"

@@ -14,12 +14,12 @@ import pytest
 from servingctl.bench.backend import Backend, ChatRequest, Connection
 from servingctl.bench.calibration import build_prompt
 from servingctl.bench.metrics import per_read, with_request_metrics
-from servingctl.schema.results import RunConfig, RunResult
 from servingctl.bench.outputs import read_results
 from servingctl.bench.runner import INDEX_STRIDE, run_benchmark
 from servingctl.bench.spread import START_LEAD_S
 from servingctl.cli.main import main
 from servingctl.local.simserver import Faults, SimConfig, running
+from servingctl.schema.results import RunConfig, RunResult
 
 MODEL = SimConfig().model
 MAX_TOKENS = 24
@@ -149,7 +149,7 @@ def test_cli_exit_code_follows_the_failure_rate(tmp_path, capsys):
                 "--warmup", "0", "--rounds", "1", "--max-tokens", "8", "--json"]
         assert main(args) == 1
         assert json.loads(capsys.readouterr().out)["failed_scenarios"] == ["in256-c1"]
-        assert main(args + ["--max-failure-rate", "1"]) == 0
+        assert main([*args, "--max-failure-rate", "1"]) == 0
 
 
 def test_processes_spread_the_streams_and_merge_them_on_the_hosts_one_clock():

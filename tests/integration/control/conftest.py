@@ -168,7 +168,7 @@ class Probe:
 
     def bring_down(self) -> None:
         """Stop everything the way an operator would (used only after a failed test)."""
-        for name, spec in self.registry.profiles.items():
+        for spec in self.registry.profiles.values():
             self.ecs.update_service(cluster=spec.cluster, service=spec.service, desiredCount=0)
         for pool in self.registry.pools.values():
             group = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[pool.asg_name])["AutoScalingGroups"][0]

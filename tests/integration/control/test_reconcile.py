@@ -63,7 +63,8 @@ def _entered(probe: Probe, arn: str) -> list[str]:
 def _assert_reconciled(probe: Probe, profile: str, fault_at: float, reason: str, *also: str) -> float:
     """Pool and service at 0 within one sweep interval of the fault (plus a stop's first steps when
     only the schedule can find it); then no instance, STOPPED, no lock, every session closed and the
-    reason on the record, the newest session closed when its instance finished terminating. Prints and returns the seconds from the fault to desired 0."""
+    reason on the record, the newest session closed when its instance finished terminating. Prints and returns the
+    seconds from the fault to desired 0."""
     interval = _interval(probe.twin)
     probe.wait_for(f"{profile}: service and ASG at desired 0", lambda: _capacity(probe, profile) == (0, 0),
                    timeout_s=interval + STOP_START_S)

@@ -170,8 +170,10 @@ def test_each_class_of_failed_launch_moves_on_or_stops_the_ladder_and_every_atte
 @pytest.mark.parametrize(("fault", "says"), [
     ("vcpu-limit", 'quota: VcpuLimitExceeded, Service Quotas L-DB2E81BA "Running On-Demand G and VT instances", limit 0 vCPUs'),
     ("instance-limit", 'quota: InstanceLimitExceeded, Service Quotas L-DB2E81BA "Running On-Demand G and VT instances", limit 0 instances'),
-    ("launch-template", "launch-config (InvalidParameterValue): Could not launch On-Demand Instances. InvalidParameterValue - Value (arn:aws:iam::"),
-    ("ami", "launch-config (InvalidAMIID.NotFound): Could not launch On-Demand Instances. InvalidAMIID.NotFound - The image id '[ami-"),
+    ("launch-template", ("launch-config (InvalidParameterValue): Could not launch On-Demand Instances. "
+                         "InvalidParameterValue - Value (arn:aws:iam::")),
+    ("ami", ("launch-config (InvalidAMIID.NotFound): Could not launch On-Demand Instances. "
+             "InvalidAMIID.NotFound - The image id '[ami-")),
 ])
 def test_a_quota_or_launch_template_failure_ends_the_start_at_the_first_type_with_nothing_running(
         twin: Twin, probe: Probe, fault: str, says: str) -> None:

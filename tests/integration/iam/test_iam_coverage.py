@@ -23,10 +23,10 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError
 
-from servingctl.shared.clock import OffsetClock
 from servingctl.local import iam
 from servingctl.local.twin import Twin, function_name
 from servingctl.local.world import Delays
+from servingctl.shared.clock import OffsetClock
 from servingctl.store.records import S3RecordStore
 
 POLL = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}
@@ -99,7 +99,8 @@ def _abort_a_start(twin: Twin, api: httpx.Client) -> None:
 def _full_runs(twin: Twin) -> str:
     """What a user does: start, look, extend, stop through the API; benchmark with start and stop;
     let the sweep stop an expired lease and reconcile a start aborted from the console; a start
-    taking the locks of an aborted one; a start that fails and rolls back. Returns the key of the missing shard the worker looked for."""
+    taking the locks of an aborted one; a start that fails and rolls back. Returns the key of the missing shard
+    the worker looked for."""
     assert twin.api_url is not None
     api = httpx.Client(base_url=twin.api_url, timeout=60)
     assert api.get("/profiles").status_code == 200

@@ -1,6 +1,7 @@
 """The simulator over real HTTP: vLLM's stream shape, counts that add up, metrics, errors, info routes."""
 
 import time
+from itertools import pairwise
 
 import pytest
 
@@ -23,7 +24,7 @@ def test_stream_shape_matches_vllm(api):
 def test_continuous_usage_adds_up_and_chunks_carry_one_or_two_tokens(api):
     result = api.stream(api.body(max_tokens=256))
     cumulative = [c["usage"]["completion_tokens"] for c in result.content_chunks]
-    per_chunk = [b - a for a, b in zip(cumulative, cumulative[1:], strict=False)]
+    per_chunk = [b - a for a, b in pairwise(cumulative)]
     assert cumulative[-1] == 256 == sum(per_chunk)
     assert len(result.content_chunks) - 1 < 256  # MTP: fewer content chunks than tokens
     assert 1 in per_chunk and 2 in per_chunk

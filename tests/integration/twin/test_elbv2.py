@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from servingctl.local.elbv2 import dimensions_of
 from servingctl.local.twin import Twin
 from servingctl.local.world import Delays

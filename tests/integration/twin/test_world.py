@@ -6,7 +6,7 @@ import copy
 import json
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -66,7 +66,7 @@ def test_scale_out_serve_drain_and_terminate(twin: Twin) -> None:
     ]
 
     def requests_counted() -> float:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         points = cw.get_metric_statistics(Namespace="AWS/ApplicationELB", MetricName="RequestCount", Dimensions=dimensions,
                                           StartTime=now - timedelta(hours=1), EndTime=now + timedelta(minutes=1),
                                           Period=60, Statistics=["Sum"])["Datapoints"]

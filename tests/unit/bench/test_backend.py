@@ -7,7 +7,16 @@ import json
 import httpx
 
 from servingctl.bench import backend
-from servingctl.bench.backend import PARSE_BATCH, PARSE_WAVE_READS, Backend, ChatRequest, Connection, _StreamState, base_url, parse_batch
+from servingctl.bench.backend import (
+    PARSE_BATCH,
+    PARSE_WAVE_READS,
+    Backend,
+    ChatRequest,
+    Connection,
+    _StreamState,
+    base_url,
+    parse_batch,
+)
 
 MS = 1_000_000
 
@@ -57,7 +66,7 @@ def run(reads, *, status=200, raise_exc=None, api_key="sk-test", headers=None):
 
 def test_exact_counts_from_continuous_usage_and_ttft_skips_the_role_chunk():
     reads = [chunk("", role="assistant", usage=0), chunk("Hel", usage=1), chunk("lo w", usage=3) + chunk("", usage=4, finish="length"), USAGE_ONLY + DONE]
-    record, request = run(reads)
+    record, _request = run(reads)
     assert record.ok and record.error_kind is None
     # clock reads: send 1 ms, reads at 2, 3, 4, 5 ms, close 6 ms, end 7 ms
     assert record.t_start_ns == 1 * MS

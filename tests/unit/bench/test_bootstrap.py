@@ -29,7 +29,7 @@ def test_many_values_per_request_are_resampled_whole_and_binned_within_a_bin():
     assert sum(map(len, units)) > GRID
     got = replicates(units, np.random.default_rng(3), resamples=10)
     counts = np.random.default_rng(3).multinomial(40, np.full(40, 1 / 40), size=10)
-    exact = [np.median(np.concatenate([np.tile(u, c) for u, c in zip(units, row)])) for row in counts]
+    exact = [np.median(np.concatenate([np.tile(u, c) for u, c in zip(units, row, strict=True)])) for row in counts]
     assert got == pytest.approx(exact, rel=0.01)  # bins are a thousandth of the distribution
 
 

@@ -1,5 +1,7 @@
 """Metric arithmetic with hand-computed expectations (times in ns; 1 ms = 1_000_000 ns)."""
 
+from itertools import pairwise
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -138,7 +140,7 @@ def test_gap_summaries_equal_the_summaries_of_every_request_s_samples(chunk_list
     every_itl, every_gap = [], []
     for r in records:
         reads = per_read(r.chunks)
-        for (t0, _), (t1, k) in zip(reads, reads[1:]):
+        for (t0, _), (t1, k) in pairwise(reads):
             every_gap.append((t1 - t0) / MS)
             every_itl += [(t1 - t0) / MS / k] * k if k else []
     assert gap_summaries(records) == (summarize(every_itl), summarize(every_gap))

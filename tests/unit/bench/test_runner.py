@@ -9,8 +9,8 @@ import httpx
 
 from servingctl.bench.backend import Connection
 from servingctl.bench.calibration import UNIT
-from servingctl.schema.results import Calibration, RunConfig
 from servingctl.bench.runner import run_benchmark, run_scenario
+from servingctl.schema.results import Calibration, RunConfig
 
 
 def managed_api(fail_every: int = 0):

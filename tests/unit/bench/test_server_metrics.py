@@ -1,15 +1,25 @@
 """Prometheus text parsing, per-model totals, and the server cross-check verdicts."""
 
+import asyncio
+import time
+from itertools import pairwise
+
+import pytest
+
+from servingctl.bench import server_metrics
 from servingctl.bench.server_metrics import (
     GENERATION,
     PREFIX_HITS,
     SPEC_ACCEPTED,
     SPEC_DRAFT,
+    ServerMetrics,
     Snapshot,
     build_checks,
     model_totals,
     parse_prometheus,
+    thinned,
 )
+from servingctl.schema.results import ServerSample
 
 TEXT = """# HELP vllm:generation_tokens_total Number of generation tokens processed.
 # TYPE vllm:generation_tokens_total counter
@@ -56,8 +66,8 @@ def snap(generation, hits=0.0, draft=None, accepted=None):
 
 
 def checks(before, after, **kw):
-    args = dict(client_completion_tokens=512, client_prompt_tokens=0, salted=True, peak_running=4,
-                running_samples=20, intended_concurrency=4, exact_peak=True) | kw
+    args = {"client_completion_tokens": 512, "client_prompt_tokens": 0, "salted": True, "peak_running": 4,
+                "running_samples": 20, "intended_concurrency": 4, "exact_peak": True} | kw
     return build_checks(before, after, **args)
 
 
@@ -94,15 +104,6 @@ def test_missing_metrics_are_unavailable_not_failed():
 
 
 # ---- the sampler: peak and metrics over time -------------------------------------------------
-import asyncio  # noqa: E402
-import time  # noqa: E402
-
-import pytest  # noqa: E402
-
-from servingctl.bench import server_metrics  # noqa: E402
-from servingctl.bench.server_metrics import ServerMetrics, thinned  # noqa: E402
-from servingctl.schema.results import ServerSample  # noqa: E402
-
 
 class _Server:
     """A backend whose /metrics counts up per scrape; from scrape `hang_after` on it never answers,
@@ -154,7 +155,7 @@ def test_sampler_keeps_one_sample_per_interval_of_every_metric(monkeypatch, kv_n
     timeline = metrics.timeline
     assert 4 <= len(timeline) <= 6  # one a 0.2 s over 1 s (first at once)
     assert len({p.t_ns // int(0.2e9) for p in timeline}) == len(timeline)  # no interval twice
-    gaps = [b.t_ns - a.t_ns for a, b in zip(timeline, timeline[1:])]
+    gaps = [b.t_ns - a.t_ns for a, b in pairwise(timeline)]
     assert all(gap >= 0.1e9 for gap in gaps) and timeline[0].t_ns < 0.1e9  # the slow ones mid-interval
     assert {(p.waiting, p.kv_cache_usage) for p in timeline} == {(1.0, 0.25)}  # either name of the KV gauge
     assert [p.generation_tokens for p in timeline] == sorted(p.generation_tokens for p in timeline)

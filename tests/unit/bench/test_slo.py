@@ -14,8 +14,16 @@ from servingctl.bench.metrics import round_result, scenario_summary, with_reques
 from servingctl.bench.outputs.vllm_compat import to_vllm
 from servingctl.bench.slo import SloError, meets, parse_slos
 from servingctl.schema.results import (
-    Calibration, ClientSelfCheck, MetricSummary, RequestRecord, RunConfig, RunMetadata, RunResult, ScenarioResult,
-    ServerChecks, Slo,
+    Calibration,
+    ClientSelfCheck,
+    MetricSummary,
+    RequestRecord,
+    RunConfig,
+    RunMetadata,
+    RunResult,
+    ScenarioResult,
+    ServerChecks,
+    Slo,
 )
 
 MS = 1_000_000

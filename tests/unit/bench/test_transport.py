@@ -139,7 +139,7 @@ def test_a_response_head_arriving_after_its_waiter_was_cancelled_closes_the_conn
 
 
 def test_malformed_chunk_framing_is_a_protocol_error():
-    got, conn, sock = feed_reads([HEAD + b"zz\r\nhello\r\n"])
+    _got, conn, sock = feed_reads([HEAD + b"zz\r\nhello\r\n"])
 
     async def finished():
         await conn.stream.finished()
@@ -314,12 +314,11 @@ def test_cut_stream_is_a_protocol_error_with_the_blocks_before_it_delivered():
 
     async def go():
         got = []
-        async with Server(cut) as url, client(url) as http:
-            async with http.stream("GET", "/") as response:
-                stream = timed_stream(response)
-                stream.deliver(lambda block, t: got.append(block))
-                with pytest.raises(httpx.RemoteProtocolError, match="complete message body"):
-                    await stream.finished()
+        async with Server(cut) as url, client(url) as http, http.stream("GET", "/") as response:
+            stream = timed_stream(response)
+            stream.deliver(lambda block, t: got.append(block))
+            with pytest.raises(httpx.RemoteProtocolError, match="complete message body"):
+                await stream.finished()
         return got
 
     assert b"".join(asyncio.run(go())) == EVENTS[0]

@@ -35,7 +35,7 @@ class FixedClock:
 class FakeSfn:
     """DescribeExecution, ListExecutions (RUNNING stops) and StartExecution as Step Functions answers them."""
 
-    class exceptions:  # noqa: N801 (boto3's spelling)
+    class exceptions:
         class ExecutionDoesNotExist(Exception):
             """Step Functions does not know the execution."""
 
@@ -44,7 +44,7 @@ class FakeSfn:
         self.running_stops = list(running_stops)
         self.started: list[dict[str, Any]] = []
 
-    def describe_execution(self, executionArn: str) -> dict[str, Any]:  # noqa: N803
+    def describe_execution(self, executionArn: str) -> dict[str, Any]:
         if executionArn not in self.executions:
             raise self.exceptions.ExecutionDoesNotExist(executionArn)
         return {"executionArn": executionArn, **self.executions[executionArn]}
@@ -58,7 +58,7 @@ class FakeSfn:
 
         return Pages()
 
-    def start_execution(self, stateMachineArn: str, name: str, input: str) -> dict[str, Any]:  # noqa: N803, A002
+    def start_execution(self, stateMachineArn: str, name: str, input: str) -> dict[str, Any]:  # noqa: A002 (boto3's name)
         self.started.append({"machine": stateMachineArn, "name": name, "input": json.loads(input)})
         return {"executionArn": f"{stateMachineArn}:{name}"}
 

@@ -17,8 +17,8 @@ from servingctl.benchmarks.matrix import (
     plan_scenarios,
     run_config,
 )
-from servingctl.shared.errors import InvalidInput
 from servingctl.registry.loader import parse_registry
+from servingctl.shared.errors import InvalidInput
 
 ROOT = Path(__file__).resolve().parents[3]
 REFERENCE_REGISTRY = ROOT / "layers/core/servingctl/local/reference_registry.json"

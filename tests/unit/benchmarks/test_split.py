@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from servingctl.bench.metrics import round_result, scenario_summary, with_request_metrics
-from servingctl.schema.results import Calibration, RequestRecord, RunConfig, ServerChecks, ServerSample
 from servingctl.bench.runner import INDEX_STRIDE, Measurement
 from servingctl.bench.selfcheck import judge
 from servingctl.bench.server_metrics import GENERATION, PROMPT, Snapshot
 from servingctl.bench.shards import earliest_snapshot, merge_shards
 from servingctl.benchmarks.split import plan_shards, shard_config, shard_count
+from servingctl.schema.results import Calibration, RequestRecord, RunConfig, ServerChecks, ServerSample
 
 MS = 1_000_000
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)

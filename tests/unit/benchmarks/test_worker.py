@@ -13,10 +13,18 @@ import pytest
 
 from servingctl.bench.calibration import UNIT
 from servingctl.benchmarks import worker as bench_worker
-from servingctl.benchmarks.worker import EcsTarget, ProfileNotReady, WorkerDeps, compare_run, execution_name, new_run_id, run_action
-from servingctl.shared.errors import InvalidInput, ProfileNotFound
+from servingctl.benchmarks.worker import (
+    EcsTarget,
+    ProfileNotReady,
+    WorkerDeps,
+    compare_run,
+    execution_name,
+    new_run_id,
+    run_action,
+)
 from servingctl.costs import CompareInput, compare, load_catalog
 from servingctl.registry.loader import parse_registry
+from servingctl.shared.errors import InvalidInput, ProfileNotFound
 from servingctl.store import MemoryStore, Phase
 from servingctl.store.benchmarks import ResultExists, RunEnded, RunStatus
 from servingctl.store.benchmarks_memory import MemoryBenchmarkStore
@@ -100,7 +108,7 @@ def test_a_profile_that_is_not_ready_is_refused_unless_start_is_asked(deps: Work
 def test_unknown_profile_and_bad_flow_options_name_the_field(deps: WorkerDeps) -> None:
     with pytest.raises(ProfileNotFound, match="known profiles: deepseek-v4-flash, nemotron-nano"):
         run_action({"action": "plan", "state": {"profile": "nope"}, "execution": EXECUTION}, deps)
-    with pytest.raises(InvalidInput, match="start_options: poll.interval_s: Input should be greater than or equal to 1"):
+    with pytest.raises(InvalidInput, match=r"start_options: poll.interval_s: Input should be greater than or equal to 1"):
         _plan(deps, start=True, start_options={"poll": {"interval_s": 0}})
     with pytest.raises(InvalidInput, match="stop_options: deadline: unknown field; allowed fields: deadlines, poll, profile"):
         _plan(deps, start=True, stop_options={"deadline": {}})
@@ -246,8 +254,8 @@ def test_a_shard_waits_for_the_common_start_and_numbers_its_requests_apart() -> 
     from datetime import timedelta
 
     from servingctl.bench.backend import Connection
-    from servingctl.schema.results import Calibration, RunConfig
     from servingctl.bench.runner import INDEX_STRIDE, Shard, measure_scenario
+    from servingctl.schema.results import Calibration, RunConfig
 
     transport, seen = fake_server()
     config = RunConfig(endpoint="http://alb.internal", model="m", warmup=0, rounds=2, max_tokens=3)
@@ -307,7 +315,7 @@ def test_sweep_next_doubles_to_the_bound_and_records_the_stop(deps: WorkerDeps) 
 
 @pytest.mark.usefixtures("never_saturated")
 def test_sweep_next_stops_at_the_step_budget(deps: WorkerDeps) -> None:
-    plan, answers = _sweep_loop(deps, slos=[{"metric": "e2e_s", "limit": 600}], sweep_max_concurrency=64, sweep_max_steps=2)
+    _, answers = _sweep_loop(deps, slos=[{"metric": "e2e_s", "limit": 600}], sweep_max_concurrency=64, sweep_max_steps=2)
     assert [a["next"] for a in answers] == [1, 2, None] and answers[-1]["stop"] == "max-steps"
 
 
@@ -317,13 +325,13 @@ def test_sweep_input_errors_name_the_field(deps: WorkerDeps) -> None:
         _plan(deps, **SMALL, sweep=True)
     with pytest.raises(InvalidInput, match=r"sweep_max_concurrency: Input should be less than or equal to 256"):
         _plan(deps, **SMALL, sweep=True, slos=[{"metric": "ttft_ms", "limit": 1}], sweep_max_concurrency=257)
-    with pytest.raises(InvalidInput, match="slos.0.metric: Input should be 'ttft_ms', 'itl_ms' or 'e2e_s'"):
+    with pytest.raises(InvalidInput, match=r"slos.0.metric: Input should be 'ttft_ms', 'itl_ms' or 'e2e_s'"):
         _plan(deps, **SMALL, slos=[{"metric": "ttft", "limit": 1}])
-    with pytest.raises(InvalidInput, match="sweep_max_concurrency 256: about .* more than the 780 s a Lambda worker"):
+    with pytest.raises(InvalidInput, match=r"sweep_max_concurrency 256: about .* more than the 780 s a Lambda worker"):
         _plan(deps, **{**SMALL, "max_tokens": 4000}, sweep=True, slos=[{"metric": "ttft_ms", "limit": 1}],
               sweep_max_concurrency=256)
     plan = _plan(deps, **SMALL)
-    with pytest.raises(InvalidInput, match="sweep: run .* was not asked to sweep"):
+    with pytest.raises(InvalidInput, match=r"sweep: run .* was not asked to sweep"):
         run_action({"action": "sweep_next", "state": {"plan": plan}, "execution": EXECUTION}, deps)
 
 

@@ -11,8 +11,8 @@ import pytest
 from botocore.credentials import Credentials
 
 from servingctl.cli import client
-from servingctl.cli.sigv4 import SigV4
 from servingctl.cli.main import main
+from servingctl.cli.sigv4 import SigV4
 
 
 def test_requests_to_the_deployed_api_are_sigv4_signed_for_execute_api() -> None:

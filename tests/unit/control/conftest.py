@@ -7,6 +7,7 @@ through real boto3 calls.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from collections.abc import Callable, Iterator
@@ -154,7 +155,8 @@ class World:
         activity = {
             "ActivityId": f"a{len(self._failed) + 1}", "AutoScalingGroupName": self.registry.pools[pool].asg_name,
             "Description": "Launching a new EC2 instance.  Status Reason: " + message,
-            "Cause": "At 2025-03-01T09:00:00Z an instance was started in response to a difference between desired and actual capacity",
+            "Cause": ("At 2025-03-01T09:00:00Z an instance was started "
+                      "in response to a difference between desired and actual capacity"),
             "StartTime": datetime.now(UTC), "StatusCode": "Failed", "StatusMessage": message, "Progress": 100,
         }
         self._failed.insert(0, activity)
@@ -209,10 +211,8 @@ def running_executions() -> Any:
     for arn in (EXEC_START, EXEC_OTHER, EXEC_STOP, EXEC_STOP_2):
         machine, name = arn.split(":")[-2:]
         machine_arn = f"arn:aws:states:{REGION}:123456789012:stateMachine:{machine}"
-        try:
+        with contextlib.suppress(sfn.exceptions.StateMachineAlreadyExists):
             sfn.create_state_machine(name=machine, definition=definition, roleArn=role)
-        except sfn.exceptions.StateMachineAlreadyExists:
-            pass
         assert sfn.start_execution(stateMachineArn=machine_arn, name=name)["executionArn"] == arn
     return sfn
 

@@ -12,8 +12,8 @@ import pytest
 from pydantic import BaseModel
 
 from servingctl.control.polling import run_check
-from servingctl.shared.settings import Poll, StartConfig, StopConfig
 from servingctl.control.steps import ACTIONS
+from servingctl.shared.settings import Poll, StartConfig, StopConfig
 
 from .conftest import FakeClock
 

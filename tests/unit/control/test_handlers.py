@@ -11,15 +11,15 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import boto3
 import pytest
 from aws_lambda_powertools.utilities import parameters
 
-from servingctl.shared.errors import InvalidInput, ProfileNotFound, SmokeTestFailed
-from servingctl.local.twin import publish_parameters
 from servingctl.control.steps import ACTIONS
+from servingctl.local.twin import publish_parameters
+from servingctl.shared.errors import InvalidInput, ProfileNotFound, SmokeTestFailed
 from servingctl.store import DynamoStore, Phase
 from servingctl.store.dynamodb import create_table
 
@@ -49,7 +49,7 @@ def context() -> SimpleNamespace:
 
 
 @pytest.fixture
-def lambda_env(monkeypatch: pytest.MonkeyPatch, aws_env: None) -> Iterator[None]:
+def lambda_env(monkeypatch: pytest.MonkeyPatch, aws_env: None) -> None:
     # Read from SSM by its path, as deployed.
     publish_parameters(boto3.client("ssm"), json.loads(REGISTRY.read_text()), "/servingctl/registry")
     parameters.clear_caches()
@@ -59,7 +59,7 @@ def lambda_env(monkeypatch: pytest.MonkeyPatch, aws_env: None) -> Iterator[None]
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "servingctl")
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
     create_table("servingctl", boto3.resource("dynamodb"))
-    yield
+    return
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (EVENTS / "profile_steps").glob("*.json")))
@@ -121,11 +121,11 @@ def test_profile_steps_raises_named_errors(lambda_env: None) -> None:
 
 
 class _Server(BaseHTTPRequestHandler):
-    models: list[str] = []
+    models: ClassVar[list[str]] = []
     health = 200
-    seen_headers: list[str] = []
+    seen_headers: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         type(self).seen_headers.append(self.headers.get("X-LLM-Profile", ""))
         if self.path == "/health":
             body, code = b"", type(self).health
@@ -138,7 +138,7 @@ class _Server(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         type(self).seen_headers.append(self.headers.get("X-LLM-Profile", ""))
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk",

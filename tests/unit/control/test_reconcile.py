@@ -69,7 +69,7 @@ class _Bus:
     def __init__(self, client: Any) -> None:
         self.client, self.entries = client, []
 
-    def put_events(self, Entries: list[dict[str, Any]]) -> Any:  # noqa: N803 (boto3's parameter name)
+    def put_events(self, Entries: list[dict[str, Any]]) -> Any:
         self.entries += Entries
         return self.client.put_events(Entries=Entries)
 

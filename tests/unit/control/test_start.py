@@ -10,6 +10,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from servingctl.control.deps import Deps
+from servingctl.control.steps import run_step
+from servingctl.registry import parse_registry
 from servingctl.shared.errors import (
     CapacityUnavailable,
     DeadlineExceeded,
@@ -21,8 +23,6 @@ from servingctl.shared.errors import (
     TaskFailed,
     Throttled,
 )
-from servingctl.control.steps import run_step
-from servingctl.registry import parse_registry
 from servingctl.store import LockLost, Phase
 
 from .conftest import EXEC_OTHER, EXEC_START, EXEC_STOP, OTHER, PROFILE, FakeClock, World, start_input
@@ -202,13 +202,19 @@ def test_a_retry_right_after_a_failed_launch_is_not_failed_by_the_old_activity(d
 
 
 def _no_capacity(itype: str) -> str:
-    return f"Could not launch On-Demand Instances. InsufficientInstanceCapacity - We currently do not have sufficient {itype} capacity"
+    return (
+        "Could not launch On-Demand Instances. InsufficientInstanceCapacity - "
+        f"We currently do not have sufficient {itype} capacity"
+    )
 
 
 def test_capacity_falls_back_to_each_alternate_in_order_and_records_why(deps: Deps, world: World) -> None:
     state = started(deps, profile=OTHER)
     pool = world.registry.pools["g7e-1gpu"]
-    template = lambda: world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"]  # noqa: E731
+
+    def template() -> str:
+        return world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"]
+
     assert template() == pool.launch_template_id
     world.fail_launches(_no_capacity("g7e.2xlarge"), pool="g7e-1gpu")
     answer = step(deps, "check_capacity", state, "capacity")
@@ -270,7 +276,7 @@ def test_every_option_without_capacity_fails_with_capacity_unavailable_naming_th
 def test_a_launch_configuration_failure_does_not_fall_back(deps: Deps, world: World) -> None:
     state = started(deps, profile=OTHER)
     world.fail_launches("The requested configuration is currently not supported. Launching EC2 instance failed.", pool="g7e-1gpu")
-    with pytest.raises(CapacityUnavailable, match="could not launch g7e.2xlarge: launch-config: The requested configuration"):
+    with pytest.raises(CapacityUnavailable, match=r"could not launch g7e.2xlarge: launch-config: The requested configuration"):
         step(deps, "check_capacity", state, "capacity")
     assert world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"] == world.registry.pools["g7e-1gpu"].launch_template_id
 
@@ -352,7 +358,7 @@ def test_target_health_is_watched_inside_the_invocation(deps: Deps, world: World
     for _ in range(3):  # health takes a while: each invocation watches its whole wait, so wait_s is 0
         result = step(deps, "check_targets", state, "targets")
         assert not result["ready"] and result["wait_s"] == 0
-    assert clock.slept == [15] + [15, 7] + [15, 15, 4]  # waits 15, 22, 34 probed every <= 15 s
+    assert clock.slept == [15, 15, 7, 15, 15, 4]  # capacity 15; then waits 15, 22, 34 probed every <= 15 s
     clock.on_sleep = lambda s: world.register_target(task)
     result = step(deps, "check_targets", state, "targets")
     assert result["ready"] and result["wait_s"] == 0
@@ -514,6 +520,7 @@ def test_the_flow_refuses_deadlines_past_the_registry_limit(deps: Deps, capacity
         assert step(deps, "prepare_start", state, "config")["settings"]["deadlines"]["capacity_s"] == 7200
         return
     with pytest.raises(InvalidInput, match=(
-        r"deadlines.capacity_s: must be between 1 and 7200 seconds \(the limits.max_start_deadline_s of deepseek-v4-flash\); got 7201"
+        r"deadlines.capacity_s: must be between 1 and 7200 seconds "
+        r"\(the limits.max_start_deadline_s of deepseek-v4-flash\); got 7201"
     )):
         step(deps, "prepare_start", state, "config")

@@ -29,7 +29,8 @@ T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 # vLLM 0.32 on CPU (--enforce-eager), as the real server printed it on this machine.
 CPU_0_32 = [
     "(APIServer pid=23944) INFO 12-04 12:21:55 [api_utils.py:286] non-default args: {'host': '127.0.0.1'}",
-    "(APIServer pid=23944) WARNING 12-04 12:21:55 [vllm.py:1703] Enforce eager set, disabling torch.compile, CUDAGraphs, and JIT kernel warmup.",
+    ("(APIServer pid=23944) WARNING 12-04 12:21:55 [vllm.py:1703] "
+     "Enforce eager set, disabling torch.compile, CUDAGraphs, and JIT kernel warmup."),
     "(Worker pid=24059) INFO 12-04 12:22:18 [cpu_model_runner.py:68] Starting to load model /work/main/.cache/tiny-llama...",
     "(Worker pid=24059) INFO 12-04 12:22:18 [base_loader.py:82] Initializing model took 0.118493 seconds",
     "Loading safetensors checkpoint shards: 100% Completed | 1/1 [00:00<00:00, 436.95it/s]",

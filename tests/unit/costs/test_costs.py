@@ -57,8 +57,7 @@ def test_exactly_one_self_hosted_price_is_required():
 
 def test_cli_compare_json_matches_the_reference(capsys):
     code = main(
-        "costs compare --self-hosted-monthly-usd 8887 --api-input-usd-per-m 0.22 --api-output-usd-per-m 0.66 "
-        "--aggregate-tok-s 330.29 --input-tokens 2046 --output-tokens 256 --hours 730 --json".split()
+        ["costs", "compare", "--self-hosted-monthly-usd", "8887", "--api-input-usd-per-m", "0.22", "--api-output-usd-per-m", "0.66", "--aggregate-tok-s", "330.29", "--input-tokens", "2046", "--output-tokens", "256", "--hours", "730", "--json"]
     )
     assert code == 0
     out = json.loads(capsys.readouterr().out)
@@ -233,8 +232,7 @@ def test_the_day_comes_from_the_ledger_and_start_history_or_is_assumed_under_a_d
 
 def test_cli_slo_prices_a_goodput_by_hand_and_names_every_bad_flag(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    args = ("costs slo --goodput-rps 2 --goodput-tok-s 200 --input-tokens 1000 --hourly-usd 12 --running-hours 8 "
-            "--cold-start-s 360 --idle-minutes 30 --api-input-usd-per-m 0.22 --api-output-usd-per-m 0.66").split()
+    args = ["costs", "slo", "--goodput-rps", "2", "--goodput-tok-s", "200", "--input-tokens", "1000", "--hourly-usd", "12", "--running-hours", "8", "--cold-start-s", "360", "--idle-minutes", "30", "--api-input-usd-per-m", "0.22", "--api-output-usd-per-m", "0.66"]
     assert main(args) == 0
     out = capsys.readouterr().out
     text = " ".join(out.split())

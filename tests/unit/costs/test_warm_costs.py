@@ -46,8 +46,8 @@ def test_a_warm_pool_stands_while_the_server_does_not_run_and_a_spare_while_it_d
 
 
 def test_the_comparison_adds_the_standing_cost_to_the_self_hosted_side() -> None:
-    base = dict(aggregate_tok_s=358.41, input_tokens=254, output_tokens=256, api_input_usd_per_m=0.22,
-                api_output_usd_per_m=0.66, hourly_usd=12.17, hours=200)
+    base = {"aggregate_tok_s": 358.41, "input_tokens": 254, "output_tokens": 256, "api_input_usd_per_m": 0.22,
+                "api_output_usd_per_m": 0.66, "hourly_usd": 12.17, "hours": 200}
     without, standing = compare(CompareInput(**base)), compare(CompareInput(**base, standing_monthly_usd=100.0))
     assert standing.self_hosted_monthly_usd == pytest.approx(without.self_hosted_monthly_usd + 100.0)
     assert standing.api_monthly_usd == without.api_monthly_usd
@@ -59,7 +59,7 @@ class _WarmPoolApi:
     def __init__(self, group: str, lifecycles: list[str]) -> None:
         self.group, self.lifecycles = group, lifecycles
 
-    def describe_warm_pool(self, AutoScalingGroupName: str) -> dict[str, Any]:  # noqa: N803 (boto3's name)
+    def describe_warm_pool(self, AutoScalingGroupName: str) -> dict[str, Any]:
         found = self.lifecycles if AutoScalingGroupName == self.group else []
         return {"Instances": [{"InstanceId": f"i-{n}", "LifecycleState": s} for n, s in enumerate(found)]}
 

@@ -67,7 +67,7 @@ def test_rates(expression: str, seconds: int) -> None:
 
 @pytest.mark.parametrize("expression", ["cron(0 * * * ? *)", "rate(5 fortnights)", "rate(minutes)"])
 def test_what_the_twin_cannot_play_is_refused_naming_the_field(expression: str) -> None:
-    with pytest.raises(ValueError, match="ScheduleExpression: .* rate\\(N minutes\\|hours\\|days\\)"):
+    with pytest.raises(ValueError, match=r"ScheduleExpression: .* rate\(N minutes\|hours\|days\)"):
         rate_seconds(expression)
 
 

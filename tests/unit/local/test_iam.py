@@ -114,5 +114,5 @@ def test_a_refused_read_of_a_record_that_is_there_stays_refused() -> None:
             stub.add_response("list_objects_v2", {"Contents": listed}, {"Bucket": "b", "Prefix": "runs/r/a.jsonl.gz", "MaxKeys": 1})
         with pytest.raises(ClientError, match="AccessDenied"):
             S3RecordStore("b", s3).get_records("runs/r/a.jsonl.gz")
-        with pytest.raises(KeyError, match="no records at s3://b/runs/r/a.jsonl.gz"):
+        with pytest.raises(KeyError, match=r"no records at s3://b/runs/r/a.jsonl.gz"):
             S3RecordStore("b", s3).get_records("runs/r/a.jsonl.gz")

@@ -91,7 +91,7 @@ def test_a_profile_parameter_at_the_ssm_advanced_limit_passes_and_one_byte_past_
     doc["profiles"]["nemotron-nano"] = _padded_to(REFERENCE["profiles"]["nemotron-nano"], SSM_ADVANCED_BYTES + 1)
     built = assemble(PATH, _relative(doc), "us-east-1")
     assert [str(p) for p in built.problems] == [
-        f"{PATH}/profiles/nemotron-nano: {SSM_ADVANCED_BYTES + 1} bytes, over the Advanced tier limit of {SSM_ADVANCED_BYTES} bytes"]
+        f"{PATH}/profiles/nemotron-nano: {SSM_ADVANCED_BYTES + 1} bytes, " f"over the Advanced tier limit of {SSM_ADVANCED_BYTES} bytes"]
     assert sorted(built.document["profiles"]) == ["deepseek-v4-flash"]
 
 
@@ -104,7 +104,7 @@ def test_assembled_parameters_give_back_the_document():
 def test_unknown_time_zone_is_rejected():
     doc = copy.deepcopy(REFERENCE)
     doc["profiles"]["nemotron-nano"]["schedule"] = {"timezone": "Mars/Olympus", "periods": [{}]}
-    with pytest.raises(RegistryError, match="schedule.timezone.*Mars/Olympus"):
+    with pytest.raises(RegistryError, match=r"schedule.timezone.*Mars/Olympus"):
         parse_registry(doc)
 
 

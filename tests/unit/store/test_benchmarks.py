@@ -11,9 +11,9 @@ import pytest
 from moto import mock_aws
 
 from servingctl.bench.metrics import round_result, scenario_summary, with_request_metrics
-from servingctl.schema.results import Calibration, RequestRecord, RunConfig, ServerChecks
 from servingctl.bench.selfcheck import judge
 from servingctl.costs import CompareInput, compare
+from servingctl.schema.results import Calibration, RequestRecord, RunConfig, ServerChecks
 from servingctl.store.benchmarks import (
     BenchmarkRun,
     BenchmarkStore,
@@ -182,7 +182,7 @@ def test_scenarios_are_kept_in_run_order_with_their_records(stores) -> None:
     store, records = stores
     _running(store, "r1")
     second, recs2 = _scenario("r1", 2, 1, records)
-    first, recs1 = _scenario("r1", 1, 0, records)
+    first, _recs1 = _scenario("r1", 1, 0, records)
     store.put_scenario(second)
     store.put_scenario(first)
     listed = store.list_scenarios("r1")

@@ -189,7 +189,7 @@ def _pins(lines: list[str]) -> dict[str, str]:
     for line in lines:
         line = line.split("#")[0].strip()
         if line and not line.startswith("-"):
-            name, version = line.split("==")
+            name, _version = line.split("==")
             pins[name.split("[")[0].lower().replace("_", "-")] = line
     return pins
 

@@ -33,7 +33,8 @@ EXPECTED = {
     "model_load_s_under_60": ("profiles", "profiles.*.model_load_s (ECS health-check grace period) must be 60..7200 seconds."),
     "speculative_tokens_over_8": ("profiles", "profiles.*.vllm.speculative_tokens must be an integer from 0 to 8."),
     "unknown_weights_source": ("profiles", "profiles.*.weights_source must be s3 (prefetch through the S3 gateway endpoint) or hub (download through NAT)."),
-    "s3_weights_without_a_bucket": ("profiles", 'a profile has weights_source = "s3" but model_weights_bucket is null: set model_weights_bucket or weights_source = "hub".'),
+    "s3_weights_without_a_bucket": ("profiles", ('a profile has weights_source = "s3" but model_weights_bucket is null: '
+                                                  'set model_weights_bucket or weights_source = "hub".')),
     "reserved_name_prefix": ("name", "name must match ^[a-z][a-z0-9-]{1,22}$ and must not start with aws, ecs or fargate"),
     "client_cidr_open_to_the_world": ("client_cidrs", "client_cidrs must be IPv4 CIDRs inside the VPC; 0.0.0.0/0 is refused"),
     "zones_of_another_region": ("availability_zones", 'availability_zones must name exactly two different zones of var.region, e.g. ["us-east-1a", "us-east-1b"].'),
@@ -81,7 +82,7 @@ def _variable_at(line: int) -> str:
     return [name for start, name in starts if start <= line][-1]
 
 
-@pytest.fixture()
+@pytest.fixture
 def variables_dir(tmp_path: Path) -> Path:
     """The root variables.tf alone, with terraform.tfvars copied from the example."""
     shutil.copyfile(TF_ROOT / "variables.tf", tmp_path / "variables.tf")

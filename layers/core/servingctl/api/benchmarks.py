@@ -18,9 +18,9 @@ from pydantic import BaseModel, Field
 
 from servingctl.api.service import ApiDeps, BadRequest, Conflict, NotFound
 from servingctl.benchmarks.matrix import BenchmarkInput, plan_scenarios
+from servingctl.control.executions import canonical
 from servingctl.schema.results import RunResult
 from servingctl.shared.errors import InvalidInput
-from servingctl.control.executions import canonical
 from servingctl.store.benchmarks import BenchmarkRun, Reproducibility, RunStatus, StoredComparison, run_result
 from servingctl.store.models import Phase
 

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servingctl.shared.settings import Poll, StartDeadlines, StopDeadlines
 from servingctl.control.sweep import PlannedStop
+from servingctl.shared.settings import Poll, StartDeadlines, StopDeadlines
 from servingctl.store.models import Phase
 
 

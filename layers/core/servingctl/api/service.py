@@ -46,13 +46,13 @@ from servingctl.api.models import (
 )
 from servingctl.api.starts import latest_start, start_history
 from servingctl.control import aws
-from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.autostop import request_counts
 from servingctl.control.config import limit_problems
 from servingctl.control.executions import Action, canonical, execution_name, latest_execution, running_execution
 from servingctl.control.sweep import decide
 from servingctl.costs import PriceCatalog, monthly_totals, session_cost, volume_monthly_usd
 from servingctl.registry.models import Registry, ServingProfile
+from servingctl.shared.clock import Clock, SystemClock
 from servingctl.store.base import Store
 from servingctl.store.models import Phase, ProfileState, iso
 
@@ -426,7 +426,10 @@ def keepalive(deps: ApiDeps, name: str, body: KeepaliveRequest, caller: str | No
         message = f"{name}: lease now ends at {render.when(deadline)} ({minutes} min from now)" + (f"; it ended at {render.when(previous)}" if previous else "")
     else:
         left = int((previous - now).total_seconds() // 60)
-        message = f"{name}: lease already ends at {render.when(previous)} ({left} min from now), later than now + {minutes} min: kept, not shortened"
+        message = (
+            f"{name}: lease already ends at {render.when(previous)} ({left} min from now), "
+            f"later than now + {minutes} min: kept, not shortened"
+        )
     stop = summary.next_stop
     if stop is not None and stop.hard and deadline is not None and stop.at < deadline:
         message += f"; a hard limit stops it earlier: {stop.detail}"

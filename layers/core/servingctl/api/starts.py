@@ -7,7 +7,16 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from servingctl.api.models import StartHistory, StartTimeline, TimelinePhase
-from servingctl.control.timeline import HISTORY_STARTS, LABELS, expected_ready, next_mark, overheads, percentile, phase_history, spans
+from servingctl.control.timeline import (
+    HISTORY_STARTS,
+    LABELS,
+    expected_ready,
+    next_mark,
+    overheads,
+    percentile,
+    phase_history,
+    spans,
+)
 from servingctl.store.base import Store
 from servingctl.store.models import StartRecord
 

@@ -13,6 +13,7 @@ httpx's own transport, read with aiter_raw and stamped when the read reaches the
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,9 +23,9 @@ import httpx
 import msgspec
 import orjson
 
-from servingctl.schema.results import ErrorKind, RequestRecord
 from servingctl.bench.sse import SSEParser
 from servingctl.bench.transport import StreamTransport
+from servingctl.schema.results import ErrorKind, RequestRecord
 
 Clock = Callable[[], int]
 MAX_ERROR_CHARS = 300
@@ -113,8 +114,24 @@ class _StreamState:
     VM, against 2.5 us for the same parse warm."""
 
     __slots__ = (
-        "t0", "batch", "pending", "parser", "status", "t_sent", "chunks", "t_first_chunk", "t_first_answer", "t_done", "cumulative", "exact", "prompt_tokens",
-        "completion_tokens", "finish_reason", "done", "malformed", "server_error",
+        "batch",
+        "chunks",
+        "completion_tokens",
+        "cumulative",
+        "done",
+        "exact",
+        "finish_reason",
+        "malformed",
+        "parser",
+        "pending",
+        "prompt_tokens",
+        "server_error",
+        "status",
+        "t0",
+        "t_done",
+        "t_first_answer",
+        "t_first_chunk",
+        "t_sent",
     )
 
     def __init__(self, t0: int, batch: int = PARSE_BATCH) -> None:
@@ -281,10 +298,9 @@ class Backend:
     async def warm(self, connections: int) -> None:
         """Open the connections a load will use before its clock starts (no-op through plain httpx)."""
         if self._stream is not None:
-            try:
+            # On failure the requests fail with their own connect error, each recorded.
+            with contextlib.suppress(httpx.HTTPError):
                 await self._stream.warm(*self._address, connections, min(self.connection.timeout_s, 30.0))
-            except httpx.HTTPError:
-                pass  # the requests will fail with their own connect error, each recorded
 
     async def __aenter__(self) -> Backend:
         return self

@@ -9,8 +9,8 @@ The result is the largest repetition count whose prompt is at most `target` toke
 from __future__ import annotations
 
 import random
-from typing import Any
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 from servingctl.bench.backend import Backend
 from servingctl.schema.results import Calibration, CalibrationMethod, SaltMode

@@ -3,7 +3,8 @@
 `run_benchmark` fetches server metadata, calibrates each input length once and runs the scenarios
 in order (never two at once). `run_scenario` runs exactly one scenario with a calibration passed
 in: the unit of work of the Lambda benchmark worker. `measure_scenario` is its load half, also
-used for one shard of a scenario split across workers (the merge then judges the whole). Request failures never abort anything: they
+used for one shard of a scenario split across workers (the merge then judges the whole). Request failures never
+abort anything: they
 are recorded per request and counted in the summaries.
 """
 
@@ -26,6 +27,10 @@ from servingctl.bench.backend import Backend, ChatRequest, Connection
 from servingctl.bench.calibration import build_prompt, calibrate, unique_nonces
 from servingctl.bench.host import client_host, load_average
 from servingctl.bench.metrics import check_mismatches, scenario_summary, with_request_metrics
+from servingctl.bench.scheduler import poisson_offsets, run_bursts, run_rate, run_sustained
+from servingctl.bench.selfcheck import CPU_SHARE_LIMIT, LAG_P99_LIMIT_MS, SelfCheck, gc_paused
+from servingctl.bench.server_metrics import GENERATION, ServerMetrics, Snapshot, build_checks
+from servingctl.bench.shards import process_count
 from servingctl.schema.results import (
     Calibration,
     ClientSelfCheck,
@@ -38,10 +43,6 @@ from servingctl.schema.results import (
     ServerSample,
     scenario_name,
 )
-from servingctl.bench.scheduler import poisson_offsets, run_bursts, run_rate, run_sustained
-from servingctl.bench.selfcheck import CPU_SHARE_LIMIT, LAG_P99_LIMIT_MS, SelfCheck, gc_paused
-from servingctl.bench.server_metrics import GENERATION, ServerMetrics, Snapshot, build_checks
-from servingctl.bench.shards import process_count
 
 # The server's counters are updated when it processes outputs, possibly just after the client saw
 # the stream end: re-read them a few times before judging a difference.

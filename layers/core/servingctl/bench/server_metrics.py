@@ -10,6 +10,7 @@ server without `/metrics` (managed APIs) gets checks marked unavailable, never f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import math
 import re
@@ -88,7 +89,8 @@ def parse_prometheus(text: str, names: frozenset[str] | None = None) -> list[Sam
 @functools.cache
 def _lines_of(names: frozenset[str]) -> re.Pattern[str]:
     """The lines that begin with one of `names`."""
-    return re.compile(r"^[ \t]*(?:%s)(?![a-zA-Z0-9_:]).*$" % "|".join(map(re.escape, sorted(names))), re.M)
+    alternatives = "|".join(map(re.escape, sorted(names)))
+    return re.compile(rf"^[ \t]*(?:{alternatives})(?![a-zA-Z0-9_:]).*$", re.M)
 
 
 def _parse_labels(raw: str) -> dict[str, str] | None:
@@ -172,10 +174,8 @@ class ServerMetrics:
             scrapes += 1
             next_slot_middle_s = (start + (slot + 1.5) * slot_ns - now) / 1e9
             interval = self.interval_s if scrapes < fast else max(self.interval_s, next_slot_middle_s)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
-            except TimeoutError:
-                pass
 
 
 def server_sample(totals: dict[str, float], t_ns: int) -> ServerSample:

@@ -13,8 +13,8 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from servingctl.bench.metrics import round_result, scenario_summary
-from servingctl.schema.results import Calibration, ClientSelfCheck, RequestRecord, RoundResult, RunConfig, ScenarioResult
 from servingctl.bench.server_metrics import Snapshot, build_checks
+from servingctl.schema.results import Calibration, ClientSelfCheck, RequestRecord, RoundResult, RunConfig, ScenarioResult
 
 if TYPE_CHECKING:  # the runner spreads scenarios with this module: a runtime import would be a cycle
     from servingctl.bench.runner import Measurement
@@ -88,7 +88,7 @@ def merge_shards(
     t0_ns = min(part.t0_ns for part in parts) if same_host else 0
     records: list[RequestRecord] = []
     offsets = [part.t0_ns - t0_ns if same_host else round((part.t0_wall - t0).total_seconds() * 1e9) for part in parts]
-    for part, offset in zip(parts, offsets):
+    for part, offset in zip(parts, offsets, strict=True):
         records += [_shifted(r, offset) for r in part.records]
     records.sort(key=lambda r: (r.t_start_ns, r.index))
     rounds = _rounds(config, records)

@@ -16,10 +16,10 @@ from servingctl.schema.results import (
     SLO_PERCENTILES,
     RequestRecord,
     RoundResult,
+    ScenarioSummary,
     Slo,
     SloCheck,
     SloResult,
-    ScenarioSummary,
 )
 from servingctl.wording import words
 

@@ -17,11 +17,11 @@ import multiprocessing
 import queue
 import signal
 import time
+from collections.abc import Sequence
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
-from collections.abc import Sequence
 from typing import Any
 
 from servingctl.bench import aio

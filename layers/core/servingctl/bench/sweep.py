@@ -3,7 +3,8 @@
 The search doubles the concurrency from 1 until a scenario misses the SLOs, the server is
 over-saturated or the bound is reached, then bisects between the highest concurrency that held and
 the lowest that did not. Once over-saturated, the answer is the highest concurrency that met the SLOs
-before the server saturated (beyond it requests only queue, even where they still meet the SLOs). Over-saturated means more concurrency only queues: against the nearest
+before the server saturated (beyond it requests only queue, even where they still meet the SLOs). Over-saturated
+means more concurrency only queues: against the nearest
 lower concurrency measured, TTFT rose by SATURATION_TTFT_RISE while throughput grew by less than
 SATURATION_THROUGHPUT_GAIN, or goodput fell by more than GOODPUT_DROP.
 

@@ -48,7 +48,7 @@ def timed_stream(response: httpx.Response) -> TimedStream | None:
 class TimedStream(httpx.AsyncByteStream):
     """One response body: blocks with their arrival times, to a sink or through async iteration."""
 
-    __slots__ = ("_conn", "_blocks", "_sink", "_stamped_until", "_waiter", "done", "_error", "_closed")
+    __slots__ = ("_blocks", "_closed", "_conn", "_error", "_sink", "_stamped_until", "_waiter", "done")
 
     def __init__(self, conn: _Connection) -> None:
         self._conn = conn
@@ -311,7 +311,7 @@ class _Connection(asyncio.Protocol):
             if len(fields) % 2:
                 sizes, payloads = fields[0:-1:2], fields[1:-1:2]
                 try:
-                    whole = all(int(size, 16) == len(payload) for size, payload in zip(sizes, payloads))
+                    whole = all(int(size, 16) == len(payload) for size, payload in zip(sizes, payloads, strict=True))
                 except ValueError:
                     whole = False
                 if whole and b"" not in payloads[:-1]:  # a size 0 ends the body: only the last may be one

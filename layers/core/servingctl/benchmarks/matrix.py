@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from servingctl.schema.results import Mode, RunConfig, SaltMode, Slo, scenario_name
 from servingctl.bench.selfcheck import CPU_SHARE_LIMIT, LAG_P99_LIMIT_MS
-from servingctl.shared.errors import InvalidInput
 from servingctl.registry.models import ServingProfile
+from servingctl.schema.results import Mode, RunConfig, SaltMode, Slo, scenario_name
+from servingctl.shared.errors import InvalidInput
 
 # Lambda's hard limit is 900 s; the load gets this much of it, the rest covers connection setup,
 # the counter settle, the S3/DynamoDB writes and a margin for the estimate's own error.

@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from servingctl.schema.results import RunConfig, ScenarioSummary
 from servingctl.bench.shards import shares
+from servingctl.schema.results import RunConfig, ScenarioSummary
 
 # Workers start this long after the split is planned: enough for cold starts in the VPC.
 START_LEAD_S = 5.0

@@ -42,6 +42,17 @@ import httpx
 
 import servingctl
 from servingctl.bench.backend import Backend, Connection
+from servingctl.bench.runner import (
+    Measurement,
+    Shard,
+    connection_for,
+    measure_scenario,
+    prepare,
+    settled_snapshot,
+    summarize_measurement,
+)
+from servingctl.bench.server_metrics import ServerMetrics, Snapshot, thinned
+from servingctl.bench.shards import earliest_snapshot, merge_shards
 from servingctl.bench.sweep import decide, result_of, step_of
 from servingctl.benchmarks.matrix import (
     BenchmarkInput,
@@ -51,17 +62,14 @@ from servingctl.benchmarks.matrix import (
     run_config,
     sweep_scenario,
 )
-from servingctl.schema.results import SCHEMA_VERSION, Calibration, ClientSelfCheck, ScenarioSummary, ServerSample, SweepStep
-from servingctl.bench.runner import Measurement, Shard, connection_for, measure_scenario, prepare, settled_snapshot, summarize_measurement
-from servingctl.bench.server_metrics import ServerMetrics, Snapshot, thinned
-from servingctl.bench.shards import earliest_snapshot, merge_shards
 from servingctl.benchmarks.split import ShardPlan, plan_shards, shard_config
-from servingctl.shared.clock import Clock, SystemClock
-from servingctl.shared.errors import ControlError, InvalidInput, action_of, error_reason, throttling_as_error
 from servingctl.control.config import resolve_profile, start_config, stop_config
 from servingctl.costs import CompareInput, PriceCatalog, compare, day_use, load_catalog, slo_cost, warm_pool_monthly_usd
-from servingctl.schema.comparison import SloCost
 from servingctl.registry.models import Registry, ServingProfile
+from servingctl.schema.comparison import SloCost
+from servingctl.schema.results import SCHEMA_VERSION, Calibration, ClientSelfCheck, ScenarioSummary, ServerSample, SweepStep
+from servingctl.shared.clock import Clock, SystemClock
+from servingctl.shared.errors import ControlError, InvalidInput, action_of, error_reason, throttling_as_error
 from servingctl.store.base import Store
 from servingctl.store.benchmarks import (
     LIVE,
@@ -587,7 +595,7 @@ def finish(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     if outcome == RunStatus.FAILED and state.get("compare") is None:
         try:  # the comparisons of what was measured are still worth having
             compare_run(deps, run)
-        except Exception as exc:  # noqa: BLE001 (the original failure is the one to report)
+        except Exception as exc:
             error = f"{error} (comparison skipped: {type(exc).__name__}: {exc})"
     release_hold(deps.profiles, run, deps.clock.now())
     now = deps.clock.now()

@@ -17,15 +17,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from servingctl.bench import aio
 from servingctl.bench.calibration import CalibrationError, EndpointUnreachable
-from servingctl.schema.results import MODES, SALT_MODES, RunConfig, RunResult, Slo
+from servingctl.bench.runner import Progress as ProgressEvent
+from servingctl.bench.runner import ProgressFn, run_benchmark
 from servingctl.bench.slo import SloError, parse_slos
 from servingctl.bench.spread import MAX_PROCESSES
 from servingctl.bench.sweep import run_sweep
-from servingctl.bench.runner import Progress as ProgressEvent
-from servingctl.bench.runner import ProgressFn, run_benchmark
 from servingctl.cli.benchmarks import remote_bench
-from servingctl.cli.main import summary
 from servingctl.cli.client import EXIT_INTERRUPTED, add_api_arguments
+from servingctl.cli.main import summary
+from servingctl.schema.results import MODES, SALT_MODES, RunConfig, RunResult, Slo
 
 API_KEY_ENV = "SERVINGCTL_API_KEY"
 # pydantic field -> the flag a user typed, so errors name what they can fix.

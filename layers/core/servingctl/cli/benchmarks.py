@@ -21,9 +21,8 @@ from typing import Any
 import httpx
 from rich.console import Console
 
-from servingctl.benchmarks.matrix import RUN_ID_PATTERN
-from servingctl.schema.results import RunResult
 from servingctl import render
+from servingctl.benchmarks.matrix import RUN_ID_PATTERN
 from servingctl.cli.client import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -38,6 +37,7 @@ from servingctl.cli.client import (
 from servingctl.cli.interrupt import interrupted, unanswered
 from servingctl.cli.main import summary
 from servingctl.costs import Comparison, priced_api
+from servingctl.schema.results import RunResult
 from servingctl.store.records import decode_records
 
 FOLLOW_INTERVAL_S = 1.0

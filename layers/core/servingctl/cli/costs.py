@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from servingctl.cli.main import summary
 from servingctl.cli.client import Client, add_api_arguments, api_command
+from servingctl.cli.main import summary
 from servingctl.costs import CatalogError, CompareInput, compare, load_catalog, slo_cost_of
 from servingctl.schema.comparison import DayUse, SloCostInput
 from servingctl.wording import for_flags

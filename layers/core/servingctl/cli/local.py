@@ -166,7 +166,7 @@ def _run_up(args: argparse.Namespace) -> int:
     terminal = sys.stdout
     if not args.verbose:
         _quiet()
-    from servingctl.local.twin import Twin  # noqa: F811 (moto loads only for this command)
+    from servingctl.local.twin import Twin
 
     stop = threading.Event()
 
@@ -183,7 +183,8 @@ def _run_up(args: argparse.Namespace) -> int:
             write_twin_state(twin.api_url, twin.scaled_poll())
         print(_banner(twin, verbose=args.verbose), flush=True)
         if other is not None:
-            print(f"note: another twin (pid {other['pid']}, {other.get('api_url') or 'starting'}) is the one servingctl finds by default "
+            print(f"note: another twin (pid {other['pid']}, {other.get('api_url') or 'starting'}) "
+                  f"is the one servingctl finds by default "
                   f"({twin_state_path()}); reach this one with --api-url {twin.api_url}", flush=True)
         seen = 0
         while not stop.wait(0.2):

@@ -104,7 +104,7 @@ def _checked(body: dict[str, Any], model: Any, flags: dict[str, str], unit: dict
         model.model_validate(body)
     except ValidationError as exc:
         return "; ".join(f"{flags.get(field.split('.')[0], field)} {text}{_unit(text, unit.get(field, ''))}; got {err.get('input')}"
-                         for (field, text), err in zip(problems(exc.errors()), exc.errors()))
+                         for (field, text), err in zip(problems(exc.errors()), exc.errors(), strict=False))
     return None
 
 

@@ -15,8 +15,8 @@ from rich.console import Console
 from servingctl.bench.outputs import ResultsFileError, write_all
 from servingctl.bench.outputs.terminal import print_run, run_json
 from servingctl.cli.benchmarks import RunNotAvailable, load_run
-from servingctl.cli.main import summary
 from servingctl.cli.client import add_api_arguments
+from servingctl.cli.main import summary
 from servingctl.costs import CatalogError, cost_comparisons, load_catalog, priced_api
 from servingctl.schema.comparison import HOURS_PER_MONTH
 from servingctl.wording import for_flags

@@ -97,7 +97,7 @@ def chart_figure(history: dict[str, Any]) -> Figure:
                     label=history["labels"].get(mark, mark))
             left += phase["seconds"]
     handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
+    unique = dict(zip(labels, handles, strict=True))
     ax.legend(unique.values(), unique.keys(), fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_yticks(range(len(starts)), [f"{render.when(s['requested_at'], short=True)} {s['outcome']}" for s in starts])
     ax.invert_yaxis()

@@ -38,14 +38,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict
 
 from servingctl.bench.server_metrics import RUNNING, WAITING, parse_prometheus
-
 from servingctl.control import events
-from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.executions import attempt_names, execution_name, running_execution, start_fresh
-from servingctl.shared.settings import Poll
 from servingctl.control.sweep import Decision, PlannedStop, ServerLoad, decide
 from servingctl.costs import PriceCatalog, load_catalog
 from servingctl.registry.models import Registry, ServingProfile
+from servingctl.shared.clock import Clock, SystemClock
+from servingctl.shared.settings import Poll
 from servingctl.store.base import Store
 from servingctl.store.models import Phase, ProfileState
 

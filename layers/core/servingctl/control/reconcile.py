@@ -49,10 +49,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servingctl.control import aws, events
 from servingctl.control.deps import Deps
-from servingctl.control.known import Known, refresh_entry
-from servingctl.control.tags import TaggedCapacity
 from servingctl.control.executions import execution_status, is_execution_of, running_execution, start_fresh
 from servingctl.control.flow import CLOSED_STATUSES, pool_users
+from servingctl.control.known import Known, refresh_entry
+from servingctl.control.tags import TaggedCapacity
 from servingctl.registry.models import Registry
 from servingctl.shared.settings import Poll
 from servingctl.store.models import Lock, Phase, ProfileState, pool_lock, profile_lock

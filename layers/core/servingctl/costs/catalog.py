@@ -10,8 +10,8 @@ import json
 import os
 from collections.abc import Mapping
 from importlib import resources
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 

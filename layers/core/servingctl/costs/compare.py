@@ -1,7 +1,8 @@
 """Self-hosted vs managed API: what the same tokens cost each way, per month and per 1M tokens.
 
 The model of the reference article: the measured aggregate throughput is sustained for `hours` a
-month (plus what stands all month, e.g. the volumes of warm instances), every request has the same input and output length, and the managed API bills the same
+month (plus what stands all month, e.g. the volumes of warm instances), every request has the same input and
+output length, and the managed API bills the same
 input and output tokens at its per-1M prices. cost_comparisons prices every scenario of a run.
 """
 

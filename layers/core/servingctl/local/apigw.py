@@ -139,7 +139,7 @@ class ApiGateway:
                     return lambda: gateway._handle(self)
                 raise AttributeError(name)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (quiet: the twin prints world events)
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib's name)
                 return
 
         self._server = _Server((host, port), Handler)

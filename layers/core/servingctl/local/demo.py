@@ -2,11 +2,13 @@
 
 Brings the local twin up in its own process (`servingctl local up`, real vLLM on CPU by default,
 its output in a log file), then runs the commands a person would type: status, start --wait
-(phases shown as they pass), starts (the start's timeline per phase, with a chart), bench --profile (2 input lengths x 2 concurrencies, measured by the
+(phases shown as they pass), starts (the start's timeline per phase, with a chart), bench --profile (2 input
+lengths x 2 concurrencies, measured by the
 worker "inside the VPC"; the report table, the cost comparison, report.md, vLLM-compatible files and
 charts, the server's metrics over time), one scenario measured again and `report --compare` of the
 two stored runs (intervals, verdicts, fingerprints), a saturation sweep with an SLO (the concurrency
-found, its goodput, the cost per 1M output tokens at the SLO), stop --wait, and the ledger. Whatever happens, it stops the twin (which stops every model
+found, its goodput, the cost per 1M output tokens at the SLO), stop --wait, and the ledger. Whatever happens, it
+stops the twin (which stops every model
 server), checks that none of its processes is left, and says where the files are.
 
     python -m servingctl.local.demo [--model-server vllm|sim] [--output DIR]

@@ -53,7 +53,10 @@ FLUSH_S = 1.0
 # Hop-by-hop headers a proxy does not forward (RFC 9110 7.6.1), in lower case.
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                         "transfer-encoding", "upgrade", "host", "content-length"})
-ELB_PAGE = "<html>\r\n<head><title>{code} {reason}</title></head>\r\n<body>\r\n<center><h1>{code} {reason}</h1></center>\r\n</body>\r\n</html>\r\n"
+ELB_PAGE = (
+    "<html>\r\n<head><title>{code} {reason}</title></head>\r\n"
+    "<body>\r\n<center><h1>{code} {reason}</h1></center>\r\n</body>\r\n</html>\r\n"
+)
 REASONS = {502: "Bad Gateway", 503: "Service Temporarily Unavailable", 504: "Gateway Time-out"}
 
 
@@ -165,7 +168,7 @@ class LoadBalancers:
     def _run(self, sockets: Mapping[str, socket.socket]) -> None:
         try:
             asyncio.run(self._main(sockets))
-        except BaseException as exc:  # noqa: BLE001 (visible on the object: the twin stops, its tests check it)
+        except BaseException as exc:
             self.error = exc
             self._ready.set()
 
@@ -248,6 +251,7 @@ class LoadBalancers:
     # ---- the watcher: registrations, health checks, drains, metrics ----------------------------
     async def _watch(self, checker: httpx.AsyncClient) -> None:
         next_flush = time.monotonic() + FLUSH_S
+        checks: set[asyncio.Task[None]] = set()
         while True:
             now = time.monotonic()
             self._sync_registrations(now)
@@ -257,7 +261,9 @@ class LoadBalancers:
                     target.next_check = now + self._interval(target.group)
                 ended = [t for t in self._targets.values() if t.drain_until is not None and now >= t.drain_until]
             for target in due:
-                asyncio.create_task(self._check(checker, target))
+                check = asyncio.create_task(self._check(checker, target))
+                checks.add(check)  # the loop holds tasks weakly: one unreferenced may vanish mid-check
+                check.add_done_callback(checks.discard)
             for target in ended:
                 self.forget(target.group, target.target_id)
             if now >= next_flush:

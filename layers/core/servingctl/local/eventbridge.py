@@ -177,7 +177,7 @@ class EventBridge:
         self.interval_s = wiring.rate_s / time_scale
         self.deliver = deliver  # False: only the child aborts (the twin's control loop is off)
         self.deliveries: list[Delivery] = []
-        self.machines = sorted({arn for arn in wiring.pattern.get("detail", {}).get("stateMachineArn", [])})
+        self.machines = sorted(set(wiring.pattern.get("detail", {}).get("stateMachineArn", [])))
         self._statuses: dict[str, str] = {}
         self._queue: queue.Queue[Delivery | None] = queue.Queue()
         self._stop = threading.Event()

@@ -505,7 +505,7 @@ class Enforcer:
         requests = tuple(requests_of(service, operation, params, self.names))
         allowed_by = tuple(tuple(policy.allowing(r)) for r in requests)
         denied = None
-        refused = next((r for r, by in zip(requests, allowed_by) if not by), None)
+        refused = next((r for r, by in zip(requests, allowed_by, strict=True) if not by), None)
         role = f"arn:aws:sts::{self.names.account}:assumed-role/servingctl-{function}/servingctl-{function}"
         if refused is not None:
             denied = (f"User: {role} is not authorized to perform: {refused.action} on resource: {refused.resource} "

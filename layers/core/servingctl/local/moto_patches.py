@@ -15,7 +15,8 @@ atomically). Its Step Functions also lacks AWS's quotas and read consistency: no
 is never measured, a payload of exactly 256 KiB is refused, and ListExecutions/DescribeExecution
 always answer the latest state (the executions-lag fault makes them lag as AWS documents they may).
 The twin's world
-simulator plays those parts instead, through the accessors below. Nothing else in servingctl imports moto internals: when moto changes,
+simulator plays those parts instead, through the accessors below. Nothing else in servingctl imports moto
+internals: when moto changes,
 `check_moto()` (and tests/unit/local/test_moto_patches.py) fail loudly here, in one place.
 """
 
@@ -30,7 +31,7 @@ import uuid
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http import HTTPStatus
 from typing import Any
 
@@ -48,34 +49,34 @@ from moto.ec2.models.launch_templates import LaunchTemplate
 from moto.ecs.models import EC2ContainerServiceBackend, Service, Task, ecs_backends
 from moto.elbv2.models import ELBv2Backend, FakeHealthStatus, FakeTargetGroup, elbv2_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from moto.s3.models import S3Backend, s3_backends
-from moto.stepfunctions.parser.api import ExecutionFailedEventDetails, HistoryEventType, TaskFailedEventDetails
+from moto.stepfunctions.exceptions import ExecutionDoesNotExist
+from moto.stepfunctions.parser.api import ExecutionFailedEventDetails, ExecutionStatus, HistoryEventType, TaskFailedEventDetails
+from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
 from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
+from moto.stepfunctions.parser.asl.component.common.error_name.error_name import ErrorName
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent, FailureEventException
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import StatesErrorNameType
 from moto.stepfunctions.parser.asl.component.state import state as sfn_state
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import iteration_worker
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_lambda as sfn_state_task_lambda
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service as sfn_state_task_service
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task import StateTask
-from moto.stepfunctions.parser.asl.eval.event.event_manager import EventHistoryContext, EventManager
-from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
-from moto.stepfunctions.exceptions import ExecutionDoesNotExist
-from moto.stepfunctions.responses import StepFunctionResponse
-from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
-from moto.stepfunctions.parser.asl.component.common.error_name.error_name import ErrorName
-from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import iteration_worker
-from moto.stepfunctions.parser.asl.component.state.fail import state_fail
-from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent, FailureEventException
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import ResourceCondition
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_ecs import StateTaskServiceEcs
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import StateTaskServiceSfn
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task import StateTask
+from moto.stepfunctions.parser.asl.component.state.fail import state_fail
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
-from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
+from moto.stepfunctions.parser.asl.eval.event.event_manager import EventHistoryContext, EventManager
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
-from moto.stepfunctions.parser.api import ExecutionStatus
-from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication, Execution as SfnExecution
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
+from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
+from moto.stepfunctions.parser.backend.execution import Execution as SfnExecution
+from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+from moto.stepfunctions.responses import StepFunctionResponse
 from werkzeug.serving import make_server
 
 MOTO_VERSION = "5.2.5"
@@ -322,7 +323,7 @@ def _list_tasks(
     family: str | None = None,
     started_by: str | None = None,
     service_name: str | None = None,
-    desiredStatus: str | None = None,  # noqa: N803 (moto's name)
+    desiredStatus: str | None = None,
 ) -> list[Task]:
     """Filter on serviceName (the task group) and default desiredStatus to RUNNING, like ECS."""
     tasks = _ORIGINALS["EC2ContainerServiceBackend.list_tasks"](
@@ -426,9 +427,8 @@ def _ecs_eval_service_task(
     the failures as the cause, as Step Functions does for the .sync and callback patterns."""
     is_run_task = self._get_boto_service_action() == "run_task"
     if not is_run_task or self.resource.condition not in (ResourceCondition.Sync, ResourceCondition.WaitForTaskToken):
-        return _ORIGINALS["StateTaskServiceEcs._eval_service_task"](
-            self, env, resource_runtime_part, normalised_parameters, state_credentials
-        )
+        _ORIGINALS["StateTaskServiceEcs._eval_service_task"](self, env, resource_runtime_part, normalised_parameters, state_credentials)
+        return
     # A botocore client of ECS: its operations are made at run time.
     ecs: Any = boto_client_for(region=resource_runtime_part.region, service="ecs", state_credentials=state_credentials)
     # AWS's PascalCase Parameters (Cluster, TaskDefinition, ...) to boto3's names, as for states: Tasks.
@@ -666,7 +666,7 @@ def record_activity(
     b: Backends, name: str, *, description: str, cause: str, status_code: str, status_message: str | None = None
 ) -> None:
     """Add a scaling activity (Successful, Failed, InProgress...) to the group's history."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     activity = Activity(description, cause, asg(b, name), start_time=now, end_time=now, status_code=status_code)
     _set_missing(activity, status_message=status_message, details="{}")  # serialised as StatusMessage, Details
     activity.progress = 100
@@ -712,7 +712,7 @@ def create_service_task(b: Backends, service: Service, container_instance_arn: s
     )
     task.status = "PROVISIONING"
     task.desired_status = "RUNNING"
-    _set_missing(task, created_at=datetime.now(timezone.utc))
+    _set_missing(task, created_at=datetime.now(UTC))
     _address_in_subnet(task)
     b.ecs.tasks.setdefault(cluster.name, {})[task.task_arn] = task
     return task
@@ -755,7 +755,7 @@ def set_task_status(
 ) -> None:
     """Move the task (and its container) to last_status; STOPPED records the reason like ECS."""
     task.status = last_status
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     for container in task.containers:
         container.last_status = last_status
         if exit_code is not None:
@@ -866,7 +866,7 @@ class _CappedEventManager(EventManager):
             ))
         execution = self._execution
         execution.error, execution.cause = HISTORY_LIMIT_ERROR, HISTORY_LIMIT_CAUSE
-        execution.stop_date = datetime.now(timezone.utc)
+        execution.stop_date = datetime.now(UTC)
         execution.exec_status = ExecutionStatus.FAILED
         self._env.set_error(details)
         return event_id
@@ -962,7 +962,7 @@ def _public_lag() -> timedelta | None:
 
 def _utc(moment: datetime) -> datetime:
     """moto stamps StopExecution with a naive UTC time, everything else with an aware one."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _lagged(execution: Any, lag: timedelta, now: datetime) -> tuple[str, datetime | None] | None:
@@ -981,7 +981,7 @@ def _describe_execution(self: StepFunctionResponse) -> ActionResult:
     if lag is None:
         return _ORIGINALS["StepFunctionResponse.describe_execution"](self)
     arn = self._get_param("executionArn")
-    seen = _lagged(self.stepfunction_backend.describe_execution(arn), lag, datetime.now(timezone.utc))
+    seen = _lagged(self.stepfunction_backend.describe_execution(arn), lag, datetime.now(UTC))
     if seen is None:
         raise ExecutionDoesNotExist("Execution Does Not Exist: '" + arn + "'")
     answer: ActionResult = _ORIGINALS["StepFunctionResponse.describe_execution"](self)
@@ -1001,7 +1001,7 @@ def _list_executions(self: StepFunctionResponse) -> ActionResult:
         return _ORIGINALS["StepFunctionResponse.list_executions"](self)
     arn, wanted = self._get_param("stateMachineArn"), self._get_param("statusFilter")
     machine = self.stepfunction_backend.describe_state_machine(arn)
-    now, items = datetime.now(timezone.utc), []
+    now, items = datetime.now(UTC), []
     for execution in sorted(machine.executions, key=lambda e: e.start_date, reverse=True):
         seen = _lagged(execution, lag, now)
         if seen is None or (wanted and seen[0] != wanted):

@@ -46,12 +46,11 @@ from botocore.config import Config
 
 from servingctl.local import ecs_tasks, iam, lambda_runtime, moto_patches
 from servingctl.local.apigw import ApiGateway
-from servingctl.local.eventbridge import EventBridge, load_template, read_wiring
 from servingctl.local.elbv2 import LoadBalancers
+from servingctl.local.eventbridge import EventBridge, load_template, read_wiring
 from servingctl.local.faults import check_fault
-from servingctl.local.modelserver import free_port
-from servingctl.local.world import PREFETCH_CONTAINER, WORLD_AGENT, Delays, World, model_log_group
 from servingctl.local.task_iam import TaskIam
+from servingctl.local.world import PREFETCH_CONTAINER, WORLD_AGENT, Delays, World, model_log_group
 from servingctl.registry import layout
 from servingctl.registry.loader import parse_registry
 from servingctl.registry.models import Registry

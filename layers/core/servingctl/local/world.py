@@ -24,6 +24,7 @@ compile_cache_s). Without reuse a scale-in terminates and the pool is refilled w
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -32,7 +33,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -521,9 +522,9 @@ class World:
             cached = instance is not None and task.profile in instance.cached
             task.phase, task.due = "PENDING", self._after(self.delays.warm_pull_s if cached else self.delays.pull_s)
             mp.set_task_status(task.task, "PENDING")
-            task.task.pull_started_at = datetime.now(timezone.utc)
+            task.task.pull_started_at = datetime.now(UTC)
         elif task.phase == "PENDING":
-            task.task.pull_stopped_at = datetime.now(timezone.utc)
+            task.task.pull_stopped_at = datetime.now(UTC)
             instance = self._instances.get(task.instance_id)
             # A warm volume holds the synced revision's marker: the prefetch says so and exits at once.
             warm = instance is not None and task.profile in instance.cached
@@ -620,10 +621,8 @@ class World:
         settings = next(c for c in containers if c["name"] == container)["logConfiguration"]["options"]
         group, stream = settings["awslogs-group"], f"{settings['awslogs-stream-prefix']}/{container}/{task.arn.rsplit('/', 1)[-1]}"
         stamp = int(time.time() * 1000)
-        try:
+        with contextlib.suppress(self.logs.exceptions.ResourceAlreadyExistsException):
             self.logs.create_log_stream(logGroupName=group, logStreamName=stream)
-        except self.logs.exceptions.ResourceAlreadyExistsException:
-            pass
         self.logs.put_log_events(logGroupName=group, logStreamName=stream,
                                  logEvents=[{"timestamp": stamp, "message": line} for line in lines])
 
@@ -791,4 +790,4 @@ def _launch_cause(current: int, desired: int) -> str:
 
 
 def _stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -273,7 +273,8 @@ class ServingProfile(_Strict):
         runtime = self.autostop.max_runtime_minutes
         if runtime is not None and runtime < self.default_lease_minutes:
             raise ValueError(
-                f"autostop.max_runtime_minutes ({runtime}) must not be below default_lease_minutes ({self.default_lease_minutes}): "
+                f"autostop.max_runtime_minutes ({runtime}) "
+                f"must not be below default_lease_minutes ({self.default_lease_minutes}): "
                 "every start would be cut before its lease"
             )
         return self

@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import Field
 
+from servingctl.schema.comparison import Comparison, SloCost
 from servingctl.schema.results import (
     Calibration,
     RoundResult,
@@ -26,7 +27,6 @@ from servingctl.schema.results import (
     ServerSample,
     SweepResult,
 )
-from servingctl.schema.comparison import Comparison, SloCost
 from servingctl.store.models import _Record
 from servingctl.store.records import RecordStore
 

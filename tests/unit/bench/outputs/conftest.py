@@ -4,12 +4,12 @@ with the engine's statistics (no engine run, no server)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-
 from typing import Any
 
 import pytest
 
 from servingctl.bench.metrics import chunk_gaps_ms, itl_samples_ms, round_result, tokens_per_chunk, with_request_metrics
+from servingctl.bench.stats import summarize
 from servingctl.schema.results import (
     Calibration,
     ClientSelfCheck,
@@ -23,7 +23,6 @@ from servingctl.schema.results import (
     ServerChecks,
     scenario_name,
 )
-from servingctl.bench.stats import summarize
 
 MS = 1_000_000
 MAX_TOKENS = 4
@@ -36,7 +35,7 @@ def make_record(name: str, rnd: int, index: int, start_ms: float, ttft_ms: float
     t_start = int(start_ms * MS)
     t = t_start + int(ttft_ms * MS)
     chunks = [(t, tokens[0])]
-    for gap, n in zip(gaps_ms, tokens[1:]):
+    for gap, n in zip(gaps_ms, tokens[1:], strict=False):
         t += int(gap * MS)
         chunks.append((t, n))
     if not ok:

@@ -5,8 +5,6 @@ from datetime import timedelta
 import matplotlib.image
 import pytest
 
-from servingctl.schema.results import ServerSample
-
 from servingctl.bench.outputs.charts import (
     CLIENT_BOUND_LABEL,
     aggregate_figure,
@@ -15,6 +13,7 @@ from servingctl.bench.outputs.charts import (
     ttft_figure,
     write_charts,
 )
+from servingctl.schema.results import ServerSample
 
 
 def _summaries(run):

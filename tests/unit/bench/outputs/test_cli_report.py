@@ -2,9 +2,9 @@
 
 import json
 
-from servingctl.schema.results import SCHEMA_VERSION
 from servingctl.bench.outputs import write_results
 from servingctl.cli.main import main
+from servingctl.schema.results import SCHEMA_VERSION
 
 
 def test_report_prints_the_table_and_writes_all_files(run, tmp_path, capsys):

@@ -8,11 +8,11 @@ import subprocess
 import pytest
 
 from servingctl.bench.outputs import read_results, write_all
-from servingctl.costs import cost_comparisons
 from servingctl.bench.outputs.markdown import render_report
 from servingctl.bench.slo import parse_slos
 from servingctl.cli.bench import config_from_args
 from servingctl.cli.main import build_parser
+from servingctl.costs import cost_comparisons
 from servingctl.schema.results import RunConfig
 
 

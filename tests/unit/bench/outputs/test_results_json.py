@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from servingctl.schema.results import SCHEMA_VERSION
 from servingctl.bench.outputs import ResultsFileError, read_results, write_results
+from servingctl.schema.results import SCHEMA_VERSION
 
 
 def test_round_trip_from_file_and_directory(run, tmp_path):

@@ -7,14 +7,15 @@ Builders return the Figure so callers can inspect it."""
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from servingctl.schema.results import RunResult, ServerSample
 from servingctl.bench.outputs.rows import ScenarioRow, compare_runs, scenario_rows
+from servingctl.schema.results import RunResult, ServerSample
 
 AGGREGATE_PNG = "aggregate_tok_s.png"
 TTFT_PNG = "ttft.png"
@@ -33,7 +34,7 @@ def _figure(width: float = 7.0, height: float = 4.5) -> Figure:
 def _mark_client_bound(ax: Axes, points: list[tuple[float, float]]) -> None:
     """Overlay a red cross on figures the client limited, so nobody reads them as the server's."""
     if points:
-        xs, ys = zip(*points)
+        xs, ys = zip(*points, strict=True)
         ax.plot(xs, ys, linestyle="none", marker="x", color="red", markersize=12, label=CLIENT_BOUND_LABEL)
 
 
@@ -97,7 +98,7 @@ def compare_figure(baseline: RunResult, run: RunResult) -> Figure:
         xs = range(len(compared))
         ax.bar([x - width / 2 for x in xs], [f.baseline or 0.0 for f in figures], width, label=f"baseline {baseline.metadata.run_id}")
         bars = ax.bar([x + width / 2 for x in xs], [f.run or 0.0 for f in figures], width, label=f"this run {run.metadata.run_id}")
-        for bar, f in zip(bars, figures):
+        for bar, f in zip(bars, figures, strict=True):
             if f.change_pct is not None:
                 ax.annotate(f"{f.change_pct:+.0f}%", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
         ax.set_xticks(list(xs), names, rotation=45, ha="right")
@@ -111,7 +112,7 @@ def compare_figure(baseline: RunResult, run: RunResult) -> Figure:
 def _rates(times: list[float], totals: list[float | None]) -> tuple[list[float], list[float]]:
     """Per-second rates of a counter between consecutive samples (at the later sample's time)."""
     xs, ys = [], []
-    for (t0, a), (t1, b) in zip(zip(times, totals), zip(times[1:], totals[1:])):
+    for (t0, a), (t1, b) in pairwise(zip(times, totals, strict=True)):
         if a is not None and b is not None and t1 > t0:
             xs.append(t1)
             ys.append((b - a) / (t1 - t0))
@@ -121,7 +122,7 @@ def _rates(times: list[float], totals: list[float | None]) -> tuple[list[float],
 def _acceptance(times: list[float], samples: list[ServerSample]) -> tuple[list[float], list[float]]:
     """Accepted / draft tokens between consecutive samples that drafted anything."""
     xs, ys = [], []
-    for t, a, b in zip(times[1:], samples, samples[1:]):
+    for t, (a, b) in zip(times[1:], pairwise(samples), strict=True):
         a_drafted, b_drafted, a_accepted, b_accepted = a.spec_draft_tokens, b.spec_draft_tokens, a.spec_accepted_tokens, b.spec_accepted_tokens
         if a_drafted is None or b_drafted is None or a_accepted is None or b_accepted is None:
             continue
@@ -149,7 +150,7 @@ def server_figure(run: RunResult) -> Figure | None:
     panels = ["requests", *(["kv"] if kv else []), "tokens", *(["spec"] if spec else [])]
     fig = _figure(8.0, 1.9 * len(panels) + 1.0)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
-    for ax, panel in zip(axes, panels):
+    for ax, panel in zip(axes, panels, strict=True):
         for i, (name, start, end, times, samples) in enumerate(series):
             ax.axvspan(start, max(end, start + 0.5), color="grey", alpha=0.08 if i % 2 else 0.16, linewidth=0)
             first = i == 0

@@ -9,12 +9,12 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from servingctl.bench.outputs.capacity import GOODPUT_HEADER, cost_line, goodput_rows, slo_text, sweep_lines
-from servingctl.schema.results import REDACTED, RunResult, ScenarioSummary, ServerChecks
 from servingctl.bench.bootstrap import MIN_UNITS, RESAMPLES
+from servingctl.bench.outputs.capacity import GOODPUT_HEADER, cost_line, goodput_rows, slo_text, sweep_lines
 from servingctl.bench.outputs.fingerprint import FingerprintRow, compare_fingerprints
 from servingctl.bench.outputs.rows import ComparedFigure, ComparedScenario, compare_runs, scenario_rows
 from servingctl.schema.comparison import Comparison
+from servingctl.schema.results import REDACTED, RunResult, ScenarioSummary, ServerChecks
 
 DASH = "–"
 RESULTS_HEADER = (
@@ -404,7 +404,11 @@ def render_report(
         lines += ["## Warnings", "", *(f"- {a}" for a in alerts), ""]
     lines += ["## Results", ""]
     lines += ["Aggregate: " + ("median over measured rounds of completion tokens / round wall time." if run.config.mode == "burst" else "completion tokens in the steady window / its length (ramp and drain excluded).")]
-    lines += ["Per-request figures are medians over successful measured requests; TTFT counts from the first content or reasoning chunk.", ""]
+    lines += [
+        "Per-request figures are medians over successful measured requests; "
+        "TTFT counts from the first content or reasoning chunk.",
+        "",
+    ]
     lines += [*results_table(run), ""]
     lines += capacity_section(run)
     if baseline is not None:

@@ -20,14 +20,14 @@ from rich.console import Console
 from rich.text import Text
 
 from servingctl import render
-from servingctl.schema.results import RunResult
-from servingctl.bench.outputs.markdown import fmt, fmt_pct, warnings
 from servingctl.bench.bootstrap import MIN_UNITS, RESAMPLES
 from servingctl.bench.outputs.capacity import GOODPUT_HEADER, cost_line, goodput_rows, slo_text, sweep_lines
 from servingctl.bench.outputs.fingerprint import compare_fingerprints
+from servingctl.bench.outputs.markdown import fmt, fmt_pct, warnings
 from servingctl.bench.outputs.rows import ComparedFigure, ScenarioRow, compare_runs, scenario_rows
 from servingctl.bench.stats import min_samples
 from servingctl.schema.comparison import Comparison
+from servingctl.schema.results import RunResult
 
 PERCENTILE_OF = {"ttft_p90_ms": 0.90, "ttft_p99_ms": 0.99}  # TTFT tail cells resolved only with enough samples
 CLIENT_BOUND = "   ^ CLIENT-BOUND: the client was the bottleneck, not the server (see below)"
@@ -55,7 +55,7 @@ def results_table(run: RunResult) -> str:
          fmt(r.decode_tok_s), f"{r.ok} / {r.failed}") for r in rows
     ], right=range(1, 7), upper=False).split("\n")
     lines += table[:2]
-    for r, line in zip(rows, table[2:]):
+    for r, line in zip(rows, table[2:], strict=False):
         lines.append(line)
         if r.client_bound:
             lines.append(CLIENT_BOUND)

@@ -373,7 +373,7 @@ class _Stream:
                     text = tokenizer.generated_text(self.offset, sent, new)
                     sent += new
                     if finished:
-                        body += self._chunk('{"content":%s}' % json.dumps(text), seq.finish_reason, sent)
+                        body += self._chunk('{"content":' + json.dumps(text) + "}", seq.finish_reason, sent)
                         if self.include_usage:
                             body += f"{self.head}[],{self._usage(sent)}}}\n\n".encode()
                         body += b"data: [DONE]\n\n"
@@ -381,7 +381,7 @@ class _Stream:
                         self._stamp(True)
                         return
                     if text:  # a step whose tokens decode to no text sends nothing (like vLLM)
-                        body += self._chunk('{"content":%s}' % json.dumps(text), None, sent)
+                        body += self._chunk('{"content":' + json.dumps(text) + "}", None, sent)
                         content = True
                     if sent >= half:
                         if self.malformed:
