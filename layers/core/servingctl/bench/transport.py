@@ -27,6 +27,7 @@ import os
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import cast
 
 import httpx
 
@@ -154,7 +155,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Keep the transport; turn the socket's receive stamps on where the kernel has them."""
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # loop.create_connection's: a stream transport
         raw = transport.get_extra_info("socket")
         if rxstamp.SUPPORTED and raw is not None:
             self.own = socket.socket(raw.family, raw.type, fileno=os.dup(raw.fileno()))
@@ -604,7 +605,9 @@ class StreamTransport(httpx.AsyncBaseTransport):
 
 async def _serialize(request: httpx.Request) -> tuple[bytes, bytes]:
     """The request head and body bytes (a chunked request body is sent as one chunk)."""
-    body = b"".join([part async for part in request.stream])  # type: ignore[union-attr]
+    if not isinstance(request.stream, httpx.AsyncByteStream):
+        raise TypeError("a request sent through an async transport has an async body")
+    body = b"".join([part async for part in request.stream])
     headers = request.headers.raw
     if any(name.lower() == b"transfer-encoding" for name, _ in headers):
         body = (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + b"0\r\n\r\n"

@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
@@ -182,6 +182,14 @@ def _when_up(state: dict[str, Any]) -> dict[str, Any]:
     raise Unreachable(f"the local twin (pid {pid}) is still starting after {TWIN_START_WAIT_S} s")
 
 
+@overload
+def _twin(url: str) -> Client: ...
+
+
+@overload
+def _twin(url: None = None) -> Client | None: ...
+
+
 def _twin(url: str | None = None) -> Client | None:
     """The running twin from its state file (None when none runs; waited for while it starts), or
     the twin at url (unsigned), with the pacing the state file suggests when it names that URL."""
@@ -213,7 +221,7 @@ def _signed(url: str, aws_profile: str | None, region: str | None) -> Client:
 
 
 def _api(url: str, args: argparse.Namespace) -> Client:
-    return _twin(url) if is_loopback(url) else _signed(url, args.aws_profile, args.region)  # type: ignore[return-value]
+    return _twin(url) if is_loopback(url) else _signed(url, args.aws_profile, args.region)
 
 
 def connect(args: argparse.Namespace) -> Client:

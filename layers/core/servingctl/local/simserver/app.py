@@ -64,7 +64,7 @@ class TextPart(_Strict):
 
 
 class Message(_Strict):
-    role: Literal[tokenizer.ROLES]  # type: ignore[valid-type]
+    role: tokenizer.Role
     content: str | list[TextPart]
 
     def text(self) -> str:

@@ -163,11 +163,14 @@ class _KernelStampingProtocol(_StampingProtocol):
     _reads: _KernelReads | None = None
     _waiting_ns: int | None = None
 
+    # uvicorn's protocol takes a Transport where asyncio's declares a BaseTransport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Set up the kernel-stamped reader; it takes over once the transport has started reading."""
         super().connection_made(transport)
         self._reads = _KernelReads(self, transport)
-        self.flow = FlowControl(self._reads)  # type: ignore[arg-type]  # pauses go to the reader
+        # Both stand in for the transport by duck typing: FlowControl only pauses and resumes reading
+        # (the reader's to do now), and _WriteNow delegates all but write().
+        self.flow = FlowControl(self._reads)  # type: ignore[arg-type]
         self.transport = _WriteNow(transport, self._reads.sock)  # type: ignore[assignment]
         # Until take() runs (the loop's next turn) the transport reads: a busy server accepts late,
         # when the first request may already be waiting, so its kernel stamp is peeked now.
