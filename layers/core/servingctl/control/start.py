@@ -4,7 +4,7 @@ record READY, release; roll_back undoes only what this execution started."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servingctl.control import aws, known, launch_failures, timeline_sources
 from servingctl.control.config import start_config
@@ -27,6 +27,9 @@ from servingctl.shared.errors import CapacityUnavailable, LockHeld, ProfileNotFo
 from servingctl.shared.settings import StartConfig
 from servingctl.store.base import LockConflict
 from servingctl.store.models import Mark, Phase, Session, StartRecord, iso, profile_lock, session_id_for
+
+if TYPE_CHECKING:
+    from types_boto3_ecs.type_defs import TaskTypeDef
 
 PHASES = ("capacity", "boot", "task", "health", "smoke")
 
@@ -243,7 +246,7 @@ def _count_task_failures(deps: Deps, config: StartConfig, state: dict[str, Any])
     return len(stopped)
 
 
-def _running_tasks(deps: Deps, config: StartConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _running_tasks(deps: Deps, config: StartConfig) -> tuple[list[TaskTypeDef], list[TaskTypeDef]]:
     spec = deps.profile(config.profile)
     live = aws.service_tasks(deps.ecs, spec.cluster, spec.service, "RUNNING")
     return live, [t for t in live if t.get("lastStatus") == "RUNNING"]

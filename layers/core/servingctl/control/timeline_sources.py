@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -18,13 +18,16 @@ from servingctl.control.deps import Deps
 from servingctl.control.timeline import merge, vllm_marks
 from servingctl.store.models import Mark, StartRecord
 
+if TYPE_CHECKING:
+    from types_boto3_ecs.type_defs import TaskTypeDef
+
 log = logging.getLogger(__name__)
 
 # The prefetch container's own lines (infra/terraform/modules/serving-profile: prefetch_command).
 PREFETCH_BEGIN, PREFETCH_END = "servingctl prefetch: syncing", "servingctl prefetch: done"
 # AWS stamps at its own clock; a mark this far before the request still belongs to the start.
 CLOCK_SKEW = timedelta(seconds=2)
-_TASK_TIMES = (
+_TASK_TIMES: tuple[tuple[str, Literal["createdAt", "pullStartedAt", "pullStoppedAt", "startedAt"]], ...] = (
     ("task_created", "createdAt"), ("pull_started", "pullStartedAt"),
     ("pull_stopped", "pullStoppedAt"), ("task_started", "startedAt"),
 )
@@ -51,7 +54,7 @@ def _instance_marks(deps: Deps, record: StartRecord, asg_name: str, cluster: str
     ]
 
 
-def _task_marks(deps: Deps, record: StartRecord, cluster: str, service: str) -> tuple[list[Mark], dict[str, Any] | None]:
+def _task_marks(deps: Deps, record: StartRecord, cluster: str, service: str) -> tuple[list[Mark], TaskTypeDef | None]:
     """The newest live task of the service and its ECS timestamps."""
     tasks = aws.service_tasks(deps.ecs, cluster, service, "RUNNING")
     if not tasks:
@@ -69,7 +72,7 @@ def _from_task(name: str) -> bool:
     return name in dict(_TASK_TIMES) or name.startswith(("vllm_", "prefetch_"))
 
 
-def _streams(deps: Deps, record: StartRecord, task: dict[str, Any]) -> list[tuple[str, str, bool]]:
+def _streams(deps: Deps, record: StartRecord, task: TaskTypeDef) -> list[tuple[str, str, bool]]:
     """(log group, stream, is the prefetch container) of the task's awslogs containers, kept on the
     record (a task definition never changes: it is read once per task)."""
     if not record.log_streams:
@@ -84,7 +87,7 @@ def _streams(deps: Deps, record: StartRecord, task: dict[str, Any]) -> list[tupl
     return record.log_streams
 
 
-def _log_marks(deps: Deps, record: StartRecord, task: dict[str, Any]) -> list[Mark]:
+def _log_marks(deps: Deps, record: StartRecord, task: TaskTypeDef) -> list[Mark]:
     """vLLM's phases from the server container's stream, the prefetch run from its container's."""
     marks: list[Mark] = []
     since = task.get("createdAt")
