@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -258,7 +259,7 @@ def starts(deps: ApiDeps, name: str, limit: int) -> StartHistory:
 
 
 # ---- starting and stopping ---------------------------------------------------------------------
-def intent_name(action: Action, profile: str, latest: dict[str, Any] | None, salt: str = "") -> str:
+def intent_name(action: Action, profile: str, latest: Mapping[str, Any] | None, salt: str = "") -> str:
     """The execution name of the next start or stop of the profile: derived from its newest
     execution of that flow, so every request made before a new one began names the same execution
     (Step Functions answers a repeated StartExecution with it). Not from the profile record, which
@@ -266,7 +267,7 @@ def intent_name(action: Action, profile: str, latest: dict[str, Any] | None, sal
     return execution_name(action, profile, latest["executionArn"] if latest else "", salt)
 
 
-def _ref(execution: dict[str, Any], action: Action, profile: str, joined: bool) -> ExecutionRef:
+def _ref(execution: Mapping[str, Any], action: Action, profile: str, joined: bool) -> ExecutionRef:
     arn = execution["executionArn"]
     return ExecutionRef(
         execution_arn=arn, execution_id=arn.rsplit(":", 1)[-1], profile=profile, action=action, joined=joined,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
@@ -24,6 +24,9 @@ from servingctl.shared.settings import Poll
 from servingctl.store.base import Store
 from servingctl.store.benchmarks import BenchmarkRun, BenchmarkStore, RunEnded, RunStatus
 from servingctl.store.models import Phase
+
+if TYPE_CHECKING:
+    from types_boto3_stepfunctions import SFNClient
 
 # How many of the newest runs a scheduled sweep looks through (an unfinished run is a recent one).
 RECENT_RUNS = 50
@@ -55,7 +58,7 @@ class EndedRun(BaseModel):
     detail: str = ""
 
 
-def _execution(sfn: Any, arn: str) -> dict[str, Any]:
+def _execution(sfn: SFNClient, arn: str) -> dict[str, Any]:
     """DescribeExecution (one execution, consistent), {"status": "MISSING"} when Step Functions forgot it."""
     try:
         return dict(sfn.describe_execution(executionArn=arn))

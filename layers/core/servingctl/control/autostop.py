@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from botocore.exceptions import BotoCoreError, ClientError
@@ -47,6 +47,10 @@ from servingctl.shared.clock import Clock, SystemClock
 from servingctl.shared.settings import Poll
 from servingctl.store.base import Store
 from servingctl.store.models import Phase, ProfileState
+
+if TYPE_CHECKING:
+    from types_boto3_cloudwatch import CloudWatchClient
+    from types_boto3_elbv2 import ElasticLoadBalancingv2Client
 
 METRIC_PERIOD_S = 60
 # A model server that does not answer /metrics within this is "unknown" (the sweep has 60 s in all).
@@ -99,7 +103,7 @@ class Outcome(BaseModel):
     published: bool = False
 
 
-def request_counts(cloudwatch: Any, spec: ServingProfile, now: datetime, minutes: int) -> tuple[int, datetime | None] | None:
+def request_counts(cloudwatch: CloudWatchClient, spec: ServingProfile, now: datetime, minutes: int) -> tuple[int, datetime | None] | None:
     """The target group's RequestCount over the last minutes and the end of the last period with
     requests (None when there was none); None when CloudWatch could not be read."""
     try:
@@ -120,13 +124,13 @@ def request_counts(cloudwatch: Any, spec: ServingProfile, now: datetime, minutes
     return int(sum(point.get("Sum", 0.0) for point in points)), last
 
 
-def requests_in_window(cloudwatch: Any, spec: ServingProfile, now: datetime, minutes: int) -> int | None:
+def requests_in_window(cloudwatch: CloudWatchClient, spec: ServingProfile, now: datetime, minutes: int) -> int | None:
     """Sum of the target group's RequestCount over the last minutes; None when CloudWatch could not be read."""
     counts = request_counts(cloudwatch, spec, now, minutes)
     return None if counts is None else counts[0]
 
 
-def target_addresses(elbv2: Any, spec: ServingProfile) -> list[str] | None:
+def target_addresses(elbv2: ElasticLoadBalancingv2Client, spec: ServingProfile) -> list[str] | None:
     """Base URLs of the group's registered targets (draining ones too: their requests still run);
     None when DescribeTargetHealth could not be read."""
     try:
@@ -136,7 +140,7 @@ def target_addresses(elbv2: Any, spec: ServingProfile) -> list[str] | None:
     return [f"http://{t['Target']['Id']}:{t['Target']['Port']}" for t in found if t["TargetHealth"]["State"] != "unused"]
 
 
-def server_load(http: httpx.Client, elbv2: Any, spec: ServingProfile) -> ServerLoad | None:
+def server_load(http: httpx.Client, elbv2: ElasticLoadBalancingv2Client, spec: ServingProfile) -> ServerLoad | None:
     """Running and waiting requests summed over the /metrics of the group's registered targets, read
     at their addresses (never through the ALB, whose RequestCount must count clients only); None
     when no target answers."""
