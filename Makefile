@@ -47,8 +47,12 @@ clean: ## remove every venv, build and cache
 include $(sort $(wildcard mk/*.mk))
 
 # ---- test suites ------------------------------------------------------------------------------
-# The import contracts of pyproject.toml ([tool.importlinter]): which package may import which.
-lint: setup ## import contracts: layers, the engine without AWS or the control plane, nothing imports local/
+# ruff (lint and format), mypy (strict on the product, checked on cli/ and local/) and the import
+# contracts, all configured in pyproject.toml: the same commands with no arguments check the same.
+lint: setup ## ruff check, ruff format --check, mypy, import contracts (which package may import which)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
 unit: setup ## fast unit tests
@@ -60,8 +64,7 @@ unit: setup ## fast unit tests
 # a module's tests kept on one worker with its twin (--dist loadfile). The schemathesis module runs
 # apart: its generated tests share one node id, which xdist would report as one test.
 INTEGRATION_SERIAL := tests/integration/api/test_fuzz_api.py
-test: setup $(TEST_DEPS) ## everything: import contracts, unit, integration (state machines on the twin), e2e (real vLLM)
-	$(VENV)/bin/lint-imports
+test: lint $(TEST_DEPS) ## everything: lint (ruff, mypy, import contracts), unit, integration (state machines on the twin), e2e (real vLLM)
 	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q -n 2 tests/unit $(PYTEST_ARGS)
 	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q -n 3 --dist loadfile tests/integration --ignore=$(INTEGRATION_SERIAL) $(PYTEST_ARGS)
 	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q $(INTEGRATION_SERIAL) $(PYTEST_ARGS)

@@ -50,8 +50,13 @@ def median_s(command: list[str], runs: int, env: dict[str, str]) -> float:
 
 def start_twin(env: dict[str, str], cache: Path) -> subprocess.Popen[bytes]:
     """`servingctl local up` on free ports; returns once its state file names its API."""
-    twin = subprocess.Popen([*servingctl(), "local", "up", "--port", "0", "--api-port", "0"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    twin = subprocess.Popen(
+        [*servingctl(), "local", "up", "--port", "0", "--api-port", "0"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     state = cache / "servingctl" / "twin.json"
     while not (state.exists() and "api_url" in state.read_text()):  # recorded as starting first, then with its URL
@@ -78,7 +83,9 @@ def measure(runs: int) -> dict[str, Any]:
         twin.wait(timeout=60)
         shutil.rmtree(cache, ignore_errors=True)
     return {
-        "runs": runs, "load_average": os.getloadavg(), "peer": {"command": " ".join(PEER[1:]), "median_s": peer},
+        "runs": runs,
+        "load_average": os.getloadavg(),
+        "peer": {"command": " ".join(PEER[1:]), "median_s": peer},
         "commands": {name: {"median_s": s, "ratio_to_peer": s / peer} for name, s in figures.items()},
     }
 

@@ -47,8 +47,8 @@ import json
 import math
 import os
 import platform
-import statistics
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,8 +57,8 @@ from pathlib import Path
 
 import httpx
 
-from servingctl.bench.outputs import read_results
 from servingctl.bench.metrics import per_read
+from servingctl.bench.outputs import read_results
 from servingctl.bench.outputs.vllm_compat import to_vllm
 from servingctl.bench.stats import summarize
 
@@ -117,16 +117,45 @@ def phases(log: Path) -> dict[int, dict]:
     return {row["concurrency"]: row for row in map(json.loads, log.read_text().splitlines())}
 
 
-def run_ours(url: str, model: str, concurrencies: list[int], load: list[str], max_tokens: int, input_tokens: int,
-             out: Path, timeout_s: float, cpus: set[int] | None) -> tuple[dict[int, dict], float]:
+def run_ours(
+    url: str,
+    model: str,
+    concurrencies: list[int],
+    load: list[str],
+    max_tokens: int,
+    input_tokens: int,
+    out: Path,
+    timeout_s: float,
+    cpus: set[int] | None,
+) -> tuple[dict[int, dict], float]:
     """`servingctl bench` in sustained mode (no warm-up; `load` = --requests N or --duration S),
     every concurrency in one process."""
     log = out.with_suffix(".phases.jsonl")
     cmd = [
-        sys.executable, str(PHASE_CPU), str(log), "servingctl",
-        "--endpoint", url, "--model", model, "--input-tokens", str(input_tokens),
-        "--concurrency", ",".join(map(str, concurrencies)), "--mode", "sustained", *load,
-        "--warmup", "0", "--max-tokens", str(max_tokens), "--max-failure-rate", "0", "--output", str(out), "--json",
+        sys.executable,
+        str(PHASE_CPU),
+        str(log),
+        "servingctl",
+        "--endpoint",
+        url,
+        "--model",
+        model,
+        "--input-tokens",
+        str(input_tokens),
+        "--concurrency",
+        ",".join(map(str, concurrencies)),
+        "--mode",
+        "sustained",
+        *load,
+        "--warmup",
+        "0",
+        "--max-tokens",
+        str(max_tokens),
+        "--max-failure-rate",
+        "0",
+        "--output",
+        str(out),
+        "--json",
     ]
     cpu = run_process(cmd, dict(os.environ), timeout_s, out.with_suffix(".log"), cpus)
     failed = [r for s in read_results(out).scenarios for r in s.records if not r.ok]
@@ -138,14 +167,26 @@ def run_ours(url: str, model: str, concurrencies: list[int], load: list[str], ma
 def sharegpt_file(path: Path, count: int, repetitions: int) -> Path:
     """A ShareGPT-shaped dataset of unique prompts (vLLM's `random` dataset would re-align every prompt
     through the server's /tokenize, a per-request cost it does not pay against a real vLLM)."""
-    rows = [{"conversations": [{"from": "human", "value": f"{i} " + UNIT * repetitions},
-                               {"from": "gpt", "value": "ok ok ok ok"}]} for i in range(count)]
+    rows = [
+        {"conversations": [{"from": "human", "value": f"{i} " + UNIT * repetitions}, {"from": "gpt", "value": "ok ok ok ok"}]}
+        for i in range(count)
+    ]
     path.write_text(json.dumps(rows))
     return path
 
 
-def run_vllm(vllm_python: str, url: str, model: str, concurrencies: list[int], requests: dict[int, int], max_tokens: int,
-             dataset: Path, out: Path, timeout_s: float, cpus: set[int] | None) -> tuple[dict[int, dict], dict[int, dict], float]:
+def run_vllm(
+    vllm_python: str,
+    url: str,
+    model: str,
+    concurrencies: list[int],
+    requests: dict[int, int],
+    max_tokens: int,
+    dataset: Path,
+    out: Path,
+    timeout_s: float,
+    cpus: set[int] | None,
+) -> tuple[dict[int, dict], dict[int, dict], float]:
     """`vllm bench serve` (openai-chat backend, ShareGPT-shaped prompts), every concurrency in one process."""
     out.mkdir(parents=True, exist_ok=True)
     log = out / "phases.jsonl"
@@ -153,11 +194,38 @@ def run_vllm(vllm_python: str, url: str, model: str, concurrencies: list[int], r
     for i, c in enumerate(concurrencies):
         cmd += ["--next"] if i else []
         cmd += [
-            "--backend", "openai-chat", "--base-url", url, "--endpoint", "/v1/chat/completions", "--model", model,
-            "--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--sharegpt-output-len", str(max_tokens),
-            "--num-prompts", str(requests[c]), "--max-concurrency", str(c), "--request-rate", "inf", "--ignore-eos",
-            "--temperature", "0", "--request-id-prefix", f"ovh-c{c}-", "--disable-tqdm", "--save-result",
-            "--save-detailed", "--result-dir", str(out), "--result-filename", f"c{c}.json",
+            "--backend",
+            "openai-chat",
+            "--base-url",
+            url,
+            "--endpoint",
+            "/v1/chat/completions",
+            "--model",
+            model,
+            "--dataset-name",
+            "sharegpt",
+            "--dataset-path",
+            str(dataset),
+            "--sharegpt-output-len",
+            str(max_tokens),
+            "--num-prompts",
+            str(requests[c]),
+            "--max-concurrency",
+            str(c),
+            "--request-rate",
+            "inf",
+            "--ignore-eos",
+            "--temperature",
+            "0",
+            "--request-id-prefix",
+            f"ovh-c{c}-",
+            "--disable-tqdm",
+            "--save-result",
+            "--save-detailed",
+            "--result-dir",
+            str(out),
+            "--result-filename",
+            f"c{c}.json",
         ]
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", TOKENIZERS_PARALLELISM="false")
     cpu = run_process(cmd, env, timeout_s, out / "client.log", cpus)
@@ -201,7 +269,7 @@ def ttft_split_vllm(result: dict, concurrency: int, timings: dict[str, dict]) ->
     """Where vLLM's TTFT error sits: request in flight (client start -> server received) and first
     chunk in flight (server sent -> client read). Exact: perf_counter is CLOCK_MONOTONIC on Linux."""
     send, receive = [], []
-    for i, (start_s, ttft_s) in enumerate(zip(result["start_times"], result["ttfts"])):
+    for i, (start_s, ttft_s) in enumerate(zip(result["start_times"], result["ttfts"], strict=False)):
         truth = timings.get(f"ovh-c{concurrency}-{i}")
         if truth and truth["first_chunk_sent_ns"] is not None:
             send.append(truth["received_ns"] / 1e6 - start_s * 1e3)
@@ -239,18 +307,37 @@ def fetch_timings(client: httpx.Client, keep: Path) -> tuple[dict[str, dict], di
     """The simulator's per-stream ground truth (also kept in `keep`), keyed by cache_salt and x-request-id."""
     streams = client.get("/debug/timings").json()["streams"]
     keep.write_text(json.dumps(streams))
-    return ({s["cache_salt"]: s for s in streams if s["cache_salt"]},
-            {s["x_request_id"]: s for s in streams if s["x_request_id"]})
+    return (
+        {s["cache_salt"]: s for s in streams if s["cache_salt"]},
+        {s["x_request_id"]: s for s in streams if s["x_request_id"]},
+    )
 
 
-def start_simulator(port: int, model: str, speed: float, writes: list[str], max_seqs: int, log: Path,
-                    cpus: set[int] | None) -> subprocess.Popen:
+def start_simulator(
+    port: int, model: str, speed: float, writes: list[str], max_seqs: int, log: Path, cpus: set[int] | None
+) -> subprocess.Popen:
     """The simulator in its own process (its CPU is not the clients'), on `cpus`, waited until healthy;
     `writes` are its write-shape flags (--pace-ms, --batch-writes)."""
     cmd = [
-        sys.executable, "-m", "servingctl.local.simserver", "--port", str(port), "--model", model,
-        "--speed", str(speed), "--max-num-seqs", str(max_seqs), "--max-num-batched-tokens", str(max(8192, max_seqs)),
-        "--mtp-tokens", "0", *writes, "--debug-timings", "--log-level", "warning",
+        sys.executable,
+        "-m",
+        "servingctl.local.simserver",
+        "--port",
+        str(port),
+        "--model",
+        model,
+        "--speed",
+        str(speed),
+        "--max-num-seqs",
+        str(max_seqs),
+        "--max-num-batched-tokens",
+        str(max(8192, max_seqs)),
+        "--mtp-tokens",
+        "0",
+        *writes,
+        "--debug-timings",
+        "--log-level",
+        "warning",
     ]
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
     if cpus:
@@ -278,8 +365,16 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def run_both(args: argparse.Namespace, model: str, work: Path, writes: list[str], concurrencies: list[int],
-             ours_load: list[str], vllm_requests: dict[int, int], max_tokens: int) -> dict:
+def run_both(
+    args: argparse.Namespace,
+    model: str,
+    work: Path,
+    writes: list[str],
+    concurrencies: list[int],
+    ours_load: list[str],
+    vllm_requests: dict[int, int],
+    max_tokens: int,
+) -> dict:
     """Both clients, one after the other, against one fresh simulator writing as `writes` says."""
     work.mkdir(parents=True, exist_ok=True)
     dataset = sharegpt_file(work / "sharegpt.json", max(vllm_requests.values()), max(1, args.input_tokens // 8))
@@ -291,19 +386,38 @@ def run_both(args: argparse.Namespace, model: str, work: Path, writes: list[str]
     try:
         with httpx.Client(base_url=url, timeout=60) as client:
             print(f"{work.name}: servingctl bench, concurrency {concurrencies} ...", file=sys.stderr, flush=True)
-            ours, ours_cpu = run_ours(url, model, concurrencies, ours_load, max_tokens, args.input_tokens,
-                                      work / "ours", args.timeout, client_cpus)
+            ours, ours_cpu = run_ours(
+                url, model, concurrencies, ours_load, max_tokens, args.input_tokens, work / "ours", args.timeout, client_cpus
+            )
             by_salt, _ = fetch_timings(client, work / "timings-ours.json")
             print(f"{work.name}: vllm bench serve, the same ...", file=sys.stderr, flush=True)
-            vllm, vllm_results, vllm_cpu = run_vllm(args.vllm_python, url, model, concurrencies, vllm_requests,
-                                                    max_tokens, dataset, work / "vllm", args.timeout, client_cpus)
+            vllm, vllm_results, vllm_cpu = run_vllm(
+                args.vllm_python,
+                url,
+                model,
+                concurrencies,
+                vllm_requests,
+                max_tokens,
+                dataset,
+                work / "vllm",
+                args.timeout,
+                client_cpus,
+            )
             _, by_request_id = fetch_timings(client, work / "timings-vllm.json")
     finally:
         stop(sim)
-    return {"ours": ours, "ours_cpu": ours_cpu, "vllm": vllm, "vllm_cpu": vllm_cpu, "vllm_results": vllm_results,
-            "vllm_parse_failures": vllm_parse_failures(vllm_results),
-            "by_salt": by_salt, "by_request_id": by_request_id, "ours_dir": work / "ours",
-            "load_avg": {"before": load_before, "after": os.getloadavg()}}
+    return {
+        "ours": ours,
+        "ours_cpu": ours_cpu,
+        "vllm": vllm,
+        "vllm_cpu": vllm_cpu,
+        "vllm_results": vllm_results,
+        "vllm_parse_failures": vllm_parse_failures(vllm_results),
+        "by_salt": by_salt,
+        "by_request_id": by_request_id,
+        "ours_dir": work / "ours",
+        "load_avg": {"before": load_before, "after": os.getloadavg()},
+    }
 
 
 def events_per_read(results_dir: Path) -> dict[int, float]:
@@ -329,9 +443,15 @@ def ratio_rows(boths: list[dict], concurrencies: list[int]) -> list[dict]:
         ours = [both["ours"][c]["cpu_s"] / both["ours"][c]["tokens"] * 1e6 for both in boths]
         vllm = [both["vllm"][c]["cpu_s"] / both["vllm"][c]["tokens"] * 1e6 for both in boths]
         ratios = [o / v for o, v in zip(ours, vllm, strict=True)]
-        rows.append({"concurrency": c, "ours": {"cpu_s_per_1m_tokens": statistics.median(ours), "each": ours},
-                     "vllm": {"cpu_s_per_1m_tokens": statistics.median(vllm), "each": vllm},
-                     "ratio_ours_to_vllm": statistics.median(ratios), "ratios": ratios})
+        rows.append(
+            {
+                "concurrency": c,
+                "ours": {"cpu_s_per_1m_tokens": statistics.median(ours), "each": ours},
+                "vllm": {"cpu_s_per_1m_tokens": statistics.median(vllm), "each": vllm},
+                "ratio_ours_to_vllm": statistics.median(ratios),
+                "ratios": ratios,
+            }
+        )
     return rows
 
 
@@ -341,13 +461,15 @@ def ttft_rows(boths: list[dict], concurrencies: list[int]) -> list[dict]:
     rows = []
     for c in concurrencies:
         first = boths[0]
-        rows.append({
-            "concurrency": c,
-            "ours": error_stats([e for b in boths for e in ttft_errors_ours(b["ours_dir"], b["by_salt"], c)]),
-            "vllm": error_stats([e for b in boths for e in ttft_errors_vllm(b["vllm_results"][c], c, b["by_request_id"])]),
-            "ours_split": ttft_split_ours(first["ours_dir"], first["by_salt"], c),
-            "vllm_split": ttft_split_vllm(first["vllm_results"][c], c, first["by_request_id"]),
-        })
+        rows.append(
+            {
+                "concurrency": c,
+                "ours": error_stats([e for b in boths for e in ttft_errors_ours(b["ours_dir"], b["by_salt"], c)]),
+                "vllm": error_stats([e for b in boths for e in ttft_errors_vllm(b["vllm_results"][c], c, b["by_request_id"])]),
+                "ours_split": ttft_split_ours(first["ours_dir"], first["by_salt"], c),
+                "vllm_split": ttft_split_vllm(first["vllm_results"][c], c, first["by_request_id"]),
+            }
+        )
     return rows
 
 
@@ -361,14 +483,25 @@ def measure(args: argparse.Namespace, concurrencies: list[int], model: str, work
     request_s = args.paced_max_tokens * args.pace_ms / 1000
     per_slot = max(1, math.ceil(args.paced_seconds / request_s))
     plans = {
-        "flood": (["--batch-writes", "--pace-ms", str(args.flood_flush_ms), "--pace-phase", "stream"],
-                  ["--requests", str(flood_requests)], {c: flood_requests for c in concurrencies}, args.max_tokens),
-        "paced": (["--pace-ms", str(args.pace_ms), "--pace-phase", "step"], ["--duration", f"{(per_slot - 0.5) * request_s:g}"],
-                  {c: per_slot * c for c in concurrencies}, args.paced_max_tokens),
-        "paced-stream": (["--pace-ms", str(args.pace_ms), "--pace-phase", "stream"],
-                         ["--duration", f"{(per_slot - 0.5) * request_s:g}"], {c: per_slot * c for c in concurrencies},
-                         args.paced_max_tokens),
-        "eager": ([], ["--requests", str(flood_requests)], {c: flood_requests for c in concurrencies}, args.max_tokens),
+        "flood": (
+            ["--batch-writes", "--pace-ms", str(args.flood_flush_ms), "--pace-phase", "stream"],
+            ["--requests", str(flood_requests)],
+            dict.fromkeys(concurrencies, flood_requests),
+            args.max_tokens,
+        ),
+        "paced": (
+            ["--pace-ms", str(args.pace_ms), "--pace-phase", "step"],
+            ["--duration", f"{(per_slot - 0.5) * request_s:g}"],
+            {c: per_slot * c for c in concurrencies},
+            args.paced_max_tokens,
+        ),
+        "paced-stream": (
+            ["--pace-ms", str(args.pace_ms), "--pace-phase", "stream"],
+            ["--duration", f"{(per_slot - 0.5) * request_s:g}"],
+            {c: per_slot * c for c in concurrencies},
+            args.paced_max_tokens,
+        ),
+        "eager": ([], ["--requests", str(flood_requests)], dict.fromkeys(concurrencies, flood_requests), args.max_tokens),
     }
     runs: dict[str, list[dict]] = {name: [] for name in plans}
     for repeat in range(args.repeat):  # the shapes in turn, so a slow spell of the machine spreads over all
@@ -380,7 +513,7 @@ def measure(args: argparse.Namespace, concurrencies: list[int], model: str, work
     ttft = ttft_rows(runs["paced"], ttft_at)
     run = read_results(runs["flood"][0]["ours_dir"])
     exported = set(to_vllm(run, run.scenarios[0]))
-    whole = {}
+    whole: dict[str, dict[str, dict[str, float]]] = {}
     for name, boths in runs.items():
         whole[name] = {}
         for client in ("ours", "vllm"):
@@ -391,11 +524,18 @@ def measure(args: argparse.Namespace, concurrencies: list[int], model: str, work
         "benchmark": "client_overhead",
         "command": " ".join([".venv/bin/python", "benchmarks/client_overhead.py", *sys.argv[1:]]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "settings": {"max_tokens": args.max_tokens, "paced_max_tokens": args.paced_max_tokens, "pace_ms": args.pace_ms,
-                     "flood_flush_ms": args.flood_flush_ms, "paced_seconds": args.paced_seconds,
-                     "input_tokens": args.input_tokens, "speed": args.speed, "flood_requests_per_concurrency": flood_requests,
-                     "simulator": "mtp off, max-num-seqs 2 x max concurrency",
-                     "cores": {k: sorted(v) if v else "any" for k, v in zip(("simulator", "clients"), cores(args.pin))}},
+        "settings": {
+            "max_tokens": args.max_tokens,
+            "paced_max_tokens": args.paced_max_tokens,
+            "pace_ms": args.pace_ms,
+            "flood_flush_ms": args.flood_flush_ms,
+            "paced_seconds": args.paced_seconds,
+            "input_tokens": args.input_tokens,
+            "speed": args.speed,
+            "flood_requests_per_concurrency": flood_requests,
+            "simulator": "mtp off, max-num-seqs 2 x max concurrency",
+            "cores": {k: sorted(v) if v else "any" for k, v in zip(("simulator", "clients"), cores(args.pin), strict=True)},
+        },
         "wall_s": time.monotonic() - started,
         "repeat": args.repeat,
         "load_avg": {name: [b["load_avg"] for b in boths] for name, boths in runs.items()},
@@ -407,10 +547,14 @@ def measure(args: argparse.Namespace, concurrencies: list[int], model: str, work
         "ttft_error_ms": ttft,
         "goals": {
             "ratio_max": max(r["ratio_ours_to_vllm"] for name in GOAL_SHAPES for r in shapes[name]),
-            "ratio_goal": 0.5, "ratio_limit": 1.0, "ttft_goal_p99_ms": 1.0,
+            "ratio_goal": 0.5,
+            "ratio_limit": 1.0,
+            "ttft_goal_p99_ms": 1.0,
             "ttft_error_p99_ms": {row["concurrency"]: row["ours"]["p99_ms"] for row in ttft},
         },
-        "vllm_compat": {"vllm_keys_missing_in_export": sorted(set(runs["flood"][0]["vllm_results"][concurrencies[0]]) - exported)},
+        "vllm_compat": {
+            "vllm_keys_missing_in_export": sorted(set(runs["flood"][0]["vllm_results"][concurrencies[0]]) - exported)
+        },
     }
 
 
@@ -422,37 +566,60 @@ def print_table(report: dict) -> None:
     """The figures as plain tables, each with the load average it was measured under."""
     for shape, rows in report["cpu_per_1m_tokens"].items():
         loads = [round(x, 1) for load in report["load_avg"][shape] for x in (load["before"][0], load["after"][0])]
-        print(f"{shape}: CPU s per 1M streamed tokens, median of {report['repeat']} "
-              f"(load average {min(loads)} to {max(loads)} on {report['machine']['cpus']} CPUs)")
+        print(
+            f"{shape}: CPU s per 1M streamed tokens, median of {report['repeat']} "
+            f"(load average {min(loads)} to {max(loads)} on {report['machine']['cpus']} CPUs)"
+        )
         print(f"{'conc':>5} {'ours':>8} {'vLLM':>8} {'ratio':>6} {'ratio range':>12} {'events/read (ours)':>19}")
         per_read_ours = report["events_per_read_ours"][shape]
         for row in rows:
             spread = f"{min(row['ratios']):.2f}-{max(row['ratios']):.2f}"
-            print(f"{row['concurrency']:>5} {row['ours']['cpu_s_per_1m_tokens']:>8.1f} "
-                  f"{row['vllm']['cpu_s_per_1m_tokens']:>8.1f} {row['ratio_ours_to_vllm']:>6.2f} {spread:>12} "
-                  f"{per_read_ours.get(row['concurrency'], 0):>19.1f}")
+            print(
+                f"{row['concurrency']:>5} {row['ours']['cpu_s_per_1m_tokens']:>8.1f} "
+                f"{row['vllm']['cpu_s_per_1m_tokens']:>8.1f} {row['ratio_ours_to_vllm']:>6.2f} {spread:>12} "
+                f"{per_read_ours.get(row['concurrency'], 0):>19.1f}"
+            )
     for shape, w in report["whole_process"].items():
-        print(f"whole process incl. start-up, {shape}: ours {w['ours']['cpu_s']:.1f} CPU s "
-              f"({w['ours']['cpu_s_per_1m_tokens']:.1f} per 1M tok), vLLM {w['vllm']['cpu_s']:.1f} CPU s "
-              f"({w['vllm']['cpu_s_per_1m_tokens']:.1f} per 1M tok)")
+        print(
+            f"whole process incl. start-up, {shape}: ours {w['ours']['cpu_s']:.1f} CPU s "
+            f"({w['ours']['cpu_s_per_1m_tokens']:.1f} per 1M tok), vLLM {w['vllm']['cpu_s']:.1f} CPU s "
+            f"({w['vllm']['cpu_s_per_1m_tokens']:.1f} per 1M tok)"
+        )
     print(f"TTFT error ms (paced runs, {report['settings']['pace_ms']:g} ms per event): p50 / p99 / max")
     for row in report["ttft_error_ms"]:
         for name in ("ours", "vllm"):
             e, split = row[name], row[f"{name}_split"]
-            flight = (f"; first chunk in flight p50/p99 {_ms(split['first_chunk_to_client_ms']['median_ms'])} / "
-                      f"{_ms(split['first_chunk_to_client_ms']['p99_ms'])}") if split else ""
-            print(f"  c={row['concurrency']:<4} {name:<5} {_ms(e['median_ms'])} / {_ms(e['p99_ms'])} / {_ms(e['max_ms'])} "
-                  f"({e['count']} requests){flight}")
-    flagged = {shape: sorted({name for verdicts in runs for name, bound in verdicts.items() if bound})
-               for shape, runs in report["client_bound"].items()}
-    print(f"scenarios servingctl flagged client-bound in any repeat: {flagged}; wall {report['wall_s']:.0f} s; "
-          f"cores {report['settings']['cores']}")
-    unparsed = {shape: sum(n for counts in runs for n in counts.values()) for shape, runs in report["vllm_parse_failures"].items()}
+            flight = (
+                (
+                    f"; first chunk in flight p50/p99 {_ms(split['first_chunk_to_client_ms']['median_ms'])} / "
+                    f"{_ms(split['first_chunk_to_client_ms']['p99_ms'])}"
+                )
+                if split
+                else ""
+            )
+            print(
+                f"  c={row['concurrency']:<4} {name:<5} {_ms(e['median_ms'])} / {_ms(e['p99_ms'])} / {_ms(e['max_ms'])} "
+                f"({e['count']} requests){flight}"
+            )
+    flagged = {
+        shape: sorted({name for verdicts in runs for name, bound in verdicts.items() if bound})
+        for shape, runs in report["client_bound"].items()
+    }
+    print(
+        f"scenarios servingctl flagged client-bound in any repeat: {flagged}; wall {report['wall_s']:.0f} s; "
+        f"cores {report['settings']['cores']}"
+    )
+    unparsed = {
+        shape: sum(n for counts in runs for n in counts.values()) for shape, runs in report["vllm_parse_failures"].items()
+    }
     if any(unparsed.values()):
         print(f"requests vLLM's client failed to parse (its SSE split, left out of its tokens): {unparsed}")
     g = report["goals"]
-    print(f"max ratio ours/vLLM, {' and '.join(GOAL_SHAPES)}: {g['ratio_max']:.2f} (goal <= {g['ratio_goal']}, never above {g['ratio_limit']}); "
-          f"TTFT error p99 {g['ttft_error_p99_ms']} ms (goal < {g['ttft_goal_p99_ms']} ms)")
+    print(
+        f"max ratio ours/vLLM, {' and '.join(GOAL_SHAPES)}: {g['ratio_max']:.2f} "
+        f"(goal <= {g['ratio_goal']}, never above {g['ratio_limit']}); "
+        f"TTFT error p99 {g['ttft_error_p99_ms']} ms (goal < {g['ttft_goal_p99_ms']} ms)"
+    )
     missing = report["vllm_compat"]["vllm_keys_missing_in_export"]
     print(f"vLLM result keys missing in our vLLM-compatible export: {missing or 'none'}")
 
@@ -464,25 +631,47 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=256, help="output tokens per request (default 256)")
     p.add_argument("--input-tokens", type=int, default=256, help="servingctl prompt target (default 256)")
     # 131,072 made a flood scenario 0.6 s long for our client, and its CPU moved by 30 % run to run
-    p.add_argument("--tokens-per-run", type=int, default=262_144,
-                   help="streamed tokens per concurrency, at least (default 262144; requests >= 2 x concurrency)")
+    p.add_argument(
+        "--tokens-per-run",
+        type=int,
+        default=262_144,
+        help="streamed tokens per concurrency, at least (default 262144; requests >= 2 x concurrency)",
+    )
     p.add_argument("--speed", type=float, default=1000.0, help="simulator speed factor (default 1000)")
-    p.add_argument("--pace-ms", type=float, default=20.0,
-                   help="paced load: ms between a stream's events, one per read (default 20: 50 tok/s per stream)")
-    p.add_argument("--flood-flush-ms", type=float, default=5.0,
-                   help="flood load: ms between a stream's writes, each carrying every pending event (default 5)")
+    p.add_argument(
+        "--pace-ms",
+        type=float,
+        default=20.0,
+        help="paced load: ms between a stream's events, one per read (default 20: 50 tok/s per stream)",
+    )
+    p.add_argument(
+        "--flood-flush-ms",
+        type=float,
+        default=5.0,
+        help="flood load: ms between a stream's writes, each carrying every pending event (default 5)",
+    )
     p.add_argument("--paced-max-tokens", type=int, default=128, help="output tokens per paced request (default 128)")
-    p.add_argument("--paced-seconds", type=float, default=20.0,
-                   help="how long each paced scenario streams, about (default 20)")
+    p.add_argument("--paced-seconds", type=float, default=20.0, help="how long each paced scenario streams, about (default 20)")
     p.add_argument("--ttft-concurrency", default="64,256", help="concurrencies whose TTFT error is reported (default 64,256)")
     p.add_argument("--vllm-python", default=os.environ.get("SERVINGCTL_VLLM_PYTHON", str(ROOT / ".venv-vllm/bin/python")))
-    p.add_argument("--tokenizer", default=os.environ.get("SERVINGCTL_TINY_MODEL", str(ROOT / ".cache/tiny-llama")),
-                   help="model dir whose tokenizer vLLM's client loads; also the served model name")
-    p.add_argument("--repeat", type=int, default=3,
-                   help="pairs (ours, vLLM) measured per load shape; the figures are their medians (default 3)")
+    p.add_argument(
+        "--tokenizer",
+        default=os.environ.get("SERVINGCTL_TINY_MODEL", str(ROOT / ".cache/tiny-llama")),
+        help="model dir whose tokenizer vLLM's client loads; also the served model name",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="pairs (ours, vLLM) measured per load shape; the figures are their medians (default 3)",
+    )
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per client process (default 1800)")
-    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
-                   help="the simulator on the first core, the clients on the others, as a server host of its own (default on)")
+    p.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the simulator on the first core, the clients on the others, as a server host of its own (default on)",
+    )
     p.add_argument("--work-dir", help="keep client outputs here (default: a new temporary directory)")
     p.add_argument("--output", default=str(ROOT / ".cache/bench/client_overhead.json"), help="JSON results path")
     args = p.parse_args(argv)

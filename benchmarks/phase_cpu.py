@@ -43,12 +43,17 @@ def wrap_phase(module: Any, name: str, log_path: str, describe: Callable[[Any, d
 def run_servingctl(log_path: str, argv: list[str]) -> int:
     """`servingctl bench ARG...` with each scenario timed."""
     runner = importlib.import_module("servingctl.bench.runner")
-    wrap_phase(runner, "run_scenario", log_path, lambda result, kwargs: {
-        "scenario": result.summary.name,
-        "concurrency": result.summary.concurrency,
-        "tokens": sum(r.completion_tokens or 0 for r in result.records),
-        "requests": len(result.records),
-    })
+    wrap_phase(
+        runner,
+        "run_scenario",
+        log_path,
+        lambda result, kwargs: {
+            "scenario": result.summary.name,
+            "concurrency": result.summary.concurrency,
+            "tokens": sum(r.completion_tokens or 0 for r in result.records),
+            "requests": len(result.records),
+        },
+    )
     from servingctl.cli.main import main  # after the patch: the CLI imports run_benchmark's module
 
     return main(["bench", *argv])
@@ -59,12 +64,18 @@ def run_vllm(log_path: str, argv: list[str]) -> int:
     serve = importlib.import_module("vllm.benchmarks.serve")
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    wrap_phase(serve, "benchmark", log_path, lambda result, kwargs: {
-        "concurrency": kwargs.get("max_concurrency"),
-        "tokens": result.get("total_output_tokens"),
-        "requests": result.get("completed"),
-    })
-    runs, current = [], []
+    wrap_phase(
+        serve,
+        "benchmark",
+        log_path,
+        lambda result, kwargs: {
+            "concurrency": kwargs.get("max_concurrency"),
+            "tokens": result.get("total_output_tokens"),
+            "requests": result.get("completed"),
+        },
+    )
+    runs: list[list[str]] = []
+    current: list[str] = []
     for arg in argv:
         if arg == "--next":
             runs.append(current)

@@ -31,6 +31,7 @@ import math
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -69,9 +70,8 @@ REFERENCE = Delays(
     # profiling ("Graph capturing finished in 17 secs", "init engine ... took 34.11 seconds": vLLM
     # issue #20264), then the API server: 161 + 60 + 34 = 255 s.
     load_s=255.0,
-    # ALB health checks: interval 30 s, healthy threshold 2 (FACTS.md section 1).
-    health_interval_s=30.0,
-    healthy_threshold=2,
+    # ALB health checks (interval 30 s, healthy threshold 2: FACTS.md section 1) are the target
+    # group's settings, which the twin's ALB follows (servingctl.local.elbv2), not world delays.
     # Warm pool: EC2 starts a stopped instance and skips the first boot (the ECS docs' pre-initialized
     # instances); 40 s is the world's default. Image layers on the volume: a manifest check (5 s).
     warm_start_s=40.0,
@@ -91,29 +91,38 @@ def _registry(directory: Path) -> Path:
     cold_pool = document["pools"][document["profiles"][PROFILE]["pool"]]
     cold_pool.pop("warm_pool", None)
     pool = json.loads(json.dumps(cold_pool))
-    pool.update(asg_name="servingctl-bench-warm", capacity_provider="servingctl-bench-warm",
-                warm_pool={"pool_state": "Stopped", "min_size": 0, "reuse_on_scale_in": True})
+    pool.update(
+        asg_name="servingctl-bench-warm",
+        capacity_provider="servingctl-bench-warm",
+        warm_pool={"pool_state": "Stopped", "min_size": 0, "reuse_on_scale_in": True},
+    )
     pool["asg_arn"] = pool["asg_arn"].replace(cold_pool["asg_name"], pool["asg_name"])
     document["pools"]["bench-warm"] = pool
     profile = json.loads(json.dumps(document["profiles"][PROFILE]))
-    profile.update(service="servingctl-bench-warm", pool="bench-warm", model=WARM,
-                   target_group_arn=profile["target_group_arn"].replace(f"llm-{PROFILE}", f"llm-{WARM}")[:-1] + "7",
-                   routing_header={"name": "X-LLM-Profile", "value": WARM})
+    profile.update(
+        service="servingctl-bench-warm",
+        pool="bench-warm",
+        model=WARM,
+        target_group_arn=profile["target_group_arn"].replace(f"llm-{PROFILE}", f"llm-{WARM}")[:-1] + "7",
+        routing_header={"name": "X-LLM-Profile", "value": WARM},
+    )
     document["profiles"][WARM] = profile
     path = directory / "registry.json"
     path.write_text(json.dumps(document))
     return path
 
 
-def _scaled(values: dict[str, float], factor: float) -> dict[str, Any]:
+def _scaled(values: Mapping[str, float], factor: float) -> dict[str, Any]:
     return {k: v if k == "backoff" else max(1, math.ceil(v / factor)) for k, v in values.items()}
 
 
 def _timeline(record: StartRecord, factor: float) -> dict[str, Any]:
     """Phases in simulated seconds, and the controller's overhead per mark (real and x factor)."""
     lag = overheads(record)
-    phases = [{"mark": name, "phase": LABELS.get(name, name), "seconds": round(seconds * factor, 1),
-               "at_s": round(since * factor, 1)} for name, seconds, since in spans(record)]
+    phases = [
+        {"mark": name, "phase": LABELS.get(name, name), "seconds": round(seconds * factor, 1), "at_s": round(since * factor, 1)}
+        for name, seconds, since in spans(record)
+    ]
     return {
         "phases": phases,
         "total_s": phases[-1]["at_s"] if phases else None,
@@ -130,23 +139,35 @@ def measure(factor: float) -> dict[str, Any]:
     timeout = 3600 / factor + 120
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp, Twin(_registry(Path(tmp)), time_scale=factor, delays=REFERENCE) as twin:
-        resource = boto3.resource("dynamodb", endpoint_url=twin.endpoint_url, region_name=twin.region,
-                                  aws_access_key_id="x", aws_secret_access_key="x")
+        resource = boto3.resource(
+            "dynamodb", endpoint_url=twin.endpoint_url, region_name=twin.region, aws_access_key_id="x", aws_secret_access_key="x"
+        )
         store = DynamoStore(twin.table_name, resource=resource)
         runs = (("cold", PROFILE), ("warm instance, cold volume", WARM), ("warm", WARM))
         for number, (kind, profile) in enumerate(runs):
-            started = twin.run("start_profile", {"profile": profile, **execution_input}, name=f"start-{profile}-b{number}", timeout_s=timeout)
+            started = twin.run(
+                "start_profile", {"profile": profile, **execution_input}, name=f"start-{profile}-b{number}", timeout_s=timeout
+            )
             if started.status != "SUCCEEDED":
                 raise SystemExit(f"{kind} start {started.status}: {started.error}: {started.cause}")
             [record] = [r for r in store.list_starts(profile) if r.execution == started.arn]
             results[kind] = _timeline(record, factor) | {"warm_start": store.get_profile(profile).warm_start}
-            stopped = twin.run("stop_profile", {"profile": profile, "poll": execution_input["poll"]}, name=f"stop-{profile}-b{number}", timeout_s=timeout)
+            stopped = twin.run(
+                "stop_profile",
+                {"profile": profile, "poll": execution_input["poll"]},
+                name=f"stop-{profile}-b{number}",
+                timeout_s=timeout,
+            )
             if stopped.status != "SUCCEEDED":
                 raise SystemExit(f"{kind} stop {stopped.status}: {stopped.error}: {stopped.cause}")
     cold, warm = results["cold"]["total_s"], results["warm"]["total_s"]
     return {
-        "factor": factor, "profile": PROFILE, "poll": POLL, "load_average": os.getloadavg(),
-        "starts": results, "warm_over_cold": round(warm / cold, 3) if cold and warm else None,
+        "factor": factor,
+        "profile": PROFILE,
+        "poll": POLL,
+        "load_average": os.getloadavg(),
+        "starts": results,
+        "warm_over_cold": round(warm / cold, 3) if cold and warm else None,
         "measured_at": datetime.now().isoformat(timespec="seconds"),
     }
 
@@ -158,9 +179,11 @@ def report(figures: dict[str, Any]) -> str:
     order: list[str] = []
     for kind in kinds:
         order += [p["mark"] for p in starts[kind]["phases"] if p["mark"] not in order]
-    lines = [f"start timeline of {figures['profile']} on the twin (x{figures['factor']:g}; simulated seconds; "
-             f"load average {', '.join(f'{x:.2f}' for x in figures['load_average'])})",
-             f"{'phase':<36}" + "".join(f"{k[:18]:>20}" for k in kinds) + f"{'overhead (cold)':>22}"]
+    lines = [
+        f"start timeline of {figures['profile']} on the twin (x{figures['factor']:g}; simulated seconds; "
+        f"load average {', '.join(f'{x:.2f}' for x in figures['load_average'])})",
+        f"{'phase':<36}" + "".join(f"{k[:18]:>20}" for k in kinds) + f"{'overhead (cold)':>22}",
+    ]
     for mark in order:
         row = f"{LABELS.get(mark, mark):<36}"
         for kind in kinds:

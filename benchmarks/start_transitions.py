@@ -18,6 +18,7 @@ import contextlib
 import json
 import math
 import sys
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -32,7 +33,7 @@ DEADLINES = {"capacity_s": 900, "task_s": 2400, "health_s": 2400}
 GOAL_TRANSITIONS = 150
 
 
-def _scaled(values: dict[str, float], factor: float, keep: tuple[str, ...] = ()) -> dict[str, Any]:
+def _scaled(values: Mapping[str, float], factor: float, keep: tuple[str, ...] = ()) -> dict[str, Any]:
     """Divide every value by factor (whole seconds, at least 1), leaving the keys in keep alone."""
     return {k: v if k in keep else max(1, math.ceil(v / factor)) for k, v in values.items()}
 
@@ -44,18 +45,22 @@ def measure(factor: float, profile: str) -> dict[str, Any]:
     poll = _scaled(POLL, factor, keep=("backoff",))
     with Twin(time_scale=factor) as twin:
         started = twin.run(
-            "start_profile", {"profile": profile, "poll": poll, "deadlines": _scaled(DEADLINES, factor)},
-            name=f"start-{profile}-bench", timeout_s=3600 / factor + 120,
+            "start_profile",
+            {"profile": profile, "poll": poll, "deadlines": _scaled(DEADLINES, factor)},
+            name=f"start-{profile}-bench",
+            timeout_s=3600 / factor + 120,
         )
         if started.status != "SUCCEEDED":
             raise SystemExit(f"start {started.status}: {started.error}: {started.cause}")
-        resource = boto3.resource("dynamodb", endpoint_url=twin.endpoint_url, region_name=twin.region,
-                                  aws_access_key_id="x", aws_secret_access_key="x")
+        resource = boto3.resource(
+            "dynamodb", endpoint_url=twin.endpoint_url, region_name=twin.region, aws_access_key_id="x", aws_secret_access_key="x"
+        )
         ready_at = DynamoStore(twin.table_name, resource=resource).get_profile(profile).ready_at
         assert twin.world is not None and ready_at is not None
         [healthy] = [e for e in twin.world.events_of("target-healthy") if e.detail.startswith(f"{profile}:")]
-        stopped = twin.run("stop_profile", {"profile": profile, "poll": poll}, name=f"stop-{profile}-bench",
-                           timeout_s=3600 / factor + 120)
+        stopped = twin.run(
+            "stop_profile", {"profile": profile, "poll": poll}, name=f"stop-{profile}-bench", timeout_s=3600 / factor + 120
+        )
         if stopped.status != "SUCCEEDED":
             raise SystemExit(f"stop {stopped.status}: {stopped.error}: {stopped.cause}")
     start_s = (started.describe["stopDate"] - started.describe["startDate"]).total_seconds() * factor
@@ -90,11 +95,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(figures, indent=2))
     else:
-        print(f"start of {figures['profile']}: {figures['simulated_start_s'] / 60:.1f} simulated minutes "
-              f"(time compressed x{figures['factor']:g}, poll {POLL})")
-        print(f"  state transitions per start   {figures['start_transitions']:>6}   (goal <= {GOAL_TRANSITIONS}); "
-              f"Lambda invocations {figures['start_lambda_invocations']}, checks {figures['checks']}")
-        print(f"  target healthy -> READY lag   {figures['healthy_to_ready_s']:>6} s (goal <= {POLL['interval_s']} s, one poll interval)")
+        print(
+            f"start of {figures['profile']}: {figures['simulated_start_s'] / 60:.1f} simulated minutes "
+            f"(time compressed x{figures['factor']:g}, poll {POLL})"
+        )
+        print(
+            f"  state transitions per start   {figures['start_transitions']:>6}   (goal <= {GOAL_TRANSITIONS}); "
+            f"Lambda invocations {figures['start_lambda_invocations']}, checks {figures['checks']}"
+        )
+        print(
+            f"  target healthy -> READY lag   {figures['healthy_to_ready_s']:>6} s "
+            f"(goal <= {POLL['interval_s']} s, one poll interval)"
+        )
         print(f"  state transitions per stop    {figures['stop_transitions']:>6}")
     ok = figures["start_transitions"] <= GOAL_TRANSITIONS and figures["healthy_to_ready_s"] <= POLL["interval_s"]
     return 0 if ok else 1

@@ -90,8 +90,11 @@ def _build_app() -> APIGatewayRestResolver:
     if "app" not in _built:
         # Idempotency records share the state table: pk "idempotency#api", sk the hashed key, expiry in `ttl`.
         persistence = DynamoDBPersistenceLayer(
-            table_name=os.environ["SERVINGCTL_TABLE"], key_attr="pk", sort_key_attr="sk",
-            static_pk_value="idempotency#api", expiry_attr="ttl",
+            table_name=os.environ["SERVINGCTL_TABLE"],
+            key_attr="pk",
+            sort_key_attr="sk",
+            static_pk_value="idempotency#api",
+            expiry_attr="ttl",
         )
         _built["app"] = build_app(_deps, persistence, _stop_deps)
     return _built["app"]

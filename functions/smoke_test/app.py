@@ -13,9 +13,9 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from servingctl.control.smoke import smoke_test
 from servingctl.shared.errors import InvalidInput
 from servingctl.shared.settings import SmokeTarget
-from servingctl.control.smoke import smoke_test
 from servingctl.tracing import PATCH_MODULES
 
 logger = Logger()

@@ -8,7 +8,8 @@ servingctl.benchmarks.ended); a dry run leaves them alone.
 
 Scheduled event: {"dry_run": false} (dry_run true reports without stopping; "poll" optionally
 paces the stop executions the auto-stop starts). Env: SERVINGCTL_REGISTRY, SERVINGCTL_TABLE,
-START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, RUN_BENCHMARK_STATE_MACHINE_ARN, POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE;
+START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, RUN_BENCHMARK_STATE_MACHINE_ARN, POWERTOOLS_SERVICE_NAME,
+POWERTOOLS_METRICS_NAMESPACE;
 SERVINGCTL_STOP_POLL (optional, JSON): the pacing of the stops it starts when the event gives none
 (the local twin sets it to its scaled clock; unset, stop_profile's defaults apply).
 """
@@ -21,20 +22,20 @@ from typing import Any
 
 import boto3
 import httpx
-from botocore.exceptions import BotoCoreError, ClientError
 from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import BotoCoreError, ClientError
 
 from servingctl.benchmarks.ended import EndDeps, end_dead_runs
 from servingctl.control.autostop import GAUGE_TIMEOUT_S, SweepDeps, SweepInput, sweep
-from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.deps import Deps
 from servingctl.control.known import Known, merge
-from servingctl.control.tags import TaggedCapacity, tagged_capacity
 from servingctl.control.reconcile import STATUS_CHANGE, ReconcileDeps, Repair, on_status_change, reconcile, undescribed_capacity
-from servingctl.shared.settings import Poll, parse_input
+from servingctl.control.tags import TaggedCapacity, tagged_capacity
 from servingctl.registry import read_registry
+from servingctl.shared.clock import Clock, SystemClock
+from servingctl.shared.settings import Poll, parse_input
 from servingctl.store import DynamoStore
 from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 from servingctl.tracing import PATCH_MODULES
@@ -79,25 +80,54 @@ def _known() -> tuple[Known, TaggedCapacity | None]:
 
 def _sweep_deps(known: Known) -> SweepDeps:
     """The auto-stop's collaborators."""
-    return SweepDeps(sfn=_client("stepfunctions"), cloudwatch=_client("cloudwatch"), events=_client("events"), elbv2=_client("elbv2"),
-                     store=_client("store"), registry=known.registry, stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"],
-                     clock=CLOCK, identity=_client("identity"), http=_client("http"))
+    return SweepDeps(
+        sfn=_client("stepfunctions"),
+        cloudwatch=_client("cloudwatch"),
+        events=_client("events"),
+        elbv2=_client("elbv2"),
+        store=_client("store"),
+        registry=known.registry,
+        stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"],
+        clock=CLOCK,
+        identity=_client("identity"),
+        http=_client("http"),
+    )
 
 
 def _reconcile_deps(known: Known) -> ReconcileDeps:
     """The reconciler's collaborators (it reads ECS and Auto Scaling, never scales them itself)."""
-    steps = Deps(ecs=_client("ecs"), autoscaling=_client("autoscaling"), elbv2=None, ec2=None,
-                 stepfunctions=_client("stepfunctions"), store=_client("store"), registry=known.registry, clock=CLOCK,
-                 retired=known.retired)
+    steps = Deps(
+        ecs=_client("ecs"),
+        autoscaling=_client("autoscaling"),
+        elbv2=None,
+        ec2=None,
+        stepfunctions=_client("stepfunctions"),
+        store=_client("store"),
+        registry=known.registry,
+        clock=CLOCK,
+        retired=known.retired,
+    )
     machines = {"start": os.environ["START_STATE_MACHINE_ARN"], "stop": os.environ["STOP_STATE_MACHINE_ARN"]}
-    return ReconcileDeps(steps=steps, sfn=_client("stepfunctions"), events=_client("events"), machines=machines,
-                         identity=_client("identity"), known=known)
+    return ReconcileDeps(
+        steps=steps,
+        sfn=_client("stepfunctions"),
+        events=_client("events"),
+        machines=machines,
+        identity=_client("identity"),
+        known=known,
+    )
 
 
 def _end_runs(execution_arn: str | None, poll: Poll | None) -> list[dict[str, Any]]:
     """End the dead benchmark runs (of one execution, or all recent ones), logged and counted."""
-    deps = EndDeps(runs=_client("runs"), profiles=_client("store"), sfn=_client("stepfunctions"),
-                   stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"], clock=CLOCK, identity=_client("identity"))
+    deps = EndDeps(
+        runs=_client("runs"),
+        profiles=_client("store"),
+        sfn=_client("stepfunctions"),
+        stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"],
+        clock=CLOCK,
+        identity=_client("identity"),
+    )
     ended = end_dead_runs(deps, execution_arn, poll)
     for run in ended:
         logger.info("benchmark run ended by the sweep", extra=run.model_dump())
@@ -107,8 +137,9 @@ def _end_runs(execution_arn: str | None, poll: Poll | None) -> list[dict[str, An
 
 def _count(name: str, reason: str, dry_run: bool) -> None:
     """One metric per decision with its reason as the dimension (idle, lease-expired, phase-stuck, ...)."""
-    with single_metric(name=name, unit=MetricUnit.Count, value=1,
-                       namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "servingctl")) as metric:
+    with single_metric(
+        name=name, unit=MetricUnit.Count, value=1, namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "servingctl")
+    ) as metric:
         metric.add_dimension(name="reason", value=reason)
         metric.add_dimension(name="dry_run", value=str(dry_run).lower())
 
@@ -148,22 +179,38 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     known, tagged = _known()
     repairs = reconcile(_reconcile_deps(known), dry_run=request.dry_run, poll=poll)
     if tagged is None:
-        repairs.append(Repair(profile="*", stop=False, reason="error", action="error",
-                              detail="capacity by tags (servingctl:profile, servingctl:pool) could not be read"))
+        repairs.append(
+            Repair(
+                profile="*",
+                stop=False,
+                reason="error",
+                action="error",
+                detail="capacity by tags (servingctl:profile, servingctl:pool) could not be read",
+            )
+        )
     else:
         repairs += undescribed_capacity(known.registry, tagged)
     # A registry parameter that does not parse is an error of every sweep until it is fixed.
-    repairs += [Repair(profile=p.parameter, stop=False, reason="error", action="error", detail=f"registry: {p.detail}")
-                for p in known.published.problems]
+    repairs += [
+        Repair(profile=p.parameter, stop=False, reason="error", action="error", detail=f"registry: {p.detail}")
+        for p in known.published.problems
+    ]
     _report(repairs, request.dry_run)
     outcomes = sweep(_sweep_deps(known), dry_run=request.dry_run, poll=poll)
     for outcome in outcomes:
         logger.info("sweep decision", extra=outcome.model_dump() | {"dry_run": request.dry_run})
         _count("SweepDecisions", outcome.reason, request.dry_run)
     metrics.add_metric(name="SweptProfiles", unit=MetricUnit.Count, value=len(outcomes))
-    errors = (sum(r.action == "error" for r in repairs) + sum(o.action == "error" for o in outcomes)
-              + sum(r["action"] == "error" for r in runs))
+    errors = (
+        sum(r.action == "error" for r in repairs)
+        + sum(o.action == "error" for o in outcomes)
+        + sum(r["action"] == "error" for r in runs)
+    )
     # Always published (0 included), so the SweepErrors alarm sees a datapoint per sweep.
     metrics.add_metric(name="SweepErrors", unit=MetricUnit.Count, value=errors)
-    return {"dry_run": request.dry_run, "runs_ended": runs, "repairs": [r.model_dump(mode="json") for r in repairs],
-            "decisions": [o.model_dump(mode="json") for o in outcomes]}
+    return {
+        "dry_run": request.dry_run,
+        "runs_ended": runs,
+        "repairs": [r.model_dump(mode="json") for r in repairs],
+        "decisions": [o.model_dump(mode="json") for o in outcomes],
+    }

@@ -35,9 +35,7 @@ _SERVERS: dict[str, tuple[str, tuple[str, ...]]] = {
         TINY_SPEC_MODEL_NAME,
         (
             "--speculative-config",
-            json.dumps(
-                {"method": "draft_model", "model": str(draft_model_dir()), "num_speculative_tokens": SPECULATIVE_TOKENS}
-            ),
+            json.dumps({"method": "draft_model", "model": str(draft_model_dir()), "num_speculative_tokens": SPECULATIVE_TOKENS}),
         ),
     ),
 }
@@ -50,9 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if E2E_DIR in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.e2e)
     items.sort(key=lambda item: 0 if "twin" in getattr(item, "fixturenames", ()) else 1)
-    config.stash[_NEEDED] = {
-        name for item in items for name in getattr(item, "fixturenames", ()) if name in _SERVERS
-    }
+    config.stash[_NEEDED] = {name for item in items for name in getattr(item, "fixturenames", ()) if name in _SERVERS}
 
 
 def _require_vllm() -> None:

@@ -7,12 +7,12 @@ import asyncio
 
 import pytest
 
-from servingctl.schema.results import RunConfig, RunResult
 from servingctl.bench.metrics import per_read
 from servingctl.bench.outputs import read_results
 from servingctl.bench.runner import run_benchmark
 from servingctl.cli.main import main
 from servingctl.local.modelserver import ModelServerProcess
+from servingctl.schema.results import RunConfig, RunResult
 
 pytestmark = pytest.mark.e2e
 
@@ -20,17 +20,44 @@ MAX_TOKENS = 32
 
 
 def bench(server: ModelServerProcess, **overrides) -> RunResult:
-    config = RunConfig(**{
-        "endpoint": server.url, "model": server.model, "input_tokens": [256], "concurrencies": [2],
-        "warmup": 1, "rounds": 2, "max_tokens": MAX_TOKENS, "timeout_s": 120.0, **overrides,
-    })
+    config = RunConfig(
+        **{
+            "endpoint": server.url,
+            "model": server.model,
+            "input_tokens": [256],
+            "concurrencies": [2],
+            "warmup": 1,
+            "rounds": 2,
+            "max_tokens": MAX_TOKENS,
+            "timeout_s": 120.0,
+            **overrides,
+        }
+    )
     return asyncio.run(run_benchmark(config))
 
 
 def test_cli_sweep_counts_equal_the_server_counters(vllm_server, tmp_path, capsys):
-    code = main(["bench", "--endpoint", vllm_server.url, "--model", vllm_server.model, "--input-tokens", "128,512",
-                 "--concurrency", "1,4", "--warmup", "1", "--rounds", "2", "--max-tokens", str(MAX_TOKENS),
-                 "--output", str(tmp_path)])
+    code = main(
+        [
+            "bench",
+            "--endpoint",
+            vllm_server.url,
+            "--model",
+            vllm_server.model,
+            "--input-tokens",
+            "128,512",
+            "--concurrency",
+            "1,4",
+            "--warmup",
+            "1",
+            "--rounds",
+            "2",
+            "--max-tokens",
+            str(MAX_TOKENS),
+            "--output",
+            str(tmp_path),
+        ]
+    )
     assert code == 0, capsys.readouterr()
     run = read_results(tmp_path)
     assert len(run.scenarios) == 4
@@ -94,8 +121,9 @@ def test_speculative_chunks_carry_several_tokens_counted_exactly(vllm_spec_serve
     assert s.server.generation_tokens_equal is True
     assert s.server.spec_decode_acceptance_rate is not None and 0 <= s.server.spec_decode_acceptance_rate <= 1
     # the draft counters over time too (the chart's acceptance panel)
-    assert scenario.server_timeline and all(p.spec_draft_tokens is not None and p.spec_accepted_tokens is not None
-                                            for p in scenario.server_timeline)
+    assert scenario.server_timeline and all(
+        p.spec_draft_tokens is not None and p.spec_accepted_tokens is not None for p in scenario.server_timeline
+    )
     # token-normalized ITL has one sample per token after the first chunk, not one per chunk
     measured = [r for r in scenario.records if not r.warmup]
     # (chunks of one network read are coalesced: their tokens count with the read, their gaps are reported)
@@ -105,20 +133,44 @@ def test_speculative_chunks_carry_several_tokens_counted_exactly(vllm_spec_serve
 
 def test_saturation_sweep_with_an_slo_finds_a_concurrency_and_its_goodput(vllm_server, tmp_path, capsys):
     # A loose SLO on 2 CPU cores: the sweep stops at its bound or once queueing shows, never by a miss.
-    code = main(["bench", "--endpoint", vllm_server.url, "--model", vllm_server.model, "--input-tokens", "128",
-                 "--warmup", "1", "--rounds", "2", "--max-tokens", str(MAX_TOKENS), "--sweep", "--slo", "e2e_s=120,ttft_ms:p90=60000",
-                 "--sweep-max-concurrency", "4", "--output", str(tmp_path)])
+    code = main(
+        [
+            "bench",
+            "--endpoint",
+            vllm_server.url,
+            "--model",
+            vllm_server.model,
+            "--input-tokens",
+            "128",
+            "--warmup",
+            "1",
+            "--rounds",
+            "2",
+            "--max-tokens",
+            str(MAX_TOKENS),
+            "--sweep",
+            "--slo",
+            "e2e_s=120,ttft_ms:p90=60000",
+            "--sweep-max-concurrency",
+            "4",
+            "--output",
+            str(tmp_path),
+        ]
+    )
     out = " ".join(capsys.readouterr().out.split())
     assert code == 0
     run = read_results(tmp_path)
     steps = run.sweep.steps
-    assert [s.concurrency for s in steps] == [1, 2, 4][:len(steps)] and all(s.met for s in steps)
+    assert [s.concurrency for s in steps] == [1, 2, 4][: len(steps)] and all(s.met for s in steps)
     assert run.sweep.stop in ("max-concurrency", "over-saturated")
-    assert run.sweep.found == (steps[-1].concurrency if run.sweep.stop == "max-concurrency" else
-                               max(s.concurrency for s in steps if not s.saturated))
+    assert run.sweep.found == (
+        steps[-1].concurrency if run.sweep.stop == "max-concurrency" else max(s.concurrency for s in steps if not s.saturated)
+    )
     at = next(s.summary for s in run.scenarios if s.summary.name == run.sweep.scenario)
     assert at.slo.goodput_rps > 0 and at.slo.goodput_tok_s == pytest.approx(at.slo.goodput_rps * MAX_TOKENS)
     assert f"highest concurrency meeting the SLOs = {run.sweep.found}, goodput {at.slo.goodput_rps:.2f} req/s" in out
-    print(f"\nsweep on vLLM CPU: found c={run.sweep.found} ({run.sweep.stop}), goodput {at.slo.goodput_rps:.2f} req/s, "
-          f"{at.slo.goodput_tok_s:.1f} tok/s; steps " + ", ".join(f"c{s.concurrency}: TTFT {s.ttft_median_ms:.0f} ms, "
-                                                             f"{s.aggregate_tok_s:.1f} tok/s" for s in steps))
+    print(
+        f"\nsweep on vLLM CPU: found c={run.sweep.found} ({run.sweep.stop}), goodput {at.slo.goodput_rps:.2f} req/s, "
+        f"{at.slo.goodput_tok_s:.1f} tok/s; steps "
+        + ", ".join(f"c{s.concurrency}: TTFT {s.ttft_median_ms:.0f} ms, {s.aggregate_tok_s:.1f} tok/s" for s in steps)
+    )

@@ -33,8 +33,13 @@ def twin() -> Iterator[Twin]:
 
 
 def _dynamodb(twin: Twin) -> Any:
-    return boto3.resource("dynamodb", endpoint_url=twin.endpoint_url, region_name=twin.region,
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    return boto3.resource(
+        "dynamodb",
+        endpoint_url=twin.endpoint_url,
+        region_name=twin.region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
 
 
 def test_twin_starts_serves_and_stops_a_real_vllm(twin: Twin) -> None:
@@ -53,7 +58,8 @@ def test_twin_starts_serves_and_stops_a_real_vllm(twin: Twin) -> None:
     assert "simulator" not in str(version).lower()  # the real vLLM answers, not the simulator
     assert start.output["smoke"]["models"] == [PROFILE]
     reply = httpx.post(
-        f"{url}/v1/chat/completions", headers=header,
+        f"{url}/v1/chat/completions",
+        headers=header,
         json={"model": PROFILE, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8, "ignore_eos": True},
         timeout=120,
     ).json()
@@ -61,9 +67,17 @@ def test_twin_starts_serves_and_stops_a_real_vllm(twin: Twin) -> None:
     # The start timeline read vLLM's own phases from its lines in the emulated CloudWatch Logs: on
     # CPU with --enforce-eager vLLM 0.32 prints load start, model init, weights loaded, engine
     # ready and the API server's startup (no torch.compile, no CUDA graphs).
-    [record] = [r for r in DynamoStore(twin.table_name, resource=_dynamodb(twin)).list_starts(PROFILE) if r.execution == start.arn]
+    [record] = [
+        r for r in DynamoStore(twin.table_name, resource=_dynamodb(twin)).list_starts(PROFILE) if r.execution == start.arn
+    ]
     vllm_phases = [m.name for m in record.marks if m.source == VLLM_SOURCE]
-    assert vllm_phases == ["vllm_load_started", "vllm_model_initialized", "vllm_weights_loaded", "vllm_engine_ready", "vllm_api_ready"]
+    assert vllm_phases == [
+        "vllm_load_started",
+        "vllm_model_initialized",
+        "vllm_weights_loaded",
+        "vllm_engine_ready",
+        "vllm_api_ready",
+    ]
     assert record.mark("task_started").at <= record.mark("vllm_load_started").at <= record.mark("target_healthy").at
     print(f"vLLM phases read from the real vLLM CPU log on the twin: {len(vllm_phases)} ({', '.join(vllm_phases)})")
     [server_started] = [e for e in twin.world.events_of("model-server-started") if e.detail.startswith(PROFILE)]

@@ -24,10 +24,11 @@ def when(moment: str | datetime | None, *, short: bool = False) -> str:
     if not moment:
         return "-"
     if isinstance(moment, str):
+        text = moment
         try:
-            moment = datetime.fromisoformat(moment)
+            moment = datetime.fromisoformat(text)
         except ValueError:
-            return moment
+            return text
     return (moment.astimezone(UTC) if moment.tzinfo else moment).strftime("%m-%d %H:%M" if short else "%Y-%m-%d %H:%M UTC")
 
 
@@ -59,8 +60,7 @@ def details(rows: Sequence[tuple[str, str]], columns: int | None = None) -> str:
     return "\n".join(out)
 
 
-def columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = (), *,
-            upper: bool = True) -> str:
+def columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = (), *, upper: bool = True) -> str:
     """An aligned table, two spaces between columns. A header cell may hold several lines
     ("E2E tok/s\nper req"); the last column holds free text and wraps under itself."""
     heads = [cell.split("\n") for cell in header]
@@ -71,7 +71,9 @@ def columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequenc
     start = sum(sizes) + 2 * len(sizes)
     out = []
     for n, row in enumerate(cells):
-        fixed = "  ".join(cell.rjust(size) if i in right else cell.ljust(size) for i, (cell, size) in enumerate(zip(row, sizes)))
+        fixed = "  ".join(
+            cell.rjust(size) if i in right else cell.ljust(size) for i, (cell, size) in enumerate(zip(row, sizes, strict=False))
+        )
         last = wrap(row[-1], width() - start) if row[-1] else [""]
         heading = n < depth and upper
         line = (fixed + "  " + last[0]).rstrip()
@@ -80,7 +82,9 @@ def columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequenc
     return "\n".join(out)
 
 
-def columns_with_notes(header: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str], right: Sequence[int] = ()) -> str:
+def columns_with_notes(
+    header: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str | None], right: Sequence[int] = ()
+) -> str:
     """columns() of one-line header and short cells, each row followed by its note (free text such
     as an error, wrapped to the terminal and indented) when it has one."""
     lines = columns(header, rows, right).split("\n")

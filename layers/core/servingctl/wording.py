@@ -9,15 +9,28 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-_BOUNDS = {"greater_than_equal": ("ge", "at least"), "less_than_equal": ("le", "at most"),
-           "greater_than": ("gt", "greater than"), "less_than": ("lt", "less than")}
+_BOUNDS = {
+    "greater_than_equal": ("ge", "at least"),
+    "less_than_equal": ("le", "at most"),
+    "greater_than": ("gt", "greater than"),
+    "less_than": ("lt", "less than"),
+}
 _KINDS = {
-    "int_parsing": "must be a whole number", "int_type": "must be a whole number",
-    "int_from_float": "must be a whole number", "float_parsing": "must be a number", "float_type": "must be a number",
-    "bool_parsing": "must be true or false", "bool_type": "must be true or false", "string_type": "must be text",
-    "model_attributes_type": "must be a JSON object", "dict_type": "must be a JSON object",
-    "model_type": "must be a JSON object", "list_type": "must be a list", "missing": "is required",
-    "extra_forbidden": "is not a known field", "json_invalid": "is not valid JSON",
+    "int_parsing": "must be a whole number",
+    "int_type": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_parsing": "must be a number",
+    "float_type": "must be a number",
+    "bool_parsing": "must be true or false",
+    "bool_type": "must be true or false",
+    "string_type": "must be text",
+    "model_attributes_type": "must be a JSON object",
+    "dict_type": "must be a JSON object",
+    "model_type": "must be a JSON object",
+    "list_type": "must be a list",
+    "missing": "is required",
+    "extra_forbidden": "is not a known field",
+    "json_invalid": "is not valid JSON",
 }
 
 
@@ -45,7 +58,9 @@ def plain(error: Mapping[str, Any]) -> str:
     return str(error.get("msg", kind)).removeprefix("Value error, ").removeprefix("Assertion failed, ")
 
 
-def problems(errors: Iterable[Mapping[str, Any]], skip: Sequence[str] = ("body", "query", "path", "header")) -> list[tuple[str, str]]:
+def problems(
+    errors: Iterable[Mapping[str, Any]], skip: Sequence[str] = ("body", "query", "path", "header")
+) -> list[tuple[str, str]]:
     """(field, message) per error; field is the dotted location without the leading `skip` parts
     ('' for a rule about the whole input)."""
     out = []
@@ -65,12 +80,14 @@ def for_flags(errors: Iterable[Mapping[str, Any]], flags: Mapping[str, str]) -> 
     """
     errors = list(errors)
     parts = []
-    for error, (field, text) in zip(errors, problems(errors)):
+    for error, (field, text) in zip(errors, problems(errors), strict=False):
         # Plain words read on from the flag ("--lease must be at least 5"); a rule's own text after a colon.
         sep = ": " if error.get("type") in ("value_error", "assertion_error") else " "
         if not field and ": " in text:
             field, text = text.split(": ", 1)
-        names = [flags.get(name.strip().split(".")[0], name.strip()) for name in field.replace(" or ", ",").split(",") if name.strip()]
+        names = [
+            flags.get(name.strip().split(".")[0], name.strip()) for name in field.replace(" or ", ",").split(",") if name.strip()
+        ]
         for name, flag in flags.items():
             if "_" in name:  # field names a person never typed, inside the text
                 text = text.replace(name, flag)

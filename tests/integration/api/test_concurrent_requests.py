@@ -56,7 +56,9 @@ def _check(answers: list[tuple[str, str, int, dict[str, Any]]], logged: list[str
     return Counter(status for *_, status, _ in answers)
 
 
-def test_dozens_of_concurrent_starts_and_stops_answer_2xx_or_409_once_per_intent(twin: Twin, caplog: pytest.LogCaptureFixture) -> None:
+def test_dozens_of_concurrent_starts_and_stops_answer_2xx_or_409_once_per_intent(
+    twin: Twin, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.ERROR, logger="servingctl.local.apigw")
     starts = _burst(twin, [("start", NANO)] * 24 + [("start", FLASH)] * 12)
     counts = _check(starts, _gateway_log(caplog))
@@ -79,8 +81,12 @@ def test_dozens_of_concurrent_starts_and_stops_answer_2xx_or_409_once_per_intent
     # A start during the stop joined the running start or was refused: no second start.
     assert len(_executions(twin, "start_profile", NANO)) == 1
     assert _gateway_log(caplog) == []
-    for execution in [*_executions(twin, "start_profile", NANO), *_executions(twin, "stop_profile", NANO),
-                      *_executions(twin, "start_profile", FLASH), *_executions(twin, "stop_profile", FLASH)]:
+    for execution in [
+        *_executions(twin, "start_profile", NANO),
+        *_executions(twin, "stop_profile", NANO),
+        *_executions(twin, "start_profile", FLASH),
+        *_executions(twin, "stop_profile", FLASH),
+    ]:
         twin.wait_execution(execution["executionArn"], timeout_s=180)
 
 
@@ -100,4 +106,4 @@ def test_an_integration_failure_is_a_502_and_its_exception_is_logged(
     assert answer.status_code == 502 and answer.json() == {"message": "Internal server error"}
     [logged] = _gateway_log(caplog)
     assert logged.startswith("integration failure on GET /profiles: RuntimeError: the table is gone")
-    assert 'in list_profiles\n    return service.list_profiles(deps())' in logged  # the stack trace
+    assert "in list_profiles\n    return service.list_profiles(deps())" in logged  # the stack trace

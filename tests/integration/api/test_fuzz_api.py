@@ -49,5 +49,7 @@ def api_url() -> Iterator[str]:
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_no_server_error_and_answers_match_the_document(case: schemathesis.Case, api_url: str) -> None:
     case.call_and_validate(
-        base_url=api_url, auth=_SignedAsTheTwinsUser(), checks=[not_a_server_error, status_code_conformance, response_schema_conformance]
+        base_url=api_url,
+        auth=_SignedAsTheTwinsUser(),
+        checks=[not_a_server_error, status_code_conformance, response_schema_conformance],
     )

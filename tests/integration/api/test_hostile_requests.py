@@ -33,8 +33,10 @@ MAX_RUNS = 200  # GET /benchmarks?limit=
 FAST = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}  # wait-loop pacing on the twin's clock
 OTHER_ACCOUNT = Principal("arn:aws:iam::210987654321:user/mallory", "AKIAOTHERACCOUNT0001", "other-secret", "AIDAMALLORY")
 NOT_SIGNED = {"message": "Missing Authentication Token"}
-MISMATCH = ("The request signature we calculated does not match the signature you provided. Check your AWS Secret "
-            "Access Key and signing method. Consult the service documentation for details.")
+MISMATCH = (
+    "The request signature we calculated does not match the signature you provided. Check your AWS Secret "
+    "Access Key and signing method. Consult the service documentation for details."
+)
 
 
 @dataclass
@@ -69,57 +71,144 @@ def _cases(twin: Twin) -> list[Hostile]:
     start, keepalive = f"/profiles/{PROFILE}/start", f"/profiles/{PROFILE}/keepalive"
     return [
         # wrong types
-        Hostile("lease as a word", "POST", start, {"lease_minutes": "thirty"}, fields=["body.lease_minutes"], says="whole number"),
-        Hostile("flag as a word", "POST", start, {"allow_shared_pool": "yes"}, fields=["body.allow_shared_pool"], says="true or false"),
+        Hostile(
+            "lease as a word", "POST", start, {"lease_minutes": "thirty"}, fields=["body.lease_minutes"], says="whole number"
+        ),
+        Hostile(
+            "flag as a word", "POST", start, {"allow_shared_pool": "yes"}, fields=["body.allow_shared_pool"], says="true or false"
+        ),
         Hostile("poll as text", "POST", start, {"poll": "fast"}, fields=["body.poll"], says="JSON object"),
         Hostile("body as a list", "POST", start, [1, 2], fields=["body"]),
-        Hostile("keepalive minutes as a list", "POST", keepalive, {"minutes": [30]}, fields=["body.minutes"], says="whole number"),
+        Hostile(
+            "keepalive minutes as a list", "POST", keepalive, {"minutes": [30]}, fields=["body.minutes"], says="whole number"
+        ),
         Hostile("benchmark rounds as text", "POST", "/benchmarks", {"profile": PROFILE, "rounds": "3"}, says="rounds"),
         # coercible strings and values
-        Hostile("lease as a numeric string", "POST", start, {"lease_minutes": "30"}, fields=["body.lease_minutes"], says="whole number"),
+        Hostile(
+            "lease as a numeric string",
+            "POST",
+            start,
+            {"lease_minutes": "30"},
+            fields=["body.lease_minutes"],
+            says="whole number",
+        ),
         Hostile("lease as true", "POST", start, {"lease_minutes": True}, fields=["body.lease_minutes"], says="whole number"),
         Hostile("lease as 30.0", "POST", start, {"lease_minutes": 30.0}, fields=["body.lease_minutes"], says="whole number"),
         Hostile("flag as 1", "POST", start, {"allow_shared_pool": 1}, fields=["body.allow_shared_pool"], says="true or false"),
         Hostile("flag as 'true'", "POST", start, {"allow_shared_pool": "true"}, fields=["body.allow_shared_pool"]),
         Hostile("keepalive minutes as true", "POST", keepalive, {"minutes": True}, fields=["body.minutes"], says="whole number"),
         Hostile("keepalive minutes as '30'", "POST", keepalive, {"minutes": "30"}, fields=["body.minutes"]),
-        Hostile("stop poll as '5'", "POST", f"/profiles/{PROFILE}/stop", {"poll": {"interval_s": "5"}}, fields=["body.poll.interval_s"]),
+        Hostile(
+            "stop poll as '5'",
+            "POST",
+            f"/profiles/{PROFILE}/stop",
+            {"poll": {"interval_s": "5"}},
+            fields=["body.poll.interval_s"],
+        ),
         # unknown and misspelled fields
         Hostile("unknown field", "POST", start, {"colour": "red"}, fields=["body.colour"], says="not a known field"),
         Hostile("misspelled lease", "POST", start, {"lease_minute": 60}, fields=["body.lease_minute"], says="not a known field"),
         Hostile("misspelled keepalive", "POST", keepalive, {"minute": 60}, fields=["body.minute"]),
         Hostile("misspelled nested", "POST", start, {"poll": {"interval": 5}}, fields=["body.poll.interval"]),
         Hostile("unknown benchmark field", "POST", "/benchmarks", {"profile": PROFILE, "concurency": [1]}, says="concurency"),
-        Hostile("unknown query parameter", "GET", f"/profiles/{PROFILE}/starts?limt=5", fields=["query.limt"], says="allowed: limit"),
+        Hostile(
+            "unknown query parameter", "GET", f"/profiles/{PROFILE}/starts?limt=5", fields=["query.limt"], says="allowed: limit"
+        ),
         Hostile("query parameter on a POST", "POST", f"{start}?dry_run=1", {}, fields=["query.dry_run"]),
         # duplicate keys and invalid JSON
-        Hostile("duplicate key", "POST", start, b'{"lease_minutes": 60, "lease_minutes": 30}', fields=["body"], says="'lease_minutes'"),
-        Hostile("duplicate nested key", "POST", start, b'{"poll": {"interval_s": 5, "interval_s": 50}}', fields=["body"], says="'interval_s'"),
+        Hostile(
+            "duplicate key", "POST", start, b'{"lease_minutes": 60, "lease_minutes": 30}', fields=["body"], says="'lease_minutes'"
+        ),
+        Hostile(
+            "duplicate nested key",
+            "POST",
+            start,
+            b'{"poll": {"interval_s": 5, "interval_s": 50}}',
+            fields=["body"],
+            says="'interval_s'",
+        ),
         Hostile("invalid JSON", "POST", start, b'{\n  "lease_minutes": 60,\n}', fields=["body"], says="line 3, column 1"),
         Hostile("truncated JSON", "POST", keepalive, b'{"minutes": ', fields=["body"], says="line 1, column 13"),
         Hostile("not UTF-8", "POST", start, b'{"lease_minutes": "\xff"}', fields=["body"], says="not UTF-8"),
-        Hostile("not JSON at all", "POST", start, b"lease=30", headers={"Content-Type": "application/x-www-form-urlencoded"},
-                status=415, fields=["header.Content-Type"]),
-        Hostile("oversized body", "POST", start, b'{"x": "' + b"a" * MAX_PAYLOAD_BYTES + b'"}', status=413,
-                answer={"message": "Request Too Long"}),
+        Hostile(
+            "not JSON at all",
+            "POST",
+            start,
+            b"lease=30",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+            status=415,
+            fields=["header.Content-Type"],
+        ),
+        Hostile(
+            "oversized body",
+            "POST",
+            start,
+            b'{"x": "' + b"a" * MAX_PAYLOAD_BYTES + b'"}',
+            status=413,
+            answer={"message": "Request Too Long"},
+        ),
         # one past each bound
         Hostile("lease below its minimum", "POST", start, {"lease_minutes": 4}, fields=["body.lease_minutes"], says="at least 5"),
-        Hostile("lease above the profile's maximum", "POST", start, {"lease_minutes": lease_max + 1},
-                fields=["body.lease_minutes"], says=f"between 5 and {lease_max}"),
-        Hostile("poll interval above the registry's limit", "POST", start, {"poll": {"interval_s": poll_max + 1, "max_interval_s": poll_max + 1}},
-                fields=["body.poll.interval_s", "body.poll.max_interval_s"], says=f"between 1 and {poll_max}"),
-        Hostile("poll interval of zero", "POST", start, {"poll": {"interval_s": 0}}, fields=["body.poll.interval_s"], says="at least 1"),
-        Hostile("deadline above the registry's limit", "POST", start, {"deadlines": {"capacity_s": deadline_max + 1}},
-                fields=["body.deadlines.capacity_s"], says=f"between 1 and {deadline_max}"),
+        Hostile(
+            "lease above the profile's maximum",
+            "POST",
+            start,
+            {"lease_minutes": lease_max + 1},
+            fields=["body.lease_minutes"],
+            says=f"between 5 and {lease_max}",
+        ),
+        Hostile(
+            "poll interval above the registry's limit",
+            "POST",
+            start,
+            {"poll": {"interval_s": poll_max + 1, "max_interval_s": poll_max + 1}},
+            fields=["body.poll.interval_s", "body.poll.max_interval_s"],
+            says=f"between 1 and {poll_max}",
+        ),
+        Hostile(
+            "poll interval of zero",
+            "POST",
+            start,
+            {"poll": {"interval_s": 0}},
+            fields=["body.poll.interval_s"],
+            says="at least 1",
+        ),
+        Hostile(
+            "deadline above the registry's limit",
+            "POST",
+            start,
+            {"deadlines": {"capacity_s": deadline_max + 1}},
+            fields=["body.deadlines.capacity_s"],
+            says=f"between 1 and {deadline_max}",
+        ),
         Hostile("keepalive of zero minutes", "POST", keepalive, {"minutes": 0}, fields=["body.minutes"], says="at least 1"),
         Hostile("keepalive above the maximum lease", "POST", keepalive, {"minutes": lease_max + 1}, fields=["body.minutes"]),
         Hostile("starts limit of zero", "GET", f"/profiles/{PROFILE}/starts?limit=0", fields=["query.limit"], says="at least 1"),
-        Hostile("starts limit one past", "GET", f"/profiles/{PROFILE}/starts?limit={MAX_STARTS + 1}", fields=["query.limit"],
-                says=f"at most {MAX_STARTS}"),
-        Hostile("runs limit one past", "GET", f"/benchmarks?limit={MAX_RUNS + 1}", fields=["query.limit"], says=f"at most {MAX_RUNS}"),
-        Hostile("Idempotency-Key one past 128", "POST", start, {}, headers={"Idempotency-Key": "k" * 129},
-                fields=["header.Idempotency-Key"]),
-        Hostile("benchmark concurrency of zero", "POST", "/benchmarks", {"profile": PROFILE, "concurrencies": [0]}, says="concurrencies"),
+        Hostile(
+            "starts limit one past",
+            "GET",
+            f"/profiles/{PROFILE}/starts?limit={MAX_STARTS + 1}",
+            fields=["query.limit"],
+            says=f"at most {MAX_STARTS}",
+        ),
+        Hostile(
+            "runs limit one past", "GET", f"/benchmarks?limit={MAX_RUNS + 1}", fields=["query.limit"], says=f"at most {MAX_RUNS}"
+        ),
+        Hostile(
+            "Idempotency-Key one past 128",
+            "POST",
+            start,
+            {},
+            headers={"Idempotency-Key": "k" * 129},
+            fields=["header.Idempotency-Key"],
+        ),
+        Hostile(
+            "benchmark concurrency of zero",
+            "POST",
+            "/benchmarks",
+            {"profile": PROFILE, "concurrencies": [0]},
+            says="concurrencies",
+        ),
         # unknown names in the path
         Hostile("unknown profile", "POST", "/profiles/nope/start", {}, status=404, fields=["path.name"]),
         Hostile("unknown execution", "GET", "/executions/start-nope", status=404, fields=["path.execution_id"]),
@@ -133,16 +222,43 @@ def _cases(twin: Twin) -> list[Hostile]:
         Hostile("unsigned start", "POST", start, {}, status=403, answer=NOT_SIGNED, auth="unsigned"),
         Hostile("unsigned read", "GET", "/profiles", status=403, answer=NOT_SIGNED, auth="unsigned"),
         Hostile("wrong secret", "POST", start, {}, status=403, answer={"message": MISMATCH}, auth="wrong-secret"),
-        Hostile("unknown access key", "POST", start, {}, status=403,
-                answer={"message": "The security token included in the request is invalid."}, auth="unknown-key"),
-        Hostile("signed for another region", "GET", "/profiles", status=403,
-                answer={"message": "Credential should be scoped to a valid region, not 'eu-west-1'. "}, auth="wrong-region"),
+        Hostile(
+            "unknown access key",
+            "POST",
+            start,
+            {},
+            status=403,
+            answer={"message": "The security token included in the request is invalid."},
+            auth="unknown-key",
+        ),
+        Hostile(
+            "signed for another region",
+            "GET",
+            "/profiles",
+            status=403,
+            answer={"message": "Credential should be scoped to a valid region, not 'eu-west-1'. "},
+            auth="wrong-region",
+        ),
         Hostile("signature ten minutes old", "POST", start, {}, status=403, says="Signature expired", auth="expired"),
-        Hostile("body changed after signing", "POST", start, {"lease_minutes": 60}, status=403, answer={"message": MISMATCH},
-                auth="tampered"),
-        Hostile("another account's principal", "POST", start, {}, status=403, auth="other-account",
-                says=f"User: {OTHER_ACCOUNT.arn} is not authorized to perform: execute-api:Invoke on resource: "
-                     f"arn:aws:execute-api:us-east-1:********9012:twinapi001/local/POST{start}"),
+        Hostile(
+            "body changed after signing",
+            "POST",
+            start,
+            {"lease_minutes": 60},
+            status=403,
+            answer={"message": MISMATCH},
+            auth="tampered",
+        ),
+        Hostile(
+            "another account's principal",
+            "POST",
+            start,
+            {},
+            status=403,
+            auth="other-account",
+            says=f"User: {OTHER_ACCOUNT.arn} is not authorized to perform: execute-api:Invoke on resource: "
+            f"arn:aws:execute-api:us-east-1:********9012:twinapi001/local/POST{start}",
+        ),
         Hostile("another account reads", "GET", "/profiles", status=403, auth="other-account", says="is not authorized"),
     ]
 
@@ -168,7 +284,9 @@ def _send(twin: Twin, case: Hostile) -> httpx.Response:
     with httpx.Client(base_url=twin.api_url, timeout=120) as client:
         request = client.build_request(case.method, case.path, content=content, headers=headers)
         if case.auth == "expired":
-            with mock.patch("botocore.auth.get_current_datetime", return_value=datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=10)):
+            with mock.patch(
+                "botocore.auth.get_current_datetime", return_value=datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=10)
+            ):
                 request = next(twin.api_auth().auth_flow(request))
         elif case.auth == "tampered":
             request = next(twin.api_auth().auth_flow(request))
@@ -187,8 +305,10 @@ def _stored(twin: Twin) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
     table = twin.client("dynamodb").get_paginator("scan").paginate(TableName=twin.table_name)
     items = sorted((item for page in table for item in page["Items"]), key=lambda i: json.dumps(i, sort_keys=True))
     sfn = twin.client("stepfunctions")
-    executions = {arn: sorted(e["executionArn"] for e in sfn.list_executions(stateMachineArn=arn)["executions"])
-                  for arn in twin.state_machines.values()}
+    executions = {
+        arn: sorted(e["executionArn"] for e in sfn.list_executions(stateMachineArn=arn)["executions"])
+        for arn in twin.state_machines.values()
+    }
     return items, executions
 
 
@@ -213,8 +333,10 @@ def test_hostile_requests_are_refused_naming_the_input_and_change_nothing(twin: 
         if problems:
             wrong.append(f"{case.name}: " + "; ".join(problems))
     after = _stored(twin)
-    print(f"\nhostile requests: {len(cases)} tried; answers by status: "
-          + ", ".join(f"{status}: {count}" for status, count in sorted(answers.items())))
+    print(
+        f"\nhostile requests: {len(cases)} tried; answers by status: "
+        + ", ".join(f"{status}: {count}" for status, count in sorted(answers.items()))
+    )
     assert wrong == []
     assert all(400 <= status < 500 for status in answers)
     assert after == before  # nothing stored changed: no item, no execution
@@ -229,10 +351,16 @@ def test_the_same_inputs_at_their_bounds_are_accepted(twin: Twin) -> None:
     assert api.get("/benchmarks", params={"limit": MAX_RUNS}).status_code == 200
     # The registry's poll limit on a stop of the STOPPED profile: accepted, and nothing to do.
     at_limit = {"interval_s": spec.limits.max_poll_interval_s, "max_interval_s": spec.limits.max_poll_interval_s}
-    already = api.post(f"/profiles/{PROFILE}/stop", json={"poll": at_limit, "deadlines": {"lock_s": spec.limits.max_stop_deadline_s}})
+    already = api.post(
+        f"/profiles/{PROFILE}/stop", json={"poll": at_limit, "deadlines": {"lock_s": spec.limits.max_stop_deadline_s}}
+    )
     assert already.status_code == 200 and already.json()["already"] is True, already.text
-    body = {"lease_minutes": spec.max_lease_minutes, "allow_shared_pool": True, "poll": FAST,
-            "deadlines": {"capacity_s": spec.limits.max_start_deadline_s}}
+    body = {
+        "lease_minutes": spec.max_lease_minutes,
+        "allow_shared_pool": True,
+        "poll": FAST,
+        "deadlines": {"capacity_s": spec.limits.max_start_deadline_s},
+    }
     started = api.post(f"/profiles/{PROFILE}/start", json=body, headers={"Idempotency-Key": "k" * 128})
     assert started.status_code == 202, started.text
     stopped = api.post(f"/profiles/{PROFILE}/stop", json={"poll": FAST})

@@ -15,9 +15,9 @@ import pytest
 
 from servingctl.cli.client import write_twin_state
 from servingctl.cli.main import main
-from servingctl.shared.clock import OffsetClock
 from servingctl.local.twin import Twin
 from servingctl.local.world import Delays
+from servingctl.shared.clock import OffsetClock
 
 REPO = Path(__file__).resolve().parents[3]
 PROFILE = "nemotron-nano"
@@ -84,7 +84,9 @@ def _received(twin: Twin, url: str) -> list[dict[str, Any]]:
         if not messages:
             return seen
         seen += [json.loads(m["Body"]) for m in messages]
-        sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)])
+        sqs.delete_message_batch(
+            QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
+        )
 
 
 def test_start_wait_shows_phases_in_order_then_status_keepalive_and_stop(twin: Twin, cli: Any) -> None:
@@ -108,15 +110,18 @@ def test_start_wait_shows_phases_in_order_then_status_keepalive_and_stop(twin: T
     code, out, _ = cli("status", PROFILE)
     assert code == 0 and "READY since" in out and instance["instance_id"] in out
     assert detail["endpoint_url"] in out and f"header       {detail['routing_header']}" in out
-    assert "cost so far  unpriced (" in out and "min up; the instance is not in the price catalog" in out  # g7e.2xlarge has no price
+    assert (
+        "cost so far  unpriced (" in out and "min up; the instance is not in the price catalog" in out
+    )  # g7e.2xlarge has no price
 
     # A start of a READY profile says so and starts nothing; --wait does not wait for a new one.
     executions = twin.client("stepfunctions").list_executions(stateMachineArn=twin.state_machines["start_profile"])["executions"]
     code, out, err = cli("start", PROFILE, "--wait")
     said = " ".join(out.split())  # wrapped at the terminal's width
     assert code == 0 and f"{PROFILE} is already READY since" in said and "(lease until" in said, (out, err)
-    assert len(twin.client("stepfunctions").list_executions(
-        stateMachineArn=twin.state_machines["start_profile"])["executions"]) == len(executions)
+    assert len(
+        twin.client("stepfunctions").list_executions(stateMachineArn=twin.state_machines["start_profile"])["executions"]
+    ) == len(executions)
 
     code, out, _ = cli("keepalive", PROFILE, "--minutes", "120", "--json")
     extended = datetime.fromisoformat(_json(out)["lease_deadline"])
@@ -171,9 +176,17 @@ def test_the_sweep_stops_a_profile_whose_lease_ran_out(twin: Twin, cli: Any) -> 
     code, out, err = cli("start", PROFILE, "--wait", "--lease", "5")
     assert code == 0, (out, err)
     sweep = _sweep_handler()
-    context = type("Context", (), {"function_name": "servingctl-sweep", "memory_limit_in_mb": 256,
-                                   "invoked_function_arn": "arn:aws:lambda:us-east-1:123456789012:function:servingctl-sweep",
-                                   "aws_request_id": "sweep-1", "get_remaining_time_in_millis": lambda self: 60000})()
+    context = type(
+        "Context",
+        (),
+        {
+            "function_name": "servingctl-sweep",
+            "memory_limit_in_mb": 256,
+            "invoked_function_arn": "arn:aws:lambda:us-east-1:123456789012:function:servingctl-sweep",
+            "aws_request_id": "sweep-1",
+            "get_remaining_time_in_millis": lambda self: 60000,
+        },
+    )()
 
     # Within the lease: kept.
     [kept] = sweep.lambda_handler({"poll": POLL}, context)["decisions"]
@@ -198,4 +211,8 @@ def test_the_sweep_stops_a_profile_whose_lease_ran_out(twin: Twin, cli: Any) -> 
     seen = [(e["detail-type"], e["detail"].get("profile")) for e in _received(twin, queue)]
     assert ("Profile kept running", PROFILE) in seen
     assert ("Profile auto-stopped", PROFILE) in seen
-    assert seen.index(("Profile ready", PROFILE)) < seen.index(("Profile auto-stopped", PROFILE)) < seen.index(("Profile stopped", PROFILE))
+    assert (
+        seen.index(("Profile ready", PROFILE))
+        < seen.index(("Profile auto-stopped", PROFILE))
+        < seen.index(("Profile stopped", PROFILE))
+    )

@@ -14,22 +14,31 @@ import pytest
 from servingctl.bench.backend import Backend, ChatRequest, Connection
 from servingctl.bench.calibration import build_prompt
 from servingctl.bench.metrics import per_read, with_request_metrics
-from servingctl.schema.results import RunConfig, RunResult
 from servingctl.bench.outputs import read_results
 from servingctl.bench.runner import INDEX_STRIDE, run_benchmark
 from servingctl.bench.spread import START_LEAD_S
 from servingctl.cli.main import main
 from servingctl.local.simserver import Faults, SimConfig, running
+from servingctl.schema.results import RunConfig, RunResult
 
 MODEL = SimConfig().model
 MAX_TOKENS = 24
 
 
 def bench(url: str, **overrides) -> RunResult:
-    config = RunConfig(**{
-        "endpoint": url, "model": MODEL, "input_tokens": [256], "concurrencies": [2],
-        "warmup": 1, "rounds": 2, "max_tokens": MAX_TOKENS, "timeout_s": 30.0, **overrides,
-    })
+    config = RunConfig(
+        **{
+            "endpoint": url,
+            "model": MODEL,
+            "input_tokens": [256],
+            "concurrencies": [2],
+            "warmup": 1,
+            "rounds": 2,
+            "max_tokens": MAX_TOKENS,
+            "timeout_s": 30.0,
+            **overrides,
+        }
+    )
     return asyncio.run(run_benchmark(config))
 
 
@@ -123,19 +132,38 @@ def test_faults_are_recorded_per_request_and_never_abort(faults, kind, timeout_s
 
 
 def test_cli_writes_results_and_prints_the_reference_table(sim, tmp_path, capsys):
-    code = main(["bench", "--endpoint", sim, "--model", MODEL, "--input-tokens", "256", "--concurrency", "1,2",
-                 "--warmup", "0", "--rounds", "2", "--max-tokens", str(MAX_TOKENS), "--output", str(tmp_path)])
+    code = main(
+        [
+            "bench",
+            "--endpoint",
+            sim,
+            "--model",
+            MODEL,
+            "--input-tokens",
+            "256",
+            "--concurrency",
+            "1,2",
+            "--warmup",
+            "0",
+            "--rounds",
+            "2",
+            "--max-tokens",
+            str(MAX_TOKENS),
+            "--output",
+            str(tmp_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     lines = out.splitlines()
     # the reference's columns, in two-line headers, then one row per scenario in input order
     top = next(i for i, line in enumerate(lines) if line.startswith("input"))
-    header = [cell for line in lines[top:top + 2] for cell in line.split()]
+    header = [cell for line in lines[top : top + 2] for cell in line.split()]
     for word in ("input", "conc.", "aggregate", "TTFT", "median", "decode", "failed"):
         assert word in header
     run = read_results(tmp_path)
     assert [s.summary.name for s in run.scenarios] == ["in256-c1", "in256-c2"]
-    rows = [line.split() for line in lines[top + 2:top + 4]]
+    rows = [line.split() for line in lines[top + 2 : top + 4]]
     for row, scenario in zip(rows, run.scenarios, strict=True):
         # input tokens, concurrency and aggregate tok/s as written to results.json
         assert row[:2] == ["256", str(scenario.summary.concurrency)]
@@ -145,17 +173,42 @@ def test_cli_writes_results_and_prints_the_reference_table(sim, tmp_path, capsys
 
 def test_cli_exit_code_follows_the_failure_rate(tmp_path, capsys):
     with running(SimConfig(speed=20, faults=Faults(error_rate=1.0))) as url:
-        args = ["bench", "--endpoint", url, "--model", MODEL, "--input-tokens", "256", "--concurrency", "1",
-                "--warmup", "0", "--rounds", "1", "--max-tokens", "8", "--json"]
+        args = [
+            "bench",
+            "--endpoint",
+            url,
+            "--model",
+            MODEL,
+            "--input-tokens",
+            "256",
+            "--concurrency",
+            "1",
+            "--warmup",
+            "0",
+            "--rounds",
+            "1",
+            "--max-tokens",
+            "8",
+            "--json",
+        ]
         assert main(args) == 1
         assert json.loads(capsys.readouterr().out)["failed_scenarios"] == ["in256-c1"]
-        assert main(args + ["--max-failure-rate", "1"]) == 0
+        assert main([*args, "--max-failure-rate", "1"]) == 0
 
 
 def test_processes_spread_the_streams_and_merge_them_on_the_hosts_one_clock():
     with running(SimConfig(speed=20, debug_timings=True)) as url:
-        config = RunConfig(endpoint=url, model=MODEL, input_tokens=[256], concurrencies=[5], mode="sustained", requests=20,
-                           warmup=1, max_tokens=MAX_TOKENS, timeout_s=30.0)
+        config = RunConfig(
+            endpoint=url,
+            model=MODEL,
+            input_tokens=[256],
+            concurrencies=[5],
+            mode="sustained",
+            requests=20,
+            warmup=1,
+            max_tokens=MAX_TOKENS,
+            timeout_s=30.0,
+        )
         events = []
         run = asyncio.run(run_benchmark(config, processes=2, progress=events.append))
         truth = {s["cache_salt"]: s for s in httpx.get(f"{url}/debug/timings").json()["streams"]}
@@ -187,8 +240,23 @@ def test_processes_spread_the_streams_and_merge_them_on_the_hosts_one_clock():
 
 def test_processes_refuse_rate_mode_naming_the_flag_and_its_values(capsys):
     with pytest.raises(SystemExit):
-        main(["bench", "--endpoint", "http://127.0.0.1:9", "--model", MODEL, "--mode", "rate", "--rate", "2",
-              "--requests", "4", "--processes", "2"])
+        main(
+            [
+                "bench",
+                "--endpoint",
+                "http://127.0.0.1:9",
+                "--model",
+                MODEL,
+                "--mode",
+                "rate",
+                "--rate",
+                "2",
+                "--requests",
+                "4",
+                "--processes",
+                "2",
+            ]
+        )
     err = capsys.readouterr().err
     assert "--processes: rate mode runs in one process" in err and "1 to 64 with --mode burst or sustained" in err
     with pytest.raises(SystemExit):
@@ -198,8 +266,17 @@ def test_processes_refuse_rate_mode_naming_the_flag_and_its_values(capsys):
 
 def test_an_interrupted_spread_stops_every_process_it_started():
     with running(SimConfig(speed=20, faults=Faults(stall_s=60))) as url:  # every stream stalls
-        config = RunConfig(endpoint=url, model=MODEL, input_tokens=[256], concurrencies=[4], mode="sustained", requests=8,
-                           warmup=0, max_tokens=MAX_TOKENS, timeout_s=120.0)
+        config = RunConfig(
+            endpoint=url,
+            model=MODEL,
+            input_tokens=[256],
+            concurrencies=[4],
+            mode="sustained",
+            requests=8,
+            warmup=0,
+            max_tokens=MAX_TOKENS,
+            timeout_s=120.0,
+        )
 
         async def interrupted() -> tuple[int, float, list]:
             task = asyncio.create_task(run_benchmark(config, processes=2))

@@ -55,10 +55,34 @@ def test_ctrl_c_as_the_spread_starts_prints_no_traceback_and_leaves_no_process()
     # get it too. Sent as soon as the scenario says it starts over 2 processes (they start for seconds).
     with running(SimConfig(speed=20, faults=Faults(stall_s=60))) as url:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "servingctl.cli.main", "bench", "--endpoint", url, "--model", MODEL,
-             "--input-tokens", "256", "--concurrency", "4", "--mode", "sustained", "--requests", "8", "--warmup", "0",
-             "--max-tokens", "24", "--processes", "2"],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "servingctl.cli.main",
+                "bench",
+                "--endpoint",
+                url,
+                "--model",
+                MODEL,
+                "--input-tokens",
+                "256",
+                "--concurrency",
+                "4",
+                "--mode",
+                "sustained",
+                "--requests",
+                "8",
+                "--warmup",
+                "0",
+                "--max-tokens",
+                "24",
+                "--processes",
+                "2",
+            ],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
             # A shell's background job starts with SIGINT ignored, and so would the CLI: Ctrl-C as at a terminal.
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
@@ -85,8 +109,17 @@ def test_ctrl_c_as_the_spread_starts_prints_no_traceback_and_leaves_no_process()
 
 def test_a_process_killed_mid_run_is_named_counting_from_1_and_the_other_stopped():
     with running(SimConfig(speed=20, faults=Faults(stall_s=60))) as url:  # every stream stalls
-        config = RunConfig(endpoint=url, model=MODEL, input_tokens=[256], concurrencies=[4], mode="sustained", requests=8,
-                           warmup=0, max_tokens=24, timeout_s=120.0)
+        config = RunConfig(
+            endpoint=url,
+            model=MODEL,
+            input_tokens=[256],
+            concurrencies=[4],
+            mode="sustained",
+            requests=8,
+            warmup=0,
+            max_tokens=24,
+            timeout_s=120.0,
+        )
 
         async def kill_the_second() -> list:
             task = asyncio.create_task(run_benchmark(config, processes=2))

@@ -22,8 +22,29 @@ def sim():
 
 
 def sweep(url: str, out, *extra: str) -> int:
-    return main(["bench", "--endpoint", url, "--model", MODEL, "--input-tokens", "256", "--warmup", "1", "--rounds", "2",
-                 "--max-tokens", "24", "--timeout", "30", "--sweep", "--output", str(out), *extra])
+    return main(
+        [
+            "bench",
+            "--endpoint",
+            url,
+            "--model",
+            MODEL,
+            "--input-tokens",
+            "256",
+            "--warmup",
+            "1",
+            "--rounds",
+            "2",
+            "--max-tokens",
+            "24",
+            "--timeout",
+            "30",
+            "--sweep",
+            "--output",
+            str(out),
+            *extra,
+        ]
+    )
 
 
 def test_a_loose_slo_stops_once_the_server_is_over_saturated(sim, tmp_path, capsys):
@@ -32,7 +53,7 @@ def test_a_loose_slo_stops_once_the_server_is_over_saturated(sim, tmp_path, caps
     run = read_results(tmp_path)
     assert code == 0 and run.sweep is not None
     steps = run.sweep.steps
-    assert [s.concurrency for s in steps] == [2 ** i for i in range(len(steps))]  # doubling from 1
+    assert [s.concurrency for s in steps] == [2**i for i in range(len(steps))]  # doubling from 1
     assert all(s.met for s in steps)  # nothing missed a 10 s TTFT: only queueing stops it (4 in flight, then a queue)
     assert run.sweep.stop == "over-saturated" and steps[-1].saturated and steps[-1].concurrency <= 64
     assert run.sweep.found == max(s.concurrency for s in steps if not s.saturated)  # the knee, not past it
@@ -61,12 +82,15 @@ def test_an_slo_no_request_can_meet_stops_at_concurrency_one(sim, tmp_path, caps
     assert "no concurrency met the SLOs" in out and "missed ttft_ms=1" in out
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (["--slo", "ttft=5"], "argument --slo: 'ttft=5': metric must be one of ttft_ms, itl_ms or e2e_s"),
-    (["--slo", "ttft_ms:p80=5"], "argument --slo: 'ttft_ms:p80=5': percentile must be one of p50, p90, p95 or p99"),
-    (["--slo", "ttft_ms=1", "--slo-share", "0"], "argument --slo-share: '0': expected a number above 0 and at most 1"),
-    ([], "--slo: the sweep searches the highest concurrency meeting an SLO"),
-])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--slo", "ttft=5"], "argument --slo: 'ttft=5': metric must be one of ttft_ms, itl_ms or e2e_s"),
+        (["--slo", "ttft_ms:p80=5"], "argument --slo: 'ttft_ms:p80=5': percentile must be one of p50, p90, p95 or p99"),
+        (["--slo", "ttft_ms=1", "--slo-share", "0"], "argument --slo-share: '0': expected a number above 0 and at most 1"),
+        ([], "--slo: the sweep searches the highest concurrency meeting an SLO"),
+    ],
+)
 def test_bad_slo_input_names_the_flag_and_the_allowed_values(tmp_path, capsys, args, says):
     with pytest.raises(SystemExit) as exc:
         sweep("http://127.0.0.1:9", tmp_path, *args)

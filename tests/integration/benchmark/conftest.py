@@ -35,8 +35,13 @@ class Bench:
         self.keep = keep  # profiles the module keeps READY across its tests
         assert twin.registry is not None
         self.registry = twin.registry
-        resource = boto3.resource("dynamodb", endpoint_url=twin.endpoint_url, region_name=twin.region,
-                                  aws_access_key_id="testing", aws_secret_access_key="testing")
+        resource = boto3.resource(
+            "dynamodb",
+            endpoint_url=twin.endpoint_url,
+            region_name=twin.region,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
         self.runs = DynamoBenchmarkStore(twin.table_name, resource)
         self.profiles = DynamoStore(twin.table_name, resource)
         self.records = S3RecordStore(twin.bucket_name, twin.client("s3"))
@@ -71,7 +76,9 @@ class Bench:
     def generation_tokens(self, profile: str) -> float:
         """The model server's own counter of generated tokens (its /metrics), read through the endpoint."""
         spec = self.registry.profiles[profile]
-        text = httpx.get(f"{spec.endpoint_url}/metrics", headers={spec.routing_header.name: spec.routing_header.value}, timeout=10).text
+        text = httpx.get(
+            f"{spec.endpoint_url}/metrics", headers={spec.routing_header.name: spec.routing_header.value}, timeout=10
+        ).text
         return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("vllm:generation_tokens_total"))
 
     def wait_for(self, what: str, condition: Callable[[], bool], timeout_s: float = 90.0) -> None:

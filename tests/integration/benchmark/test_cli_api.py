@@ -59,15 +59,32 @@ def _json(out: str) -> Any:
 def _json_block(out: str) -> Any:
     """An indented JSON answer: from its last line that opens an object to the end."""
     lines = out.strip().splitlines()
-    return json.loads("\n".join(lines[max(i for i, line in enumerate(lines) if line == "{"):]))
+    return json.loads("\n".join(lines[max(i for i, line in enumerate(lines) if line == "{") :]))
 
 
 def test_bench_profile_runs_in_the_vpc_then_runs_and_report_compare_read_it_back(twin: Twin, cli: Any, tmp_path: Path) -> None:
-    code, out, err = cli("bench", "--profile", PROFILE, "--start", *MATRIX, "--label", "first", "--seed", "7",
-                         "--output", str(tmp_path / "first"), "--json")
+    code, out, err = cli(
+        "bench",
+        "--profile",
+        PROFILE,
+        "--start",
+        *MATRIX,
+        "--label",
+        "first",
+        "--seed",
+        "7",
+        "--output",
+        str(tmp_path / "first"),
+        "--json",
+    )
     assert code == 0, out[-2000:] + err
     first = _json(out)
-    assert first["status"] == "SUCCEEDED" and [s["name"] for s in first["scenarios"]] == ["in64-c1", "in64-c2", "in128-c1", "in128-c2"]
+    assert first["status"] == "SUCCEEDED" and [s["name"] for s in first["scenarios"]] == [
+        "in64-c1",
+        "in64-c2",
+        "in128-c1",
+        "in128-c2",
+    ]
     assert "PENDING" in err and "in128-c2 written (4/4)" in err  # progress as scenarios were written
     files = {Path(p).relative_to(tmp_path / "first").as_posix() for p in first["files"]}
     assert {"results.json", "report.md", "aggregate_tok_s.png", "ttft.png", "vllm/in64-c1.json"} <= files
@@ -100,8 +117,13 @@ def test_bench_profile_runs_in_the_vpc_then_runs_and_report_compare_read_it_back
     stored = read_results(tmp_path / "both")
     assert stored.metadata.run_id == second_id and all(s.records for s in stored.scenarios)  # records from S3
     # the numbers printed and written are the ones stored in DynamoDB
-    resource = boto3.resource("dynamodb", endpoint_url=twin.endpoint_url, region_name=twin.region,
-                              aws_access_key_id="testing", aws_secret_access_key="testing")
+    resource = boto3.resource(
+        "dynamodb",
+        endpoint_url=twin.endpoint_url,
+        region_name=twin.region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     summaries = {s.name: s.summary for s in DynamoBenchmarkStore(twin.table_name, resource).list_scenarios(second_id)}
     assert {r["name"]: r["aggregate_tok_s"] for r in report["scenarios"]} == {n: s.aggregate_tok_s for n, s in summaries.items()}
     assert {s.summary.name: s.summary for s in stored.scenarios} == summaries
@@ -110,7 +132,11 @@ def test_bench_profile_runs_in_the_vpc_then_runs_and_report_compare_read_it_back
     # requests; of c1: 3, too few); output tok/s resamples the 3 rounds: too few
     figures = {(c["name"], f["label"]): f for c in report["comparison"] for f in c["figures"]}
     assert {name: f["units"] for (name, label), f in figures.items() if label == "TTFT ms"} == {
-        "in64-c1": [3, 3], "in64-c2": [6, 6], "in128-c1": [3, 3], "in128-c2": [6, 6]}
+        "in64-c1": [3, 3],
+        "in64-c2": [6, 6],
+        "in128-c1": [3, 3],
+        "in128-c2": [6, 6],
+    }
     assert {f["units"][0] for (_, label), f in figures.items() if label == "output tok/s"} == {3}
     called = 0
     for (name, label), f in figures.items():
@@ -132,7 +158,7 @@ def test_bench_profile_runs_in_the_vpc_then_runs_and_report_compare_read_it_back
     # the same comparison as a person reads it, piped at 80 columns
     code, out, _ = cli("report", second_id, "--compare", run.metadata.run_id, "--no-files")
     assert code == 0
-    table = out[out.index("(baseline) ->"):]
+    table = out[out.index("(baseline) ->") :]
     assert all(len(line) <= 80 for line in table.splitlines()), table
     assert "in64-c2" in table and "too few to compare" in table and "fingerprints (* differs)" in table
     assert "  instance " in table and "  * instance" not in table
@@ -147,26 +173,47 @@ def test_the_api_refuses_bad_benchmarks_naming_the_field(twin: Twin) -> None:
     assert answer.status_code == 400 and "concurrencies" in answer.json()["message"]
     answer = httpx.post(f"{api}/benchmarks", json={"profile": "nope"}, timeout=30, auth=twin.api_auth())
     assert answer.status_code == 400 and answer.json()["field"] == "body.profile"
-    answer = httpx.post(f"{api}/benchmarks", json={"profile": PROFILE, "input_tokens": [8192], "rounds": 20, "runner": "lambda"}, timeout=30, auth=twin.api_auth())
+    answer = httpx.post(
+        f"{api}/benchmarks",
+        json={"profile": PROFILE, "input_tokens": [8192], "rounds": 20, "runner": "lambda"},
+        timeout=30,
+        auth=twin.api_auth(),
+    )
     assert answer.status_code == 400 and "more than the 780 s a Lambda worker may take" in answer.json()["message"]
-    answer = httpx.post(f"{api}/benchmarks", json={"profile": "nemotron-nano"}, timeout=30, auth=twin.api_auth())  # never started here
-    assert answer.status_code == 409 and answer.json()["field"] == "body.start" and "STOPPED, not READY" in answer.json()["message"]
+    answer = httpx.post(
+        f"{api}/benchmarks", json={"profile": "nemotron-nano"}, timeout=30, auth=twin.api_auth()
+    )  # never started here
+    assert (
+        answer.status_code == 409 and answer.json()["field"] == "body.start" and "STOPPED, not READY" in answer.json()["message"]
+    )
     assert httpx.get(f"{api}/benchmarks/20250101T000000Z-none", timeout=30, auth=twin.api_auth()).status_code == 404
     assert httpx.get(f"{api}/benchmarks", params={"profile": "nope"}, timeout=30, auth=twin.api_auth()).status_code == 404
 
 
 def test_posting_the_same_run_again_joins_it_and_another_input_under_its_id_is_refused(twin: Twin) -> None:
     api = twin.api_url
-    body = {"profile": "nemotron-nano", "start": True, "stop": True, "input_tokens": [64], "concurrencies": [1], "warmup": 0,
-            "rounds": 1, "max_tokens": 8, "run_id": "20261202T000000Z-same", "start_options": {"poll": POLL},
-            "stop_options": {"poll": POLL}}
+    body = {
+        "profile": "nemotron-nano",
+        "start": True,
+        "stop": True,
+        "input_tokens": [64],
+        "concurrencies": [1],
+        "warmup": 0,
+        "rounds": 1,
+        "max_tokens": 8,
+        "run_id": "20261202T000000Z-same",
+        "start_options": {"poll": POLL},
+        "stop_options": {"poll": POLL},
+    }
     first = httpx.post(f"{api}/benchmarks", json=body, timeout=30, auth=twin.api_auth())
     again = httpx.post(f"{api}/benchmarks", json=body, timeout=30, auth=twin.api_auth())
     assert first.status_code == again.status_code == 202 and first.json() == again.json()
     other = httpx.post(f"{api}/benchmarks", json=body | {"label": "another"}, timeout=30, auth=twin.api_auth())
     assert other.status_code == 409 and other.json()["field"] == "body.run_id"
     deadline = time.monotonic() + 180
-    while (detail := httpx.get(f"{api}/benchmarks/{body['run_id']}", timeout=30, auth=twin.api_auth()).json())["execution_status"] == "RUNNING":
+    while (detail := httpx.get(f"{api}/benchmarks/{body['run_id']}", timeout=30, auth=twin.api_auth()).json())[
+        "execution_status"
+    ] == "RUNNING":
         assert time.monotonic() < deadline, "the run never ended"
         time.sleep(0.5)
     assert detail["status"] == "SUCCEEDED" and detail["scenarios_written"] == ["in64-c1"]
@@ -181,8 +228,17 @@ def test_bench_profile_refuses_endpoint_flags(cli: Any) -> None:
 
 def test_a_run_whose_execution_is_aborted_reads_failed_with_the_abort_not_running_for_ever(twin: Twin, cli: Any) -> None:
     api = twin.api_url
-    body = {"profile": "nemotron-nano", "start": True, "input_tokens": [64], "concurrencies": [1, 2, 4], "warmup": 0,
-            "rounds": 50, "max_tokens": 64, "run_id": "20261202T000000Z-abort", "start_options": {"poll": POLL}}
+    body = {
+        "profile": "nemotron-nano",
+        "start": True,
+        "input_tokens": [64],
+        "concurrencies": [1, 2, 4],
+        "warmup": 0,
+        "rounds": 50,
+        "max_tokens": 64,
+        "run_id": "20261202T000000Z-abort",
+        "start_options": {"poll": POLL},
+    }
     ref = httpx.post(f"{api}/benchmarks", json=body, timeout=30, auth=twin.api_auth())
     assert ref.status_code == 202, ref.text
     deadline = time.monotonic() + 180

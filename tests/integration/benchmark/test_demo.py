@@ -13,23 +13,43 @@ from servingctl.bench.outputs import read_results
 from servingctl.local import demo
 
 
-def test_the_demo_runs_the_main_path_and_leaves_nothing_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_demo_runs_the_main_path_and_leaves_nothing_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)  # the demo sets its own (restored after the test)
     code = demo.run_demo(tmp_path / "out", model_server="sim", time_scale=50.0, workdir=tmp_path / "work")
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     summary = json.loads((tmp_path / "work/demo.json").read_text())
-    assert summary["steps"] == {"status": 0, "start": 0, "starts": 0, "bench": 0, "bench again": 0, "compare": 0, "sweep": 0,
-                                "stop": 0, "ledger": 0}
+    assert summary["steps"] == {
+        "status": 0,
+        "start": 0,
+        "starts": 0,
+        "bench": 0,
+        "bench again": 0,
+        "compare": 0,
+        "sweep": 0,
+        "stop": 0,
+        "ledger": 0,
+    }
     assert summary["left_running"] == []
-    for step in ("$ servingctl start deepseek-v4-flash --wait", "$ servingctl bench --profile deepseek-v4-flash",
-                 "$ servingctl stop deepseek-v4-flash --wait", "$ servingctl costs ledger --profile deepseek-v4-flash"):
+    for step in (
+        "$ servingctl start deepseek-v4-flash --wait",
+        "$ servingctl bench --profile deepseek-v4-flash",
+        "$ servingctl stop deepseek-v4-flash --wait",
+        "$ servingctl costs ledger --profile deepseek-v4-flash",
+    ):
         assert step in out
     assert "READY in" in out and "STOPPED in" in out  # the phases were followed to the end
     # the start's timeline: one start, each phase with its p50/p90/last seconds, and its chart
     assert "$ servingctl starts deepseek-v4-flash" in out and "deepseek-v4-flash: 1 start(s), 1 READY" in out
-    for phase in ("instance boot and ECS registration", "image pull", "weights prefetch", "ALB health checks", "smoke test first token"):
+    for phase in (
+        "instance boot and ECS registration",
+        "image pull",
+        "weights prefetch",
+        "ALB health checks",
+        "smoke test first token",
+    ):
         assert re.search(rf"^\s*\d+\.\d\s+\d+\.\d\s+\d+\.\d  {phase}$", out, re.M), phase
     assert (tmp_path / "out/starts.png").read_bytes()[:4] == b"\x89PNG"
     assert "Self-hosted vs managed API" in out and "nothing left running: yes" in out
@@ -41,13 +61,19 @@ def test_the_demo_runs_the_main_path_and_leaves_nothing_running(tmp_path: Path, 
     if bound:
         assert f"{len(bound)} of 4 scenarios client-bound: the worker" in out
         assert f"{max(s.client.cpu_share for s in bound):.0%} of a core" in out
-    assert {p.name for p in (tmp_path / "out").iterdir()} >= {"report.md", "results.json", "aggregate_tok_s.png", "ttft.png", "vllm"}
+    assert {p.name for p in (tmp_path / "out").iterdir()} >= {
+        "report.md",
+        "results.json",
+        "aggregate_tok_s.png",
+        "ttft.png",
+        "vllm",
+    }
     assert "g7e.12xlarge" in out and "12.17" in out  # the ledger entry at the instance's hourly price
     # the second run against the first, through the API: in256-c4 with intervals, the rest only in the baseline
     first, second = run.metadata.run_id, read_results(tmp_path / "out/again").metadata.run_id
     assert f"$ servingctl report {second} --compare {first}" in out
     assert f"{first} (baseline) -> {second} (this run)" in out and "in1024-c1: only in the baseline" in out
-    compared = out[out.index("(baseline) ->"):].splitlines()
+    compared = out[out.index("(baseline) ->") :].splitlines()
     heading = next(i for i, line in enumerate(compared) if line.split()[:1] == ["in256-c4"])  # maybe "(client-bound)"
     ttft = compared[heading + 2]  # the figure after output tok/s
     assert ttft.strip().startswith("TTFT ms") and "[" in ttft, "\n".join(compared)  # 12 requests a side: an interval

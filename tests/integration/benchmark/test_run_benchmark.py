@@ -31,7 +31,9 @@ def test_happy_path_stores_every_scenario_its_records_and_comparisons(bench: Ben
     result = bench.run("happy", profile=READY, **MATRIX)
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     entered = result.states_entered()
-    assert entered[:3] == ["Plan", "BranchOnStart", "Calibrate"] and "StartProfile" not in entered and "StopProfile" not in entered
+    assert (
+        entered[:3] == ["Plan", "BranchOnStart", "Calibrate"] and "StartProfile" not in entered and "StopProfile" not in entered
+    )
     assert entered[-2:] == ["RecordSuccess", "Done"]
 
     run_id = result.output["plan"]["run_id"]
@@ -60,9 +62,16 @@ def test_happy_path_stores_every_scenario_its_records_and_comparisons(bench: Ben
     comparisons = {c.scenario: c for c in bench.runs.list_comparisons(run_id)}
     assert sorted(comparisons) == sorted(s.name for s in scenarios)
     for s in scenarios:
-        expected = compare(CompareInput(aggregate_tok_s=s.summary.aggregate_tok_s, input_tokens=s.summary.input_tokens,
-                                        output_tokens=24, api_input_usd_per_m=api.input_usd_per_m,
-                                        api_output_usd_per_m=api.output_usd_per_m, hourly_usd=price.hourly_usd))
+        expected = compare(
+            CompareInput(
+                aggregate_tok_s=s.summary.aggregate_tok_s,
+                input_tokens=s.summary.input_tokens,
+                output_tokens=24,
+                api_input_usd_per_m=api.input_usd_per_m,
+                api_output_usd_per_m=api.output_usd_per_m,
+                hourly_usd=price.hourly_usd,
+            )
+        )
         assert comparisons[s.name].comparison == expected
     assert bench.phase(READY) == "READY"  # not asked to stop: still serving
 
@@ -101,8 +110,17 @@ def test_a_worker_failing_mid_matrix_keeps_the_scenarios_already_written(
 def test_a_client_bound_scenario_is_split_and_the_merge_matches_the_servers_counters(bench: Bench, ready_profile: str) -> None:
     # A CPU limit of 0 makes every worker's self-check say "client-bound": the scenario is measured
     # again by as many workers as allowed, started together.
-    result = bench.run("split", profile=READY, input_tokens=[64], concurrencies=[4], warmup=1, rounds=3, max_tokens=48,
-                       client_cpu_limit=0.0, max_workers=3)
+    result = bench.run(
+        "split",
+        profile=READY,
+        input_tokens=[64],
+        concurrencies=[4],
+        warmup=1,
+        rounds=3,
+        max_tokens=48,
+        client_cpu_limit=0.0,
+        max_workers=3,
+    )
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     entered = result.states_entered()
     assert entered.count("RunShard") == 3 and "MergeShards" in entered
@@ -124,7 +142,11 @@ def test_a_client_bound_scenario_is_split_and_the_merge_matches_the_servers_coun
     assert (summary.concurrency, summary.requests, summary.failed) == (4, 12, 0)
     # the merged token total is exactly what the server's counters say it generated
     assert summary.server.generation_tokens_equal is True
-    assert summary.server.generation_tokens_delta == sum(r.completion_tokens for r in merged) == summary.server.client_completion_tokens
+    assert (
+        summary.server.generation_tokens_delta
+        == sum(r.completion_tokens for r in merged)
+        == summary.server.client_completion_tokens
+    )
     assert summary.server.prefix_cache_ok is True  # salts stayed unique across the workers
     assert len(scenario.rounds) == 1 + 3 and all(r.ok == 4 for r in scenario.rounds)  # rounds over every shard
 
@@ -148,7 +170,10 @@ def test_a_profile_that_is_not_ready_is_started_and_stopped_when_asked(bench: Be
     assert started["execution_arn"].split(":")[-1].startswith(f"start-{OTHER}-")
     run_id = result.output["plan"]["run_id"]
     assert _written(bench, run_id) == ["in64-c1", "in64-c2", "in256-c1", "in256-c2"]
-    assert result.output["compare"] == {"compared": [], "skipped": "the price catalog has no on-demand price for us-east-1/g7e.2xlarge"}
+    assert result.output["compare"] == {
+        "compared": [],
+        "skipped": "the price catalog has no on-demand price for us-east-1/g7e.2xlarge",
+    }
     # stopped for real: recorded STOPPED, nothing running, the ledger session closed
     assert bench.phase(OTHER) == "STOPPED" and bench.running(OTHER)[0] == 0
     bench.wait_for("the pool's instance terminated", lambda: bench.running(OTHER) == (0, 0))
@@ -166,7 +191,12 @@ def test_a_failed_run_still_stops_the_profile_when_asked(bench: Bench, monkeypat
         result = bench.run("failstop", profile=OTHER, start=True, stop=True, **MATRIX)
     assert result.status == "FAILED" and result.error == "KeyError"
     entered = result.states_entered()
-    assert entered.index("StartProfile") < entered.index("Calibrate") < entered.index("RecordFailure") < entered.index("StopAfterFailure")
+    assert (
+        entered.index("StartProfile")
+        < entered.index("Calibrate")
+        < entered.index("RecordFailure")
+        < entered.index("StopAfterFailure")
+    )
     assert result.output is None and bench.phase(OTHER) == "STOPPED"
     bench.wait_for("no GPU left running", lambda: bench.running(OTHER) == (0, 0))
 
@@ -184,8 +214,11 @@ ONE_SCENARIO = {"input_tokens": [64], "concurrencies": [2], "warmup": 1, "rounds
 def _bench_tasks(bench: Bench) -> list[dict[str, Any]]:
     """Every benchmark task the state machine ran, stopped or not."""
     cluster = bench.twin.bench_ecs["SERVINGCTL_BENCH_ECS_CLUSTER"]
-    arns = [arn for status in ("RUNNING", "STOPPED")
-            for arn in bench.ecs.list_tasks(cluster=cluster, family="servingctl-bench", desiredStatus=status)["taskArns"]]
+    arns = [
+        arn
+        for status in ("RUNNING", "STOPPED")
+        for arn in bench.ecs.list_tasks(cluster=cluster, family="servingctl-bench", desiredStatus=status)["taskArns"]
+    ]
     return bench.ecs.describe_tasks(cluster=cluster, tasks=arns)["tasks"] if arns else []
 
 
@@ -196,7 +229,11 @@ def test_a_scenario_on_the_ecs_runner_runs_as_a_bench_task_from_start_to_exit(be
     assert "RunScenarioOnEcs" in result.states_entered() and "RunScenario" not in result.states_entered()
     [task] = [t for t in _bench_tasks(bench) if t["taskArn"] not in before]
     [container] = task["containers"]
-    assert (task["lastStatus"], task["stoppedReason"], container["exitCode"]) == ("STOPPED", "Essential container in task exited", 0)
+    assert (task["lastStatus"], task["stoppedReason"], container["exitCode"]) == (
+        "STOPPED",
+        "Essential container in task exited",
+        0,
+    )
     assert task["launchType"] == "FARGATE" and task["startedBy"] == "AWS Step Functions"
     # The process had the task definition's environment and the state machine's override (the event).
     [override] = task["overrides"]["containerOverrides"]

@@ -14,8 +14,9 @@ SWEEP = {"input_tokens": [64], "warmup": 1, "rounds": 2, "max_tokens": 24, "max_
 
 
 def test_the_sweep_runs_step_by_step_up_to_its_bound(bench: Bench, ready_profile: str) -> None:
-    result = bench.run("sweep", profile=READY, **SWEEP, slos=[{"metric": "ttft_ms", "limit": 60000}],
-                       sweep_max_concurrency=2, sweep_max_steps=6)
+    result = bench.run(
+        "sweep", profile=READY, **SWEEP, slos=[{"metric": "ttft_ms", "limit": 60000}], sweep_max_concurrency=2, sweep_max_steps=6
+    )
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     entered = result.states_entered()
     # the matrix is empty; each step is SweepNext -> BranchOnSweepDone -> RunSweepScenario, the last SweepNext stops
@@ -41,7 +42,8 @@ def test_the_sweep_runs_step_by_step_up_to_its_bound(bench: Bench, ready_profile
     assert cost.day.cold_start_s > 0 and "(mean of 1 start)" in cost.day.source  # the module's own start of the profile
     assert cost.day.idle_minutes == bench.registry.profiles[READY].idle.window_minutes
     assert cost.self_hosted_usd_per_m_output == pytest.approx(
-        cost.daily_usd / (cost.goodput_tok_s * cost.day.serving_hours * 3600 / 1e6), rel=1e-12)  # float order
+        cost.daily_usd / (cost.goodput_tok_s * cost.day.serving_hours * 3600 / 1e6), rel=1e-12
+    )  # float order
 
 
 def test_an_slo_missed_at_one_stops_after_one_step(bench: Bench, ready_profile: str) -> None:

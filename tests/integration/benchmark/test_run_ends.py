@@ -36,8 +36,15 @@ STOP_MARGIN_S = 60
 def twin(cfn: dict) -> Iterator[Twin]:
     """A twin whose sweep runs on its schedule and gets the status-change events, every function
     under its template.yaml role (the sweep's grant to end runs, the worker's condition checks)."""
-    with Twin(model_server="sim", time_scale=TIME_SCALE, delays=Delays().scaled(0.1), sweep=True, api_port=0, iam_template=cfn,
-              execution_timeouts_s={"run_benchmark": RUN_TIMEOUT_S}) as running:
+    with Twin(
+        model_server="sim",
+        time_scale=TIME_SCALE,
+        delays=Delays().scaled(0.1),
+        sweep=True,
+        api_port=0,
+        iam_template=cfn,
+        execution_timeouts_s={"run_benchmark": RUN_TIMEOUT_S},
+    ) as running:
         yield running
 
 
@@ -48,10 +55,24 @@ def _interval(twin: Twin) -> float:
 
 def _measuring(bench: Bench, name: str) -> tuple[str, str]:
     """Start `bench --start --stop` with a long scenario; return (execution, run id) once it measures."""
-    document = {"profile": PROFILE, "start": True, "stop": True, "start_options": START_OPTIONS, "stop_options": STOP_OPTIONS, **LONG}
+    document = {
+        "profile": PROFILE,
+        "start": True,
+        "stop": True,
+        "start_options": START_OPTIONS,
+        "stop_options": STOP_OPTIONS,
+        **LONG,
+    }
     arn = bench.twin.start_execution("run_benchmark", document, name=f"bench-{name}")
-    bench.wait_for("the run measures its scenario", lambda: _run_of(bench, arn) is not None
-                   and _run_of(bench, arn).status.value == "RUNNING" and "RunScenario" in _entered(bench, arn), timeout_s=120)
+    bench.wait_for(
+        "the run measures its scenario",
+        lambda: (
+            _run_of(bench, arn) is not None
+            and _run_of(bench, arn).status.value == "RUNNING"
+            and "RunScenario" in _entered(bench, arn)
+        ),
+        timeout_s=120,
+    )
     return arn, _run_of(bench, arn).run_id
 
 
@@ -82,16 +103,21 @@ def _assert_ended(bench: Bench, arn: str, run_id: str, status: str, ended_at: fl
     detail = httpx.get(f"{twin.api_url}/benchmarks/{run_id}", timeout=30, auth=twin.api_auth()).json()
     assert detail["status"] == "FAILED" and detail["error"] == run.error
     assert bench.profiles.get_profile(PROFILE).held_by is None
-    bench.wait_for("the profile STOPPED with nothing running",
-                   lambda: bench.phase(PROFILE) == "STOPPED" and bench.running(PROFILE) == (0, 0), timeout_s=interval + STOP_MARGIN_S)
+    bench.wait_for(
+        "the profile STOPPED with nothing running",
+        lambda: bench.phase(PROFILE) == "STOPPED" and bench.running(PROFILE) == (0, 0),
+        timeout_s=interval + STOP_MARGIN_S,
+    )
     stopped = time.monotonic() - ended_at
     bench.wait_for("the worker in flight ended", lambda: len(_worker_errors(twin)) > workers_before, timeout_s=interval)
     assert "RunEnded" in _worker_errors(twin)[workers_before:]
     assert bench.runs.list_scenarios(run_id) == [] and bench.runs.list_comparisons(run_id) == []
     s3 = twin.client("s3")
     assert s3.list_objects_v2(Bucket=twin.bucket_name, Prefix=f"runs/{run_id}/").get("KeyCount") == 0
-    print(f"\nFIGURE run {status}: recorded FAILED {recorded:.1f} s and profile STOPPED {stopped:.1f} s after the execution "
-          f"ended (sweep interval {interval:.0f} s real = {interval * TIME_SCALE:.0f} s simulated)")
+    print(
+        f"\nFIGURE run {status}: recorded FAILED {recorded:.1f} s and profile STOPPED {stopped:.1f} s after the execution "
+        f"ended (sweep interval {interval:.0f} s real = {interval * TIME_SCALE:.0f} s simulated)"
+    )
 
 
 @pytest.fixture
@@ -114,8 +140,11 @@ def test_an_aborted_bench_start_stop_is_failed_released_and_stopped(bench: Bench
 def test_a_timed_out_bench_start_stop_is_failed_released_and_stopped(bench: Bench) -> None:
     before = len(_worker_errors(bench.twin))
     arn, run_id = _measuring(bench, "timeout")
-    bench.wait_for("the execution times out", lambda: bench.sfn.describe_execution(executionArn=arn)["status"] == "TIMED_OUT",
-                   timeout_s=RUN_TIMEOUT_S + 30)
+    bench.wait_for(
+        "the execution times out",
+        lambda: bench.sfn.describe_execution(executionArn=arn)["status"] == "TIMED_OUT",
+        timeout_s=RUN_TIMEOUT_S + 30,
+    )
     _assert_ended(bench, arn, run_id, "TIMED_OUT", time.monotonic(), before)
 
 
@@ -133,8 +162,11 @@ def test_a_run_whose_failure_record_failed_is_recorded_failed_by_the_sweep(bench
         result = bench.run("unrecorded", profile=PROFILE, start=True, stop=True, **LONG)
     assert result.status == "FAILED" and result.error == "KeyError"
     run = _run_of(bench, result.arn)
-    bench.wait_for("the sweep records the run FAILED", lambda: bench.runs.get_run(run.run_id).status.value == "FAILED",
-                   timeout_s=_interval(bench.twin))
+    bench.wait_for(
+        "the sweep records the run FAILED",
+        lambda: bench.runs.get_run(run.run_id).status.value == "FAILED",
+        timeout_s=_interval(bench.twin),
+    )
     ended = bench.runs.get_run(run.run_id)
     assert ended.error is not None and ended.error.startswith("execution FAILED: KeyError")
     assert bench.profiles.get_profile(PROFILE).held_by is None and bench.phase(PROFILE) == "STOPPED"

@@ -20,8 +20,14 @@ import pytest
 PROFILE = "nemotron-nano"
 CLI = [sys.executable, "-m", "servingctl.cli.main"]
 # Phases every start on the twin passes (the world's instance, task, prefetch and model server).
-PHASES = ("instance boot and ECS registration", "image pull", "weights prefetch", "API server up", "ALB health checks",
-          "smoke test first token")
+PHASES = (
+    "instance boot and ECS registration",
+    "image pull",
+    "weights prefetch",
+    "API server up",
+    "ALB health checks",
+    "smoke test first token",
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +37,13 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "SERVINGCTL_API_URL", "TMUX")}
     env |= {"XDG_CACHE_HOME": str(cache), "TERM": "xterm-256color"}
     log = (cache / "twin.log").open("wb")
-    twin = subprocess.Popen([*CLI, "local", "up", "--port", "0", "--api-port", "0", "--time-scale", "100"], env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    twin = subprocess.Popen(
+        [*CLI, "local", "up", "--port", "0", "--api-port", "0", "--time-scale", "100"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     state = cache / "servingctl" / "twin.json"
     deadline = time.monotonic() + 180
     while not (state.exists() and "api_url" in state.read_text()):
@@ -44,8 +55,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 
 
 def _piped(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *argv], env=env | {"COLUMNS": "80"}, capture_output=True, text=True, timeout=300,
-                          cwd=env["XDG_CACHE_HOME"])
+    return subprocess.run(
+        [*CLI, *argv], env=env | {"COLUMNS": "80"}, capture_output=True, text=True, timeout=300, cwd=env["XDG_CACHE_HOME"]
+    )
 
 
 @pytest.fixture
@@ -58,8 +70,13 @@ def tmux(tmp_path: Path) -> Iterator[Callable[..., str]]:
     assert shutil.which("tmux"), "tmux not found: the live display is tested in a real terminal (apt-get install tmux)"
     socket, config = tmp_path / "tmux.sock", tmp_path / "tmux.conf"
     config.write_text("")
-    server = subprocess.Popen(["tmux", "-S", str(socket), "-f", str(config), "-D"], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(
+        ["tmux", "-S", str(socket), "-f", str(config), "-D"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
     def run(*argv: str) -> str:
         done = subprocess.run(["tmux", "-S", str(socket), *argv], capture_output=True, text=True, timeout=30)
@@ -79,8 +96,9 @@ def tmux(tmp_path: Path) -> Iterator[Callable[..., str]]:
         server.wait()
 
 
-def test_start_wait_in_a_terminal_shows_phases_as_they_complete_with_the_eta(env: dict[str, str],
-                                                                            tmux: Callable[..., str]) -> None:
+def test_start_wait_in_a_terminal_shows_phases_as_they_complete_with_the_eta(
+    env: dict[str, str], tmux: Callable[..., str]
+) -> None:
     # A first start and stop give the profile a past start, so the second one has an ETA.
     first = _piped(["start", PROFILE, "--wait"], env)
     assert first.returncode == 0 and f"{PROFILE} READY in" in first.stdout, first.stdout + first.stderr
@@ -89,7 +107,23 @@ def test_start_wait_in_a_terminal_shows_phases_as_they_complete_with_the_eta(env
     session = f"servingctl-test-{uuid.uuid4().hex[:8]}"
     command = " ".join([*CLI, "start", PROFILE, "--wait"]) + "; echo EXIT=$?; sleep 120"
     exports = [f"{k}={v}" for k, v in env.items() if k in ("XDG_CACHE_HOME", "TERM", "PYTHONPATH", "PATH", "HOME")]
-    tmux("new-session", "-d", "-s", session, "-x", "80", "-y", "30", "-c", env["XDG_CACHE_HOME"], "env", *exports, "sh", "-c", command)
+    tmux(
+        "new-session",
+        "-d",
+        "-s",
+        session,
+        "-x",
+        "80",
+        "-y",
+        "30",
+        "-c",
+        env["XDG_CACHE_HOME"],
+        "env",
+        *exports,
+        "sh",
+        "-c",
+        command,
+    )
     screens: list[str] = []
     try:
         deadline = time.monotonic() + 180

@@ -34,8 +34,13 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "SERVINGCTL_API_URL")}
     env |= {"XDG_CACHE_HOME": str(cache), "TERM": "xterm-256color"}
     log = (cache / "twin.log").open("wb")
-    twin = subprocess.Popen([*CLI, "local", "up", "--port", "0", "--api-port", "0", "--time-scale", "100"], env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    twin = subprocess.Popen(
+        [*CLI, "local", "up", "--port", "0", "--api-port", "0", "--time-scale", "100"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     state = cache / "servingctl" / "twin.json"
     deadline = time.monotonic() + 180
     while not (state.exists() and "api_url" in state.read_text()):  # recorded as starting first, then with its URL
@@ -45,7 +50,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     os.killpg(twin.pid, signal.SIGINT)
     assert twin.wait(timeout=120) == 0
     banner = (cache / "twin.log").read_text()
-    assert '"level":"INFO"' not in banner and '"_aws"' not in banner and "UserWarning" not in banner  # quiet: no Lambda logs, no metrics
+    assert (
+        '"level":"INFO"' not in banner and '"_aws"' not in banner and "UserWarning" not in banner
+    )  # quiet: no Lambda logs, no metrics
     assert "in memory only" in banner
 
 
@@ -53,8 +60,9 @@ def _in_terminal(argv: list[str], env: dict[str, str], columns: int = 80) -> tup
     """The command on a pseudo-terminal of `columns` x 24, in its own process group."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
-    proc = subprocess.Popen([*CLI, *argv], env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
-                            cwd=env["XDG_CACHE_HOME"])
+    proc = subprocess.Popen(
+        [*CLI, *argv], env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True, cwd=env["XDG_CACHE_HOME"]
+    )
     os.close(slave)
     return proc, master
 
@@ -82,8 +90,9 @@ def _read_until(master: int, proc: subprocess.Popen[bytes], text: str | None, ti
 
 
 def _piped(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *argv], env=env | {"COLUMNS": "80"}, capture_output=True, text=True, timeout=300,
-                          cwd=env["XDG_CACHE_HOME"])  # where servingctl-runs/ lands
+    return subprocess.run(
+        [*CLI, *argv], env=env | {"COLUMNS": "80"}, capture_output=True, text=True, timeout=300, cwd=env["XDG_CACHE_HOME"]
+    )  # where servingctl-runs/ lands
 
 
 def test_empty_lists_and_unreachable_apis_say_so(env: dict[str, str]) -> None:
@@ -95,8 +104,10 @@ def test_empty_lists_and_unreachable_apis_say_so(env: dict[str, str]) -> None:
     ledger = _piped(["costs", "ledger"], env)
     assert ledger.returncode == 0 and ledger.stdout.startswith("no sessions in the ledger yet"), ledger.stdout
     stopped = _piped(["bench", "--profile", PROFILE], env)  # a STOPPED profile: the flag that starts it is named
-    assert stopped.returncode == 1 and stopped.stderr == (f"servingctl bench: error: profile {PROFILE} is STOPPED, not READY; pass "
-                                                          "--start to start it first (and --stop to stop it afterwards)\n")
+    assert stopped.returncode == 1 and stopped.stderr == (
+        f"servingctl bench: error: profile {PROFILE} is STOPPED, not READY; pass "
+        "--start to start it first (and --stop to stop it afterwards)\n"
+    )
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
@@ -107,8 +118,9 @@ def test_empty_lists_and_unreachable_apis_say_so(env: dict[str, str]) -> None:
 def test_a_second_twin_on_a_busy_port_fails_at_once_naming_it(env: dict[str, str]) -> None:
     state = json.loads((Path(env["XDG_CACHE_HOME"]) / "servingctl" / "twin.json").read_text())
     port = state["api_url"].rsplit(":", 1)[1]
-    second = subprocess.run([*CLI, "local", "up", "--api-port", port, "--port", "0"], env=env, capture_output=True,
-                            text=True, timeout=60)
+    second = subprocess.run(
+        [*CLI, "local", "up", "--api-port", port, "--port", "0"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert second.returncode == 1 and f"port {port} on 127.0.0.1 (--api-port) is already in use" in second.stderr
 
 
@@ -142,18 +154,45 @@ class Follow:
 # `wait STOP` is `wait START`'s code with `stop --wait`'s words; on the twin a stop ends in a few seconds,
 # less than a second process takes to start and attach on a loaded machine, so it is not driven here.
 FOLLOWS = {
-    "start --wait": Follow(["start", PROFILE, "--wait"], "STOPPED", "servingctl-start-profile", f"{PROFILE} READY in",
-                           f"stop it: servingctl stop {PROFILE}"),
-    "wait START": Follow(["wait", "{id}"], "STOPPED", "servingctl-start-profile", f"{PROFILE} READY in",
-                         f"stop it: servingctl stop {PROFILE}", setup=["start", PROFILE]),
-    "stop --wait": Follow(["stop", PROFILE, "--wait"], "READY", "servingctl-stop-profile", f"{PROFILE} STOPPED in",
-                          f"check: servingctl status {PROFILE}"),
-    "bench --profile --start --stop": Follow(["bench", "--profile", PROFILE, "--start", "--stop", *BENCH], "STOPPED",
-                                             "servingctl-run-benchmark", "aggregate", "which the run stops when it ends; re-attach",
-                                             when=f"on {PROFILE}"),
-    "wait RUN": Follow(["wait", "{id}"], "STOPPED", "servingctl-run-benchmark", "aggregate",
-                       "which stays up after the run; re-attach", when=" s] ",
-                       setup=["bench", "--profile", PROFILE, "--start", "--no-wait", *BENCH]),
+    "start --wait": Follow(
+        ["start", PROFILE, "--wait"],
+        "STOPPED",
+        "servingctl-start-profile",
+        f"{PROFILE} READY in",
+        f"stop it: servingctl stop {PROFILE}",
+    ),
+    "wait START": Follow(
+        ["wait", "{id}"],
+        "STOPPED",
+        "servingctl-start-profile",
+        f"{PROFILE} READY in",
+        f"stop it: servingctl stop {PROFILE}",
+        setup=["start", PROFILE],
+    ),
+    "stop --wait": Follow(
+        ["stop", PROFILE, "--wait"],
+        "READY",
+        "servingctl-stop-profile",
+        f"{PROFILE} STOPPED in",
+        f"check: servingctl status {PROFILE}",
+    ),
+    "bench --profile --start --stop": Follow(
+        ["bench", "--profile", PROFILE, "--start", "--stop", *BENCH],
+        "STOPPED",
+        "servingctl-run-benchmark",
+        "aggregate",
+        "which the run stops when it ends; re-attach",
+        when=f"on {PROFILE}",
+    ),
+    "wait RUN": Follow(
+        ["wait", "{id}"],
+        "STOPPED",
+        "servingctl-run-benchmark",
+        "aggregate",
+        "which stays up after the run; re-attach",
+        when=" s] ",
+        setup=["bench", "--profile", PROFILE, "--start", "--no-wait", *BENCH],
+    ),
 }
 
 
@@ -195,7 +234,9 @@ def test_ctrl_c_in_a_follow_says_what_keeps_running_and_wait_re_attaches(name: s
     found = re.search(r"; re-attach: servingctl wait (\S+);", line)
     assert found, line
     execution = found[1] if case.machine != "servingctl-run-benchmark" else f"bench-{found[1]}"
-    assert f"it keeps running in Step Functions (arn:aws:states:us-east-1:123456789012:execution:{case.machine}:{execution})" in line
+    assert (
+        f"it keeps running in Step Functions (arn:aws:states:us-east-1:123456789012:execution:{case.machine}:{execution})" in line
+    )
     assert "a g7e.12xlarge (12.17 USD/h)" in line and case.stop_words in line, line
     view = [row for row in rows if not row.startswith("interrupted:")]
     assert view and max(len(row) for row in view) <= 80, view  # the live view fits the terminal
@@ -210,11 +251,13 @@ def test_ctrl_c_in_a_bench_from_this_machine_says_nothing_keeps_running(env: dic
     _phase(env, "READY")
     detail = json.loads(_piped(["status", PROFILE, "--json"], env).stdout)
     endpoint, header = detail["endpoint_url"], detail["routing_header"].replace(": ", ":")  # the ALB routes by the header
-    code, rows, shown = _interrupt(["bench", "--endpoint", endpoint, "--model", PROFILE, "--header", header, *LONG_BENCH],
-                                   env, when="calibrated")
+    code, rows, shown = _interrupt(
+        ["bench", "--endpoint", endpoint, "--model", PROFILE, "--header", header, *LONG_BENCH], env, when="calibrated"
+    )
     assert code == 130 and "Traceback" not in shown and "KeyboardInterrupt" not in shown, shown
     assert [row for row in rows if row.startswith("interrupted:")] == [
-        f"interrupted: nothing written, nothing left running (the benchmark ran from this machine against {endpoint})"]
+        f"interrupted: nothing written, nothing left running (the benchmark ran from this machine against {endpoint})"
+    ]
 
 
 def test_status_fits_80_columns_and_start_and_stop_say_already(env: dict[str, str]) -> None:
@@ -233,8 +276,11 @@ def test_status_fits_80_columns_and_start_and_stop_say_already(env: dict[str, st
     # the profile's maximum (12 h) moves it to now + 720 min; one past the maximum is refused naming the flag.
     kept = _piped(["keepalive", PROFILE, "--minutes", "30"], env)
     assert max(map(len, kept.stdout.splitlines())) <= 80, kept.stdout
-    left = re.fullmatch(rf"{PROFILE}: lease already ends at \S+ \S+ UTC \((\d+) min from now\), later than now \+ 30 min: "
-                        r"kept, not shortened", " ".join(kept.stdout.split()))  # wrapped at 80 columns
+    left = re.fullmatch(
+        rf"{PROFILE}: lease already ends at \S+ \S+ UTC \((\d+) min from now\), later than now \+ 30 min: "
+        r"kept, not shortened",
+        " ".join(kept.stdout.split()),
+    )  # wrapped at 80 columns
     assert kept.returncode == 0 and left and 90 <= int(left[1]) <= 120, kept.stdout
     longest = _piped(["keepalive", PROFILE, "--minutes", "720"], env)
     assert longest.returncode == 0 and longest.stdout.startswith(f"{PROFILE}: lease now ends at "), longest.stdout

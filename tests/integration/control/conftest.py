@@ -63,7 +63,9 @@ def test_registry(directory: Path, isolated: tuple[str, ...] = ISOLATED) -> Path
         document["pools"][name] = pool
         profile = json.loads(json.dumps(document["profiles"]["nemotron-nano"]))
         profile.update(
-            service=f"servingctl-test-{name}", pool=name, model=name,
+            service=f"servingctl-test-{name}",
+            pool=name,
+            model=name,
             target_group_arn=profile["target_group_arn"].replace("llm-nemotron-nano", f"llm-{name}")[:-2] + str(number),
             routing_header={"name": "X-LLM-Profile", "value": name},
         )
@@ -86,8 +88,11 @@ class Probe:
         self.registry = twin.registry
         self.ecs, self.asg, self.elbv2 = (twin.client(s) for s in ("ecs", "autoscaling", "elbv2"))
         resource = boto3.resource(
-            "dynamodb", endpoint_url=twin.endpoint_url, region_name=twin.region,
-            aws_access_key_id="testing", aws_secret_access_key="testing",
+            "dynamodb",
+            endpoint_url=twin.endpoint_url,
+            region_name=twin.region,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
         )
         self.store = DynamoStore(twin.table_name, resource=resource)
         self.table = resource.Table(twin.table_name)
@@ -113,7 +118,9 @@ class Probe:
     def targets(self, profile: str) -> list[str]:
         """Target health states in the profile's target group."""
         arn = self.registry.profiles[profile].target_group_arn
-        return [t["TargetHealth"]["State"] for t in self.elbv2.describe_target_health(TargetGroupArn=arn)["TargetHealthDescriptions"]]
+        return [
+            t["TargetHealth"]["State"] for t in self.elbv2.describe_target_health(TargetGroupArn=arn)["TargetHealthDescriptions"]
+        ]
 
     def running_tasks(self, profile: str) -> list[dict[str, Any]]:
         """The profile's tasks whose desired status is RUNNING."""
@@ -168,7 +175,7 @@ class Probe:
 
     def bring_down(self) -> None:
         """Stop everything the way an operator would (used only after a failed test)."""
-        for name, spec in self.registry.profiles.items():
+        for spec in self.registry.profiles.values():
             self.ecs.update_service(cluster=spec.cluster, service=spec.service, desiredCount=0)
         for pool in self.registry.pools.values():
             group = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[pool.asg_name])["AutoScalingGroups"][0]

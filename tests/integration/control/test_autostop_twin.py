@@ -97,12 +97,22 @@ class Stream:
         self.thread.start()
 
     def _read(self) -> None:
-        body = {"model": self.spec.model, "messages": [{"role": "user", "content": "Tell me a very long story."}],
-                "max_tokens": self.max_tokens, "ignore_eos": True, "stream": True}
+        body = {
+            "model": self.spec.model,
+            "messages": [{"role": "user", "content": "Tell me a very long story."}],
+            "max_tokens": self.max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+        }
         headers = {self.spec.routing_header.name: self.spec.routing_header.value}
         try:
-            with httpx.stream("POST", self.spec.endpoint_url.rstrip("/") + "/v1/chat/completions", json=body,
-                              headers=headers, timeout=httpx.Timeout(120.0, connect=10.0)) as answer:
+            with httpx.stream(
+                "POST",
+                self.spec.endpoint_url.rstrip("/") + "/v1/chat/completions",
+                json=body,
+                headers=headers,
+                timeout=httpx.Timeout(120.0, connect=10.0),
+            ) as answer:
                 answer.raise_for_status()
                 for line in answer.iter_lines():
                     if not line.startswith("data: "):
@@ -114,7 +124,7 @@ class Stream:
                         if choice.get("delta", {}).get("content"):
                             self.tokens_seen.set()
                         self.finish_reason = choice.get("finish_reason") or self.finish_reason
-        except Exception as exc:  # noqa: BLE001 (a cut stream is an outcome the tests read)
+        except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
 
     @property
@@ -180,7 +190,9 @@ def test_a_hard_limit_stops_it_despite_running_requests_after_the_drain(
     _ready(probe, HARD)  # the registry's 5-minute default lease
     spec = probe.registry.profiles[HARD]
     streams = [Stream(spec, CUT_STREAM_TOKENS) for _ in range(3)]
-    probe.wait_for("the streams' first tokens", lambda: all(s.tokens_seen.is_set() or not s.running for s in streams), timeout_s=60)
+    probe.wait_for(
+        "the streams' first tokens", lambda: all(s.tokens_seen.is_set() or not s.running for s in streams), timeout_s=60
+    )
     assert [s.error for s in streams] == [None] * 3
 
     # Past the lease (soft): kept for the running requests.
@@ -208,8 +220,9 @@ def test_a_benchmark_on_a_ready_profile_is_not_cut_by_its_lease(
     lease_deadline = probe.state(BENCH).lease_deadline
     assert lease_deadline is not None
     run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-lease-hold"
-    run = twin.start_execution("run_benchmark", {"profile": BENCH, "start": False, "stop": False, "run_id": run_id, **MATRIX},
-                               name="bench-lease-hold")
+    run = twin.start_execution(
+        "run_benchmark", {"profile": BENCH, "start": False, "stop": False, "run_id": run_id, **MATRIX}, name="bench-lease-hold"
+    )
     probe.wait_for("the run holds the profile", lambda: probe.state(BENCH).held_by == run_id, timeout_s=120)
     held = probe.state(BENCH)
     assert held.held_until is not None and held.held_until > lease_deadline + timedelta(minutes=1), held
@@ -230,8 +243,13 @@ def test_a_benchmark_on_a_ready_profile_is_not_cut_by_its_lease(
     result = twin.wait_execution(run, timeout_s=240)
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     planned = [s["name"] for s in result.output["plan"]["scenarios"]]
-    resource = boto3.resource("dynamodb", endpoint_url=twin.endpoint_url, region_name=twin.region,
-                              aws_access_key_id="testing", aws_secret_access_key="testing")
+    resource = boto3.resource(
+        "dynamodb",
+        endpoint_url=twin.endpoint_url,
+        region_name=twin.region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     runs = DynamoBenchmarkStore(twin.table_name, resource)
     assert len(planned) == 4 and sorted(s.name for s in runs.list_scenarios(run_id)) == sorted(planned)
     record = runs.get_run(run_id)
@@ -250,17 +268,21 @@ def test_the_stopping_soon_warning_comes_before_the_stop(
 ) -> None:
     # What an operator subscribes: every servingctl event on the default bus, in order, to a FIFO queue.
     sqs, bus = twin.client("sqs"), twin.client("events")
-    queue = sqs.create_queue(QueueName="servingctl-events.fifo",
-                             Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+    queue = sqs.create_queue(
+        QueueName="servingctl-events.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    )["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     bus.put_rule(Name="servingctl-events", EventPattern=json.dumps({"source": ["servingctl"]}), State="ENABLED")
-    bus.put_targets(Rule="servingctl-events", Targets=[{"Id": "queue", "Arn": queue_arn, "SqsParameters": {"MessageGroupId": "all"}}])
+    bus.put_targets(
+        Rule="servingctl-events", Targets=[{"Id": "queue", "Arn": queue_arn, "SqsParameters": {"MessageGroupId": "all"}}]
+    )
     received: list[dict[str, Any]] = []
 
     def read() -> list[dict[str, Any]]:
         """Every event about WARN received so far, in the order published (with the queue's send time)."""
-        while messages := sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10,
-                                               AttributeNames=["SentTimestamp"]).get("Messages"):
+        while messages := sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, AttributeNames=["SentTimestamp"]).get(
+            "Messages"
+        ):
             for message in messages:
                 received.append(json.loads(message["Body"]) | {"sent_ms": int(message["Attributes"]["SentTimestamp"])})
                 sqs.delete_message(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"])
@@ -278,7 +300,9 @@ def test_the_stopping_soon_warning_comes_before_the_stop(
         # Past the lease: stopped.
         stopping = sweep(PAST_LEASE)[WARN]
         _stopped_by_the_sweep(twin, probe, WARN, stopping, "lease-expired")
-        probe.wait_for("the 'Profile stopped' event", lambda: any(e["detail-type"] == "Profile stopped" for e in read()), timeout_s=30)
+        probe.wait_for(
+            "the 'Profile stopped' event", lambda: any(e["detail-type"] == "Profile stopped" for e in read()), timeout_s=30
+        )
 
         events = read()
         kinds = [e["detail-type"] for e in events]
@@ -319,7 +343,9 @@ def test_the_idle_stop_fires_on_client_silence_whatever_the_controller_reads(
         for minute in range(1, 2 * IDLE_WINDOW + 2):
             offset = timedelta(minutes=minute)
             if minute % (IDLE_WINDOW - 1) == 0:  # one client request every window - 1 minutes
-                answer = httpx.get(visited.endpoint_url + "/v1/models", headers={visited.routing_header.name: visited.routing_header.value})
+                answer = httpx.get(
+                    visited.endpoint_url + "/v1/models", headers={visited.routing_header.name: visited.routing_header.value}
+                )
                 assert answer.status_code == 200
                 sent += 1
             balancers.flush()
@@ -333,8 +359,10 @@ def test_the_idle_stop_fires_on_client_silence_whatever_the_controller_reads(
                     stopped_at = minute
                     _stopped_by_the_sweep(twin, probe, QUIET, quiet, "idle")
         assert stopped_at is not None and IDLE_WINDOW <= stopped_at <= IDLE_WINDOW + 2, stopped_at
-        print(f"FIGURE idle stop: {QUIET} (no client request) stopped at the sweep {stopped_at} min after READY, "
-              f"idle window {IDLE_WINDOW} min; {VISITED} kept by {sent} client requests, one every {IDLE_WINDOW - 1} min")
+        print(
+            f"FIGURE idle stop: {QUIET} (no client request) stopped at the sweep {stopped_at} min after READY, "
+            f"idle window {IDLE_WINDOW} min; {VISITED} kept by {sent} client requests, one every {IDLE_WINDOW - 1} min"
+        )
         assert sent >= 2
     finally:
         balancers.clock = lambda: datetime.now(UTC)

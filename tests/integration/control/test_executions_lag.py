@@ -94,11 +94,17 @@ def test_a_dead_start_s_lock_is_released_on_its_status_change_while_reads_still_
     lag_s = 20
     twin.set_faults("never-healthy", f"executions-lag={lag_s}")
     began = time.monotonic()
-    arn = twin.start_execution("start_profile", probe.start_input(DEAD, deadlines={"capacity_s": 60, "task_s": 60, "health_s": 300}),
-                               name=f"start-{DEAD}-lag")
+    arn = twin.start_execution(
+        "start_profile",
+        probe.start_input(DEAD, deadlines={"capacity_s": 60, "task_s": 60, "health_s": 300}),
+        name=f"start-{DEAD}-lag",
+    )
     public = twin.client("stepfunctions")
-    probe.wait_for(f"start of {DEAD} visible and waiting for health",
-                   lambda: time.monotonic() - began > lag_s + 1 and "CheckTargets" in _entered(twin, arn), timeout_s=120)
+    probe.wait_for(
+        f"start of {DEAD} visible and waiting for health",
+        lambda: time.monotonic() - began > lag_s + 1 and "CheckTargets" in _entered(twin, arn),
+        timeout_s=120,
+    )
     assert public.describe_execution(executionArn=arn)["status"] == "RUNNING"
     public.stop_execution(executionArn=arn, cause="aborted from the console")
     said: list[str] = []
@@ -128,7 +134,10 @@ def test_a_stop_does_not_take_over_the_lock_of_a_start_it_cannot_see_yet(twin: T
     assert stop.status == "SUCCEEDED", stop.describe
     # The start saw the stop's flag and rolled back, giving its locks back; nobody took them from it.
     assert (started.status, started.error) == ("FAILED", "StopRequested"), started.describe
-    lock_answers = [json.loads(e["stateExitedEventDetails"]["output"])["lock"] for e in stop.history
-                    if e.get("stateExitedEventDetails", {}).get("name") == "AcquireLock"]
+    lock_answers = [
+        json.loads(e["stateExitedEventDetails"]["output"])["lock"]
+        for e in stop.history
+        if e.get("stateExitedEventDetails", {}).get("name") == "AcquireLock"
+    ]
     assert lock_answers and all("taken_over_from" not in a["progress"]["marks"] for a in lock_answers), lock_answers
     probe.assert_nothing_running(TAKEN)

@@ -105,9 +105,7 @@ def test_throttle_once_is_absorbed_by_retries(twin: Twin, probe: Probe) -> None:
     probe.assert_nothing_running(profile)
 
 
-def test_an_unexpected_handler_error_is_caught_and_rolled_back(
-    twin: Twin, probe: Probe, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_unexpected_handler_error_is_caught_and_rolled_back(twin: Twin, probe: Probe, monkeypatch: pytest.MonkeyPatch) -> None:
     profile = "t-bug"
     from servingctl.control import aws
 
@@ -138,8 +136,10 @@ def test_a_start_right_after_a_dead_owner_takes_its_lock_at_once(twin: Twin, pro
     locked = next(e for e in recovered.history if e.get("stateExitedEventDetails", {}).get("name") == "AcquireLock")
     assert json.loads(locked["stateExitedEventDetails"]["output"])["lock"]["taken_over_from"] == [dead]
     waited = (locked["timestamp"] - aborted_at).total_seconds()
-    print(f"\nFIGURE restart after a dead owner: lock taken {waited:.2f} s after the abort "
-          f"(lease {recovered.output['config']['settings']['lock_lease_s']} s)")
+    print(
+        f"\nFIGURE restart after a dead owner: lock taken {waited:.2f} s after the abort "
+        f"(lease {recovered.output['config']['settings']['lock_lease_s']} s)"
+    )
     assert waited < recovered.output["config"]["settings"]["lock_lease_s"]
     assert probe.state(profile).phase == "READY" and probe.locks(profile) == []
     assert len(probe.group(profile)["Instances"]) == 1

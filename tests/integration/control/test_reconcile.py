@@ -34,8 +34,14 @@ STOP_START_S = 15
 def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
     """A twin running the sweep on its schedule and delivering status-change events to it."""
     registry = registry_with(tmp_path_factory.mktemp("registry"), PROFILES)
-    with Twin(registry, model_server="sim", time_scale=TIME_SCALE, delays=DELAYS, sweep=True,
-              execution_timeouts_s={"start_profile": START_TIMEOUT_S}) as running:
+    with Twin(
+        registry,
+        model_server="sim",
+        time_scale=TIME_SCALE,
+        delays=DELAYS,
+        sweep=True,
+        execution_timeouts_s={"start_profile": START_TIMEOUT_S},
+    ) as running:
         yield running
 
 
@@ -63,14 +69,19 @@ def _entered(probe: Probe, arn: str) -> list[str]:
 def _assert_reconciled(probe: Probe, profile: str, fault_at: float, reason: str, *also: str) -> float:
     """Pool and service at 0 within one sweep interval of the fault (plus a stop's first steps when
     only the schedule can find it); then no instance, STOPPED, no lock, every session closed and the
-    reason on the record, the newest session closed when its instance finished terminating. Prints and returns the seconds from the fault to desired 0."""
+    reason on the record, the newest session closed when its instance finished terminating. Prints and returns the
+    seconds from the fault to desired 0."""
     interval = _interval(probe.twin)
-    probe.wait_for(f"{profile}: service and ASG at desired 0", lambda: _capacity(probe, profile) == (0, 0),
-                   timeout_s=interval + STOP_START_S)
+    probe.wait_for(
+        f"{profile}: service and ASG at desired 0", lambda: _capacity(probe, profile) == (0, 0), timeout_s=interval + STOP_START_S
+    )
     seconds = time.monotonic() - fault_at
     probe.wait_for(f"{profile}: reason recorded", lambda: probe.state(profile).reconcile_reason is not None, timeout_s=10)
-    probe.wait_for(f"{profile}: STOPPED with no lock", lambda: probe.state(profile).phase == "STOPPED" and not probe.locks(profile),
-                   timeout_s=STOP_MARGIN_S)
+    probe.wait_for(
+        f"{profile}: STOPPED with no lock",
+        lambda: probe.state(profile).phase == "STOPPED" and not probe.locks(profile),
+        timeout_s=STOP_MARGIN_S,
+    )
     probe.assert_nothing_running(profile)
     sessions = probe.sessions(profile)
     assert all(s.stopped_at is not None for s in sessions)
@@ -80,8 +91,10 @@ def _assert_reconciled(probe: Probe, profile: str, fault_at: float, reason: str,
         assert newest.stopped_at is not None and abs(newest.stopped_at - ended) < timedelta(milliseconds=1), (newest, ended)
     recorded = probe.state(profile).reconcile_reason
     assert recorded is not None and recorded.startswith(tuple(r + ": " for r in (reason, *also))), recorded
-    print(f"\nFIGURE {profile}: {reason}: {seconds:.1f} s from the fault to service and ASG at desired 0 "
-          f"(sweep interval {interval:.0f} s real = {interval * TIME_SCALE:.0f} s simulated)")
+    print(
+        f"\nFIGURE {profile}: {reason}: {seconds:.1f} s from the fault to service and ASG at desired 0 "
+        f"(sweep interval {interval:.0f} s real = {interval * TIME_SCALE:.0f} s simulated)"
+    )
     return seconds
 
 
@@ -102,17 +115,29 @@ def test_a_start_aborted_while_waiting_for_health_is_stopped(twin: Twin, probe: 
 
 def test_a_run_benchmark_aborted_in_start_profile_aborts_its_start_and_is_stopped(twin: Twin, probe: Probe) -> None:
     sfn = twin.client("stepfunctions")
-    document = {"profile": BENCH, "start": True, "stop": True, "input_tokens": [64], "concurrencies": [1], "warmup": 1,
-                "rounds": 1, "max_tokens": 8, "max_workers": 1,
-                "start_options": {"poll": probe.start_input(BENCH)["poll"], "deadlines": probe.start_input(BENCH)["deadlines"]},
-                "stop_options": {k: v for k, v in probe.stop_input(BENCH).items() if k != "profile"}}
+    document = {
+        "profile": BENCH,
+        "start": True,
+        "stop": True,
+        "input_tokens": [64],
+        "concurrencies": [1],
+        "warmup": 1,
+        "rounds": 1,
+        "max_tokens": 8,
+        "max_workers": 1,
+        "start_options": {"poll": probe.start_input(BENCH)["poll"], "deadlines": probe.start_input(BENCH)["deadlines"]},
+        "stop_options": {k: v for k, v in probe.stop_input(BENCH).items() if k != "profile"},
+    }
     run = twin.start_execution("run_benchmark", document, name="bench-aborted")
     probe.wait_for("the run's start scaled out", lambda: _capacity(probe, BENCH) == (1, 1), timeout_s=60)
     [child] = sfn.list_executions(stateMachineArn=twin.state_machines["start_profile"], statusFilter="RUNNING")["executions"]
     sfn.stop_execution(executionArn=run, cause="aborted from the console")
     fault_at = time.monotonic()
-    probe.wait_for("the child start is aborted with its parent",
-                   lambda: sfn.describe_execution(executionArn=child["executionArn"])["status"] == "ABORTED", timeout_s=10)
+    probe.wait_for(
+        "the child start is aborted with its parent",
+        lambda: sfn.describe_execution(executionArn=child["executionArn"])["status"] == "ABORTED",
+        timeout_s=10,
+    )
     _assert_reconciled(probe, BENCH, fault_at, "lock-owner-ended")
 
 

@@ -35,7 +35,9 @@ def _profiles(twin: Twin) -> httpx.Response:
 
 
 def _sweep(twin: Twin) -> dict:
-    answer = twin.client("lambda").invoke(FunctionName=function_name("sweep"), Payload=json.dumps({"poll": POLL, "dry_run": True}).encode())
+    answer = twin.client("lambda").invoke(
+        FunctionName=function_name("sweep"), Payload=json.dumps({"poll": POLL, "dry_run": True}).encode()
+    )
     body = json.loads(answer["Payload"].read())
     assert "FunctionError" not in answer, body
     return body
@@ -43,8 +45,11 @@ def _sweep(twin: Twin) -> dict:
 
 def test_fifty_profiles_are_published_and_read_by_the_functions(twin: Twin, probe: Probe) -> None:
     ssm = twin.client("ssm")
-    names = [p["Name"] for page in ssm.get_paginator("get_parameters_by_path").paginate(Path=SSM_PATH, Recursive=True)
-             for p in page["Parameters"]]
+    names = [
+        p["Name"]
+        for page in ssm.get_paginator("get_parameters_by_path").paginate(Path=SSM_PATH, Recursive=True)
+        for p in page["Parameters"]
+    ]
     assert len(names) == 2 * MAX_PROFILES + 1 - (MAX_PROFILES - len(twin.registry.pools))  # type: ignore[union-attr]
     answer = _profiles(twin)
     assert answer.status_code == 200, answer.text
@@ -60,13 +65,18 @@ def test_one_profile_past_the_bound_is_refused_naming_the_index(twin: Twin, prob
     try:
         twin.publish_registry(document | {"profiles": document["profiles"] | {"f-extra": extra}})
         seen: list[httpx.Response] = []
-        probe.wait_for("GET /profiles answers 503", lambda: seen.append(_profiles(twin)) or seen[-1].status_code == 503, timeout_s=30)
+        probe.wait_for(
+            "GET /profiles answers 503", lambda: seen.append(_profiles(twin)) or seen[-1].status_code == 503, timeout_s=30
+        )
         message = seen[-1].json()["message"]
         assert f"{SSM_PATH}/index: profiles: List should have at most {MAX_PROFILES} items" in message, message
         # What parses is still reconciled: the index is unusable, so no profile is taken as removed.
         answers: list[dict] = []
-        probe.wait_for("the sweep reads the new registry (its container's cache expired)",
-                       lambda: answers.append(_sweep(twin)) or any(r["profile"] == "f-extra" for r in answers[-1]["repairs"]), timeout_s=30)
+        probe.wait_for(
+            "the sweep reads the new registry (its container's cache expired)",
+            lambda: answers.append(_sweep(twin)) or any(r["profile"] == "f-extra" for r in answers[-1]["repairs"]),
+            timeout_s=30,
+        )
         repairs = answers[-1]["repairs"]
         reasons = {r["profile"]: r["reason"] for r in repairs}
         assert len(reasons) == MAX_PROFILES + 1 + 2 and set(reasons.values()) == {"consistent", "error"}, repairs

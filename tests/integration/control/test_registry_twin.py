@@ -47,7 +47,9 @@ def published(twin: Twin) -> Iterator[dict[str, Any]]:
 
 def _api(twin: Twin, method: str, path: str) -> httpx.Response:
     assert twin.api_url is not None
-    return httpx.request(method, twin.api_url + path, json={"poll": POLL} if method == "POST" else None, timeout=60, auth=twin.api_auth())
+    return httpx.request(
+        method, twin.api_url + path, json={"poll": POLL} if method == "POST" else None, timeout=60, auth=twin.api_auth()
+    )
 
 
 def _ready(probe: Probe, profile: str) -> None:
@@ -77,7 +79,9 @@ def _stopped(probe: Probe, profile: str) -> None:
 def _unavailable(probe: Probe, path: str, *named: str) -> dict[str, Any]:
     """Wait out the functions' registry cache: the API answers 503 naming what is wrong."""
     seen: list[httpx.Response] = []
-    probe.wait_for(f"GET {path} answers 503", lambda: seen.append(_api(probe.twin, "GET", path)) or seen[-1].status_code == 503, timeout_s=30)
+    probe.wait_for(
+        f"GET {path} answers 503", lambda: seen.append(_api(probe.twin, "GET", path)) or seen[-1].status_code == 503, timeout_s=30
+    )
     body = seen[-1].json()
     assert body["error"] == "RegistryUnavailable" and all(n in body["message"] for n in named), body
     return body
@@ -132,16 +136,24 @@ def test_a_profile_removed_while_ready_is_shown_until_the_reconciler_stopped_it(
     [repair] = [r for r in answer["repairs"] if r["profile"] == REMOVED]
     assert (repair["reason"], repair["action"]) == ("removed-from-registry", "stop-started"), repair
     _stopped(probe, REMOVED)
-    assert (probe.state(REMOVED).reconcile_reason or "").startswith("removed-from-registry: removed from the registry while READY")
-    probe.wait_for(f"{REMOVED} no longer listed", lambda: REMOVED not in [p["name"] for p in _api(twin, "GET", "/profiles").json()],
-                   timeout_s=30)
+    assert (probe.state(REMOVED).reconcile_reason or "").startswith(
+        "removed-from-registry: removed from the registry while READY"
+    )
+    probe.wait_for(
+        f"{REMOVED} no longer listed",
+        lambda: REMOVED not in [p["name"] for p in _api(twin, "GET", "/profiles").json()],
+        timeout_s=30,
+    )
 
 
 def test_a_users_stop_of_a_removed_profile_works(twin: Twin, probe: Probe, published: dict[str, Any]) -> None:
     _ready(probe, USER_STOP)
     twin.publish_registry(published | {"profiles": {n: p for n, p in published["profiles"].items() if n != USER_STOP}})
-    probe.wait_for(f"{USER_STOP} not in the published registry",
-                   lambda: any(p["name"] == USER_STOP and p.get("retired") for p in _api(twin, "GET", "/profiles").json()), timeout_s=30)
+    probe.wait_for(
+        f"{USER_STOP} not in the published registry",
+        lambda: any(p["name"] == USER_STOP and p.get("retired") for p in _api(twin, "GET", "/profiles").json()),
+        timeout_s=30,
+    )
     answer = _api(twin, "POST", f"/profiles/{USER_STOP}/stop")
     assert answer.status_code == 202, answer.text
     _stopped(probe, USER_STOP)

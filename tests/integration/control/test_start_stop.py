@@ -29,7 +29,9 @@ def _assert_ready(probe: Probe, profile: str, result: ExecutionResult) -> None:
     assert probe.locks(profile) == []
     # The endpoint the registry names (the ALB) really serves the profile's model, under its routing header.
     spec = probe.registry.profiles[profile]
-    models = httpx.get(f"{spec.endpoint_url}/v1/models", headers={spec.routing_header.name: spec.routing_header.value}, timeout=10).json()
+    models = httpx.get(
+        f"{spec.endpoint_url}/v1/models", headers={spec.routing_header.name: spec.routing_header.value}, timeout=10
+    ).json()
     assert [m["id"] for m in models["data"]] == [probe.registry.profiles[profile].model]
 
 

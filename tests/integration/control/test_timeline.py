@@ -33,11 +33,24 @@ def test_a_start_records_its_timeline_from_every_source(twin: Twin, probe: Probe
         # streams (the simulator prints uvicorn's startup line as vLLM's API server does), the
         # ALB, the smoke test and the controller.
         assert set(names) >= {
-            "requested", "instance_launched", "instance_registered", "task_created", "pull_started", "pull_stopped",
-            "prefetch_started", "prefetch_finished", "task_started", "vllm_api_ready", "target_healthy", "first_token", "ready",
+            "requested",
+            "instance_launched",
+            "instance_registered",
+            "task_created",
+            "pull_started",
+            "pull_stopped",
+            "prefetch_started",
+            "prefetch_finished",
+            "task_started",
+            "vllm_api_ready",
+            "target_healthy",
+            "first_token",
+            "ready",
         }
         # ...in the order a start passes them, each stamped by the source the world answered from.
-        ecs_order = [n for n in names if n in ("instance_registered", "task_created", "pull_started", "pull_stopped", "task_started")]
+        ecs_order = [
+            n for n in names if n in ("instance_registered", "task_created", "pull_started", "pull_stopped", "task_started")
+        ]
         assert ecs_order == sorted(ecs_order, key=ORDER.__getitem__)
         assert record.mark("pull_stopped").source == "ecs:DescribeTasks pullStoppedAt"
         assert record.mark("prefetch_finished").at >= record.mark("prefetch_started").at >= record.mark("pull_stopped").at
@@ -62,7 +75,9 @@ def test_deadlines_and_the_grace_period_come_from_past_starts_once_there_are_eno
         # No deadlines in the input: the registry's until MIN_HISTORY starts were READY, then history's;
         # a deadline the input sets is kept.
         given = {"health_s": 600} if number == MIN_HISTORY else {}
-        started = twin.run("start_profile", {"profile": profile, "poll": poll, "deadlines": given}, name=f"start-{profile}-h{number}")
+        started = twin.run(
+            "start_profile", {"profile": profile, "poll": poll, "deadlines": given}, name=f"start-{profile}-h{number}"
+        )
         assert started.status == "SUCCEEDED", (started.error, started.cause)
         deadlines = started.output["config"]["settings"]["deadlines"]
         grace = probe.service(profile)["healthCheckGracePeriodSeconds"]
@@ -73,7 +88,10 @@ def test_deadlines_and_the_grace_period_come_from_past_starts_once_there_are_eno
             # The READY starts before it set the waits (the formula and its bounds: tests/unit/control/test_timeline.py).
             history = [r for r in probe.store.list_starts(profile) if r.execution != started.arn]
             assert len(history) == MIN_HISTORY and deadlines["derived"] == ["capacity_s", "task_s"]
-            expected = [derived_wait(history, LOOP_SPANS[name], MIN_WAIT_S, spec.limits.max_start_deadline_s) for name in ("capacity_s", "task_s")]
+            expected = [
+                derived_wait(history, LOOP_SPANS[name], MIN_WAIT_S, spec.limits.max_start_deadline_s)
+                for name in ("capacity_s", "task_s")
+            ]
             assert [deadlines["capacity_s"], deadlines["task_s"], deadlines["health_s"]] == [*expected, 600]
             assert MARGIN_S <= expected[0] < fixed[0]  # seconds-long twin starts: far below the fixed guess
             assert started.output["scale"]["health_grace_s"] == grace == derived_wait(history, GRACE_SPAN, *GRACE_BOUNDS_S)

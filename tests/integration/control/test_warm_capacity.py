@@ -32,7 +32,9 @@ def _registry(directory: Path) -> Path:
     document["pools"]["w-pool"] = pool
     profile = json.loads(json.dumps(document["profiles"]["deepseek-v4-flash"]))
     profile.update(
-        service="servingctl-test-warm", pool="w-pool", model=WARM,
+        service="servingctl-test-warm",
+        pool="w-pool",
+        model=WARM,
         target_group_arn=profile["target_group_arn"].replace("llm-deepseek-v4-flash", f"llm-{WARM}")[:-1] + "9",
         routing_header={"name": "X-LLM-Profile", "value": WARM},
     )
@@ -45,7 +47,9 @@ def _registry(directory: Path) -> Path:
 @pytest.fixture(scope="module")
 def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
     """A twin of this module's registry."""
-    with Twin(_registry(tmp_path_factory.mktemp("registry")), model_server="sim", time_scale=TIME_SCALE, delays=DELAYS) as running:
+    with Twin(
+        _registry(tmp_path_factory.mktemp("registry")), model_server="sim", time_scale=TIME_SCALE, delays=DELAYS
+    ) as running:
         yield running
 
 
@@ -76,7 +80,9 @@ def _stop_and_check(probe: Probe, profile: str, name: str) -> None:
 
 def test_a_warm_start_takes_the_stopped_instance_and_the_stop_parks_it_with_its_volume(twin: Twin, probe: Probe) -> None:
     # The pool fills itself: one instance launched into the warm pool and stopped, not in the group.
-    probe.wait_for("a stopped instance in the warm pool", lambda: [i["LifecycleState"] for i in _warm(probe, WARM)] == ["Warmed:Stopped"])
+    probe.wait_for(
+        "a stopped instance in the warm pool", lambda: [i["LifecycleState"] for i in _warm(probe, WARM)] == ["Warmed:Stopped"]
+    )
     [parked] = [i["InstanceId"] for i in _warm(probe, WARM)]
     assert probe.group(WARM)["Instances"] == [] and _ec2_state(twin, parked)[0] == "stopped"
 
@@ -114,7 +120,10 @@ def test_without_capacity_for_the_instance_type_the_start_moves_to_the_next_alte
     assert _ec2_state(twin, instance["InstanceId"]) == ("running", "g7e.4xlarge")
     state = probe.state(FALLBACK)
     assert state.instance_type == "g7e.4xlarge"
-    assert state.capacity_note == "g7e.2xlarge: insufficient-capacity (InsufficientInstanceCapacity); moved to g7e.4xlarge (option 2 of 3)"
+    assert (
+        state.capacity_note
+        == "g7e.2xlarge: insufficient-capacity (InsufficientInstanceCapacity); moved to g7e.4xlarge (option 2 of 3)"
+    )
     [session] = [s for s in probe.sessions(FALLBACK) if s.start_execution == result.arn]
     assert (session.instance_type, session.price_key) == ("g7e.4xlarge", "g7e.4xlarge")
     assert session.capacity_note == state.capacity_note
@@ -143,7 +152,9 @@ def _launch_failures(twin: Twin, pool: str) -> list[str]:
     return [d.split(": ", 1)[1] for d in _events(twin, "launch-failed", pool)]
 
 
-def test_each_class_of_failed_launch_moves_on_or_stops_the_ladder_and_every_attempt_keeps_its_class(twin: Twin, probe: Probe) -> None:
+def test_each_class_of_failed_launch_moves_on_or_stops_the_ladder_and_every_attempt_keeps_its_class(
+    twin: Twin, probe: Probe
+) -> None:
     # g7e.2xlarge is not offered in the zone, g7e.4xlarge has no capacity: both move on, the third type runs.
     twin.set_faults("capacity-unavailable=g7e.2xlarge:unsupported", "capacity-unavailable=g7e.4xlarge:insufficient-capacity")
     before = len(_launch_failures(twin, "g7e-1gpu"))
@@ -152,29 +163,61 @@ def test_each_class_of_failed_launch_moves_on_or_stops_the_ladder_and_every_atte
     [instance] = probe.group(FALLBACK)["Instances"]
     assert _ec2_state(twin, instance["InstanceId"]) == ("running", "g7e.8xlarge")
     # Each attempt in RecordReady's answer (the "Profile ready" event's detail) with its class and EC2's code.
-    [ready] = [json.loads(e["taskSucceededEventDetails"]["output"])["Payload"] for e in result.history
-               if "capacity_fallbacks" in (e.get("taskSucceededEventDetails") or {}).get("output", "")]
+    [ready] = [
+        json.loads(e["taskSucceededEventDetails"]["output"])["Payload"]
+        for e in result.history
+        if "capacity_fallbacks" in (e.get("taskSucceededEventDetails") or {}).get("output", "")
+    ]
     attempts = [(a["instance_type"], a["class"], a["code"]) for a in ready["capacity_fallbacks"]]
-    assert attempts == [("g7e.2xlarge", "unsupported", "Unsupported"),
-                        ("g7e.4xlarge", "insufficient-capacity", "InsufficientInstanceCapacity")]
+    assert attempts == [
+        ("g7e.2xlarge", "unsupported", "Unsupported"),
+        ("g7e.4xlarge", "insufficient-capacity", "InsufficientInstanceCapacity"),
+    ]
     assert all(a["reason"].endswith("Launching EC2 instance failed.") for a in ready["capacity_fallbacks"])
     state = probe.state(FALLBACK)
-    assert state.capacity_note == "g7e.4xlarge: insufficient-capacity (InsufficientInstanceCapacity); moved to g7e.8xlarge (option 3 of 3)"
+    assert (
+        state.capacity_note
+        == "g7e.4xlarge: insufficient-capacity (InsufficientInstanceCapacity); moved to g7e.8xlarge (option 3 of 3)"
+    )
     # The world's launches in order (AWS retries a refused launch until the group is pointed elsewhere).
     assert list(dict.fromkeys(_launch_failures(twin, "g7e-1gpu")[before:])) == [
-        "unsupported (g7e.2xlarge)", "insufficient-capacity (g7e.4xlarge)"]
+        "unsupported (g7e.2xlarge)",
+        "insufficient-capacity (g7e.4xlarge)",
+    ]
     twin.set_faults()
     _stop_and_check(probe, FALLBACK, "classes")
 
 
-@pytest.mark.parametrize(("fault", "says"), [
-    ("vcpu-limit", 'quota: VcpuLimitExceeded, Service Quotas L-DB2E81BA "Running On-Demand G and VT instances", limit 0 vCPUs'),
-    ("instance-limit", 'quota: InstanceLimitExceeded, Service Quotas L-DB2E81BA "Running On-Demand G and VT instances", limit 0 instances'),
-    ("launch-template", "launch-config (InvalidParameterValue): Could not launch On-Demand Instances. InvalidParameterValue - Value (arn:aws:iam::"),
-    ("ami", "launch-config (InvalidAMIID.NotFound): Could not launch On-Demand Instances. InvalidAMIID.NotFound - The image id '[ami-"),
-])
+@pytest.mark.parametrize(
+    ("fault", "says"),
+    [
+        (
+            "vcpu-limit",
+            'quota: VcpuLimitExceeded, Service Quotas L-DB2E81BA "Running On-Demand G and VT instances", limit 0 vCPUs',
+        ),
+        (
+            "instance-limit",
+            'quota: InstanceLimitExceeded, Service Quotas L-DB2E81BA "Running On-Demand G and VT instances", limit 0 instances',
+        ),
+        (
+            "launch-template",
+            (
+                "launch-config (InvalidParameterValue): Could not launch On-Demand Instances. "
+                "InvalidParameterValue - Value (arn:aws:iam::"
+            ),
+        ),
+        (
+            "ami",
+            (
+                "launch-config (InvalidAMIID.NotFound): Could not launch On-Demand Instances. "
+                "InvalidAMIID.NotFound - The image id '[ami-"
+            ),
+        ),
+    ],
+)
 def test_a_quota_or_launch_template_failure_ends_the_start_at_the_first_type_with_nothing_running(
-        twin: Twin, probe: Probe, fault: str, says: str) -> None:
+    twin: Twin, probe: Probe, fault: str, says: str
+) -> None:
     twin.set_faults(f"capacity-unavailable=g7e.2xlarge:{fault}")
     before = len(_launch_failures(twin, "g7e-1gpu"))
     result = probe.start(FALLBACK, f"no-ladder-{fault}")
@@ -192,10 +235,14 @@ def test_a_quota_or_launch_template_failure_ends_the_start_at_the_first_type_wit
     assert probe.group(FALLBACK)["LaunchTemplate"]["LaunchTemplateId"] == probe.registry.pools["g7e-1gpu"].launch_template_id
 
 
-def test_without_reuse_on_scale_in_the_stop_terminates_and_the_pool_refills_with_a_fresh_instance(twin: Twin, probe: Probe) -> None:
+def test_without_reuse_on_scale_in_the_stop_terminates_and_the_pool_refills_with_a_fresh_instance(
+    twin: Twin, probe: Probe
+) -> None:
     profile = "deepseek-v4-flash"  # the reference's g7e-2gpu: a warm pool with reuse on scale-in off (the default)
     assert probe.registry.pool_of(profile).warm_pool.reuse_on_scale_in is False
-    probe.wait_for("a stopped instance in the warm pool", lambda: [i["LifecycleState"] for i in _warm(probe, profile)] == ["Warmed:Stopped"])
+    probe.wait_for(
+        "a stopped instance in the warm pool", lambda: [i["LifecycleState"] for i in _warm(probe, profile)] == ["Warmed:Stopped"]
+    )
     [taken] = [i["InstanceId"] for i in _warm(probe, profile)]
     started = probe.start(profile, "no-reuse")
     assert started.status == "SUCCEEDED", (started.error, started.cause)
@@ -203,7 +250,10 @@ def test_without_reuse_on_scale_in_the_stop_terminates_and_the_pool_refills_with
     _stop_and_check(probe, profile, "no-reuse")
     probe.wait_for(f"{taken} terminated", lambda: _ec2_state(twin, taken)[0] == "terminated")
     # The group launches a new instance into the pool, which stops after its first boot: its volume is empty.
-    probe.wait_for("a fresh stopped instance in the warm pool", lambda: [i["LifecycleState"] for i in _warm(probe, profile)] == ["Warmed:Stopped"])
+    probe.wait_for(
+        "a fresh stopped instance in the warm pool",
+        lambda: [i["LifecycleState"] for i in _warm(probe, profile)] == ["Warmed:Stopped"],
+    )
     [fresh] = [i["InstanceId"] for i in _warm(probe, profile)]
     assert fresh != taken and _ec2_state(twin, fresh)[0] == "stopped"
     assert _events(twin, "launch-into-warm-pool", fresh)

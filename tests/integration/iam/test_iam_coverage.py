@@ -24,11 +24,11 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError
 
-from servingctl.shared.clock import OffsetClock
+from servingctl.benchmarks.scoped import RUN_ROLE_ENV, RunScopes
 from servingctl.local import iam
 from servingctl.local.twin import Twin, function_name
 from servingctl.local.world import Delays
-from servingctl.benchmarks.scoped import RUN_ROLE_ENV, RunScopes
+from servingctl.shared.clock import OffsetClock
 from servingctl.store import DynamoStore
 from servingctl.store.benchmarks import ResultExists, RunStatus
 from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
@@ -38,8 +38,18 @@ POLL = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}
 START = {"poll": POLL, "deadlines": {"capacity_s": 60, "task_s": 60, "health_s": 60}}
 STOP = {"poll": POLL, "deadlines": {"lock_s": 120, "drain_s": 60, "terminate_s": 60}}
 PROFILE, BENCHED = "nemotron-nano", "deepseek-v4-flash"
-ECS_BENCHMARK = {"profile": BENCHED, "start": True, "start_options": START, "stop_options": STOP, "runner": "ecs",
-                 "input_tokens": [64], "concurrencies": [2], "warmup": 1, "rounds": 2, "max_tokens": 16}
+ECS_BENCHMARK = {
+    "profile": BENCHED,
+    "start": True,
+    "start_options": START,
+    "stop_options": STOP,
+    "runner": "ecs",
+    "input_tokens": [64],
+    "concurrencies": [2],
+    "warmup": 1,
+    "rounds": 2,
+    "max_tokens": 16,
+}
 BENCH_TASK = "servingctl-bench"  # the benchmark task definition's family: its calls are recorded under it
 # Statements the runs never need, each with the reason it is still granted.
 NEVER_USED = {
@@ -109,13 +119,15 @@ def _abort_a_start(twin: Twin, api: httpx.Client) -> None:
 def _full_runs(twin: Twin) -> str:
     """What a user does: start, look, extend, stop through the API; benchmark with start and stop;
     let the sweep stop an expired lease and reconcile a start aborted from the console; a start
-    taking the locks of an aborted one; a start that fails and rolls back. Returns the key of the missing shard the worker looked for."""
+    taking the locks of an aborted one; a start that fails and rolls back. Returns the key of the missing shard
+    the worker looked for."""
     assert twin.api_url is not None
     api = httpx.Client(base_url=twin.api_url, timeout=60, auth=twin.api_auth())
     assert api.get("/profiles").status_code == 200
     # With an Idempotency-Key, as the CLI sends one: Powertools keeps its record in the table.
-    started = api.post(f"/profiles/{PROFILE}/start", json={"lease_minutes": 30, **START},
-                       headers={"Idempotency-Key": "iam-coverage-1"}).json()
+    started = api.post(
+        f"/profiles/{PROFILE}/start", json={"lease_minutes": 30, **START}, headers={"Idempotency-Key": "iam-coverage-1"}
+    ).json()
     assert _wait(api, started["execution_id"])["status"] == "SUCCEEDED"
     assert _phase(api) == "READY"
     assert api.post(f"/profiles/{PROFILE}/keepalive", json={"minutes": 60}).status_code == 200
@@ -125,11 +137,23 @@ def _full_runs(twin: Twin) -> str:
 
     # A benchmark that starts the profile, splits a client-bound scenario (shards, then the merge
     # reads their records back from S3) and stops it.
-    run = api.post("/benchmarks", json={
-        "profile": BENCHED, "start": True, "stop": True, "start_options": START, "stop_options": STOP,
-        "input_tokens": [64], "concurrencies": [2], "warmup": 1, "rounds": 2, "max_tokens": 16,
-        "client_cpu_limit": 0.0, "max_workers": 2,
-    }).json()
+    run = api.post(
+        "/benchmarks",
+        json={
+            "profile": BENCHED,
+            "start": True,
+            "stop": True,
+            "start_options": START,
+            "stop_options": STOP,
+            "input_tokens": [64],
+            "concurrencies": [2],
+            "warmup": 1,
+            "rounds": 2,
+            "max_tokens": 16,
+            "client_cpu_limit": 0.0,
+            "max_workers": 2,
+        },
+    ).json()
     result = twin.wait_execution(run["execution_arn"], timeout_s=300)
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert "MergeShards" in result.states_entered()
@@ -195,15 +219,19 @@ def test_every_call_of_the_full_runs_is_allowed_by_its_functions_role(twin: Twin
     statements = {f"{function}/{name}" for function, policy in twin.iam.policies.items() for name, _ in policy.statements}
     never_used = sorted(statements - used)
     actions = Counter(r.action for c in calls for r in c.requests)
-    print(f"\nIAM coverage: {len(calls)} calls recorded, {len(actions)} distinct actions, "
-          f"{len(statements) - len(never_used)} of {len(statements)} statements used")
+    print(
+        f"\nIAM coverage: {len(calls)} calls recorded, {len(actions)} distinct actions, "
+        f"{len(statements) - len(never_used)} of {len(statements)} statements used"
+    )
     for function in sorted({c.function for c in calls}):
         mine = [r for c in calls if c.function == function for r in c.requests]
         called = {r.action for r in mine}
         granted = {a for _, st in twin.iam.policies[function].statements for a in _as_list(st.get("Action", []))}
         partitions = sorted({re.sub(r"#.+", "#*", k) for r in mine for k in r.context.get("dynamodb:LeadingKeys", ())})
-        print(f"  {function}: {len(mine)} requests, {len(called)} actions, DynamoDB partitions {partitions}; "
-              f"granted, never called: {sorted(granted - called)}")
+        print(
+            f"  {function}: {len(mine)} requests, {len(called)} actions, DynamoDB partitions {partitions}; "
+            f"granted, never called: {sorted(granted - called)}"
+        )
     print(f"  statements never used: {never_used}")
     assert set(never_used) == set(NEVER_USED), "a grant no run uses: drop it, or say in NEVER_USED why it stays"
 
@@ -231,8 +259,10 @@ def test_a_bench_task_whose_role_lacks_a_grant_fails_the_run_as_on_aws(twin: Twi
     # and runTask.sync fails the run.
     assert twin.tasks is not None and twin.iam is not None and twin.api_url is not None
     role, run_role = twin.tasks.roles[BENCH_TASK], os.environ[RUN_ROLE_ENV]
-    without = tuple((name, {**st, "Action": [a for a in _as_list(st["Action"]) if a != "dynamodb:UpdateItem"]})
-                    for name, st in role.assumable[run_role])
+    without = tuple(
+        (name, {**st, "Action": [a for a in _as_list(st["Action"]) if a != "dynamodb:UpdateItem"]})
+        for name, st in role.assumable[run_role]
+    )
     assert without != role.assumable[run_role]
     twin.tasks.roles[BENCH_TASK] = replace(role, assumable={run_role: without})
     before = len(twin.iam.calls)
@@ -261,7 +291,7 @@ def _two_runs(twin: Twin) -> tuple[Any, Any]:
 
 def _denied(exc: pytest.ExceptionInfo[ClientError], action: str) -> None:
     assert exc.value.response["Error"]["Code"] in ("AccessDeniedException", "AccessDenied")
-    assert f"assumed-role/servingctl-BenchRunRole/bench-" in str(exc.value) and f"perform: {action}" in str(exc.value)
+    assert "assumed-role/servingctl-BenchRunRole/bench-" in str(exc.value) and f"perform: {action}" in str(exc.value)
 
 
 def test_a_bench_worker_session_is_denied_another_runs_item_and_object(twin: Twin) -> None:
@@ -270,20 +300,24 @@ def test_a_bench_worker_session_is_denied_another_runs_item_and_object(twin: Twi
     before = table.get_item(Key={"pk": f"run#{other.run_id}", "sk": "run"})["Item"]
     objects = twin.client("s3").list_objects_v2(Bucket=twin.bucket_name, Prefix=f"runs/{other.run_id}/")["Contents"]
     with iam.calling("bench_worker"):
-        runs, records, profiles = _scopes(twin)(mine.run_id, mine.profile)
+        runs, _records, profiles = _scopes(twin)(mine.run_id, mine.profile)
         assert runs.get_run(mine.run_id) == mine  # its own run: allowed
         session = _scopes(twin).session(mine.run_id, mine.profile)
         with pytest.raises(ClientError) as put:
             runs.update_run(other.run_id, other.updated_at, label="overwritten")
         _denied(put, "dynamodb:GetItem")
         with pytest.raises(ClientError) as item:  # a blind write, no read first
-            session.client("dynamodb").put_item(TableName=twin.table_name, Item={"pk": {"S": f"run#{other.run_id}"}, "sk": {"S": "run"}})
+            session.client("dynamodb").put_item(
+                TableName=twin.table_name, Item={"pk": {"S": f"run#{other.run_id}"}, "sk": {"S": "run"}}
+            )
         _denied(item, "dynamodb:PutItem")
         with pytest.raises(ClientError) as obj:
             session.client("s3").put_object(Bucket=twin.bucket_name, Key=objects[0]["Key"], Body=b"overwritten")
         _denied(obj, "s3:PutObject")
         with pytest.raises(ClientError) as hold:  # another profile's record, beyond its own profile's hold
-            profiles.update_profile_if(other.profile if other.profile != mine.profile else PROFILE, other.updated_at, {}, held_by=mine.run_id)
+            profiles.update_profile_if(
+                other.profile if other.profile != mine.profile else PROFILE, other.updated_at, {}, held_by=mine.run_id
+            )
         _denied(hold, "dynamodb:GetItem")
     assert table.get_item(Key={"pk": f"run#{other.run_id}", "sk": "run"})["Item"] == before
     after = twin.client("s3").list_objects_v2(Bucket=twin.bucket_name, Prefix=f"runs/{other.run_id}/")["Contents"]
@@ -320,8 +354,9 @@ def test_a_second_workers_duplicate_scenario_write_is_refused_and_the_first_stay
     try:
         with iam.calling("bench_worker"):
             runs, _, _ = _scopes(twin)(mine.run_id, mine.profile)
-            second = first.model_copy(update={"records_key": f"runs/{mine.run_id}/{first.name}.t9-r0.jsonl.gz",
-                                              "written_at": datetime.now(UTC)})
+            second = first.model_copy(
+                update={"records_key": f"runs/{mine.run_id}/{first.name}.t9-r0.jsonl.gz", "written_at": datetime.now(UTC)}
+            )
             with pytest.raises(ResultExists, match=f"scenario {first.name} is already written"):
                 runs.put_scenario(second)  # allowed by IAM, refused by the write's condition
     finally:

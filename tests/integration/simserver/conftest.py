@@ -44,9 +44,16 @@ class StreamResult:
 
 def chat_body(content: str = "Tell me about serving.", **extra) -> dict:
     """A chat request in the reference benchmark's shape."""
-    body = {"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 32,
-            "ignore_eos": True, "temperature": 0, "seed": 42, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 32,
+        "ignore_eos": True,
+        "temperature": 0,
+        "seed": 42,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     body.update(extra)
     return body
 
@@ -60,7 +67,7 @@ def read_stream(client: httpx.Client, url: str, body: dict) -> StreamResult:
             if not line:
                 continue
             assert line.startswith("data: "), line
-            payload = line[len("data: "):]
+            payload = line[len("data: ") :]
             if payload == "[DONE]":
                 result.done = True
                 continue

@@ -1,6 +1,7 @@
 """The simulator over real HTTP: vLLM's stream shape, counts that add up, metrics, errors, info routes."""
 
 import time
+from itertools import pairwise
 
 import pytest
 
@@ -23,12 +24,13 @@ def test_stream_shape_matches_vllm(api):
 def test_continuous_usage_adds_up_and_chunks_carry_one_or_two_tokens(api):
     result = api.stream(api.body(max_tokens=256))
     cumulative = [c["usage"]["completion_tokens"] for c in result.content_chunks]
-    per_chunk = [b - a for a, b in zip(cumulative, cumulative[1:], strict=False)]
+    per_chunk = [b - a for a, b in pairwise(cumulative)]
     assert cumulative[-1] == 256 == sum(per_chunk)
     assert len(result.content_chunks) - 1 < 256  # MTP: fewer content chunks than tokens
     assert 1 in per_chunk and 2 in per_chunk
-    assert all(c["usage"]["total_tokens"] == c["usage"]["prompt_tokens"] + c["usage"]["completion_tokens"]
-               for c in result.content_chunks)
+    assert all(
+        c["usage"]["total_tokens"] == c["usage"]["prompt_tokens"] + c["usage"]["completion_tokens"] for c in result.content_chunks
+    )
 
 
 def test_no_usage_without_stream_options(api):
@@ -47,8 +49,7 @@ def test_include_usage_without_continuous_stats_sends_only_the_final_usage(api):
 def test_tokenize_counts_what_the_chat_request_reports(api):
     content = "This is deterministic benchmark input text. " * 36
     messages = [{"role": "user", "content": content}]
-    tokenized = api.post("/tokenize", json={"model": api.MODEL, "messages": messages,
-                                                      "add_generation_prompt": True}).json()
+    tokenized = api.post("/tokenize", json={"model": api.MODEL, "messages": messages, "add_generation_prompt": True}).json()
     result = api.stream(api.body(content))
     assert tokenized["count"] == result.events[-1]["usage"]["prompt_tokens"] == len(tokenized["tokens"])
     assert tokenized["max_model_len"] == 16384
@@ -58,8 +59,7 @@ def test_tokenize_counts_what_the_chat_request_reports(api):
 
 def test_metrics_deltas_equal_tokens_served(api):
     before = api.scrape()
-    usages = [api.stream(api.body(f"question {i}", max_tokens=40 + i, cache_salt=f"s{i}"))
-              .events[-1]["usage"] for i in range(3)]
+    usages = [api.stream(api.body(f"question {i}", max_tokens=40 + i, cache_salt=f"s{i}")).events[-1]["usage"] for i in range(3)]
     after = api.scrape()
 
     def delta(name, **labels):
@@ -77,9 +77,16 @@ def test_metrics_deltas_equal_tokens_served(api):
 
 def test_metrics_exposition_uses_vllm_names_and_labels(api):
     text = api.get("/metrics").text
-    for name in ("generation_tokens", "prompt_tokens", "prefix_cache_queries", "prefix_cache_hits",
-                 "spec_decode_num_drafts", "spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens",
-                 "request_success"):
+    for name in (
+        "generation_tokens",
+        "prompt_tokens",
+        "prefix_cache_queries",
+        "prefix_cache_hits",
+        "spec_decode_num_drafts",
+        "spec_decode_num_draft_tokens",
+        "spec_decode_num_accepted_tokens",
+        "request_success",
+    ):
         assert f"# TYPE vllm:{name}_total counter" in text
     assert "# TYPE vllm:num_requests_running gauge" in text
     assert f'vllm:generation_tokens_total{{engine="0",model_name="{api.MODEL}"}}' in text
@@ -154,9 +161,12 @@ def test_client_disconnect_aborts_the_request(api):
     for _ in range(200):  # the abort is asynchronous: wait for the server to notice
         after = api.scrape()
         if api.metric(after, "vllm:request_success_total", finished_reason="abort") > api.metric(
-                before, "vllm:request_success_total", finished_reason="abort"):
+            before, "vllm:request_success_total", finished_reason="abort"
+        ):
             break
         time.sleep(0.01)
-    assert api.metric(after, "vllm:request_success_total", finished_reason="abort") == api.metric(
-        before, "vllm:request_success_total", finished_reason="abort") + 1
+    assert (
+        api.metric(after, "vllm:request_success_total", finished_reason="abort")
+        == api.metric(before, "vllm:request_success_total", finished_reason="abort") + 1
+    )
     assert api.metric(after, "vllm:num_requests_running") == 0

@@ -21,10 +21,20 @@ MODEL = "tiny"
 
 
 def _request(salt: str, max_tokens: int = 4) -> bytes:
-    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens,
-                       "ignore_eos": True, "stream": True, "cache_salt": salt}).encode()
-    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: sim\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    body = json.dumps(
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+            "cache_salt": salt,
+        }
+    ).encode()
+    return (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: sim\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
 
 
 def _read_streams(sock: socket.socket, count: int) -> bytes:
@@ -41,7 +51,8 @@ def _read_streams(sock: socket.socket, count: int) -> bytes:
 def sim() -> Iterator[tuple[str, subprocess.Popen]]:
     """The simulator as its own process (it can be stopped) with --debug-timings."""
     with served("--speed", "50", "--model", MODEL, "--mtp-tokens", "0", "--debug-timings", "--log-level", "warning") as (
-        url, proc,
+        url,
+        proc,
     ):
         try:
             yield url, proc

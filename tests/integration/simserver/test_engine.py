@@ -15,8 +15,10 @@ def _cache_delta(api, bodies):
     for body in bodies:
         api.stream(body)
     after = api.scrape()
-    return {name: api.metric(after, name) - api.metric(before, name)
-            for name in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")}
+    return {
+        name: api.metric(after, name) - api.metric(before, name)
+        for name in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
+    }
 
 
 def test_repeated_long_prompt_without_salt_hits_the_prefix_cache(api):

@@ -32,9 +32,11 @@ def test_error_rate_is_a_seeded_fraction(make_api):
 def test_stream_cut_drops_the_connection_before_done(make_api):
     api = _api(make_api, "stream-cut=1")
     seen = []
-    with pytest.raises(httpx.RemoteProtocolError, match="incomplete chunked read"):
-        with api.client.stream("POST", f"{api.url}/v1/chat/completions", json=api.body(max_tokens=64)) as r:
-            seen.extend(line for line in r.iter_lines() if line)
+    with (
+        pytest.raises(httpx.RemoteProtocolError, match="incomplete chunked read"),
+        api.client.stream("POST", f"{api.url}/v1/chat/completions", json=api.body(max_tokens=64)) as r,
+    ):
+        seen.extend(line for line in r.iter_lines() if line)
     assert seen and "data: [DONE]" not in seen
     assert api.metric(api.scrape(), "vllm:num_requests_running") == 0
     assert api.get("/health").status_code == 200  # the server itself is fine

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from servingctl.local.elbv2 import dimensions_of
 from servingctl.local.twin import Twin
 from servingctl.local.world import Delays
@@ -128,8 +129,14 @@ def _sum(twin: Twin, metric: str, dimensions: list[dict[str, str]]) -> tuple[flo
     twin.load_balancers.flush()
     now = datetime.now(UTC)
     points = twin.client("cloudwatch").get_metric_statistics(
-        Namespace="AWS/ApplicationELB", MetricName=metric, Dimensions=dimensions, StartTime=now - timedelta(hours=1),
-        EndTime=now + timedelta(minutes=1), Period=60, Statistics=["Sum"])["Datapoints"]
+        Namespace="AWS/ApplicationELB",
+        MetricName=metric,
+        Dimensions=dimensions,
+        StartTime=now - timedelta(hours=1),
+        EndTime=now + timedelta(minutes=1),
+        Period=60,
+        Statistics=["Sum"],
+    )["Datapoints"]
     return sum(p["Sum"] for p in points), [p["Sum"] for p in points]
 
 
@@ -214,14 +221,16 @@ def test_a_target_silent_past_the_idle_timeout_gets_a_504(twin: Twin, stub: Any,
     server.delay = 3.0
     group.register(server.server_address[1])
     _until("the target is healthy", lambda: group.states() == ["healthy"])
-    elbv2.modify_load_balancer_attributes(LoadBalancerArn=spec.load_balancer_arn,
-                                          Attributes=[{"Key": "idle_timeout.timeout_seconds", "Value": "1"}])
+    elbv2.modify_load_balancer_attributes(
+        LoadBalancerArn=spec.load_balancer_arn, Attributes=[{"Key": "idle_timeout.timeout_seconds", "Value": "1"}]
+    )
     try:
         assert httpx.get(_url(twin, "/slow"), headers={HEADER: PROFILE}, timeout=30).status_code == 504
         assert httpx.get(_url(twin, "/v1/models"), headers={HEADER: PROFILE}).status_code == 200  # within the timeout
     finally:
-        elbv2.modify_load_balancer_attributes(LoadBalancerArn=spec.load_balancer_arn,
-                                              Attributes=[{"Key": "idle_timeout.timeout_seconds", "Value": "300"}])
+        elbv2.modify_load_balancer_attributes(
+            LoadBalancerArn=spec.load_balancer_arn, Attributes=[{"Key": "idle_timeout.timeout_seconds", "Value": "300"}]
+        )
 
 
 def test_a_deregistered_target_finishes_its_streams_and_gets_no_new_request(twin: Twin, stub: Any, group: Any) -> None:
@@ -244,8 +253,11 @@ def test_a_deregistered_target_finishes_its_streams_and_gets_no_new_request(twin
     assert seen_first.wait(10)
     started_with = len(chunks)
     group.deregister(port)  # deregistration delay: 30 s / time scale 10 = 3 s, the stream needs 2 s
-    _until("the ALB no longer routes to it", lambda: httpx.get(_url(twin, "/v1/models"), headers={HEADER: PROFILE}).status_code == 503,
-           timeout_s=5)
+    _until(
+        "the ALB no longer routes to it",
+        lambda: httpx.get(_url(twin, "/v1/models"), headers={HEADER: PROFILE}).status_code == 503,
+        timeout_s=5,
+    )
     reader.join(timeout=30)
     assert chunks == [f"data: {i}" for i in range(10)]
     assert started_with < 10, "the stream had ended before the deregistration: nothing drained"

@@ -23,8 +23,9 @@ PROBE_ASL = {
             "Resource": "arn:aws:states:::lambda:invoke",
             "Parameters": {"FunctionName": "${ProfileStepsFunctionArn}", "Payload": {"action.$": "$.action"}},
             "ResultSelector": {"result.$": "$.Payload"},
-            "Retry": [{"ErrorEquals": ["Lambda.TooManyRequestsException"], "IntervalSeconds": 1, "MaxAttempts": 2,
-                       "BackoffRate": 1}],
+            "Retry": [
+                {"ErrorEquals": ["Lambda.TooManyRequestsException"], "IntervalSeconds": 1, "MaxAttempts": 2, "BackoffRate": 1}
+            ],
             "Catch": [{"ErrorEquals": ["PoolBusy"], "ResultPath": "$.caught", "Next": "NotePoolBusy"}],
             "End": True,
         },
@@ -32,7 +33,7 @@ PROBE_ASL = {
     },
 }
 HANDLER = textwrap.dedent(
-    '''
+    """
     import os
     import boto3
 
@@ -55,7 +56,7 @@ HANDLER = textwrap.dedent(
             "function": context.function_name,
             "remaining_ms": context.get_remaining_time_in_millis(),
         }
-    '''
+    """
 )
 
 

@@ -24,8 +24,11 @@ LOOP_ASL = {
     "StartAt": "Begin",
     "States": {
         "Begin": {"Type": "Pass", "Parameters": {"n": 0, "limit.$": "$.limit"}, "Next": "Loop"},
-        "Loop": {"Type": "Choice", "Choices": [{"Variable": "$.n", "NumericGreaterThanEqualsPath": "$.limit", "Next": "Done"}],
-                 "Default": "Count"},
+        "Loop": {
+            "Type": "Choice",
+            "Choices": [{"Variable": "$.n", "NumericGreaterThanEqualsPath": "$.limit", "Next": "Done"}],
+            "Default": "Count",
+        },
         "Count": {"Type": "Pass", "Parameters": {"n.$": "States.MathAdd($.n, 1)", "limit.$": "$.limit"}, "Next": "Loop"},
         "Done": {"Type": "Succeed"},
     },
@@ -45,9 +48,14 @@ def payload_asl(catch: list[str]) -> dict[str, object]:
         "StartAt": "Send",
         "States": {
             "Send": {
-                "Type": "Task", "Resource": "arn:aws:states:::lambda:invoke",
-                "Parameters": {"FunctionName": "${ProfileStepsFunctionArn}", "Payload": {"blob.$": "$.blob", "answer.$": "$.answer"}},
-                "ResultSelector": {"size.$": "$.Payload.size"}, "ResultPath": "$.sent",
+                "Type": "Task",
+                "Resource": "arn:aws:states:::lambda:invoke",
+                "Parameters": {
+                    "FunctionName": "${ProfileStepsFunctionArn}",
+                    "Payload": {"blob.$": "$.blob", "answer.$": "$.answer"},
+                },
+                "ResultSelector": {"size.$": "$.Payload.size"},
+                "ResultPath": "$.sent",
                 "Catch": [{"ErrorEquals": catch, "ResultPath": "$.blob", "Next": "Caught"}],
                 "End": True,
             },
@@ -57,10 +65,10 @@ def payload_asl(catch: list[str]) -> dict[str, object]:
 
 
 HANDLER = textwrap.dedent(
-    '''
+    """
     def lambda_handler(event, context):
         return {"size": len(event["blob"]), "answer": "y" * event["answer"]}
-    '''
+    """
 )
 
 
@@ -89,7 +97,10 @@ def test_an_execution_whose_event_25000_is_its_success_succeeds(twin: Twin) -> N
 def test_an_execution_past_25000_events_fails_with_the_history_limit_and_no_catch(twin: Twin) -> None:
     result = twin.run("loop", {"limit": rounds_for(HISTORY_LIMIT + 4)}, timeout_s=600)
     assert result.status == "FAILED", result.describe
-    assert (result.error, result.cause) == ("States.Runtime", "The execution reached the maximum number of history events (25000).")
+    assert (result.error, result.cause) == (
+        "States.Runtime",
+        "The execution reached the maximum number of history events (25000).",
+    )
     assert len(result.history) == HISTORY_LIMIT
     last = result.history[-1]
     assert (last["type"], last["id"], last["previousEventId"]) == ("ExecutionFailed", HISTORY_LIMIT, HISTORY_LIMIT - 1)

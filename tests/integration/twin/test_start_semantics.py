@@ -80,7 +80,12 @@ def test_a_smoke_test_that_fails_once_is_retried_and_the_start_ends_ready(twin: 
     failed = [e["taskFailedEventDetails"] for e in result.history if e["type"] == "TaskFailed"]
     assert [f["error"] for f in failed] == ["SmokeTestFailed"] and "503" in failed[0]["cause"]
     assert result.states_entered().count("RunSmokeTest") == 1 and result.output["smoke"]["ok"] is True
-    resource = boto3.resource("dynamodb", endpoint_url=twin.endpoint_url, region_name=twin.region,
-                              aws_access_key_id="testing", aws_secret_access_key="testing")
+    resource = boto3.resource(
+        "dynamodb",
+        endpoint_url=twin.endpoint_url,
+        region_name=twin.region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     assert DynamoStore(twin.table_name, resource=resource).get_profile(SMOKE).phase == Phase.READY
     _stop(twin, SMOKE, "stop-smoke")

@@ -6,7 +6,7 @@ import copy
 import json
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -53,23 +53,35 @@ def test_scale_out_serve_drain_and_terminate(twin: Twin) -> None:
     assert [i["LifecycleState"] for i in group()["Instances"]] == ["Pending"]
     _until("the target is healthy", lambda: health() == ["healthy"])
     assert len(group()["Instances"]) == 1
-    [task] = ecs.describe_tasks(cluster=spec.cluster, tasks=ecs.list_tasks(cluster=spec.cluster, serviceName=spec.service)["taskArns"])["tasks"]
+    [task] = ecs.describe_tasks(
+        cluster=spec.cluster, tasks=ecs.list_tasks(cluster=spec.cluster, serviceName=spec.service)["taskArns"]
+    )["tasks"]
     assert task["lastStatus"] == "RUNNING" and task["group"] == f"service:{spec.service}"
 
     # Requests through the load balancer become the target group's RequestCount.
     for _ in range(3):
-        httpx.post(f"{spec.endpoint_url}/v1/chat/completions", timeout=30, headers={"X-LLM-Profile": PROFILE},
-                   json={"model": spec.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).raise_for_status()
+        httpx.post(
+            f"{spec.endpoint_url}/v1/chat/completions",
+            timeout=30,
+            headers={"X-LLM-Profile": PROFILE},
+            json={"model": spec.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        ).raise_for_status()
     dimensions = [
         {"Name": "TargetGroup", "Value": spec.target_group_arn.split(":")[-1]},
         {"Name": "LoadBalancer", "Value": spec.load_balancer_arn.split(":loadbalancer/")[-1]},
     ]
 
     def requests_counted() -> float:
-        now = datetime.now(timezone.utc)
-        points = cw.get_metric_statistics(Namespace="AWS/ApplicationELB", MetricName="RequestCount", Dimensions=dimensions,
-                                          StartTime=now - timedelta(hours=1), EndTime=now + timedelta(minutes=1),
-                                          Period=60, Statistics=["Sum"])["Datapoints"]
+        now = datetime.now(UTC)
+        points = cw.get_metric_statistics(
+            Namespace="AWS/ApplicationELB",
+            MetricName="RequestCount",
+            Dimensions=dimensions,
+            StartTime=now - timedelta(hours=1),
+            EndTime=now + timedelta(minutes=1),
+            Period=60,
+            Statistics=["Sum"],
+        )["Datapoints"]
         return sum(p["Sum"] for p in points)
 
     _until("3 requests published", lambda: requests_counted() >= 3)
@@ -82,8 +94,9 @@ def test_scale_out_serve_drain_and_terminate(twin: Twin) -> None:
     time.sleep(2.0)  # over three terminate delays (0.6 s each here): a protected instance is still there
     [instance] = group()["Instances"]
     assert instance["ProtectedFromScaleIn"] is True and instance["LifecycleState"] == "InService"
-    asg.set_instance_protection(AutoScalingGroupName=pool.asg_name, InstanceIds=[instance["InstanceId"]],
-                                ProtectedFromScaleIn=False)
+    asg.set_instance_protection(
+        AutoScalingGroupName=pool.asg_name, InstanceIds=[instance["InstanceId"]], ProtectedFromScaleIn=False
+    )
     _until("the instance terminates", lambda: not group()["Instances"])
     assert twin.world.model_servers() == {}
     [stopped] = ecs.describe_tasks(cluster=spec.cluster, tasks=[task["taskArn"]])["tasks"]
@@ -111,22 +124,45 @@ def test_fargate_run_task_without_capacity_fails_the_sync_state_with_amazonecs_u
         rule.update(IntervalSeconds=1, MaxAttempts=1, BackoffRate=1)
         rule.pop("MaxDelaySeconds", None)
         rule.pop("JitterStrategy", None)
-    machine = {"StartAt": "RunScenarioOnEcs", "States": {
-        "RunScenarioOnEcs": state,
-        state["Next"]: {"Type": "Succeed"},
-        state["Catch"][0]["Next"]: {"Type": "Pass", "End": True},
-    }}
+    machine = {
+        "StartAt": "RunScenarioOnEcs",
+        "States": {
+            "RunScenarioOnEcs": state,
+            state["Next"]: {"Type": "Succeed"},
+            state["Catch"][0]["Next"]: {"Type": "Pass", "End": True},
+        },
+    }
     sfn, ecs = twin.client("stepfunctions"), twin.client("ecs")
     spec = twin.registry.profiles[PROFILE]
-    ecs.register_task_definition(family="servingctl-bench", networkMode="awsvpc", requiresCompatibilities=["FARGATE"],
-                                 cpu="1024", memory="2048", containerDefinitions=[{"name": "bench", "image": "bench:1", "essential": True}])
-    arn = sfn.create_state_machine(name="ecs-capacity", definition=json.dumps(machine), type="STANDARD",
-                                   roleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/servingctl-twin")["stateMachineArn"]
-    execution_input = {"ecs": {"cluster": spec.cluster, "task_definition": "servingctl-bench", "subnets": ["subnet-1"],
-                               "security_groups": ["sg-1"], "container": "bench"}, "event": {"action": "run_scenario"}}
+    ecs.register_task_definition(
+        family="servingctl-bench",
+        networkMode="awsvpc",
+        requiresCompatibilities=["FARGATE"],
+        cpu="1024",
+        memory="2048",
+        containerDefinitions=[{"name": "bench", "image": "bench:1", "essential": True}],
+    )
+    arn = sfn.create_state_machine(
+        name="ecs-capacity",
+        definition=json.dumps(machine),
+        type="STANDARD",
+        roleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/servingctl-twin",
+    )["stateMachineArn"]
+    execution_input = {
+        "ecs": {
+            "cluster": spec.cluster,
+            "task_definition": "servingctl-bench",
+            "subnets": ["subnet-1"],
+            "security_groups": ["sg-1"],
+            "container": "bench",
+        },
+        "event": {"action": "run_scenario"},
+    }
     twin.set_faults("capacity-unavailable")
     try:
-        result = twin.wait_execution(sfn.start_execution(stateMachineArn=arn, name="no-capacity", input=json.dumps(execution_input))["executionArn"])
+        result = twin.wait_execution(
+            sfn.start_execution(stateMachineArn=arn, name="no-capacity", input=json.dumps(execution_input))["executionArn"]
+        )
     finally:
         twin.set_faults()
     failures = [e["taskFailedEventDetails"] for e in result.history if e["type"] == "TaskFailed"]

@@ -44,11 +44,17 @@ class Api:
 
     def call(self, event: dict[str, Any]) -> tuple[int, Any]:
         """(status, parsed body) of the handler's answer."""
-        context = type("Context", (), {
-            "function_name": "servingctl-api", "memory_limit_in_mb": 256, "aws_request_id": str(uuid.uuid4()),
-            "invoked_function_arn": f"arn:aws:lambda:{REGION}:123456789012:function:servingctl-api",
-            "get_remaining_time_in_millis": lambda self: 30000,
-        })()
+        context = type(
+            "Context",
+            (),
+            {
+                "function_name": "servingctl-api",
+                "memory_limit_in_mb": 256,
+                "aws_request_id": str(uuid.uuid4()),
+                "invoked_function_arn": f"arn:aws:lambda:{REGION}:123456789012:function:servingctl-api",
+                "get_remaining_time_in_millis": lambda self: 30000,
+            },
+        )()
         answer = self.module.lambda_handler(event, context)
         return answer["statusCode"], json.loads(answer["body"]) if answer.get("body") else None
 
@@ -67,8 +73,9 @@ def registry_file(directory: Path) -> Path:
     """The reference registry plus SHARED on deepseek-v4-flash's pool, with moto's ARNs filled in later."""
     document = json.loads(REFERENCE_REGISTRY.read_text())
     shared = copy.deepcopy(document["profiles"]["deepseek-v4-flash"])
-    shared.update(service="self-hosted-llm-poc-qwen3-coder", model=SHARED,
-                  routing_header={"name": "X-LLM-Profile", "value": SHARED})
+    shared.update(
+        service="self-hosted-llm-poc-qwen3-coder", model=SHARED, routing_header={"name": "X-LLM-Profile", "value": SHARED}
+    )
     document["profiles"][SHARED] = shared
     path = directory / "registry.json"
     path.write_text(json.dumps(document))
@@ -82,16 +89,32 @@ def _bootstrap(registry: Path) -> None:
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
     for name, pool in document["pools"].items():
-        ec2.create_launch_template(LaunchTemplateName=name, LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "t3.micro"})
-        asg.create_auto_scaling_group(AutoScalingGroupName=pool["asg_name"], LaunchTemplate={"LaunchTemplateName": name},
-                                      MinSize=0, MaxSize=1, DesiredCapacity=0, VPCZoneIdentifier=subnet)
-        pool["asg_arn"] = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[pool["asg_name"]])["AutoScalingGroups"][0]["AutoScalingGroupARN"]
+        ec2.create_launch_template(
+            LaunchTemplateName=name, LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "t3.micro"}
+        )
+        asg.create_auto_scaling_group(
+            AutoScalingGroupName=pool["asg_name"],
+            LaunchTemplate={"LaunchTemplateName": name},
+            MinSize=0,
+            MaxSize=1,
+            DesiredCapacity=0,
+            VPCZoneIdentifier=subnet,
+        )
+        pool["asg_arn"] = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[pool["asg_name"]])["AutoScalingGroups"][0][
+            "AutoScalingGroupARN"
+        ]
     lb = elbv2.create_load_balancer(Name="llm", Subnets=[subnet], Scheme="internal")["LoadBalancers"][0]
     for name, profile in document["profiles"].items():
         ecs.create_cluster(clusterName=profile["cluster"])
-        family = ecs.register_task_definition(family=name, containerDefinitions=[{"name": "vllm", "image": "vllm", "memory": 512}])
-        ecs.create_service(cluster=profile["cluster"], serviceName=profile["service"],
-                           taskDefinition=family["taskDefinition"]["taskDefinitionArn"], desiredCount=0)
+        family = ecs.register_task_definition(
+            family=name, containerDefinitions=[{"name": "vllm", "image": "vllm", "memory": 512}]
+        )
+        ecs.create_service(
+            cluster=profile["cluster"],
+            serviceName=profile["service"],
+            taskDefinition=family["taskDefinition"]["taskDefinitionArn"],
+            desiredCount=0,
+        )
         tg = elbv2.create_target_group(Name=f"llm-{name}"[:32], Protocol="HTTP", Port=8000, VpcId=vpc, TargetType="ip")
         profile["target_group_arn"] = tg["TargetGroups"][0]["TargetGroupArn"]
         profile["load_balancer_arn"] = lb["LoadBalancerArn"]
@@ -118,8 +141,12 @@ def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
         start = sfn.create_state_machine(name="servingctl-start-profile", definition=PASS, roleArn=role)["stateMachineArn"]
         stop = sfn.create_state_machine(name="servingctl-stop-profile", definition=PASS, roleArn=role)["stateMachineArn"]
         for key, value in {
-            "SERVINGCTL_REGISTRY": f"ssm:{SSM_PATH}", "SERVINGCTL_TABLE": TABLE, "START_STATE_MACHINE_ARN": start,
-            "STOP_STATE_MACHINE_ARN": stop, "POWERTOOLS_SERVICE_NAME": "servingctl", "POWERTOOLS_TRACE_DISABLED": "true",
+            "SERVINGCTL_REGISTRY": f"ssm:{SSM_PATH}",
+            "SERVINGCTL_TABLE": TABLE,
+            "START_STATE_MACHINE_ARN": start,
+            "STOP_STATE_MACHINE_ARN": stop,
+            "POWERTOOLS_SERVICE_NAME": "servingctl",
+            "POWERTOOLS_TRACE_DISABLED": "true",
         }.items():
             monkeypatch.setenv(key, value)
         spec = importlib.util.spec_from_file_location(f"api_app_{uuid.uuid4().hex[:8]}", REPO / "functions" / "api" / "app.py")

@@ -24,8 +24,16 @@ def _ready(api: Api, profile: str = PROFILE, *, hours_ago: float = 2.0, lease_mi
     """Record profile READY with an open session that started hours_ago."""
     now = datetime.now(UTC)
     started = now - timedelta(hours=hours_ago)
-    api.store.open_session(Session(profile=profile, session_id=f"s-{profile}", pool="g7e-2gpu",
-                                   instance_type="g7e.12xlarge", started_at=started, start_execution="e1"))
+    api.store.open_session(
+        Session(
+            profile=profile,
+            session_id=f"s-{profile}",
+            pool="g7e-2gpu",
+            instance_type="g7e.12xlarge",
+            started_at=started,
+            start_execution="e1",
+        )
+    )
     api.store.set_phase(profile, Phase.STARTING, started, "e1", session_id=f"s-{profile}")
     api.store.set_phase(profile, Phase.READY, now, "e1", ready_at=now, lease_deadline=now + timedelta(minutes=lease_min))
     return started
@@ -35,7 +43,8 @@ def test_list_profiles_shows_every_registry_profile_stopped_at_first(api: Api) -
     status, body = api.call(api.event("list_profiles"))
     assert status == 200
     assert [(p["name"], p["phase"], p["instance_type"]) for p in body] == [
-        ("deepseek-v4-flash", "STOPPED", "g7e.12xlarge"), ("nemotron-nano", "STOPPED", "g7e.2xlarge"),
+        ("deepseek-v4-flash", "STOPPED", "g7e.12xlarge"),
+        ("nemotron-nano", "STOPPED", "g7e.2xlarge"),
         ("qwen3-coder", "STOPPED", "g7e.12xlarge"),
     ]
 
@@ -55,8 +64,9 @@ def test_get_profile_reports_counts_capacity_and_accrued_cost(api: Api) -> None:
 
 def test_get_profile_says_why_the_reconciler_last_stopped_it(api: Api) -> None:
     now = datetime.now(UTC)
-    api.store.update_profile(PROFILE, now, reconciled_at=now,
-                             reconcile_reason="lock-owner-ended: lock held by start-x, which is ABORTED")
+    api.store.update_profile(
+        PROFILE, now, reconciled_at=now, reconcile_reason="lock-owner-ended: lock held by start-x, which is ABORTED"
+    )
     status, body = api.call(api.event("get_profile"))
     assert status == 200
     assert body["reconcile_reason"] == "lock-owner-ended: lock held by start-x, which is ABORTED"
@@ -67,8 +77,12 @@ def test_unknown_profile_is_404_naming_the_known_ones(api: Api) -> None:
     status, body = api.call(api.event("get_profile_unknown"))
     assert status == 404
     assert body["field"] == "path.name" and "no-such-model" in body["message"] and "deepseek-v4-flash" in body["message"]
-    for method, path in (("POST", "/profiles/nope/start"), ("POST", "/profiles/nope/stop"), ("POST", "/profiles/nope/keepalive"),
-                         ("GET", "/ledger?profile=nope")):
+    for method, path in (
+        ("POST", "/profiles/nope/start"),
+        ("POST", "/profiles/nope/stop"),
+        ("POST", "/profiles/nope/keepalive"),
+        ("GET", "/ledger?profile=nope"),
+    ):
         assert api.request(method, path)[0] == 404, path
 
 
@@ -80,8 +94,12 @@ def test_start_answers_202_with_the_execution_and_passes_the_input(api: Api) -> 
     described = api.sfn.describe_execution(executionArn=body["execution_arn"])
     assert described["status"] == "RUNNING"
     # Who did it: the caller's IAM ARN from API Gateway's request context goes into the execution input.
-    assert json.loads(described["input"]) == {"profile": PROFILE, "allow_shared_pool": False, "lease_minutes": 90,
-                                              "requested_by": CALLER}
+    assert json.loads(described["input"]) == {
+        "profile": PROFILE,
+        "allow_shared_pool": False,
+        "lease_minutes": 90,
+        "requested_by": CALLER,
+    }
 
 
 def test_a_second_start_joins_the_running_one(api: Api) -> None:
@@ -191,7 +209,10 @@ def test_stop_preempts_a_running_start_but_start_while_stopping_is_409(api: Api)
     status, stop = api.call(api.event("stop_profile"))
     assert status == 202 and stop["action"] == "stop" and stop["execution_id"].startswith("stop-deepseek-v4-flash-")
     assert api.sfn.describe_execution(executionArn=started["execution_arn"])["status"] == "RUNNING"
-    assert json.loads(api.sfn.describe_execution(executionArn=stop["execution_arn"])["input"]) == {"profile": PROFILE, "requested_by": CALLER}
+    assert json.loads(api.sfn.describe_execution(executionArn=stop["execution_arn"])["input"]) == {
+        "profile": PROFILE,
+        "requested_by": CALLER,
+    }
     api.sfn.stop_execution(executionArn=started["execution_arn"])
     status, body = api.request("POST", f"/profiles/{PROFILE}/start")
     assert status == 409 and stop["execution_id"] in body["message"]
@@ -242,14 +263,22 @@ def test_ledger_prices_sessions_and_sums_months(api: Api) -> None:
     assert price is not None
     start = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
     for i, hours in enumerate((2.0, 1.5)):
-        opened = api.store.open_session(Session(profile=PROFILE, session_id=f"{i}", pool="g7e-2gpu",
-                                                instance_type="g7e.12xlarge", started_at=start + timedelta(days=i)))
+        opened = api.store.open_session(
+            Session(
+                profile=PROFILE,
+                session_id=f"{i}",
+                pool="g7e-2gpu",
+                instance_type="g7e.12xlarge",
+                started_at=start + timedelta(days=i),
+            )
+        )
         api.store.close_session(PROFILE, opened.session_id, opened.started_at + timedelta(hours=hours), "stop", "stopped")
     status, body = api.call(api.event("ledger"))
     assert status == 200
     assert [round(s["uptime_hours"], 3) for s in body["sessions"]] == [2.0, 1.5]
-    assert body["monthly"] == [{"profile": PROFILE, "month": "2026-03", "uptime_hours": 3.5,
-                                "cost_usd": round(3.5 * price.hourly_usd, 4)}]
+    assert body["monthly"] == [
+        {"profile": PROFILE, "month": "2026-03", "uptime_hours": 3.5, "cost_usd": round(3.5 * price.hourly_usd, 4)}
+    ]
     assert body["total_cost_usd"] == round(3.5 * price.hourly_usd, 4)
 
 
@@ -259,11 +288,23 @@ def test_a_body_that_is_not_utf8_json_is_refused_before_parsing(api: Api) -> Non
     event = api.event("start_profile")
     multipart = api.call({**event, "headers": {**event["headers"], "Content-Type": "multipart/form-data"}})
     assert multipart[0] == 415 and multipart[1]["field"] == "header.Content-Type"
-    binary = api.call({**event, "headers": {**event["headers"], "Idempotency-Key": "k2"},
-                       "body": base64.b64encode(b"\xff\xfe\x7f").decode(), "isBase64Encoded": True})
+    binary = api.call(
+        {
+            **event,
+            "headers": {**event["headers"], "Idempotency-Key": "k2"},
+            "body": base64.b64encode(b"\xff\xfe\x7f").decode(),
+            "isBase64Encoded": True,
+        }
+    )
     assert binary[0] == 400 and binary[1]["field"] == "body"
-    encoded = api.call({**event, "headers": {**event["headers"], "Idempotency-Key": "k3"},
-                        "body": base64.b64encode(b'{"lease_minutes": 60}').decode(), "isBase64Encoded": True})
+    encoded = api.call(
+        {
+            **event,
+            "headers": {**event["headers"], "Idempotency-Key": "k3"},
+            "body": base64.b64encode(b'{"lease_minutes": 60}').decode(),
+            "isBase64Encoded": True,
+        }
+    )
     assert encoded[0] == 202
     assert api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"][0]["status"] == "RUNNING"
 
@@ -291,8 +332,16 @@ def test_the_ledger_and_the_listed_price_use_the_price_key(api: Api) -> None:
     price = load_catalog().instance("us-east-1", "g7e.12xlarge")
     assert price is not None and load_catalog().instance("us-east-1", "g7e.2xlarge") is None
     start = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
-    opened = api.store.open_session(Session(profile=OTHER, session_id="k", pool="g7e-1gpu", instance_type="g7e.2xlarge",
-                                            price_key="g7e.12xlarge", started_at=start))
+    opened = api.store.open_session(
+        Session(
+            profile=OTHER,
+            session_id="k",
+            pool="g7e-1gpu",
+            instance_type="g7e.2xlarge",
+            price_key="g7e.12xlarge",
+            started_at=start,
+        )
+    )
     api.store.close_session(OTHER, opened.session_id, start + timedelta(hours=2), "stop", "stopped")
     status, body = api.request("GET", f"/ledger?profile={OTHER}")
     assert status == 200 and body["total_cost_usd"] == round(2 * price.hourly_usd, 4)
@@ -316,5 +365,7 @@ def test_a_lease_at_the_profiles_maximum_starts_and_a_minute_over_is_a_400(api: 
     status, body = api.request("POST", f"/profiles/{OTHER}/start", {"lease_minutes": 721})
     assert status == 400 and body["field"] == "body.lease_minutes"
     assert body["message"] == f"lease_minutes: must be between 5 and 720 minutes (the max_lease_minutes of {OTHER}); got 721"
-    assert [json.loads(api.sfn.describe_execution(executionArn=e["executionArn"])["input"])["profile"]
-            for e in api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"]] == [PROFILE]  # nothing started for 721
+    assert [
+        json.loads(api.sfn.describe_execution(executionArn=e["executionArn"])["input"])["profile"]
+        for e in api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"]
+    ] == [PROFILE]  # nothing started for 721

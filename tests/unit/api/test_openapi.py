@@ -16,10 +16,17 @@ def test_every_operation_documents_its_errors_and_iam_auth() -> None:
     document = openapi_document()
     operations = {(m.upper(), p): op for p, ops in document["paths"].items() for m, op in ops.items()}
     assert set(operations) == {
-        ("GET", "/profiles"), ("GET", "/profiles/{name}"), ("GET", "/profiles/{name}/starts"), ("POST", "/profiles/{name}/start"),
-        ("POST", "/profiles/{name}/stop"), ("POST", "/profiles/{name}/keepalive"),
-        ("GET", "/executions/{execution_id}"), ("GET", "/ledger"),
-        ("POST", "/benchmarks"), ("GET", "/benchmarks"), ("GET", "/benchmarks/{run_id}"),
+        ("GET", "/profiles"),
+        ("GET", "/profiles/{name}"),
+        ("GET", "/profiles/{name}/starts"),
+        ("POST", "/profiles/{name}/start"),
+        ("POST", "/profiles/{name}/stop"),
+        ("POST", "/profiles/{name}/keepalive"),
+        ("GET", "/executions/{execution_id}"),
+        ("GET", "/ledger"),
+        ("POST", "/benchmarks"),
+        ("GET", "/benchmarks"),
+        ("GET", "/benchmarks/{run_id}"),
     }
     for key, operation in operations.items():
         assert "422" not in operation["responses"], key  # validation errors answer 400

@@ -16,8 +16,10 @@ OTHER_CALLER = "arn:aws:sts::123456789012:assumed-role/llm-operators/bob"
 
 
 def _executions(api: Api) -> list[dict[str, Any]]:
-    return api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"] + \
-        api.sfn.list_executions(stateMachineArn=api.stop_arn)["executions"]
+    return (
+        api.sfn.list_executions(stateMachineArn=api.start_arn)["executions"]
+        + api.sfn.list_executions(stateMachineArn=api.stop_arn)["executions"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -65,7 +67,7 @@ def test_a_duplicate_key_is_refused_naming_it(api: Api, raw: bytes, key: str) ->
 @pytest.mark.parametrize(
     ("raw", "where"),
     [
-        (b'{not json', "line 1, column 2: Expecting property name enclosed in double quotes"),
+        (b"{not json", "line 1, column 2: Expecting property name enclosed in double quotes"),
         (b'{\n  "lease_minutes": 60,\n}', "line 3, column 1: Expecting property name enclosed in double quotes"),
         (b'{"lease_minutes": 60', "line 1, column 21: Expecting ',' delimiter"),
     ],

@@ -7,7 +7,16 @@ import json
 import httpx
 
 from servingctl.bench import backend
-from servingctl.bench.backend import PARSE_BATCH, PARSE_WAVE_READS, Backend, ChatRequest, Connection, _StreamState, base_url, parse_batch
+from servingctl.bench.backend import (
+    PARSE_BATCH,
+    PARSE_WAVE_READS,
+    Backend,
+    ChatRequest,
+    Connection,
+    _StreamState,
+    base_url,
+    parse_batch,
+)
 
 MS = 1_000_000
 
@@ -56,25 +65,36 @@ def run(reads, *, status=200, raise_exc=None, api_key="sk-test", headers=None):
 
 
 def test_exact_counts_from_continuous_usage_and_ttft_skips_the_role_chunk():
-    reads = [chunk("", role="assistant", usage=0), chunk("Hel", usage=1), chunk("lo w", usage=3) + chunk("", usage=4, finish="length"), USAGE_ONLY + DONE]
-    record, request = run(reads)
+    reads = [
+        chunk("", role="assistant", usage=0),
+        chunk("Hel", usage=1),
+        chunk("lo w", usage=3) + chunk("", usage=4, finish="length"),
+        USAGE_ONLY + DONE,
+    ]
+    record, _request = run(reads)
     assert record.ok and record.error_kind is None
     # clock reads: send 1 ms, reads at 2, 3, 4, 5 ms, close 6 ms, end 7 ms
     assert record.t_start_ns == 1 * MS
-    assert record.t_first_chunk_ns == 2 * MS    # TTFC as vLLM counts it: the role chunk
-    assert record.t_first_ns == 3 * MS          # "Hel", not the role chunk at 2 ms
-    assert record.t_first_answer_ns == 3 * MS   # no reasoning: the first answer token is the first token
+    assert record.t_first_chunk_ns == 2 * MS  # TTFC as vLLM counts it: the role chunk
+    assert record.t_first_ns == 3 * MS  # "Hel", not the role chunk at 2 ms
+    assert record.t_first_answer_ns == 3 * MS  # no reasoning: the first answer token is the first token
     assert record.chunks == [(3 * MS, 1), (4 * MS, 2), (4 * MS, 1)]
     assert record.t_last_ns == 4 * MS
-    assert record.t_end_ns == 5 * MS            # [DONE] arrival
+    assert record.t_end_ns == 5 * MS  # [DONE] arrival
     assert (record.prompt_tokens, record.completion_tokens, record.finish_reason) == (254, 4, "length")
     assert record.token_counts_exact
     assert sum(t for _, t in record.chunks) == record.completion_tokens
 
 
 def test_reasoning_tokens_count_for_ttft_and_the_first_answer_token_for_ttfot():
-    reads = [chunk("", role="assistant", usage=0), chunk(reasoning="Let", usage=1), chunk(reasoning=" me", usage=2),
-             chunk("Yes", usage=3), chunk("!", usage=4, finish="length"), USAGE_ONLY + DONE]
+    reads = [
+        chunk("", role="assistant", usage=0),
+        chunk(reasoning="Let", usage=1),
+        chunk(reasoning=" me", usage=2),
+        chunk("Yes", usage=3),
+        chunk("!", usage=4, finish="length"),
+        USAGE_ONLY + DONE,
+    ]
     record, _ = run(reads)
     # clock reads: send 1 ms, reads at 2 (role), 3, 4 (reasoning), 5, 6 (answer) ms
     assert (record.t_first_chunk_ns, record.t_first_ns, record.t_first_answer_ns) == (2 * MS, 3 * MS, 5 * MS)

@@ -29,7 +29,7 @@ def test_many_values_per_request_are_resampled_whole_and_binned_within_a_bin():
     assert sum(map(len, units)) > GRID
     got = replicates(units, np.random.default_rng(3), resamples=10)
     counts = np.random.default_rng(3).multinomial(40, np.full(40, 1 / 40), size=10)
-    exact = [np.median(np.concatenate([np.tile(u, c) for u, c in zip(units, row)])) for row in counts]
+    exact = [np.median(np.concatenate([np.tile(u, c) for u, c in zip(units, row, strict=True)])) for row in counts]
     assert got == pytest.approx(exact, rel=0.01)  # bins are a thousandth of the distribution
 
 
@@ -40,12 +40,15 @@ def test_two_samples_of_one_distribution_show_no_change():
     assert change.low_pct < 0 < change.high_pct
 
 
-@pytest.mark.parametrize(("scale", "higher_is_better", "verdict"), [
-    (1.2, False, "slower"),   # latency 20 % up
-    (1 / 1.2, False, "faster"),
-    (1.2, True, "faster"),    # tok/s 20 % up
-    (1 / 1.2, True, "slower"),
-])
+@pytest.mark.parametrize(
+    ("scale", "higher_is_better", "verdict"),
+    [
+        (1.2, False, "slower"),  # latency 20 % up
+        (1 / 1.2, False, "faster"),
+        (1.2, True, "faster"),  # tok/s 20 % up
+        (1 / 1.2, True, "slower"),
+    ],
+)
 def test_a_20_percent_shift_is_called_in_its_direction(scale, higher_is_better, verdict):
     rng = np.random.default_rng(12)
     change = compare(_requests(rng, 60), _requests(rng, 60, scale), higher_is_better=higher_is_better, seed=2)

@@ -39,7 +39,7 @@ def test_search_doubles_then_bisects():
     calls: list[int] = []
     asyncio.run(search_repetitions(fake_count(calls), 256))
     assert calls[:6] == [1, 2, 4, 8, 16, 32]  # doubling until 32 reps (293 tokens) > 256
-    assert calls[6:] == [24, 28, 26, 27]      # bisection between 16 and 32
+    assert calls[6:] == [24, 28, 26, 27]  # bisection between 16 and 32
 
 
 def test_target_below_the_template_returns_one_repetition():
@@ -61,7 +61,9 @@ def server(tokenize_status=200):
                 return httpx.Response(tokenize_status, json={"detail": "Not Found"})
             assert body["add_generation_prompt"] is True
             return httpx.Response(200, json={"count": tokens(body["messages"]), "tokens": []})
-        return httpx.Response(200, json={"choices": [], "usage": {"prompt_tokens": tokens(body["messages"]), "completion_tokens": 1}})
+        return httpx.Response(
+            200, json={"choices": [], "usage": {"prompt_tokens": tokens(body["messages"]), "completion_tokens": 1}}
+        )
 
     return httpx.MockTransport(handler), seen
 
@@ -114,4 +116,4 @@ def test_prompt_is_the_unit_repeated_after_the_nonce():
 def test_nonces_are_unique_word_shuffles_of_one_multiset():
     nonces = list(islice(unique_nonces(random.Random(7)), 500))
     assert len(set(nonces)) == 500
-    assert len({tuple(sorted(n.rstrip('.\n').split())) for n in nonces}) == 1  # same words, different order
+    assert len({tuple(sorted(n.rstrip(".\n").split())) for n in nonces}) == 1  # same words, different order

@@ -3,9 +3,9 @@
 import pytest
 
 from servingctl.bench.spread import MAX_PROCESSES
-from servingctl.schema.results import RunConfig
 from servingctl.cli import bench as bench_cli
 from servingctl.cli.main import build_parser, main
+from servingctl.schema.results import RunConfig
 
 BASE = ["bench", "--endpoint", "http://127.0.0.1:1", "--model", "m"]
 
@@ -36,25 +36,32 @@ def test_bad_flags_exit_2_naming_flag_and_allowed_values(capsys, extra, expected
 @pytest.mark.parametrize("value", ["65", "0", "x", "nan"])
 def test_processes_past_the_limit_or_not_a_number_are_refused_in_one_form(capsys, value):
     with pytest.raises(SystemExit) as exit_info:
-        main(BASE + ["--processes", value])
+        main([*BASE, "--processes", value])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
-        f"servingctl bench: error: argument --processes: '{value}': expected an integer from 1 to {MAX_PROCESSES}")
+        f"servingctl bench: error: argument --processes: '{value}': expected an integer from 1 to {MAX_PROCESSES}"
+    )
 
 
 def test_processes_at_the_limit_is_accepted():
     assert MAX_PROCESSES == 64  # the limit; "65" above is one past it
-    assert build_parser().parse_args(BASE + ["--processes", "64"]).processes == 64
+    assert build_parser().parse_args([*BASE, "--processes", "64"]).processes == 64
 
 
-@pytest.mark.parametrize(("flag", "value", "allowed"), [
-    ("--rounds", "0", "an integer >= 1"), ("--rounds", "two", "an integer >= 1"),
-    ("--max-failure-rate", "1.5", "a number from 0 to 1"), ("--max-failure-rate", "nan", "a number from 0 to 1"),
-    ("--timeout", "0", "a positive number of seconds"), ("--timeout", "soon", "a positive number of seconds"),
-])
+@pytest.mark.parametrize(
+    ("flag", "value", "allowed"),
+    [
+        ("--rounds", "0", "an integer >= 1"),
+        ("--rounds", "two", "an integer >= 1"),
+        ("--max-failure-rate", "1.5", "a number from 0 to 1"),
+        ("--max-failure-rate", "nan", "a number from 0 to 1"),
+        ("--timeout", "0", "a positive number of seconds"),
+        ("--timeout", "soon", "a positive number of seconds"),
+    ],
+)
 def test_every_bounded_flag_refuses_in_the_same_form(capsys, flag, value, allowed):
     with pytest.raises(SystemExit):
-        main(BASE + [flag, value])
+        main([*BASE, flag, value])
     assert f"error: argument {flag}: '{value}': expected {allowed}" in capsys.readouterr().err
 
 
@@ -66,14 +73,38 @@ def test_bad_endpoint_is_named(capsys):
 
 def test_config_from_flags_redacts_secrets_and_keeps_the_rest():
     args = build_parser().parse_args(
-        BASE + ["--api-key", "sk-1", "--header", "Authorization:Bearer sk-2", "--header", "X-LLM-Profile:ds",
-                "--input-tokens", "256,2048", "--concurrency", "1,4", "--mode", "rate", "--rate", "2.5",
-                "--requests", "20", "--salt-mode", "prompt-nonce"]
+        [
+            *BASE,
+            "--api-key",
+            "sk-1",
+            "--header",
+            "Authorization:Bearer sk-2",
+            "--header",
+            "X-LLM-Profile:ds",
+            "--input-tokens",
+            "256,2048",
+            "--concurrency",
+            "1,4",
+            "--mode",
+            "rate",
+            "--rate",
+            "2.5",
+            "--requests",
+            "20",
+            "--salt-mode",
+            "prompt-nonce",
+        ]
     )
     config = bench_cli.config_from_args(args)
     assert config.headers == {"Authorization": "<redacted>", "X-LLM-Profile": "ds"}
     assert config.api_key_set and "sk-" not in config.model_dump_json()
-    assert (config.input_tokens, config.concurrencies, config.mode, config.rate, config.requests) == ([256, 2048], [1, 4], "rate", 2.5, 20)
+    assert (config.input_tokens, config.concurrencies, config.mode, config.rate, config.requests) == (
+        [256, 2048],
+        [1, 4],
+        "rate",
+        2.5,
+        20,
+    )
 
 
 def test_every_flag_maps_to_a_config_field():
@@ -81,7 +112,7 @@ def test_every_flag_maps_to_a_config_field():
 
 
 def test_a_dead_endpoint_says_cannot_connect_to_it(capsys):
-    code = main(BASE + ["--input-tokens", "8", "--concurrency", "1", "--rounds", "1", "--warmup", "0"])
+    code = main([*BASE, "--input-tokens", "8", "--concurrency", "1", "--rounds", "1", "--warmup", "0"])
     err = capsys.readouterr().err
     assert code == 1 and "servingctl bench: error: cannot connect to http://127.0.0.1:1 (" in err
     assert "usage.prompt_tokens" not in err and "None" not in err

@@ -1,5 +1,7 @@
 """Metric arithmetic with hand-computed expectations (times in ns; 1 ms = 1_000_000 ns)."""
 
+from itertools import pairwise
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -26,24 +28,29 @@ MS = 1_000_000
 def record(index=0, start_ms=0, chunks_ms=((100, 1), (110, 2), (130, 1)), end_ms=140, ok=True, **extra):
     chunks = [(int(t * MS), k) for t, k in chunks_ms]
     return RequestRecord(
-        scenario="in256-c1", round=0, index=index, ok=ok,
+        scenario="in256-c1",
+        round=0,
+        index=index,
+        ok=ok,
         t_start_ns=int(start_ms * MS),
         t_first_ns=chunks[0][0] if chunks else None,
         t_first_answer_ns=extra.pop("t_first_answer_ns", chunks[0][0] if chunks else None),
         t_last_ns=chunks[-1][0] if chunks else None,
         t_end_ns=int(end_ms * MS),
         completion_tokens=sum(k for _, k in chunks),
-        chunks=chunks, token_counts_exact=True, **{"prompt_tokens": 254, "finish_reason": "length", **extra},
+        chunks=chunks,
+        token_counts_exact=True,
+        **{"prompt_tokens": 254, "finish_reason": "length", **extra},
     )
 
 
 def test_per_request_metrics():
     r = with_request_metrics(record())
-    assert r.ttft_ms == 100.0                        # first token chunk at 100 ms
+    assert r.ttft_ms == 100.0  # first token chunk at 100 ms
     assert r.e2e_ms == 140.0
-    assert r.e2e_tok_s == pytest.approx(4 / 0.140)   # 28.57 tok/s
+    assert r.e2e_tok_s == pytest.approx(4 / 0.140)  # 28.57 tok/s
     assert r.decode_tok_s == pytest.approx(3 / 0.030)  # (n-1) / (t_last - t_first) = 100 tok/s
-    assert r.tpot_ms == pytest.approx(40 / 3)        # (E2E - TTFT) / (n-1)
+    assert r.tpot_ms == pytest.approx(40 / 3)  # (E2E - TTFT) / (n-1)
 
 
 def test_ttfc_ttft_and_ttfot_from_their_own_chunks():
@@ -63,9 +70,9 @@ def test_chunks_of_one_read_are_coalesced_not_zero_gaps():
     r = with_request_metrics(record(chunks_ms=chunks_ms))
     assert r.coalesced_gaps == 2
     assert per_read(r.chunks) == [(100 * MS, 2), (120 * MS, 2), (130 * MS, 1)]
-    assert chunk_gaps_ms(r.chunks) == [20.0, 10.0]          # no 0 ms gaps
-    assert itl_samples_ms(r.chunks) == [10.0, 10.0, 10.0]   # one sample per token after the first read
-    assert r.decode_tok_s == pytest.approx(3 / 0.030)        # the first read brought k = 2
+    assert chunk_gaps_ms(r.chunks) == [20.0, 10.0]  # no 0 ms gaps
+    assert itl_samples_ms(r.chunks) == [10.0, 10.0, 10.0]  # one sample per token after the first read
+    assert r.decode_tok_s == pytest.approx(3 / 0.030)  # the first read brought k = 2
     assert "itl_ms: 2 of 4 chunk gaps" in unmeasured([r])[0]
 
 
@@ -101,7 +108,8 @@ def test_decode_rate_is_measured_with_half_the_gaps_coalesced_and_not_one_past_h
     assert bunched.coalesced_gaps == 3 and bunched.decode_tok_s is None
     assert bunched.e2e_tok_s is not None and bunched.ttft_ms == 100.0  # the rest still stands
     assert unmeasured([bunched, half])[0].startswith(
-        "decode_tok_s: 1 of 2 requests got all their tokens in one network read, or more than half of their chunk gaps coalesced")
+        "decode_tok_s: 1 of 2 requests got all their tokens in one network read, or more than half of their chunk gaps coalesced"
+    )
 
 
 def test_reasoning_only_answer_has_no_ttfot_and_says_so():
@@ -124,8 +132,8 @@ def test_itl_is_token_normalized_while_chunk_gaps_stay_raw():
 
 
 def test_gap_summaries_pool_itl_samples_and_raw_gaps_over_requests():
-    one_token_reads = record(chunks_ms=((100, 1), (110, 1), (130, 1)))      # gaps 10, 20
-    with_a_pair = record(chunks_ms=((100, 1), (140, 2), (150, 1)))          # gaps 40 (2 tokens), 10
+    one_token_reads = record(chunks_ms=((100, 1), (110, 1), (130, 1)))  # gaps 10, 20
+    with_a_pair = record(chunks_ms=((100, 1), (140, 2), (150, 1)))  # gaps 40 (2 tokens), 10
     itl, gaps = gap_summaries([one_token_reads, with_a_pair])
     assert (itl.count, itl.min, itl.max, itl.mean) == (5, 10.0, 20.0, pytest.approx(80 / 5))
     assert (gaps.count, gaps.min, gaps.max, gaps.mean) == (4, 10.0, 40.0, 20.0)
@@ -138,7 +146,7 @@ def test_gap_summaries_equal_the_summaries_of_every_request_s_samples(chunk_list
     every_itl, every_gap = [], []
     for r in records:
         reads = per_read(r.chunks)
-        for (t0, _), (t1, k) in zip(reads, reads[1:]):
+        for (t0, _), (t1, k) in pairwise(reads):
             every_gap.append((t1 - t0) / MS)
             every_itl += [(t1 - t0) / MS / k] * k if k else []
     assert gap_summaries(records) == (summarize(every_itl), summarize(every_gap))
@@ -161,8 +169,8 @@ def test_mismatches_flag_prompt_completion_and_finish_reason():
 
 
 def test_burst_round_aggregate_is_tokens_over_round_wall_time():
-    a = record(index=0, start_ms=0, end_ms=140)                                    # 4 tokens
-    b = record(index=1, start_ms=2, chunks_ms=((120, 2), (190, 2)), end_ms=200)   # 4 tokens
+    a = record(index=0, start_ms=0, end_ms=140)  # 4 tokens
+    b = record(index=1, start_ms=2, chunks_ms=((120, 2), (190, 2)), end_ms=200)  # 4 tokens
     failed = record(index=2, start_ms=1, chunks_ms=((150, 5),), end_ms=160, ok=False)
     result = round_result(3, False, [a, b, failed])
     assert (result.t_start_ns, result.t_end_ns) == (0, 200 * MS)
@@ -185,8 +193,11 @@ def test_steady_window_runs_from_first_completion_to_last_send():
     assert window.warnings == []
 
 
-@given(st.lists(st.lists(st.tuples(st.integers(0, 20), st.integers(1, 3)), max_size=8), min_size=1, max_size=6),
-       st.integers(1, 19), st.integers(1, 19))
+@given(
+    st.lists(st.lists(st.tuples(st.integers(0, 20), st.integers(1, 3)), max_size=8), min_size=1, max_size=6),
+    st.integers(1, 19),
+    st.integers(1, 19),
+)
 def test_steady_window_counts_the_tokens_stamped_inside_it_whole_requests_or_parts(chunk_lists, a, b):
     # requests wholly inside, wholly outside and across the window [first completion, last send]
     records = [record(index=i, chunks_ms=tuple(chunks), end_ms=30) for i, chunks in enumerate(chunk_lists)]

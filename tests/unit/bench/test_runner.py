@@ -9,8 +9,8 @@ import httpx
 
 from servingctl.bench.backend import Connection
 from servingctl.bench.calibration import UNIT
-from servingctl.schema.results import Calibration, RunConfig
 from servingctl.bench.runner import run_benchmark, run_scenario
+from servingctl.schema.results import Calibration, RunConfig
 
 
 def managed_api(fail_every: int = 0):
@@ -30,7 +30,9 @@ def managed_api(fail_every: int = 0):
             return httpx.Response(429, json={"error": "rate limited"})
         n = body["max_tokens"]
         events = [{"choices": [{"delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
-        events += [{"choices": [{"delta": {"content": "x"}, "finish_reason": "length" if i == n - 1 else None}]} for i in range(n)]
+        events += [
+            {"choices": [{"delta": {"content": "x"}, "finish_reason": "length" if i == n - 1 else None}]} for i in range(n)
+        ]
         events += [{"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": n}}]
         lines = [f"data: {json.dumps(e)}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
 
@@ -45,8 +47,15 @@ def managed_api(fail_every: int = 0):
 
 def test_sweep_against_a_managed_api_without_metrics_or_tokenize():
     transport, calls = managed_api()
-    config = RunConfig(endpoint="https://api.example.com/v1", model="m", input_tokens=[100], concurrencies=[1, 2],
-                       warmup=1, rounds=2, max_tokens=5)
+    config = RunConfig(
+        endpoint="https://api.example.com/v1",
+        model="m",
+        input_tokens=[100],
+        concurrencies=[1, 2],
+        warmup=1,
+        rounds=2,
+        max_tokens=5,
+    )
     run = asyncio.run(run_benchmark(config, api_key="sk", transport=transport, run_id="r1"))
     assert run.exit_code == 0 and run.metadata.server_version is None
     assert run.calibrations[0].method == "usage" and run.calibrations[0].actual_tokens == 93  # 3 + 9 x 10
@@ -73,8 +82,9 @@ def test_one_scenario_with_a_given_calibration_counts_failures_by_kind():
 
 def test_the_garbage_collector_pauses_while_the_load_runs_and_comes_back_after():
     transport, _ = managed_api()
-    config = RunConfig(endpoint="https://api.example.com/v1", model="m", input_tokens=[100], concurrencies=[2],
-                       warmup=1, rounds=1, max_tokens=5)
+    config = RunConfig(
+        endpoint="https://api.example.com/v1", model="m", input_tokens=[100], concurrencies=[2], warmup=1, rounds=1, max_tokens=5
+    )
     seen = []  # gc state at each request's end (request_done is sent from inside the load)
 
     def progress(event):

@@ -2,11 +2,12 @@
 
 import asyncio
 import statistics
+from itertools import pairwise
 
 import pytest
 
-from servingctl.schema.results import RequestRecord
 from servingctl.bench.scheduler import poisson_offsets, run_bursts, run_rate, run_sustained
+from servingctl.schema.results import RequestRecord
 
 
 class FakeServer:
@@ -24,8 +25,17 @@ class FakeServer:
         for _ in range(3 + index % 3):
             await asyncio.sleep(0)
         self.in_flight -= 1
-        return RequestRecord(scenario="s", round=round_index, index=index, warmup=warmup, ok=True,
-                             t_start_ns=index, t_end_ns=index + 10, completion_tokens=2, chunks=[(index + 5, 2)])
+        return RequestRecord(
+            scenario="s",
+            round=round_index,
+            index=index,
+            warmup=warmup,
+            ok=True,
+            t_start_ns=index,
+            t_end_ns=index + 10,
+            completion_tokens=2,
+            chunks=[(index + 5, 2)],
+        )
 
 
 def test_bursts_release_c_requests_per_round_and_number_them_on():
@@ -58,16 +68,16 @@ def test_poisson_schedule_is_deterministic_from_the_seed_and_absolute():
     assert a == poisson_offsets(2.0, 42, requests=2000, duration_s=None)
     assert a != poisson_offsets(2.0, 43, requests=2000, duration_s=None)
     assert a[0] == 0.0 and a == sorted(a)
-    gaps = [b - a_ for a_, b in zip(a, a[1:])]
-    assert statistics.fmean(gaps) == pytest.approx(0.5, rel=0.05)   # mean gap 1 / rate
-    assert statistics.stdev(gaps) == pytest.approx(0.5, rel=0.08)   # exponential: stdev = mean
+    gaps = [b - a_ for a_, b in pairwise(a)]
+    assert statistics.fmean(gaps) == pytest.approx(0.5, rel=0.05)  # mean gap 1 / rate
+    assert statistics.stdev(gaps) == pytest.approx(0.5, rel=0.08)  # exponential: stdev = mean
 
 
 def test_poisson_schedule_stops_at_duration_or_count():
     by_time = poisson_offsets(10.0, 1, requests=None, duration_s=3.0)
     assert by_time[-1] < 3.0 and 15 < len(by_time) < 50
     assert len(poisson_offsets(10.0, 1, requests=7, duration_s=3.0)) == 7
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="needs requests or duration_s"):
         poisson_offsets(1.0, 1, requests=None, duration_s=None)
 
 

@@ -1,15 +1,25 @@
 """Prometheus text parsing, per-model totals, and the server cross-check verdicts."""
 
+import asyncio
+import time
+from itertools import pairwise
+
+import pytest
+
+from servingctl.bench import server_metrics
 from servingctl.bench.server_metrics import (
     GENERATION,
     PREFIX_HITS,
     SPEC_ACCEPTED,
     SPEC_DRAFT,
+    ServerMetrics,
     Snapshot,
     build_checks,
     model_totals,
     parse_prometheus,
+    thinned,
 )
+from servingctl.schema.results import ServerSample
 
 TEXT = """# HELP vllm:generation_tokens_total Number of generation tokens processed.
 # TYPE vllm:generation_tokens_total counter
@@ -36,15 +46,15 @@ def test_parse_labels_escapes_timestamps_and_skip_junk():
 
 def test_totals_sum_label_sets_of_the_model_only():
     totals = model_totals(parse_prometheus(TEXT), "tiny")
-    assert totals[GENERATION] == 128.0           # two engines of "tiny", not "other"
-    assert totals[PREFIX_HITS] == 16.0            # no model label: counted
+    assert totals[GENERATION] == 128.0  # two engines of "tiny", not "other"
+    assert totals[PREFIX_HITS] == 16.0  # no model label: counted
     assert "vllm:kv_cache_usage_perc" not in totals  # NaN skipped
 
 
 def test_name_filter():
     assert [s.name for s in parse_prometheus(TEXT, frozenset({GENERATION}))] == [GENERATION] * 3
     # a longer name that begins with a wanted one is not it; indented and CRLF lines still count
-    text = "vllm:generation_tokens_total_x 5\r\n  vllm:generation_tokens_total 7\r\nvllm:generation_tokens_total{a=\"b\"} 1"
+    text = 'vllm:generation_tokens_total_x 5\r\n  vllm:generation_tokens_total 7\r\nvllm:generation_tokens_total{a="b"} 1'
     assert [(s.value, s.labels) for s in parse_prometheus(text, frozenset({GENERATION}))] == [(7.0, {}), (1.0, {"a": "b"})]
 
 
@@ -56,8 +66,15 @@ def snap(generation, hits=0.0, draft=None, accepted=None):
 
 
 def checks(before, after, **kw):
-    args = dict(client_completion_tokens=512, client_prompt_tokens=0, salted=True, peak_running=4,
-                running_samples=20, intended_concurrency=4, exact_peak=True) | kw
+    args = {
+        "client_completion_tokens": 512,
+        "client_prompt_tokens": 0,
+        "salted": True,
+        "peak_running": 4,
+        "running_samples": 20,
+        "intended_concurrency": 4,
+        "exact_peak": True,
+    } | kw
     return build_checks(before, after, **args)
 
 
@@ -94,22 +111,15 @@ def test_missing_metrics_are_unavailable_not_failed():
 
 
 # ---- the sampler: peak and metrics over time -------------------------------------------------
-import asyncio  # noqa: E402
-import time  # noqa: E402
-
-import pytest  # noqa: E402
-
-from servingctl.bench import server_metrics  # noqa: E402
-from servingctl.bench.server_metrics import ServerMetrics, thinned  # noqa: E402
-from servingctl.schema.results import ServerSample  # noqa: E402
 
 
 class _Server:
     """A backend whose /metrics counts up per scrape; from scrape `hang_after` on it never answers,
     and scrapes listed in `errors` fail like a refused connection."""
 
-    def __init__(self, *, kv_name: str = "vllm:kv_cache_usage_perc", hang_after: int | None = None,
-                 errors: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self, *, kv_name: str = "vllm:kv_cache_usage_perc", hang_after: int | None = None, errors: frozenset[int] = frozenset()
+    ) -> None:
         self.kv_name, self.hang_after, self.errors = kv_name, hang_after, errors
         self.scrapes = 0
 
@@ -124,15 +134,17 @@ class _Server:
             await asyncio.sleep(3600)
         if n in self.errors:
             return None, "ConnectError: refused"
-        return 200, "\n".join([
-            f'vllm:num_requests_running{{model_name="tiny"}} {n % 3}',
-            'vllm:num_requests_waiting{model_name="tiny"} 1',
-            f'{self.kv_name}{{model_name="tiny"}} 0.25',
-            f'vllm:generation_tokens_total{{model_name="tiny"}} {10 * n}',
-            f'vllm:prompt_tokens_total{{model_name="tiny"}} {100 * n}',
-            f'vllm:spec_decode_num_draft_tokens_total{{model_name="tiny"}} {3 * n}',
-            f'vllm:spec_decode_num_accepted_tokens_total{{model_name="tiny"}} {2 * n}',
-        ])
+        return 200, "\n".join(
+            [
+                f'vllm:num_requests_running{{model_name="tiny"}} {n % 3}',
+                'vllm:num_requests_waiting{model_name="tiny"} 1',
+                f'{self.kv_name}{{model_name="tiny"}} 0.25',
+                f'vllm:generation_tokens_total{{model_name="tiny"}} {10 * n}',
+                f'vllm:prompt_tokens_total{{model_name="tiny"}} {100 * n}',
+                f'vllm:spec_decode_num_draft_tokens_total{{model_name="tiny"}} {3 * n}',
+                f'vllm:spec_decode_num_accepted_tokens_total{{model_name="tiny"}} {2 * n}',
+            ]
+        )
 
 
 async def _sample_for(server: _Server, seconds: float) -> tuple[ServerMetrics, float]:
@@ -154,7 +166,7 @@ def test_sampler_keeps_one_sample_per_interval_of_every_metric(monkeypatch, kv_n
     timeline = metrics.timeline
     assert 4 <= len(timeline) <= 6  # one a 0.2 s over 1 s (first at once)
     assert len({p.t_ns // int(0.2e9) for p in timeline}) == len(timeline)  # no interval twice
-    gaps = [b.t_ns - a.t_ns for a, b in zip(timeline, timeline[1:])]
+    gaps = [b.t_ns - a.t_ns for a, b in pairwise(timeline)]
     assert all(gap >= 0.1e9 for gap in gaps) and timeline[0].t_ns < 0.1e9  # the slow ones mid-interval
     assert {(p.waiting, p.kv_cache_usage) for p in timeline} == {(1.0, 0.25)}  # either name of the KV gauge
     assert [p.generation_tokens for p in timeline] == sorted(p.generation_tokens for p in timeline)

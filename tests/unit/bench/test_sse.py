@@ -38,7 +38,7 @@ def test_comments_and_id_retry_fields_are_not_events_nor_malformed():
 
 def test_malformed_lines_are_counted_and_skipped():
     parser = SSEParser()
-    events = feed_all(parser, b"data: ok\nthis is not sse\n{\"raw\": 1}\n\ndata: next\n\n")
+    events = feed_all(parser, b'data: ok\nthis is not sse\n{"raw": 1}\n\ndata: next\n\n')
     assert events == [SSEEvent("ok"), SSEEvent("next")]
     assert parser.malformed_lines == 2
 

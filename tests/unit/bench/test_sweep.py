@@ -9,10 +9,19 @@ from servingctl.bench.sweep import decide, result_of, saturated
 from servingctl.schema.results import SweepStep
 
 
-def step(c: int, met: bool, *, goodput: float = 1.0, tok_s: float | None = 100.0, ttft: float | None = 10.0,
-         sat: bool = False) -> SweepStep:
-    return SweepStep(concurrency=c, scenario=f"in100-c{c}", met=met, goodput_rps=goodput, goodput_tok_s=goodput * 10,
-                     aggregate_tok_s=tok_s, ttft_median_ms=ttft, saturated=sat)
+def step(
+    c: int, met: bool, *, goodput: float = 1.0, tok_s: float | None = 100.0, ttft: float | None = 10.0, sat: bool = False
+) -> SweepStep:
+    return SweepStep(
+        concurrency=c,
+        scenario=f"in100-c{c}",
+        met=met,
+        goodput_rps=goodput,
+        goodput_tok_s=goodput * 10,
+        aggregate_tok_s=tok_s,
+        ttft_median_ms=ttft,
+        saturated=sat,
+    )
 
 
 def search(capacity: int, max_concurrency: int = 256, max_steps: int = 12) -> tuple[list[int], object]:

@@ -70,7 +70,7 @@ def test_chunked_body_split_at_any_byte_is_decoded_and_ends_cleanly(cut):
     positions = [data.index(event) + k for event in EVENTS for k in range(len(event))]
     first_read = bytes(data[p] for p in positions if p < cut)
     assert b"".join(block for block, t in got if t == 1) == first_read
-    assert b"".join(block for block, t in got if t == 2) == b"".join(EVENTS)[len(first_read):]
+    assert b"".join(block for block, t in got if t == 2) == b"".join(EVENTS)[len(first_read) :]
 
 
 FLOOD = [b'data: {"n": %d}\n\n' % i for i in range(5)]
@@ -112,7 +112,7 @@ def test_any_chunks_read_in_any_pieces_decode_to_their_payloads(payloads, cuts, 
 
 def test_byte_by_byte_reads_keep_their_own_arrival_stamps():
     data = HEAD + CHUNKED
-    got, conn, _ = feed_reads([data[i:i + 1] for i in range(len(data))])
+    got, conn, _ = feed_reads([data[i : i + 1] for i in range(len(data))])
     assert b"".join(block for block, _ in got) == b"".join(EVENTS)
     body_start = len(HEAD) + CHUNKED.index(b"\r\n") + 2  # first payload byte: read number body_start + 1
     assert got[0] == (EVENTS[0][:1], body_start + 1)
@@ -139,7 +139,7 @@ def test_a_response_head_arriving_after_its_waiter_was_cancelled_closes_the_conn
 
 
 def test_malformed_chunk_framing_is_a_protocol_error():
-    got, conn, sock = feed_reads([HEAD + b"zz\r\nhello\r\n"])
+    _got, conn, sock = feed_reads([HEAD + b"zz\r\nhello\r\n"])
 
     async def finished():
         await conn.stream.finished()
@@ -196,6 +196,7 @@ def ok(body: bytes = b"hello") -> Respond:
     async def respond(writer, n, request):
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
         await writer.drain()
+
     return respond
 
 
@@ -314,12 +315,11 @@ def test_cut_stream_is_a_protocol_error_with_the_blocks_before_it_delivered():
 
     async def go():
         got = []
-        async with Server(cut) as url, client(url) as http:
-            async with http.stream("GET", "/") as response:
-                stream = timed_stream(response)
-                stream.deliver(lambda block, t: got.append(block))
-                with pytest.raises(httpx.RemoteProtocolError, match="complete message body"):
-                    await stream.finished()
+        async with Server(cut) as url, client(url) as http, http.stream("GET", "/") as response:
+            stream = timed_stream(response)
+            stream.deliver(lambda block, t: got.append(block))
+            with pytest.raises(httpx.RemoteProtocolError, match="complete message body"):
+                await stream.finished()
         return got
 
     assert b"".join(asyncio.run(go())) == EVENTS[0]
@@ -374,10 +374,14 @@ def test_backend_maps_transport_failures_to_error_kinds(respond, kind):
 
 def sse_answer(tokens: int) -> Respond:
     """A streamed chat answer of `tokens` one-token chunks with usage, one network write each."""
+
     async def respond(writer, n, request):
         events = [b'data: {"choices":[{"delta":{"role":"assistant","content":""}}],"usage":{"completion_tokens":0}}\n\n']
-        events += [b'data: {"choices":[{"delta":{"content":"x"},"finish_reason":%s}],"usage":{"prompt_tokens":3,'
-                   b'"completion_tokens":%d}}\n\n' % (b'"length"' if i == tokens else b"null", i) for i in range(1, tokens + 1)]
+        events += [
+            b'data: {"choices":[{"delta":{"content":"x"},"finish_reason":%s}],"usage":{"prompt_tokens":3,'
+            b'"completion_tokens":%d}}\n\n' % (b'"length"' if i == tokens else b"null", i)
+            for i in range(1, tokens + 1)
+        ]
         writer.write(HEAD)
         for event in [*events, b"data: [DONE]\n\n"]:
             writer.write(b"%x\r\n%s\r\n" % (len(event), event))
@@ -385,6 +389,7 @@ def sse_answer(tokens: int) -> Respond:
             await asyncio.sleep(0.002)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
+
     return respond
 
 
@@ -399,9 +404,9 @@ def test_warm_connections_and_prebuilt_requests_stamped_at_the_write():
                 await backend.warm(4)
                 warmed = server.connections
                 t0 = clock()
-                records = await asyncio.gather(*(
-                    backend.stream_chat(ChatRequest("s", 0, i, False, "hi"), max_tokens=3, seed=1, t0=t0) for i in range(4)
-                ))
+                records = await asyncio.gather(
+                    *(backend.stream_chat(ChatRequest("s", 0, i, False, "hi"), max_tokens=3, seed=1, t0=t0) for i in range(4))
+                )
         return server, warmed, records, url
 
     server, warmed, records, url = asyncio.run(go())

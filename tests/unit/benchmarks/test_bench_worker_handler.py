@@ -32,7 +32,9 @@ def _event(name: str) -> dict[str, Any]:
 
 def _context() -> SimpleNamespace:
     return SimpleNamespace(
-        function_name="servingctl-bench-worker", memory_limit_in_mb=1769, aws_request_id="req-1",
+        function_name="servingctl-bench-worker",
+        memory_limit_in_mb=1769,
+        aws_request_id="req-1",
         invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:servingctl-bench-worker",
         get_remaining_time_in_millis=lambda: 900_000,
     )
@@ -41,10 +43,15 @@ def _context() -> SimpleNamespace:
 @pytest.fixture
 def handler(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     for key, value in {
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
         "SERVINGCTL_REGISTRY": "ssm:/servingctl/registry",
-        "SERVINGCTL_TABLE": "servingctl", "SERVINGCTL_BUCKET": "records", "POWERTOOLS_SERVICE_NAME": "servingctl",
-        "POWERTOOLS_METRICS_NAMESPACE": "servingctl", "POWERTOOLS_TRACE_DISABLED": "true",
+        "SERVINGCTL_TABLE": "servingctl",
+        "SERVINGCTL_BUCKET": "records",
+        "POWERTOOLS_SERVICE_NAME": "servingctl",
+        "POWERTOOLS_METRICS_NAMESPACE": "servingctl",
+        "POWERTOOLS_TRACE_DISABLED": "true",
     }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("SERVINGCTL_BENCH_ECS_TASK_DEFINITION", raising=False)
@@ -52,8 +59,11 @@ def handler(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
         create_table("servingctl", boto3.resource("dynamodb"))
         boto3.client("s3").create_bucket(Bucket="records")
         # Read from SSM by its path, as deployed.
-        publish_parameters(boto3.client("ssm"), json.loads((ROOT / "layers/core/servingctl/local/reference_registry.json").read_text()),
-                       "/servingctl/registry")
+        publish_parameters(
+            boto3.client("ssm"),
+            json.loads((ROOT / "layers/core/servingctl/local/reference_registry.json").read_text()),
+            "/servingctl/registry",
+        )
         parameters.clear_caches()
         spec = importlib.util.spec_from_file_location("handler_bench_worker", ROOT / "functions/bench_worker/app.py")
         assert spec and spec.loader
@@ -81,8 +91,12 @@ def test_plan_then_a_failed_finish_record_the_run_and_its_reason(handler: Module
     runs = DynamoBenchmarkStore("servingctl")
     assert runs.get_run(plan["run_id"]).status.value == "PLANNED"
     answer = handler.lambda_handler(finish, _context())
-    assert answer == {"run_id": plan["run_id"], "status": "FAILED", "scenarios_written": [],
-                      "error": "ConnectionResetError: the worker lost the model server"}
+    assert answer == {
+        "run_id": plan["run_id"],
+        "status": "FAILED",
+        "scenarios_written": [],
+        "error": "ConnectionResetError: the worker lost the model server",
+    }
     assert runs.get_run(plan["run_id"]).error == "ConnectionResetError: the worker lost the model server"
 
 

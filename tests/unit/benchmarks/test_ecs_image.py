@@ -24,9 +24,11 @@ def _instructions(keyword: str) -> list[str]:
 def test_every_copied_path_exists_and_keeps_the_requirements_constraints_layout() -> None:
     copies = [shlex.split(args) for args in _instructions("COPY")]
     assert copies and all((ROOT / source).exists() for *sources, _ in copies for source in sources)
-    destinations = {source: target for source, target in copies}
+    destinations = dict(copies)
     requirements = destinations["layers/core/requirements.txt"]
-    constraint = next(line.split()[1] for line in (ROOT / "layers/core/requirements.txt").read_text().splitlines() if line.startswith("-c "))
+    constraint = next(
+        line.split()[1] for line in (ROOT / "layers/core/requirements.txt").read_text().splitlines() if line.startswith("-c ")
+    )
     assert (Path(requirements).parent / constraint).resolve() == Path(destinations["constraints.txt"])
     assert any(requirements in run for run in _instructions("RUN"))
 

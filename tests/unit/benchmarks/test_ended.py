@@ -35,7 +35,7 @@ class FixedClock:
 class FakeSfn:
     """DescribeExecution, ListExecutions (RUNNING stops) and StartExecution as Step Functions answers them."""
 
-    class exceptions:  # noqa: N801 (boto3's spelling)
+    class exceptions:
         class ExecutionDoesNotExist(Exception):
             """Step Functions does not know the execution."""
 
@@ -44,7 +44,7 @@ class FakeSfn:
         self.running_stops = list(running_stops)
         self.started: list[dict[str, Any]] = []
 
-    def describe_execution(self, executionArn: str) -> dict[str, Any]:  # noqa: N803
+    def describe_execution(self, executionArn: str) -> dict[str, Any]:
         if executionArn not in self.executions:
             raise self.exceptions.ExecutionDoesNotExist(executionArn)
         return {"executionArn": executionArn, **self.executions[executionArn]}
@@ -58,19 +58,39 @@ class FakeSfn:
 
         return Pages()
 
-    def start_execution(self, stateMachineArn: str, name: str, input: str) -> dict[str, Any]:  # noqa: N803, A002
+    def start_execution(self, stateMachineArn: str, name: str, input: str) -> dict[str, Any]:  # noqa: A002 (boto3's name)
         self.started.append({"machine": stateMachineArn, "name": name, "input": json.loads(input)})
         return {"executionArn": f"{stateMachineArn}:{name}"}
 
 
 def _run(runs: MemoryBenchmarkStore, name: str, status: RunStatus, stop: bool) -> BenchmarkRun:
     run = BenchmarkRun(
-        run_id=f"20261202T100000Z-{name}", profile=PROFILE, execution=BENCH + name, created_at=T0, updated_at=T0,
+        run_id=f"20261202T100000Z-{name}",
+        profile=PROFILE,
+        execution=BENCH + name,
+        created_at=T0,
+        updated_at=T0,
         request={"profile": PROFILE, "stop": stop, "stop_options": {"deadlines": {"drain_s": 60}}},
-        config=RunConfig(endpoint="http://alb", model="m", input_tokens=[64], concurrencies=[1], rounds=1, warmup=0, max_tokens=8),
-        reproducibility=Reproducibility(profile=PROFILE, model="m", model_id="x", revision=None, vllm_version=None, image="i",
-                                        serving={}, pool="p", instance_type="g7e.2xlarge", gpu_count=1, region="us-east-1",
-                                        engine_version="0", results_schema_version=1, seed=1, salt_mode="cache-salt"),
+        config=RunConfig(
+            endpoint="http://alb", model="m", input_tokens=[64], concurrencies=[1], rounds=1, warmup=0, max_tokens=8
+        ),
+        reproducibility=Reproducibility(
+            profile=PROFILE,
+            model="m",
+            model_id="x",
+            revision=None,
+            vllm_version=None,
+            image="i",
+            serving={},
+            pool="p",
+            instance_type="g7e.2xlarge",
+            gpu_count=1,
+            region="us-east-1",
+            engine_version="0",
+            results_schema_version=1,
+            seed=1,
+            salt_mode="cache-salt",
+        ),
     )
     runs.create_run(run)
     return runs.update_run(run.run_id, T0, status=status)
@@ -123,8 +143,10 @@ def test_live_and_finished_runs_are_left_alone_and_a_running_stop_is_joined(stor
     live = _run(runs, "live", RunStatus.RUNNING, stop=True)
     done = _run(runs, "done", RunStatus.SUCCEEDED, stop=True)
     gone = _run(runs, "gone", RunStatus.RUNNING, stop=True)
-    sfn = FakeSfn({BENCH + "live": {"status": "RUNNING"}, BENCH + "done": {"status": "SUCCEEDED"}},
-                  running_stops=[f"stop-{PROFILE}-0123456789"])
+    sfn = FakeSfn(
+        {BENCH + "live": {"status": "RUNNING"}, BENCH + "done": {"status": "SUCCEEDED"}},
+        running_stops=[f"stop-{PROFILE}-0123456789"],
+    )
     [ended] = end_dead_runs(_deps(stores, sfn))  # "gone": Step Functions no longer knows its execution
     assert ended.run_id == gone.run_id and ended.execution_status == "MISSING"
     assert ended.stop_execution == f"{STOP_MACHINE}:stop-{PROFILE}-0123456789" and sfn.started == []

@@ -17,8 +17,8 @@ from servingctl.benchmarks.matrix import (
     plan_scenarios,
     run_config,
 )
-from servingctl.shared.errors import InvalidInput
 from servingctl.registry.loader import parse_registry
+from servingctl.shared.errors import InvalidInput
 
 ROOT = Path(__file__).resolve().parents[3]
 REFERENCE_REGISTRY = ROOT / "layers/core/servingctl/local/reference_registry.json"
@@ -32,8 +32,17 @@ def test_only_the_profile_is_required_and_the_defaults_are_the_references_method
     assert (given.warmup, given.rounds, given.max_tokens, given.seed, given.salt_mode) == (2, 5, 256, 42, "cache-salt")
     assert (given.start, given.stop, given.runner) == (False, False, "auto")
     planned = plan_scenarios(given, DEEPSEEK, ecs_available=False)
-    assert [s.name for s in planned] == ["in256-c1", "in256-c2", "in256-c4", "in2048-c1", "in2048-c2", "in2048-c4",
-                                        "in8192-c1", "in8192-c2", "in8192-c4"]
+    assert [s.name for s in planned] == [
+        "in256-c1",
+        "in256-c2",
+        "in256-c4",
+        "in2048-c1",
+        "in2048-c2",
+        "in2048-c4",
+        "in8192-c1",
+        "in8192-c2",
+        "in8192-c4",
+    ]
     assert [s.position for s in planned] == list(range(9))
     assert {s.runner for s in planned} == {"lambda"} and max(s.estimate_s for s in planned) <= LAMBDA_BUDGET_S < LAMBDA_TIMEOUT_S
 
@@ -78,8 +87,9 @@ def test_estimate_is_pessimistic_and_grows_with_every_load_setting() -> None:
 
 
 def test_a_scenario_too_long_for_lambda_is_refused_naming_the_fields_to_change() -> None:
-    given = parse_benchmark_input({"profile": "deepseek-v4-flash", "input_tokens": [8192], "concurrencies": [4],
-                                   "rounds": 15, "runner": "lambda"})
+    given = parse_benchmark_input(
+        {"profile": "deepseek-v4-flash", "input_tokens": [8192], "concurrencies": [4], "rounds": 15, "runner": "lambda"}
+    )
     with pytest.raises(InvalidInput) as err:
         plan_scenarios(given, DEEPSEEK, ecs_available=True)
     text = str(err.value)
@@ -92,7 +102,9 @@ def test_a_scenario_too_long_for_lambda_is_refused_naming_the_fields_to_change()
 
 
 def test_auto_sends_only_the_long_scenarios_to_ecs_when_it_is_deployed() -> None:
-    given = parse_benchmark_input({"profile": "deepseek-v4-flash", "input_tokens": [256, 8192], "concurrencies": [4], "rounds": 20})
+    given = parse_benchmark_input(
+        {"profile": "deepseek-v4-flash", "input_tokens": [256, 8192], "concurrencies": [4], "rounds": 20}
+    )
     planned = plan_scenarios(given, DEEPSEEK, ecs_available=True)
     assert [(s.name, s.runner) for s in planned] == [("in256-c4", "lambda"), ("in8192-c4", "ecs")]
     with pytest.raises(InvalidInput, match="the ECS benchmark task is not deployed \\(set the BenchImageUri parameter\\)"):
@@ -102,26 +114,35 @@ def test_auto_sends_only_the_long_scenarios_to_ecs_when_it_is_deployed() -> None
 
 
 def test_even_ecs_has_a_bound() -> None:
-    given = parse_benchmark_input({"profile": "deepseek-v4-flash", "mode": "sustained", "requests": 100_000, "concurrencies": [1]})
+    given = parse_benchmark_input(
+        {"profile": "deepseek-v4-flash", "mode": "sustained", "requests": 100_000, "concurrencies": [1]}
+    )
     with pytest.raises(InvalidInput, match="more than the 14400 s any worker may take"):
         plan_scenarios(given, DEEPSEEK, ecs_available=True)
 
 
 def test_input_and_output_must_fit_the_profiles_context() -> None:
     given = parse_benchmark_input({"profile": "deepseek-v4-flash", "input_tokens": [256, 16384], "max_tokens": 256})
-    with pytest.raises(InvalidInput, match=r"input_tokens \[16384\] \+ max_tokens 256 exceed the profile's max_model_len 16384; "
-                                           r"allowed input_tokens: 1..16128"):
+    with pytest.raises(
+        InvalidInput,
+        match=r"input_tokens \[16384\] \+ max_tokens 256 exceed the profile's max_model_len 16384; "
+        r"allowed input_tokens: 1..16128",
+    ):
         plan_scenarios(given, DEEPSEEK, ecs_available=False)
 
 
 def test_too_many_scenarios_are_refused() -> None:
-    given = parse_benchmark_input({"profile": "deepseek-v4-flash", "input_tokens": [1, 2, 3, 4, 5, 6], "concurrencies": [1, 2, 3, 4, 5, 6]})
+    given = parse_benchmark_input(
+        {"profile": "deepseek-v4-flash", "input_tokens": [1, 2, 3, 4, 5, 6], "concurrencies": [1, 2, 3, 4, 5, 6]}
+    )
     with pytest.raises(InvalidInput, match="36 scenarios; allowed: at most 32"):
         plan_scenarios(given, DEEPSEEK, ecs_available=False)
 
 
 def test_run_config_targets_the_profile_through_its_routing_header() -> None:
-    given = parse_benchmark_input({"profile": "deepseek-v4-flash", "input_tokens": [256], "concurrencies": [2], "salt_mode": "prompt-nonce"})
+    given = parse_benchmark_input(
+        {"profile": "deepseek-v4-flash", "input_tokens": [256], "concurrencies": [2], "salt_mode": "prompt-nonce"}
+    )
     config = run_config(given, DEEPSEEK)
     assert config.endpoint == DEEPSEEK.endpoint_url and config.model == DEEPSEEK.model
     assert config.headers == {"X-LLM-Profile": "deepseek-v4-flash"}

@@ -49,12 +49,12 @@ def test_a_step_naming_only_its_run_reads_the_profile_with_a_run_only_session(aw
     monkeypatch.setattr(scoped.DynamoBenchmarkStore, "get_run", get_run)
     sts = _RecordingSts()
     scopes = RunScopes(ROLE, "state", "records", sts=sts)
-    runs, records, profiles = scopes("r1", None)
+    _runs, records, _profiles = scopes("r1", None)
     assert [c["Tags"] for c in sts.calls] == [session_tags("r1", None), session_tags("r1", "nemotron-nano")]
     assert {c["RoleArn"] for c in sts.calls} == {ROLE} and {c["RoleSessionName"] for c in sts.calls} == {"bench-r1"}
     # The stores are on the tagged session's credentials, not the function's own.
     key = scopes.session("r1", "nemotron-nano").get_credentials().access_key
-    assert records._s3._request_signer._credentials.access_key == key  # noqa: SLF001 (which credentials sign)
+    assert records._s3._request_signer._credentials.access_key == key
     assert key != boto3.Session().get_credentials().access_key
     # Known now: the next step of the run assumes nothing more; a step naming its profile needs no read.
     scopes("r1", None)

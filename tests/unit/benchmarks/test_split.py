@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from servingctl.bench.metrics import round_result, scenario_summary, with_request_metrics
-from servingctl.schema.results import Calibration, RequestRecord, RunConfig, ServerChecks, ServerSample
 from servingctl.bench.runner import INDEX_STRIDE, Measurement
 from servingctl.bench.selfcheck import judge
 from servingctl.bench.server_metrics import GENERATION, PROMPT, Snapshot
 from servingctl.bench.shards import earliest_snapshot, merge_shards
 from servingctl.benchmarks.split import plan_shards, shard_config, shard_count
+from servingctl.schema.results import Calibration, RequestRecord, RunConfig, ServerChecks, ServerSample
 
 MS = 1_000_000
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
@@ -23,13 +23,35 @@ BURST = RunConfig(endpoint="http://alb", model="m", warmup=1, rounds=2, max_toke
 
 
 def _summary(concurrency: int, cpu_share: float, *, mode: str = "burst", cpu_limit: float = 0.8):
-    config = BURST if mode == "burst" else RunConfig(endpoint="http://alb", model="m", mode=mode, rate=2.0 if mode == "rate" else None,
-                                                    requests=10, max_tokens=4)
-    record = with_request_metrics(RequestRecord(scenario="s", round=0, index=0, ok=True, t_start_ns=0, t_first_ns=MS,
-                                                t_last_ns=3 * MS, t_end_ns=4 * MS, completion_tokens=4, chunks=[(MS, 1), (3 * MS, 3)]))
+    config = (
+        BURST
+        if mode == "burst"
+        else RunConfig(
+            endpoint="http://alb", model="m", mode=mode, rate=2.0 if mode == "rate" else None, requests=10, max_tokens=4
+        )
+    )
+    record = with_request_metrics(
+        RequestRecord(
+            scenario="s",
+            round=0,
+            index=0,
+            ok=True,
+            t_start_ns=0,
+            t_first_ns=MS,
+            t_last_ns=3 * MS,
+            t_end_ns=4 * MS,
+            completion_tokens=4,
+            chunks=[(MS, 1), (3 * MS, 3)],
+        )
+    )
     return scenario_summary(
-        name="s", config=config, calibration=CALIBRATION, concurrency=concurrency, records=[record],
-        rounds=[round_result(0, False, [record])], server=ServerChecks(available=False, reason="test"),
+        name="s",
+        config=config,
+        calibration=CALIBRATION,
+        concurrency=concurrency,
+        records=[record],
+        rounds=[round_result(0, False, [record])],
+        server=ServerChecks(available=False, reason="test"),
         client=judge([0.1] * 50, cpu_share, 1.0, 5.0, cpu_limit),
     )
 
@@ -66,22 +88,46 @@ def test_shards_share_concurrency_and_requests_and_start_together() -> None:
     assert plan_shards(_summary(4, 0.1), BURST, 4, T0) == []
 
 
-def _part(index: int, t0_offset_ms: float, before_generation: float, *, cpu: float = 0.5, late_s: float = 0.0,
-          peak: int | None = 1) -> Measurement:
+def _part(
+    index: int, t0_offset_ms: float, before_generation: float, *, cpu: float = 0.5, late_s: float = 0.0, peak: int | None = 1
+) -> Measurement:
     """A shard of 1 request per round (warm-up round 0, measured rounds 0 and 1), 4 tokens each."""
     records = []
     for n, (warmup, rnd) in enumerate([(True, 0), (False, 0), (False, 1)]):
         start = n * 100 * MS
-        records.append(with_request_metrics(RequestRecord(
-            scenario="in256-c2", round=rnd, index=(index + 1) * INDEX_STRIDE + n, warmup=warmup, ok=True, t_start_ns=start,
-            t_first_ns=start + 10 * MS, t_last_ns=start + 40 * MS, t_end_ns=start + 50 * MS, prompt_tokens=254,
-            completion_tokens=4, finish_reason="length", chunks=[(start + 10 * MS, 1), (start + 40 * MS, 3)], token_counts_exact=True,
-        )))
+        records.append(
+            with_request_metrics(
+                RequestRecord(
+                    scenario="in256-c2",
+                    round=rnd,
+                    index=(index + 1) * INDEX_STRIDE + n,
+                    warmup=warmup,
+                    ok=True,
+                    t_start_ns=start,
+                    t_first_ns=start + 10 * MS,
+                    t_last_ns=start + 40 * MS,
+                    t_end_ns=start + 50 * MS,
+                    prompt_tokens=254,
+                    completion_tokens=4,
+                    finish_reason="length",
+                    chunks=[(start + 10 * MS, 1), (start + 40 * MS, 3)],
+                    token_counts_exact=True,
+                )
+            )
+        )
     before = Snapshot(totals={GENERATION: before_generation, PROMPT: 1000.0 + before_generation})
     return Measurement(
-        name="in256-c2", concurrency=1, t0_wall=T0 + timedelta(milliseconds=t0_offset_ms), records=records, rounds=[],
-        before=before, after=before, peak_running=peak, running_samples=10,
-        client=judge([0.1] * 50, cpu, 1.0, 5.0, 0.8), late_start_s=late_s,
+        name="in256-c2",
+        concurrency=1,
+        t0_wall=T0 + timedelta(milliseconds=t0_offset_ms),
+        records=records,
+        rounds=[],
+        before=before,
+        after=before,
+        peak_running=peak,
+        running_samples=10,
+        client=judge([0.1] * 50, cpu, 1.0, 5.0, 0.8),
+        late_start_s=late_s,
     )
 
 
@@ -116,12 +162,14 @@ def test_merged_token_total_is_checked_against_the_servers_counters() -> None:
     assert "server generated 30 tokens, client counted 24" in other.summary.server.failures[0]
 
 
-@pytest.mark.parametrize(("same_host", "label", "plural", "processes"),
-                         [(False, "shard", "shards", 1), (True, "process", "processes", 2)])
+@pytest.mark.parametrize(
+    ("same_host", "label", "plural", "processes"), [(False, "shard", "shards", 1), (True, "process", "processes", 2)]
+)
 def test_merge_keeps_the_busiest_shards_self_check_and_reports_late_starts(same_host, label, plural, processes) -> None:
     parts = [_part(0, 0.0, 100.0, cpu=0.3), _part(1, 0.0, 100.0, cpu=0.9, late_s=2.5, peak=2)]
-    result, warnings = merge_shards(BURST, CALIBRATION, 2, parts, Snapshot(totals={GENERATION: 124.0, PROMPT: 2124.0}),
-                                    same_host=same_host)
+    result, warnings = merge_shards(
+        BURST, CALIBRATION, 2, parts, Snapshot(totals={GENERATION: 124.0, PROMPT: 2124.0}), same_host=same_host
+    )
     client = result.summary.client
     assert client.cpu_share == 0.9 and result.summary.client_bound and client.processes == processes
     # the second part (index 1), as people count it

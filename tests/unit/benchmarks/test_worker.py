@@ -14,10 +14,19 @@ import pytest
 
 from servingctl.bench.calibration import UNIT
 from servingctl.benchmarks import worker as bench_worker
-from servingctl.benchmarks.worker import EcsTarget, ProfileNotReady, RunNotFound, WorkerDeps, compare_run, execution_name, new_run_id, run_action
-from servingctl.shared.errors import InvalidInput, ProfileNotFound
+from servingctl.benchmarks.worker import (
+    EcsTarget,
+    ProfileNotReady,
+    RunNotFound,
+    WorkerDeps,
+    compare_run,
+    execution_name,
+    new_run_id,
+    run_action,
+)
 from servingctl.costs import CompareInput, compare, load_catalog
 from servingctl.registry.loader import parse_registry
+from servingctl.shared.errors import InvalidInput, ProfileNotFound
 from servingctl.store import MemoryStore, Phase
 from servingctl.store.benchmarks import ResultExists, RunEnded, RunStatus
 from servingctl.store.benchmarks_memory import MemoryBenchmarkStore
@@ -70,8 +79,14 @@ def fake_server() -> tuple[httpx.MockTransport, list[dict]]:
 @pytest.fixture
 def deps() -> WorkerDeps:
     transport, _ = fake_server()
-    return WorkerDeps(registry=REGISTRY, runs=MemoryBenchmarkStore(), records=MemoryRecordStore(), profiles=MemoryStore(),
-                      clock=FixedClock(), transport=transport)
+    return WorkerDeps(
+        registry=REGISTRY,
+        runs=MemoryBenchmarkStore(),
+        records=MemoryRecordStore(),
+        profiles=MemoryStore(),
+        clock=FixedClock(),
+        transport=transport,
+    )
 
 
 def _ready(deps: WorkerDeps, profile: str) -> None:
@@ -101,7 +116,7 @@ def test_a_profile_that_is_not_ready_is_refused_unless_start_is_asked(deps: Work
 def test_unknown_profile_and_bad_flow_options_name_the_field(deps: WorkerDeps) -> None:
     with pytest.raises(ProfileNotFound, match="known profiles: deepseek-v4-flash, nemotron-nano"):
         run_action({"action": "plan", "state": {"profile": "nope"}, "execution": EXECUTION}, deps)
-    with pytest.raises(InvalidInput, match="start_options: poll.interval_s: Input should be greater than or equal to 1"):
+    with pytest.raises(InvalidInput, match=r"start_options: poll.interval_s: Input should be greater than or equal to 1"):
         _plan(deps, start=True, start_options={"poll": {"interval_s": 0}})
     with pytest.raises(InvalidInput, match="stop_options: deadline: unknown field; allowed fields: deadlines, poll, profile"):
         _plan(deps, start=True, stop_options={"deadline": {}})
@@ -109,7 +124,9 @@ def test_unknown_profile_and_bad_flow_options_name_the_field(deps: WorkerDeps) -
 
 def test_plan_records_the_run_with_its_reproducibility_record(deps: WorkerDeps) -> None:
     plan = _plan(deps, start=True, stop=True, label="MTP on", **SMALL)
-    assert plan["run_id"] == new_run_id(datetime.fromisoformat(STARTED), EXECUTION) and plan["run_id"].startswith("20261202T100000Z-")
+    assert plan["run_id"] == new_run_id(datetime.fromisoformat(STARTED), EXECUTION) and plan["run_id"].startswith(
+        "20261202T100000Z-"
+    )
     assert [s["name"] for s in plan["scenarios"]] == ["in100-c1", "in100-c2"] and plan["ecs"] is None
     assert plan["start_execution"]["name"] == execution_name("start", "deepseek-v4-flash", plan["run_id"])
     assert plan["start_execution"]["input"]["profile"] == "deepseek-v4-flash"
@@ -133,16 +150,26 @@ def test_plan_is_idempotent_for_its_execution_and_refuses_a_taken_run_id(deps: W
     mine = _plan(deps, start=True, run_id="20261202T100000Z-mine", **SMALL)
     assert mine["run_id"] == "20261202T100000Z-mine"
     with pytest.raises(InvalidInput, match="run_id: 20261202T100000Z-mine already belongs to execution"):
-        _plan(deps, "arn:aws:states:us-east-1:123456789012:execution:servingctl-run-benchmark:other", start=True,
-              run_id="20261202T100000Z-mine", **SMALL)
+        _plan(
+            deps,
+            "arn:aws:states:us-east-1:123456789012:execution:servingctl-run-benchmark:other",
+            start=True,
+            run_id="20261202T100000Z-mine",
+            **SMALL,
+        )
 
 
 def test_plan_hands_the_ecs_task_to_the_state_machine_when_deployed(deps: WorkerDeps) -> None:
     deps.ecs = EcsTarget(cluster="arn:cluster", task_definition="arn:td", subnets=["s1", "s2"], security_groups=["sg"])
     plan = _plan(deps, start=True, input_tokens=[256, 8192], concurrencies=[4], rounds=20)
     assert [s["runner"] for s in plan["scenarios"]] == ["lambda", "ecs"]
-    assert plan["ecs"] == {"cluster": "arn:cluster", "task_definition": "arn:td", "subnets": ["s1", "s2"],
-                           "security_groups": ["sg"], "container": "bench"}
+    assert plan["ecs"] == {
+        "cluster": "arn:cluster",
+        "task_definition": "arn:td",
+        "subnets": ["s1", "s2"],
+        "security_groups": ["sg"],
+        "container": "bench",
+    }
 
 
 def _measured_run(deps: WorkerDeps, **given) -> dict:
@@ -156,8 +183,12 @@ def _measured_run(deps: WorkerDeps, **given) -> dict:
 
 def _scenario_event(plan: dict, scenario: dict, retry: int = 0) -> dict:
     """run_scenario as the state machine sends it, with the attempt's context ($$.State)."""
-    return {"action": "run_scenario", "state": {"run_id": plan["run_id"], "scenario": scenario}, "execution": EXECUTION,
-            "attempt": {"entered": ENTERED, "retry": retry}}
+    return {
+        "action": "run_scenario",
+        "state": {"run_id": plan["run_id"], "scenario": scenario},
+        "execution": EXECUTION,
+        "attempt": {"entered": ENTERED, "retry": retry},
+    }
 
 
 def test_calibrate_then_each_scenario_is_stored_with_its_records(deps: WorkerDeps) -> None:
@@ -199,9 +230,16 @@ def test_compare_uses_the_pool_instance_price_from_the_catalog(deps: WorkerDeps)
     api = catalog.managed_api()
     for stored, scenario in zip(deps.runs.list_comparisons(run.run_id), deps.runs.list_scenarios(run.run_id), strict=True):
         summary = scenario.summary
-        expected = compare(CompareInput(aggregate_tok_s=summary.aggregate_tok_s, input_tokens=summary.input_tokens,
-                                        output_tokens=4, api_input_usd_per_m=api.input_usd_per_m,
-                                        api_output_usd_per_m=api.output_usd_per_m, hourly_usd=price.hourly_usd))
+        expected = compare(
+            CompareInput(
+                aggregate_tok_s=summary.aggregate_tok_s,
+                input_tokens=summary.input_tokens,
+                output_tokens=4,
+                api_input_usd_per_m=api.input_usd_per_m,
+                api_output_usd_per_m=api.output_usd_per_m,
+                hourly_usd=price.hourly_usd,
+            )
+        )
         assert stored.comparison == expected and stored.hourly_usd == 12.17 and stored.instance_type == "g7e.12xlarge"
         assert stored.api == "fireworks/deepseek-v4-flash"
 
@@ -210,19 +248,26 @@ def test_compare_is_skipped_with_a_reason_when_the_catalog_has_no_price(deps: Wo
     _ready(deps, "nemotron-nano")
     plan = run_action({"action": "plan", "state": {"profile": "nemotron-nano", **SMALL}, "execution": EXECUTION}, deps)
     run = deps.runs.get_run(plan["run_id"])
-    assert compare_run(deps, run) == {"compared": [], "skipped": "the price catalog has no on-demand price for us-east-1/g7e.2xlarge"}
+    assert compare_run(deps, run) == {
+        "compared": [],
+        "skipped": "the price catalog has no on-demand price for us-east-1/g7e.2xlarge",
+    }
 
 
 def test_an_unknown_managed_api_is_named(deps: WorkerDeps) -> None:
     done = _measured_run(deps, managed_api="acme/llm")
-    with pytest.raises(InvalidInput, match="managed_api: unknown managed API 'acme/llm'; allowed values: fireworks/deepseek-v4-flash"):
+    with pytest.raises(
+        InvalidInput, match="managed_api: unknown managed API 'acme/llm'; allowed values: fireworks/deepseek-v4-flash"
+    ):
         run_action({"action": "compare", "state": done["state"], "execution": EXECUTION}, deps)
 
 
 def test_a_failed_run_keeps_what_was_written_and_says_why(deps: WorkerDeps) -> None:
     done = _measured_run(deps)
     error = {"Error": "KeyError", "Cause": json.dumps({"errorMessage": "'attachments'", "errorType": "KeyError"})}
-    answer = run_action({"action": "finish", "outcome": "FAILED", "state": done["state"] | {"error": error}, "execution": EXECUTION}, deps)
+    answer = run_action(
+        {"action": "finish", "outcome": "FAILED", "state": done["state"] | {"error": error}, "execution": EXECUTION}, deps
+    )
     assert answer["status"] == "FAILED" and answer["scenarios_written"] == ["in100-c1", "in100-c2"]
     run = deps.runs.get_run(done["plan"]["run_id"])
     assert run.status == RunStatus.FAILED and run.error == "KeyError: 'attachments'" and run.finished_at == T0
@@ -232,7 +277,12 @@ def test_a_failed_run_keeps_what_was_written_and_says_why(deps: WorkerDeps) -> N
 def test_success_is_recorded(deps: WorkerDeps) -> None:
     done = _measured_run(deps)
     answer = run_action({"action": "finish", "state": done["state"], "execution": EXECUTION}, deps)
-    assert answer == {"run_id": done["plan"]["run_id"], "status": "SUCCEEDED", "scenarios_written": ["in100-c1", "in100-c2"], "error": None}
+    assert answer == {
+        "run_id": done["plan"]["run_id"],
+        "status": "SUCCEEDED",
+        "scenarios_written": ["in100-c1", "in100-c2"],
+        "error": None,
+    }
 
 
 def test_unknown_action_and_missing_run_are_named(deps: WorkerDeps) -> None:
@@ -247,8 +297,8 @@ def test_a_shard_waits_for_the_common_start_and_numbers_its_requests_apart() -> 
     from datetime import timedelta
 
     from servingctl.bench.backend import Connection
-    from servingctl.schema.results import Calibration, RunConfig
     from servingctl.bench.runner import INDEX_STRIDE, Shard, measure_scenario
+    from servingctl.schema.results import Calibration, RunConfig
 
     transport, seen = fake_server()
     config = RunConfig(endpoint="http://alb.internal", model="m", warmup=0, rounds=2, max_tokens=3)
@@ -256,8 +306,18 @@ def test_a_shard_waits_for_the_common_start_and_numbers_its_requests_apart() -> 
     start_at = datetime.now(UTC) + timedelta(milliseconds=300)
 
     def shard(index: int, at: datetime):
-        return asyncio.run(measure_scenario(config, Connection(config.endpoint), calibration, 2, run_id="r1", name="in100-c4",
-                                            shard=Shard(index, 2, at), transport=transport))
+        return asyncio.run(
+            measure_scenario(
+                config,
+                Connection(config.endpoint),
+                calibration,
+                2,
+                run_id="r1",
+                name="in100-c4",
+                shard=Shard(index, 2, at),
+                transport=transport,
+            )
+        )
 
     on_time = shard(1, start_at)
     assert on_time.t0_wall >= start_at and on_time.late_start_s == 0.0  # nothing was sent before the common start
@@ -289,8 +349,14 @@ def _sweep_loop(deps: WorkerDeps, **given) -> tuple[dict, list[dict]]:
         answers.append(answer)
         if answer["next"] is None:
             return plan, answers
-        run_action({"action": "run_scenario", "state": {"run_id": plan["run_id"], "scenario": answer["scenario"]},
-                    "execution": EXECUTION}, deps)
+        run_action(
+            {
+                "action": "run_scenario",
+                "state": {"run_id": plan["run_id"], "scenario": answer["scenario"]},
+                "execution": EXECUTION,
+            },
+            deps,
+        )
 
 
 @pytest.mark.usefixtures("never_saturated")
@@ -299,8 +365,14 @@ def test_sweep_next_doubles_to_the_bound_and_records_the_stop(deps: WorkerDeps) 
     assert plan["scenarios"] == [] and plan["sweep"] is True  # no matrix: the steps come from sweep_next
     assert [a["next"] for a in answers] == [1, 2, 3, None]  # the bound itself is tried, never passed
     assert [a["scenario"]["position"] for a in answers[:-1]] == [0, 1, 2]
-    assert answers[-1] | {"reason": ""} == {"next": None, "scenario": None, "found": 3, "stop": "max-concurrency",
-                                            "reason": "", "steps": 3}
+    assert answers[-1] | {"reason": ""} == {
+        "next": None,
+        "scenario": None,
+        "found": 3,
+        "stop": "max-concurrency",
+        "reason": "",
+        "steps": 3,
+    }
     run = deps.runs.get_run(plan["run_id"])
     assert run.scenarios == ["in100-c1", "in100-c2", "in100-c3"] and run.sweep.found == 3
     assert [s.summary.slo.met for s in deps.runs.list_scenarios(plan["run_id"])] == [True, True, True]
@@ -308,7 +380,7 @@ def test_sweep_next_doubles_to_the_bound_and_records_the_stop(deps: WorkerDeps) 
 
 @pytest.mark.usefixtures("never_saturated")
 def test_sweep_next_stops_at_the_step_budget(deps: WorkerDeps) -> None:
-    plan, answers = _sweep_loop(deps, slos=[{"metric": "e2e_s", "limit": 600}], sweep_max_concurrency=64, sweep_max_steps=2)
+    _, answers = _sweep_loop(deps, slos=[{"metric": "e2e_s", "limit": 600}], sweep_max_concurrency=64, sweep_max_steps=2)
     assert [a["next"] for a in answers] == [1, 2, None] and answers[-1]["stop"] == "max-steps"
 
 
@@ -318,13 +390,14 @@ def test_sweep_input_errors_name_the_field(deps: WorkerDeps) -> None:
         _plan(deps, **SMALL, sweep=True)
     with pytest.raises(InvalidInput, match=r"sweep_max_concurrency: Input should be less than or equal to 256"):
         _plan(deps, **SMALL, sweep=True, slos=[{"metric": "ttft_ms", "limit": 1}], sweep_max_concurrency=257)
-    with pytest.raises(InvalidInput, match="slos.0.metric: Input should be 'ttft_ms', 'itl_ms' or 'e2e_s'"):
+    with pytest.raises(InvalidInput, match=r"slos.0.metric: Input should be 'ttft_ms', 'itl_ms' or 'e2e_s'"):
         _plan(deps, **SMALL, slos=[{"metric": "ttft", "limit": 1}])
-    with pytest.raises(InvalidInput, match="sweep_max_concurrency 256: about .* more than the 780 s a Lambda worker"):
-        _plan(deps, **{**SMALL, "max_tokens": 4000}, sweep=True, slos=[{"metric": "ttft_ms", "limit": 1}],
-              sweep_max_concurrency=256)
+    with pytest.raises(InvalidInput, match=r"sweep_max_concurrency 256: about .* more than the 780 s a Lambda worker"):
+        _plan(
+            deps, **{**SMALL, "max_tokens": 4000}, sweep=True, slos=[{"metric": "ttft_ms", "limit": 1}], sweep_max_concurrency=256
+        )
     plan = _plan(deps, **SMALL)
-    with pytest.raises(InvalidInput, match="sweep: run .* was not asked to sweep"):
+    with pytest.raises(InvalidInput, match=r"sweep: run .* was not asked to sweep"):
         run_action({"action": "sweep_next", "state": {"plan": plan}, "execution": EXECUTION}, deps)
 
 
@@ -340,7 +413,9 @@ def test_a_scenario_already_written_is_answered_from_the_store_not_measured_agai
     done = _measured_run(deps)
     plan, first = done["plan"], done["answers"][0]
     sent = len(seen)
-    again = run_action(_scenario_event(plan, plan["scenarios"][0], retry=1), deps)  # the response was lost: Step Functions retried
+    again = run_action(
+        _scenario_event(plan, plan["scenarios"][0], retry=1), deps
+    )  # the response was lost: Step Functions retried
     assert again == first and len(seen) == sent
     [stored, _] = deps.runs.list_scenarios(plan["run_id"])
     assert stored.records_key.endswith(".t20261202100001250-r0.jsonl.gz")
@@ -368,7 +443,9 @@ def test_a_duplicate_workers_write_is_refused_logged_and_the_first_result_stays(
     assert any("in100-c1 was refused (ResultExists" in r.getMessage() for r in caplog.records)
     # its own records went under its own attempt's key; the first attempt's object is untouched
     assert len(deps.records.get_records(first.records_key)) == first.records
-    assert sorted(deps.records.objects) == [records_key(plan["run_id"], "in100-c1", attempt=f"t20261202100001250-r{n}") for n in (0, 1)]
+    assert sorted(deps.records.objects) == [
+        records_key(plan["run_id"], "in100-c1", attempt=f"t20261202100001250-r{n}") for n in (0, 1)
+    ]
 
 
 def test_a_run_that_ends_mid_measurement_cancels_it_and_nothing_is_written(

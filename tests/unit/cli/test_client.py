@@ -11,8 +11,8 @@ import pytest
 from botocore.credentials import Credentials
 
 from servingctl.cli import client
-from servingctl.cli.sigv4 import SigV4
 from servingctl.cli.main import main
+from servingctl.cli.sigv4 import SigV4
 
 
 def test_requests_to_the_deployed_api_are_sigv4_signed_for_execute_api() -> None:
@@ -23,8 +23,9 @@ def test_requests_to_the_deployed_api_are_sigv4_signed_for_execute_api() -> None
         return httpx.Response(202, json={"ok": True})
 
     url = "https://a1b2c3d4e5.execute-api.ap-northeast-1.amazonaws.com/v1"
-    api = client.Client(url, auth=SigV4(Credentials("AKIDEXAMPLE", "secret", "token"), "ap-northeast-1"),
-                        transport=httpx.MockTransport(answer))
+    api = client.Client(
+        url, auth=SigV4(Credentials("AKIDEXAMPLE", "secret", "token"), "ap-northeast-1"), transport=httpx.MockTransport(answer)
+    )
     assert api.post("/profiles/x/start", {"lease_minutes": 60}, idempotent=True) == {"ok": True}
     [request] = seen
     authorization = request.headers["Authorization"]
@@ -36,8 +37,11 @@ def test_requests_to_the_deployed_api_are_sigv4_signed_for_execute_api() -> None
 
 
 def test_error_answers_become_api_errors_with_the_field() -> None:
-    transport = httpx.MockTransport(lambda r: httpx.Response(400, json={"status": 400, "error": "BadRequest",
-                                                                         "message": "lease_minutes: too long", "field": "body.lease_minutes"}))
+    transport = httpx.MockTransport(
+        lambda r: httpx.Response(
+            400, json={"status": 400, "error": "BadRequest", "message": "lease_minutes: too long", "field": "body.lease_minutes"}
+        )
+    )
     api = client.Client("http://127.0.0.1:1", local=True, transport=transport)
     with pytest.raises(client.ApiError) as raised:
         api.post("/profiles/x/start", {})
@@ -75,7 +79,8 @@ def test_the_twin_is_found_through_its_state_file(tmp_path: Path, monkeypatch: p
 
 
 def test_a_twin_still_starting_is_waited_for_then_found(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv(client.API_URL_ENV, raising=False)
     client.write_twin_state(None)  # what `servingctl local up` records before moto and the world are up
@@ -99,7 +104,8 @@ def test_a_twin_still_starting_is_waited_for_then_found(
 
 
 def test_no_api_at_all_exits_3_with_what_to_do_and_never_guesses_a_port(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv(client.API_URL_ENV, raising=False)
 
@@ -114,12 +120,17 @@ def test_no_api_at_all_exits_3_with_what_to_do_and_never_guesses_a_port(
     assert "no API: pass --api-url" in capsys.readouterr().err
 
 
-def test_a_loopback_api_url_is_the_twin_signed_as_its_user_with_its_pacing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_loopback_api_url_is_the_twin_signed_as_its_user_with_its_pacing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)  # none of the user's credentials needed
     client.write_twin_state("http://127.0.0.1:18701", {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}, "eu-west-1")
-    for url, poll, region in (("http://127.0.0.1:18701/", {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}, "eu-west-1"),
-                              ("http://localhost:18702", None, "us-east-1"), ("http://[::1]:18703", None, "us-east-1")):
+    for url, poll, region in (
+        ("http://127.0.0.1:18701/", {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}, "eu-west-1"),
+        ("http://localhost:18702", None, "us-east-1"),
+        ("http://[::1]:18703", None, "us-east-1"),
+    ):
         args = type("Args", (), {"api_url": url, "local": False, "aws_profile": None, "region": None})()
         found = client.connect(args)
         auth = found._http.auth
@@ -141,14 +152,23 @@ def test_a_network_failure_says_cannot_connect_to_the_url() -> None:
         api.get("/profiles")
 
 
-@pytest.mark.parametrize(("message", "field", "said"), [
-    ("lease_minutes: must be between 5 and 720 minutes (the max_lease_minutes of m); got 2000", "body.lease_minutes",
-     "--lease must be between 5 and 720 minutes (the max_lease_minutes of m); got 2000"),
-    ("invalid request: lease_minutes: must be at least 5; poll.interval_s: must be at least 1", None,
-     "--lease must be at least 5; --poll-interval must be at least 1"),
-    ("unknown profile 'x'; known profiles: a, b", "path.name", "unknown profile 'x'; known profiles: a, b"),
-    ("invalid request: body: must be a JSON object", "body", "must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    ("message", "field", "said"),
+    [
+        (
+            "lease_minutes: must be between 5 and 720 minutes (the max_lease_minutes of m); got 2000",
+            "body.lease_minutes",
+            "--lease must be between 5 and 720 minutes (the max_lease_minutes of m); got 2000",
+        ),
+        (
+            "invalid request: lease_minutes: must be at least 5; poll.interval_s: must be at least 1",
+            None,
+            "--lease must be at least 5; --poll-interval must be at least 1",
+        ),
+        ("unknown profile 'x'; known profiles: a, b", "path.name", "unknown profile 'x'; known profiles: a, b"),
+        ("invalid request: body: must be a JSON object", "body", "must be a JSON object"),
+    ],
+)
 def test_api_errors_are_rendered_with_the_flags_a_person_typed(message: str, field: str | None, said: str) -> None:
     rendered = client.for_people(client.ApiError(400, message, field))
     assert rendered == said
@@ -160,8 +180,10 @@ def test_help_loads_neither_matplotlib_nor_boto3_nor_the_engine_and_status_no_en
     import subprocess
     import sys
 
-    probe = ("import sys\nfrom servingctl.cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-             "print(' '.join(sorted(k for k, v in sys.modules.items() if v is not None)))")
+    probe = (
+        "import sys\nfrom servingctl.cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "print(' '.join(sorted(k for k, v in sys.modules.items() if v is not None)))"
+    )
     heavy = ("matplotlib", "boto3", "botocore", "servingctl.bench", "rich", "httpx", "pydantic")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}  # no twin: status goes as far as finding none
     env.pop(client.API_URL_ENV, None)

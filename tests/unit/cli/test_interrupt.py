@@ -14,8 +14,10 @@ from servingctl.cli.main import main
 
 PROFILE = "deepseek-v4-flash"
 ARN = "arn:aws:states:us-east-1:123456789012:execution:servingctl-start-profile:start-deepseek-v4-flash-abc"
-PROFILES = [{"name": PROFILE, "instance_type": "g7e.12xlarge", "hourly_usd": 12.17},
-            {"name": "nemotron-nano", "instance_type": "g7e.2xlarge", "hourly_usd": None}]
+PROFILES = [
+    {"name": PROFILE, "instance_type": "g7e.12xlarge", "hourly_usd": 12.17},
+    {"name": "nemotron-nano", "instance_type": "g7e.2xlarge", "hourly_usd": None},
+]
 
 
 class FakeApi:
@@ -43,29 +45,39 @@ class FakeApi:
 
 def test_the_line_names_the_execution_the_instance_its_price_and_the_next_commands() -> None:
     line = interrupted_line(FakeApi(), "start", "start-deepseek-v4-flash-abc", PROFILE)  # type: ignore[arg-type]
-    assert line == (f"interrupted: start of {PROFILE} not followed any more; it keeps running in Step Functions ({ARN}) and "
-                    f"brings up a g7e.12xlarge (12.17 USD/h); re-attach: servingctl wait start-deepseek-v4-flash-abc; "
-                    f"stop it: servingctl stop {PROFILE}")
+    assert line == (
+        f"interrupted: start of {PROFILE} not followed any more; it keeps running in Step Functions ({ARN}) and "
+        f"brings up a g7e.12xlarge (12.17 USD/h); re-attach: servingctl wait start-deepseek-v4-flash-abc; "
+        f"stop it: servingctl stop {PROFILE}"
+    )
     run = interrupted_line(FakeApi(), "bench", "R1", PROFILE)  # type: ignore[arg-type]
     assert "(arn:...:bench-R1) on deepseek-v4-flash, a g7e.12xlarge (12.17 USD/h), which the run stops when it ends" in run
     unpriced = interrupted_line(FakeApi(), "stop", "stop-nemotron-nano-abc", "nemotron-nano")  # type: ignore[arg-type]
-    assert "releases a g7e.2xlarge (not in the price catalog); re-attach: servingctl wait stop-nemotron-nano-abc; " \
-           "check: servingctl status nemotron-nano" in unpriced
+    assert (
+        "releases a g7e.2xlarge (not in the price catalog); re-attach: servingctl wait stop-nemotron-nano-abc; "
+        "check: servingctl status nemotron-nano" in unpriced
+    )
 
 
 def test_without_an_answering_api_the_line_still_says_what_goes_on_and_the_commands() -> None:
     line = interrupted_line(FakeApi(down=True), "start", "start-x", PROFILE)  # type: ignore[arg-type]
-    assert line == (f"interrupted: start of {PROFILE} not followed any more; it keeps running in Step Functions (start-x) "
-                    f"and brings up its GPU instance; re-attach: servingctl wait start-x; stop it: servingctl stop {PROFILE}")
+    assert line == (
+        f"interrupted: start of {PROFILE} not followed any more; it keeps running in Step Functions (start-x) "
+        f"and brings up its GPU instance; re-attach: servingctl wait start-x; stop it: servingctl stop {PROFILE}"
+    )
 
 
-@pytest.mark.parametrize(("argv", "said"), [
-    (["start", PROFILE], f"the start of {PROFILE} may have been submitted; check: servingctl status {PROFILE}"),
-    (["stop", PROFILE, "--wait"], f"the stop of {PROFILE} may have been submitted; check: servingctl status {PROFILE}"),
-    (["bench", "--profile", PROFILE], f"of {PROFILE} may have been submitted; check: servingctl wait "),
-])
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["start", PROFILE], f"the start of {PROFILE} may have been submitted; check: servingctl status {PROFILE}"),
+        (["stop", PROFILE, "--wait"], f"the stop of {PROFILE} may have been submitted; check: servingctl status {PROFILE}"),
+        (["bench", "--profile", PROFILE], f"of {PROFILE} may have been submitted; check: servingctl wait "),
+    ],
+)
 def test_ctrl_c_before_the_api_answered_says_it_may_have_started(
-        argv: list[str], said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    argv: list[str], said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(client, "connect", lambda args: FakeApi())
     assert main(argv) == client.EXIT_INTERRUPTED
     err = capsys.readouterr().err

@@ -7,6 +7,7 @@ through real boto3 calls.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from collections.abc import Callable, Iterator
@@ -80,8 +81,12 @@ class World:
                     LaunchTemplateData={"ImageId": image, "InstanceType": option["instance_type"]},
                 )["LaunchTemplate"]["LaunchTemplateId"]
             self.autoscaling.create_auto_scaling_group(
-                AutoScalingGroupName=pool["asg_name"], LaunchTemplate={"LaunchTemplateId": pool["launch_template_id"]},
-                MinSize=0, MaxSize=1, DesiredCapacity=0, VPCZoneIdentifier=self.subnet,
+                AutoScalingGroupName=pool["asg_name"],
+                LaunchTemplate={"LaunchTemplateId": pool["launch_template_id"]},
+                MinSize=0,
+                MaxSize=1,
+                DesiredCapacity=0,
+                VPCZoneIdentifier=self.subnet,
             )
             pool["asg_arn"] = self.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[pool["asg_name"]])[
                 "AutoScalingGroups"
@@ -90,10 +95,13 @@ class World:
         for name, profile in doc["profiles"].items():
             self.ecs.create_cluster(clusterName=profile["cluster"])
             family = self.ecs.register_task_definition(
-                family=name, networkMode="awsvpc",
+                family=name,
+                networkMode="awsvpc",
                 containerDefinitions=[{"name": "vllm", "image": "vllm/vllm-openai", "memory": 512, "essential": True}],
             )["taskDefinition"]["taskDefinitionArn"]
-            self.ecs.create_service(cluster=profile["cluster"], serviceName=profile["service"], taskDefinition=family, desiredCount=0)
+            self.ecs.create_service(
+                cluster=profile["cluster"], serviceName=profile["service"], taskDefinition=family, desiredCount=0
+            )
             tg = self.elbv2.create_target_group(
                 Name=f"llm-{name}"[:32], Protocol="HTTP", Port=8000, VpcId=vpc, TargetType="ip", HealthCheckPath="/health"
             )["TargetGroups"][0]
@@ -126,7 +134,10 @@ class World:
         """The service scheduler places a task (awsvpc ENI, group service:<name>)."""
         spec = self.registry.profiles[profile]
         return self.ecs.run_task(
-            cluster=spec.cluster, taskDefinition=profile, launchType="EC2", group=f"service:{spec.service}",
+            cluster=spec.cluster,
+            taskDefinition=profile,
+            launchType="EC2",
+            group=f"service:{spec.service}",
             networkConfiguration={"awsvpcConfiguration": {"subnets": [self.subnet], "securityGroups": [self.sg]}},
         )["tasks"][0]
 
@@ -152,10 +163,16 @@ class World:
         """moto records no scaling activities: answer DescribeScalingActivities like AWS after a failed
         launch (each call adds one more failed activity, newest first)."""
         activity = {
-            "ActivityId": f"a{len(self._failed) + 1}", "AutoScalingGroupName": self.registry.pools[pool].asg_name,
+            "ActivityId": f"a{len(self._failed) + 1}",
+            "AutoScalingGroupName": self.registry.pools[pool].asg_name,
             "Description": "Launching a new EC2 instance.  Status Reason: " + message,
-            "Cause": "At 2025-03-01T09:00:00Z an instance was started in response to a difference between desired and actual capacity",
-            "StartTime": datetime.now(UTC), "StatusCode": "Failed", "StatusMessage": message, "Progress": 100,
+            "Cause": (
+                "At 2025-03-01T09:00:00Z an instance was started in response to a difference between desired and actual capacity"
+            ),
+            "StartTime": datetime.now(UTC),
+            "StatusCode": "Failed",
+            "StatusMessage": message,
+            "Progress": 100,
         }
         self._failed.insert(0, activity)
 
@@ -168,11 +185,15 @@ class World:
     def record_termination(self, instance_id: str, started: datetime, ended: datetime, pool: str = "g7e-2gpu") -> None:
         """moto records no scaling activities: list the group's termination of the instance as AWS does."""
         activity = {
-            "ActivityId": f"t-{instance_id}", "AutoScalingGroupName": self.registry.pools[pool].asg_name,
+            "ActivityId": f"t-{instance_id}",
+            "AutoScalingGroupName": self.registry.pools[pool].asg_name,
             "Description": f"Terminating EC2 instance: {instance_id}",
             "Cause": "At 2025-03-01T09:00:00Z an instance was taken out of service in response to a difference between "
             "desired and actual capacity, shrinking the capacity from 1 to 0.",
-            "StartTime": started, "EndTime": ended, "StatusCode": "Successful", "Progress": 100,
+            "StartTime": started,
+            "EndTime": ended,
+            "StatusCode": "Successful",
+            "Progress": 100,
         }
 
         def answer(**_: Any) -> tuple[AWSResponse, dict[str, Any]]:
@@ -209,18 +230,22 @@ def running_executions() -> Any:
     for arn in (EXEC_START, EXEC_OTHER, EXEC_STOP, EXEC_STOP_2):
         machine, name = arn.split(":")[-2:]
         machine_arn = f"arn:aws:states:{REGION}:123456789012:stateMachine:{machine}"
-        try:
+        with contextlib.suppress(sfn.exceptions.StateMachineAlreadyExists):
             sfn.create_state_machine(name=machine, definition=definition, roleArn=role)
-        except sfn.exceptions.StateMachineAlreadyExists:
-            pass
         assert sfn.start_execution(stateMachineArn=machine_arn, name=name)["executionArn"] == arn
     return sfn
 
 
 def _deps(world: World, clock: FakeClock) -> Deps:
     return Deps(
-        ecs=world.ecs, autoscaling=world.autoscaling, elbv2=world.elbv2, ec2=world.ec2,
-        stepfunctions=running_executions(), store=MemoryStore(), registry=world.registry, clock=clock,
+        ecs=world.ecs,
+        autoscaling=world.autoscaling,
+        elbv2=world.elbv2,
+        ec2=world.ec2,
+        stepfunctions=running_executions(),
+        store=MemoryStore(),
+        registry=world.registry,
+        clock=clock,
     )
 
 

@@ -12,21 +12,38 @@ import pytest
 from pydantic import BaseModel
 
 from servingctl.control.polling import run_check
-from servingctl.shared.settings import Poll, StartConfig, StopConfig
 from servingctl.control.steps import ACTIONS
+from servingctl.shared.settings import Poll, StartConfig, StopConfig
 
 from .conftest import FakeClock
 
 ROOT = Path(__file__).resolve().parents[3]
 FILES = {name: ROOT / "statemachine" / f"{name}.asl.json" for name in ("start_profile", "stop_profile")}
 LAMBDA_ERRORS = {
-    "Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException", "Lambda.TooManyRequestsException",
+    "Lambda.ServiceException",
+    "Lambda.AWSLambdaException",
+    "Lambda.SdkClientException",
+    "Lambda.TooManyRequestsException",
     "Lambda.ClientExecutionTimeoutException",
 }
 SUBSTITUTIONS = {"ProfileStepsFunctionArn", "SmokeTestFunctionArn"}
 VERBS = {
-    "Prepare", "Acquire", "Check", "Branch", "Wait", "Guard", "Scale", "Run", "Record", "Release", "Roll",
-    "Fail", "Request", "Close", "Force", "Answer",
+    "Prepare",
+    "Acquire",
+    "Check",
+    "Branch",
+    "Wait",
+    "Guard",
+    "Scale",
+    "Run",
+    "Record",
+    "Release",
+    "Roll",
+    "Fail",
+    "Request",
+    "Close",
+    "Force",
+    "Answer",
 }
 
 
@@ -46,8 +63,9 @@ def test_every_task_retries_lambda_and_throttling_errors_and_catches_all(name: s
         assert all("Comment" in r for r in state["Retry"]) and state.get("Comment"), state_name
 
 
-@pytest.mark.parametrize(("name", "state", "config"), [("start_profile", "PrepareStart", StartConfig),
-                                                       ("stop_profile", "PrepareStop", StopConfig)])
+@pytest.mark.parametrize(
+    ("name", "state", "config"), [("start_profile", "PrepareStart", StartConfig), ("stop_profile", "PrepareStop", StopConfig)]
+)
 def test_the_prepared_config_reaches_the_flow_whole(name: str, state: str, config: type[BaseModel]) -> None:
     """Every field prepare_* returns is kept by its ResultSelector (requested_by was dropped once:
     the record never said who started or stopped a profile)."""
@@ -117,8 +135,17 @@ def test_wait_loops_read_the_checks_wait(name: str) -> None:
 def _simulated_start(health_ready_s: int, watch_budget_s: float) -> tuple[int, float]:
     """States entered and the READY lag for a start whose instance registers at 300 s, task runs at
     420 s and target turns healthy at health_ready_s, with the default poll settings."""
-    straight = ["PrepareStart", "AcquireLock", "CheckCurrent", "BranchOnCurrent", "GuardPool", "ScaleOut",
-                "RunSmokeTest", "RecordReady", "ReleaseLock"]
+    straight = [
+        "PrepareStart",
+        "AcquireLock",
+        "CheckCurrent",
+        "BranchOnCurrent",
+        "GuardPool",
+        "ScaleOut",
+        "RunSmokeTest",
+        "RecordReady",
+        "ReleaseLock",
+    ]
     assert all(s in load("start_profile")["States"] for s in straight)
     clock, poll = FakeClock(), Poll()
     t0 = clock.now()
@@ -128,7 +155,13 @@ def _simulated_start(health_ready_s: int, watch_budget_s: float) -> tuple[int, f
         while True:
             transitions += 2  # Check<X> and BranchOn<X>
             result = run_check(
-                state=state, key=key, what=key, deadline_s=3600, poll=poll, clock=clock, watch_budget_s=budget,
+                state=state,
+                key=key,
+                what=key,
+                deadline_s=3600,
+                poll=poll,
+                clock=clock,
+                watch_budget_s=budget,
                 probe=lambda p, due=ready_after_s: ((clock.now() - t0).total_seconds() >= due, "probe"),
             )
             state[key] = result

@@ -11,15 +11,15 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import boto3
 import pytest
 from aws_lambda_powertools.utilities import parameters
 
-from servingctl.shared.errors import InvalidInput, ProfileNotFound, SmokeTestFailed
-from servingctl.local.twin import publish_parameters
 from servingctl.control.steps import ACTIONS
+from servingctl.local.twin import publish_parameters
+from servingctl.shared.errors import InvalidInput, ProfileNotFound, SmokeTestFailed
 from servingctl.store import DynamoStore, Phase
 from servingctl.store.dynamodb import create_table
 
@@ -42,14 +42,16 @@ def load_handler(name: str) -> ModuleType:
 
 def context() -> SimpleNamespace:
     return SimpleNamespace(
-        function_name="servingctl-profile-steps", memory_limit_in_mb=256, aws_request_id="req-1",
+        function_name="servingctl-profile-steps",
+        memory_limit_in_mb=256,
+        aws_request_id="req-1",
         invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:servingctl-profile-steps",
         get_remaining_time_in_millis=lambda: 180_000,
     )
 
 
 @pytest.fixture
-def lambda_env(monkeypatch: pytest.MonkeyPatch, aws_env: None) -> Iterator[None]:
+def lambda_env(monkeypatch: pytest.MonkeyPatch, aws_env: None) -> None:
     # Read from SSM by its path, as deployed.
     publish_parameters(boto3.client("ssm"), json.loads(REGISTRY.read_text()), "/servingctl/registry")
     parameters.clear_caches()
@@ -59,7 +61,7 @@ def lambda_env(monkeypatch: pytest.MonkeyPatch, aws_env: None) -> Iterator[None]
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "servingctl")
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
     create_table("servingctl", boto3.resource("dynamodb"))
-    yield
+    return
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (EVENTS / "profile_steps").glob("*.json")))
@@ -79,7 +81,9 @@ def test_profile_steps_runs_prepare_lock_and_current(lambda_env: None) -> None:
     ecs = boto3.client("ecs")
     ecs.create_cluster(clusterName="self-hosted-llm-poc")
     ecs.register_task_definition(family="ds", containerDefinitions=[{"name": "vllm", "image": "vllm", "memory": 512}])
-    ecs.create_service(cluster="self-hosted-llm-poc", serviceName="self-hosted-llm-poc-deepseek-v4-flash", taskDefinition="ds", desiredCount=0)
+    ecs.create_service(
+        cluster="self-hosted-llm-poc", serviceName="self-hosted-llm-poc-deepseek-v4-flash", taskDefinition="ds", desiredCount=0
+    )
     assert app.lambda_handler(event("profile_steps", "check_current"), context()) == {"phase": "STOPPED", "ready": False}
     assert DynamoStore("servingctl").get_profile("deepseek-v4-flash").phase == Phase.STOPPED
 
@@ -121,11 +125,11 @@ def test_profile_steps_raises_named_errors(lambda_env: None) -> None:
 
 
 class _Server(BaseHTTPRequestHandler):
-    models: list[str] = []
+    models: ClassVar[list[str]] = []
     health = 200
-    seen_headers: list[str] = []
+    seen_headers: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         type(self).seen_headers.append(self.headers.get("X-LLM-Profile", ""))
         if self.path == "/health":
             body, code = b"", type(self).health
@@ -138,11 +142,14 @@ class _Server(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         type(self).seen_headers.append(self.headers.get("X-LLM-Profile", ""))
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk",
-                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}, "finish_reason": None}]}
+        chunk = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}, "finish_reason": None}],
+        }
         served = self.path == "/v1/chat/completions"
         body = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode() if served else b"not found"
         self.send_response(200 if served else 404)

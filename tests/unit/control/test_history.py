@@ -57,18 +57,23 @@ def test_a_start_or_stop_stays_under_the_history_limit_at_its_loops_bound(stem: 
     largest = FlowLimits().max_start_deadline_s if stem == "start_profile" else FlowLimits().max_stop_deadline_s
     before = worst_case_events(definition, dict.fromkeys(LOOPS[stem], rounds_by_pacing(FASTEST, largest)), {})
     default = worst_case_events(definition, dict.fromkeys(LOOPS[stem], rounds_by_pacing(Poll(), largest)), {})
-    print(f"\nFIGURE {stem}: worst case {after:,} history events (limit {HISTORY_LIMIT:,}; {MAX_LOOP_ROUNDS} rounds a loop); "
-          f"before: {before:,} at poll 1 s and the registry's default largest deadline ({largest} s), "
-          f"{default:,} at the default poll")
+    print(
+        f"\nFIGURE {stem}: worst case {after:,} history events (limit {HISTORY_LIMIT:,}; {MAX_LOOP_ROUNDS} rounds a loop); "
+        f"before: {before:,} at poll 1 s and the registry's default largest deadline ({largest} s), "
+        f"{default:,} at the default poll"
+    )
     assert after <= HISTORY_LIMIT
     assert before > HISTORY_LIMIT  # what the poll settings alone allowed
 
 
 def test_run_benchmark_stays_under_the_history_limit_at_the_matrix_maxima() -> None:
-    events = worst_case_events(load("run_benchmark"), {"SweepNext": SWEEP_MAX_STEPS},
-                               {"RunScenarios": MAX_SCENARIOS, "RunShards": MAX_WORKERS})
-    print(f"\nFIGURE run_benchmark: worst case {events:,} history events (limit {HISTORY_LIMIT:,}; {MAX_SCENARIOS} scenarios "
-          f"of {MAX_WORKERS} shards, {SWEEP_MAX_STEPS} sweep steps; its start and stop are child executions with their own)")
+    events = worst_case_events(
+        load("run_benchmark"), {"SweepNext": SWEEP_MAX_STEPS}, {"RunScenarios": MAX_SCENARIOS, "RunShards": MAX_WORKERS}
+    )
+    print(
+        f"\nFIGURE run_benchmark: worst case {events:,} history events (limit {HISTORY_LIMIT:,}; {MAX_SCENARIOS} scenarios "
+        f"of {MAX_WORKERS} shards, {SWEEP_MAX_STEPS} sweep steps; its start and stop are child executions with their own)"
+    )
     assert events <= HISTORY_LIMIT
 
 
@@ -93,8 +98,15 @@ def test_a_loop_at_the_fastest_poll_runs_at_most_the_round_bound_and_still_lasts
     start = clock.now()
     with pytest.raises(DeadlineExceeded):
         while True:
-            result = run_check(state=state, key="k", what="it", deadline_s=deadline_s, poll=FASTEST, clock=clock,
-                               probe=lambda _p: (False, "not yet"))
+            result = run_check(
+                state=state,
+                key="k",
+                what="it",
+                deadline_s=deadline_s,
+                poll=FASTEST,
+                clock=clock,
+                probe=lambda _p: (False, "not yet"),
+            )
             state["k"] = result
             rounds += 1
             clock.advance(result["wait_s"])
@@ -105,6 +117,13 @@ def test_a_loop_at_the_fastest_poll_runs_at_most_the_round_bound_and_still_lasts
 
 def test_the_pacing_asked_for_is_kept_when_the_bound_allows_it() -> None:
     clock = FakeClock()
-    result = run_check(state={}, key="k", what="it", deadline_s=StopDeadlines().drain_s, poll=Poll(), clock=clock,
-                       probe=lambda _p: (False, "not yet"))
+    result = run_check(
+        state={},
+        key="k",
+        what="it",
+        deadline_s=StopDeadlines().drain_s,
+        poll=Poll(),
+        clock=clock,
+        probe=lambda _p: (False, "not yet"),
+    )
     assert result["wait_s"] == Poll().interval_s

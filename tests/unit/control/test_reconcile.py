@@ -27,17 +27,29 @@ SWEEP = "arn:aws:sts::123456789012:assumed-role/servingctl-sweep/x"
 @pytest.fixture
 def rdeps(world: World, clock: FakeClock) -> ReconcileDeps:
     sfn = boto3.client("stepfunctions", region_name=REGION)
-    machines = {a: sfn.create_state_machine(name=f"servingctl-{a}-profile", definition=WAIT, roleArn=ROLE)["stateMachineArn"]
-                for a in ("start", "stop")}
-    steps = Deps(ecs=world.ecs, autoscaling=world.autoscaling, elbv2=world.elbv2, ec2=world.ec2, stepfunctions=sfn,
-                 store=MemoryStore(), registry=world.registry, clock=clock)
-    return ReconcileDeps(steps=steps, sfn=sfn, events=boto3.client("events", region_name=REGION), machines=machines,
-                         identity=SWEEP)
+    machines = {
+        a: sfn.create_state_machine(name=f"servingctl-{a}-profile", definition=WAIT, roleArn=ROLE)["stateMachineArn"]
+        for a in ("start", "stop")
+    }
+    steps = Deps(
+        ecs=world.ecs,
+        autoscaling=world.autoscaling,
+        elbv2=world.elbv2,
+        ec2=world.ec2,
+        stepfunctions=sfn,
+        store=MemoryStore(),
+        registry=world.registry,
+        clock=clock,
+    )
+    return ReconcileDeps(
+        steps=steps, sfn=sfn, events=boto3.client("events", region_name=REGION), machines=machines, identity=SWEEP
+    )
 
 
 def _execution(deps: ReconcileDeps, action: str, name: str, *, status: str = "RUNNING", profile: str = PROFILE) -> str:
-    arn = deps.sfn.start_execution(stateMachineArn=deps.machines[action], name=f"{action}-{profile}-{name}",
-                                   input=json.dumps({"profile": profile}))["executionArn"]
+    arn = deps.sfn.start_execution(
+        stateMachineArn=deps.machines[action], name=f"{action}-{profile}-{name}", input=json.dumps({"profile": profile})
+    )["executionArn"]
     if status == "ABORTED":
         deps.sfn.stop_execution(executionArn=arn, cause="aborted from the console")
     return arn
@@ -49,7 +61,9 @@ def _scaled_out(deps: ReconcileDeps, owner: str, profile: str = PROFILE) -> None
     spec, pool = steps.profile(profile), steps.registry.pool_of(profile)
     steps.store.acquire_locks([f"profile:{profile}", f"pool:{spec.pool}"], owner, now, 7200)
     steps.store.set_phase(profile, Phase.STARTING, now, owner, session_id="s1")
-    steps.store.open_session(Session(profile=profile, session_id="s1", pool=spec.pool, instance_type=pool.instance_type, started_at=now))
+    steps.store.open_session(
+        Session(profile=profile, session_id="s1", pool=spec.pool, instance_type=pool.instance_type, started_at=now)
+    )
     steps.ecs.update_service(cluster=spec.cluster, service=spec.service, desiredCount=1)
     steps.autoscaling.set_desired_capacity(AutoScalingGroupName=pool.asg_name, DesiredCapacity=1)
 
@@ -69,7 +83,7 @@ class _Bus:
     def __init__(self, client: Any) -> None:
         self.client, self.entries = client, []
 
-    def put_events(self, Entries: list[dict[str, Any]]) -> Any:  # noqa: N803 (boto3's parameter name)
+    def put_events(self, Entries: list[dict[str, Any]]) -> Any:
         self.entries += Entries
         return self.client.put_events(Entries=Entries)
 
@@ -84,7 +98,10 @@ def test_a_start_aborted_after_scale_out_is_stopped_and_its_dead_locks_released(
     assert (other.reason, other.action) == ("consistent", "none")
     [stop] = _stops(rdeps)
     assert stop["executionArn"] == repair.execution_arn
-    assert json.loads(rdeps.sfn.describe_execution(executionArn=stop["executionArn"])["input"]) == {"profile": PROFILE, "requested_by": SWEEP}
+    assert json.loads(rdeps.sfn.describe_execution(executionArn=stop["executionArn"])["input"]) == {
+        "profile": PROFILE,
+        "requested_by": SWEEP,
+    }
     # The dead owner's locks are gone (the stop does not wait for their lease); the reason is on the record.
     assert rdeps.steps.store.get_lock(f"profile:{PROFILE}") is None and rdeps.steps.store.get_lock("pool:g7e-2gpu") is None
     state = rdeps.steps.store.get_profile(PROFILE)
@@ -95,7 +112,11 @@ def test_a_start_aborted_after_scale_out_is_stopped_and_its_dead_locks_released(
     assert (event["Source"], event["DetailType"]) == ("servingctl", "Profile reconciled")
     detail = json.loads(event["Detail"])
     assert (detail["profile"], detail["reason"], detail["execution_arn"], detail["requested_by"]) == (
-        PROFILE, "lock-owner-ended", repair.execution_arn, SWEEP)
+        PROFILE,
+        "lock-owner-ended",
+        repair.execution_arn,
+        SWEEP,
+    )
 
 
 def test_a_running_start_is_left_alone_and_a_second_run_joins_the_stop_it_started(rdeps: ReconcileDeps) -> None:
@@ -180,18 +201,27 @@ def test_a_closed_stop_name_is_never_reused(rdeps: ReconcileDeps) -> None:
     assert first.execution_arn.endswith(names[0]) and second.execution_arn.endswith(names[1])
 
 
-def test_the_record_moving_meanwhile_makes_it_wait_for_the_next_sweep(rdeps: ReconcileDeps, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_record_moving_meanwhile_makes_it_wait_for_the_next_sweep(
+    rdeps: ReconcileDeps, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dead = _execution(rdeps, "start", "dead3", status="ABORTED")
     _scaled_out(rdeps, dead)
     store = rdeps.steps.store
     original = store.get_profile
-    reads = iter([original(PROFILE), ProfileState(profile=PROFILE, phase=Phase.READY, updated_at=rdeps.steps.clock.now() + timedelta(seconds=1))])
+    reads = iter(
+        [
+            original(PROFILE),
+            ProfileState(profile=PROFILE, phase=Phase.READY, updated_at=rdeps.steps.clock.now() + timedelta(seconds=1)),
+        ]
+    )
     monkeypatch.setattr(store, "get_profile", lambda name: next(reads))
     [repair] = reconcile(rdeps, [PROFILE])
     assert (repair.reason, repair.action) == ("lock-owner-ended", "changed") and _stops(rdeps) == []
 
 
-def test_one_profile_raising_is_reported_and_the_others_are_still_reconciled(rdeps: ReconcileDeps, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_profile_raising_is_reported_and_the_others_are_still_reconciled(
+    rdeps: ReconcileDeps, monkeypatch: pytest.MonkeyPatch
+) -> None:
     names = sorted(rdeps.steps.registry.profiles)
     for name in names:
         spec = rdeps.steps.profile(name)
@@ -213,12 +243,26 @@ def test_one_profile_raising_is_reported_and_the_others_are_still_reconciled(rde
 def test_a_status_change_event_reconciles_the_profile_its_input_names(rdeps: ReconcileDeps) -> None:
     dead = _execution(rdeps, "start", "console", status="ABORTED")
     _scaled_out(rdeps, dead)
-    event = {"version": "0", "detail-type": "Step Functions Execution Status Change", "source": "aws.states",
-             "resources": [dead], "detail": {"executionArn": dead, "stateMachineArn": rdeps.machines["start"],
-                                             "name": dead.rsplit(":", 1)[-1], "status": "ABORTED",
-                                             "input": json.dumps({"profile": PROFILE}), "inputDetails": {"included": True}}}
+    event = {
+        "version": "0",
+        "detail-type": "Step Functions Execution Status Change",
+        "source": "aws.states",
+        "resources": [dead],
+        "detail": {
+            "executionArn": dead,
+            "stateMachineArn": rdeps.machines["start"],
+            "name": dead.rsplit(":", 1)[-1],
+            "status": "ABORTED",
+            "input": json.dumps({"profile": PROFILE}),
+            "inputDetails": {"included": True},
+        },
+    }
     [repair] = on_status_change(rdeps, event)
-    assert (repair.profile, repair.reason, repair.trigger) == (PROFILE, "lock-owner-ended", "ABORTED start-deepseek-v4-flash-console")
+    assert (repair.profile, repair.reason, repair.trigger) == (
+        PROFILE,
+        "lock-owner-ended",
+        "ABORTED start-deepseek-v4-flash-console",
+    )
     # EventBridge leaves a large input out: the reconciler reads it from DescribeExecution.
     del event["detail"]["input"]
     [again] = on_status_change(rdeps, event)

@@ -10,6 +10,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from servingctl.control.deps import Deps
+from servingctl.control.steps import run_step
+from servingctl.registry import parse_registry
 from servingctl.shared.errors import (
     CapacityUnavailable,
     DeadlineExceeded,
@@ -21,8 +23,6 @@ from servingctl.shared.errors import (
     TaskFailed,
     Throttled,
 )
-from servingctl.control.steps import run_step
-from servingctl.registry import parse_registry
 from servingctl.store import LockLost, Phase
 
 from .conftest import EXEC_OTHER, EXEC_START, EXEC_STOP, OTHER, PROFILE, FakeClock, World, start_input
@@ -71,7 +71,12 @@ def loop_until_ready(
 
 def test_prepare_merges_registry_defaults_and_names_bad_fields(deps: Deps) -> None:
     config = step(deps, "prepare_start", {"profile": PROFILE}, None)
-    assert config["settings"]["deadlines"] == {"capacity_s": 900, "task_s": 2400, "health_s": 2400, "derived": []}  # no past start: the registry's
+    assert config["settings"]["deadlines"] == {
+        "capacity_s": 900,
+        "task_s": 2400,
+        "health_s": 2400,
+        "derived": [],
+    }  # no past start: the registry's
     assert config["settings"]["poll"] == {"interval_s": 15, "max_interval_s": 60, "backoff": 1.5}
     assert config["smoke"]["header_value"] == PROFILE and config["pool"] == "g7e-2gpu"
     with pytest.raises(InvalidInput, match=r"poll\.interval_s: Input should be greater than or equal to 1"):
@@ -136,9 +141,13 @@ def test_scale_out_sets_service_and_asg_only_when_at_zero(deps: Deps, world: Wor
 def test_the_capacity_wait_reads_the_warm_pools_lifecycle_states(deps: Deps, world: World) -> None:
     from botocore.awsrequest import AWSResponse
 
-    warm = [{"InstanceId": "i-0pending", "LifecycleState": "Warmed:Pending"}, {"InstanceId": "i-0stopped", "LifecycleState": "Warmed:Stopped"}]
+    warm = [
+        {"InstanceId": "i-0pending", "LifecycleState": "Warmed:Pending"},
+        {"InstanceId": "i-0stopped", "LifecycleState": "Warmed:Stopped"},
+    ]
     world.autoscaling.meta.events.register(
-        "before-call.auto-scaling.DescribeWarmPool", lambda **_: (AWSResponse("https://autoscaling", 200, {}, None), {"Instances": warm})
+        "before-call.auto-scaling.DescribeWarmPool",
+        lambda **_: (AWSResponse("https://autoscaling", 200, {}, None), {"Instances": warm}),
     )
     state = started(deps)
     # Only a stopped (takeable) instance counts as the warm start's; one still initialising does not.
@@ -162,7 +171,9 @@ def test_the_session_is_priced_by_the_pools_price_key_when_it_has_one(deps: Deps
 
 def test_start_reaches_ready_with_phase_times_and_lease(deps: Deps, world: World, clock: FakeClock) -> None:
     state = started(deps)
-    cap_waits = loop_until_ready(deps, clock, "check_capacity", state, "capacity", lambda n: n == 3 and world.register_instances())
+    cap_waits = loop_until_ready(
+        deps, clock, "check_capacity", state, "capacity", lambda n: n == 3 and world.register_instances()
+    )
     assert cap_waits == [15, 22, 34]  # 15 * 1.5^n, rounded
     tasks: list[dict[str, Any]] = []
     loop_until_ready(deps, clock, "check_task", state, "task", lambda n: tasks.append(world.place_task()))
@@ -186,8 +197,11 @@ def test_start_reaches_ready_with_phase_times_and_lease(deps: Deps, world: World
 def test_failed_launch_fails_fast_with_aws_message(deps: Deps, world: World) -> None:
     state = started(deps)
     world.fail_launches(INSUFFICIENT)
-    with pytest.raises(CapacityUnavailable, match=r"could not launch g7e.12xlarge: insufficient-capacity \(InsufficientInstanceCapacity\): "
-                                                  "We currently do not have sufficient"):
+    with pytest.raises(
+        CapacityUnavailable,
+        match=r"could not launch g7e.12xlarge: insufficient-capacity \(InsufficientInstanceCapacity\): "
+        "We currently do not have sufficient",
+    ):
         step(deps, "check_capacity", state, "capacity")
 
 
@@ -202,13 +216,19 @@ def test_a_retry_right_after_a_failed_launch_is_not_failed_by_the_old_activity(d
 
 
 def _no_capacity(itype: str) -> str:
-    return f"Could not launch On-Demand Instances. InsufficientInstanceCapacity - We currently do not have sufficient {itype} capacity"
+    return (
+        "Could not launch On-Demand Instances. InsufficientInstanceCapacity - "
+        f"We currently do not have sufficient {itype} capacity"
+    )
 
 
 def test_capacity_falls_back_to_each_alternate_in_order_and_records_why(deps: Deps, world: World) -> None:
     state = started(deps, profile=OTHER)
     pool = world.registry.pools["g7e-1gpu"]
-    template = lambda: world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"]  # noqa: E731
+
+    def template() -> str:
+        return world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"]
+
     assert template() == pool.launch_template_id
     world.fail_launches(_no_capacity("g7e.2xlarge"), pool="g7e-1gpu")
     answer = step(deps, "check_capacity", state, "capacity")
@@ -216,7 +236,10 @@ def test_capacity_falls_back_to_each_alternate_in_order_and_records_why(deps: De
     assert template() == pool.alternates[0].launch_template_id
     recorded = deps.store.get_profile(OTHER)
     assert recorded.instance_type == "g7e.4xlarge"
-    assert recorded.capacity_note == "g7e.2xlarge: insufficient-capacity (InsufficientInstanceCapacity); moved to g7e.4xlarge (option 2 of 3)"
+    assert (
+        recorded.capacity_note
+        == "g7e.2xlarge: insufficient-capacity (InsufficientInstanceCapacity); moved to g7e.4xlarge (option 2 of 3)"
+    )
     session = deps.store.get_session(OTHER, recorded.session_id or "")
     assert session is not None and (session.instance_type, session.price_key) == ("g7e.4xlarge", "g7e.4xlarge")
     # The same activity does not move it twice; the next type's failure moves to the third.
@@ -235,7 +258,8 @@ def test_capacity_falls_back_to_each_alternate_in_order_and_records_why(deps: De
     assert ready["instance_type"] == "g7e.8xlarge" and ready["warm_start"] is False
     assert [(f["instance_type"], f["class"], f["code"]) for f in ready["capacity_fallbacks"]] == [
         ("g7e.2xlarge", "insufficient-capacity", "InsufficientInstanceCapacity"),
-        ("g7e.4xlarge", "insufficient-capacity", "InsufficientInstanceCapacity")]
+        ("g7e.4xlarge", "insufficient-capacity", "InsufficientInstanceCapacity"),
+    ]
     assert deps.store.get_profile(OTHER).instance_type == "g7e.8xlarge"
 
 
@@ -247,17 +271,24 @@ def test_the_refused_types_retries_listed_before_the_switch_are_not_blamed_on_th
     assert "moved to g7e.4xlarge (option 2 of 3)" in step(deps, "check_capacity", state, "capacity")["detail"]
     again = step(deps, "check_capacity", state, "capacity")
     assert again["ready"] is False and "moved to" not in again["detail"]
-    assert world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"] == world.registry.pools["g7e-1gpu"].alternates[0].launch_template_id
+    assert (
+        world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"]
+        == world.registry.pools["g7e-1gpu"].alternates[0].launch_template_id
+    )
     assert [f["instance_type"] for f in again["progress"]["marks"]["fallbacks"]] == ["g7e.2xlarge"]
 
 
-def test_every_option_without_capacity_fails_with_capacity_unavailable_naming_them_and_rolls_back(deps: Deps, world: World) -> None:
+def test_every_option_without_capacity_fails_with_capacity_unavailable_naming_them_and_rolls_back(
+    deps: Deps, world: World
+) -> None:
     state = started(deps, profile=OTHER)
     for n, itype in enumerate(("g7e.2xlarge", "g7e.4xlarge")):
         world.fail_launches(_no_capacity(itype), pool="g7e-1gpu")
         assert f"option {n + 2} of 3" in step(deps, "check_capacity", state, "capacity")["detail"]
     world.fail_launches(_no_capacity("g7e.8xlarge"), pool="g7e-1gpu")
-    with pytest.raises(CapacityUnavailable, match=r"could not launch g7e.8xlarge: .*alternates tried before: g7e.2xlarge: .*; g7e.4xlarge: "):
+    with pytest.raises(
+        CapacityUnavailable, match=r"could not launch g7e.8xlarge: .*alternates tried before: g7e.2xlarge: .*; g7e.4xlarge: "
+    ):
         step(deps, "check_capacity", state, "capacity")
     step(deps, "roll_back", state | {"error": {"Error": "CapacityUnavailable", "Cause": "{}"}}, None)
     assert world.asg("g7e-1gpu")["DesiredCapacity"] == 0 and world.service(OTHER)["desiredCount"] == 0
@@ -270,29 +301,42 @@ def test_every_option_without_capacity_fails_with_capacity_unavailable_naming_th
 def test_a_launch_configuration_failure_does_not_fall_back(deps: Deps, world: World) -> None:
     state = started(deps, profile=OTHER)
     world.fail_launches("The requested configuration is currently not supported. Launching EC2 instance failed.", pool="g7e-1gpu")
-    with pytest.raises(CapacityUnavailable, match="could not launch g7e.2xlarge: launch-config: The requested configuration"):
+    with pytest.raises(CapacityUnavailable, match=r"could not launch g7e.2xlarge: launch-config: The requested configuration"):
         step(deps, "check_capacity", state, "capacity")
     assert world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"] == world.registry.pools["g7e-1gpu"].launch_template_id
 
 
 def test_a_type_not_offered_in_the_zone_moves_to_the_next_alternate(deps: Deps, world: World) -> None:
     state = started(deps, profile=OTHER)
-    world.fail_launches("Could not launch On-Demand Instances. Unsupported - Your requested instance type (g7e.2xlarge) is not "
-                        "supported in your requested Availability Zone (us-east-1a). Please retry your request by not specifying "
-                        "an Availability Zone or choosing us-east-1b. Launching EC2 instance failed.", pool="g7e-1gpu")
+    world.fail_launches(
+        "Could not launch On-Demand Instances. Unsupported - Your requested instance type (g7e.2xlarge) is not "
+        "supported in your requested Availability Zone (us-east-1a). Please retry your request by not specifying "
+        "an Availability Zone or choosing us-east-1b. Launching EC2 instance failed.",
+        pool="g7e-1gpu",
+    )
     answer = step(deps, "check_capacity", state, "capacity")
     assert "g7e.2xlarge: unsupported (Unsupported); moved to g7e.4xlarge (option 2 of 3)" in answer["detail"]
-    assert world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"] == world.registry.pools["g7e-1gpu"].alternates[0].launch_template_id
+    assert (
+        world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"]
+        == world.registry.pools["g7e-1gpu"].alternates[0].launch_template_id
+    )
 
 
 def test_a_spent_vcpu_quota_names_it_and_passes_over_the_alternates_of_its_bucket(deps: Deps, world: World) -> None:
     state = started(deps, profile=OTHER)
-    world.fail_launches("Could not launch On-Demand Instances. VcpuLimitExceeded - You have requested more vCPU capacity than "
-                        "your current vCPU limit of 0 allows for the instance bucket that the specified instance type belongs to. "
-                        "Launching EC2 instance failed.", pool="g7e-1gpu")
-    with pytest.raises(CapacityUnavailable, match=(
+    world.fail_launches(
+        "Could not launch On-Demand Instances. VcpuLimitExceeded - You have requested more vCPU capacity than "
+        "your current vCPU limit of 0 allows for the instance bucket that the specified instance type belongs to. "
+        "Launching EC2 instance failed.",
+        pool="g7e-1gpu",
+    )
+    with pytest.raises(
+        CapacityUnavailable,
+        match=(
             r'could not launch g7e.2xlarge: quota: VcpuLimitExceeded, Service Quotas L-DB2E81BA "Running On-Demand G and VT '
-            r'instances", limit 0 vCPUs: .*; not tried: g7e.4xlarge, g7e.8xlarge \(the same quota\)$')):
+            r'instances", limit 0 vCPUs: .*; not tried: g7e.4xlarge, g7e.8xlarge \(the same quota\)$'
+        ),
+    ):
         step(deps, "check_capacity", state, "capacity")
     # Nothing was switched: the group stays on the primary type's template for the roll-back.
     assert world.asg("g7e-1gpu")["LaunchTemplate"]["LaunchTemplateId"] == world.registry.pools["g7e-1gpu"].launch_template_id
@@ -318,7 +362,10 @@ def test_stopping_tasks_are_counted_until_task_failed(deps: Deps, world: World, 
         world.crash_task(world.place_task(), f"Essential container in task exited (crash {n})")
     assert "stopped since start: 2" in step(deps, "check_task", state, "task")["detail"]
     world.crash_task(world.place_task(), "Essential container in task exited (crash 2)")
-    with pytest.raises(TaskFailed, match=r"3 task\(s\) .* stopped since the start \(limit 3\); last: Essential container in task exited \(crash 2\)"):
+    with pytest.raises(
+        TaskFailed,
+        match=r"3 task\(s\) .* stopped since the start \(limit 3\); last: Essential container in task exited \(crash 2\)",
+    ):
         step(deps, "check_task", state, "task")
 
 
@@ -335,7 +382,9 @@ def test_a_task_crashing_during_health_checks_counts_too(deps: Deps, world: Worl
 def test_deadline_exceeded_names_what_was_missing(deps: Deps, clock: FakeClock) -> None:
     state = started(deps, deadlines={"capacity_s": 100})
     waits = []
-    with pytest.raises(DeadlineExceeded, match=r"capacity .* not reached within 100 s: 1 instance\(s\) InService .* 0 registered"):
+    with pytest.raises(
+        DeadlineExceeded, match=r"capacity .* not reached within 100 s: 1 instance\(s\) InService .* 0 registered"
+    ):
         for _ in range(10):
             waits.append(step(deps, "check_capacity", state, "capacity")["wait_s"])
             clock.advance(waits[-1])
@@ -352,7 +401,7 @@ def test_target_health_is_watched_inside_the_invocation(deps: Deps, world: World
     for _ in range(3):  # health takes a while: each invocation watches its whole wait, so wait_s is 0
         result = step(deps, "check_targets", state, "targets")
         assert not result["ready"] and result["wait_s"] == 0
-    assert clock.slept == [15] + [15, 7] + [15, 15, 4]  # waits 15, 22, 34 probed every <= 15 s
+    assert clock.slept == [15, 15, 7, 15, 15, 4]  # capacity 15; then waits 15, 22, 34 probed every <= 15 s
     clock.on_sleep = lambda s: world.register_target(task)
     result = step(deps, "check_targets", state, "targets")
     assert result["ready"] and result["wait_s"] == 0
@@ -513,7 +562,11 @@ def test_the_flow_refuses_deadlines_past_the_registry_limit(deps: Deps, capacity
     if accepted:
         assert step(deps, "prepare_start", state, "config")["settings"]["deadlines"]["capacity_s"] == 7200
         return
-    with pytest.raises(InvalidInput, match=(
-        r"deadlines.capacity_s: must be between 1 and 7200 seconds \(the limits.max_start_deadline_s of deepseek-v4-flash\); got 7201"
-    )):
+    with pytest.raises(
+        InvalidInput,
+        match=(
+            r"deadlines.capacity_s: must be between 1 and 7200 seconds "
+            r"\(the limits.max_start_deadline_s of deepseek-v4-flash\); got 7201"
+        ),
+    ):
         step(deps, "prepare_start", state, "config")

@@ -30,16 +30,27 @@ def test_record_ready_announces_ready_with_who_asked_and_counts_the_start_and_it
     result = {"phase": "READY", "phase_seconds": {"capacity": 60.0, "boot": 5.0, "total": 65.0}, "lease_deadline": "x"}
     detail_type, detail = lifecycle_event(event, result)
     assert detail_type == events.READY
-    assert detail == {"profile": PROFILE, "execution": event["execution"], "requested_by": event["state"]["config"].get("requested_by"), **result}
+    assert detail == {
+        "profile": PROFILE,
+        "execution": event["execution"],
+        "requested_by": event["state"]["config"].get("requested_by"),
+        **result,
+    }
     assert step_metrics("record_ready", result) == [
-        ("StartSucceeded", "Count", 1), ("PhaseSecondsCapacity", "Seconds", 60.0), ("PhaseSecondsBoot", "Seconds", 5.0),
+        ("StartSucceeded", "Count", 1),
+        ("PhaseSecondsCapacity", "Seconds", 60.0),
+        ("PhaseSecondsBoot", "Seconds", 5.0),
         ("PhaseSecondsTotal", "Seconds", 65.0),
     ]
 
 
-@pytest.mark.parametrize(("action", "detail_type", "metric"), [
-    ("roll_back", events.START_FAILED, "StartFailed"), ("force_release", events.STOP_FAILED, "StopFailed"),
-])
+@pytest.mark.parametrize(
+    ("action", "detail_type", "metric"),
+    [
+        ("roll_back", events.START_FAILED, "StartFailed"),
+        ("force_release", events.STOP_FAILED, "StopFailed"),
+    ],
+)
 def test_a_roll_back_or_forced_release_announces_only_what_it_did(action: str, detail_type: str, metric: str) -> None:
     event = sample(action)
     acted, idle = {"acted": True, "detail": "desired 0"}, {"acted": False, "detail": "nothing was started"}

@@ -149,7 +149,8 @@ def test_prepare_stop_failures_go_through_force_release(deps: Deps, world: World
     assert deps.store.get_profile(PROFILE).last_error == "stop failed: Throttled: ECS: Throttling"
     unknown = {"profile": "llama", "error": {"Error": "ProfileNotFound", "Cause": "unknown profile 'llama'"}}
     assert step(deps, "force_release", unknown, "rollback", execution=EXEC_STOP) == {
-        "acted": False, "detail": "nothing was stopped: ProfileNotFound: unknown profile 'llama'"
+        "acted": False,
+        "detail": "nothing was stopped: ProfileNotFound: unknown profile 'llama'",
     }
 
 

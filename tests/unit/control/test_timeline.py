@@ -29,7 +29,10 @@ T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 # vLLM 0.32 on CPU (--enforce-eager), as the real server printed it on this machine.
 CPU_0_32 = [
     "(APIServer pid=23944) INFO 12-04 12:21:55 [api_utils.py:286] non-default args: {'host': '127.0.0.1'}",
-    "(APIServer pid=23944) WARNING 12-04 12:21:55 [vllm.py:1703] Enforce eager set, disabling torch.compile, CUDAGraphs, and JIT kernel warmup.",
+    (
+        "(APIServer pid=23944) WARNING 12-04 12:21:55 [vllm.py:1703] "
+        "Enforce eager set, disabling torch.compile, CUDAGraphs, and JIT kernel warmup."
+    ),
     "(Worker pid=24059) INFO 12-04 12:22:18 [cpu_model_runner.py:68] Starting to load model /work/main/.cache/tiny-llama...",
     "(Worker pid=24059) INFO 12-04 12:22:18 [base_loader.py:82] Initializing model took 0.118493 seconds",
     "Loading safetensors checkpoint shards: 100% Completed | 1/1 [00:00<00:00, 436.95it/s]",
@@ -56,19 +59,31 @@ def _events(lines: list[str]) -> list[tuple[datetime, str]]:
 def test_vllm_cpu_lines_give_five_phases_and_ignore_the_rest() -> None:
     marks = vllm_marks(_events(CPU_0_32))
     assert [(m.name, (m.at - T0).total_seconds()) for m in marks] == [
-        ("vllm_load_started", 2), ("vllm_model_initialized", 3), ("vllm_weights_loaded", 5),
-        ("vllm_engine_ready", 6), ("vllm_api_ready", 7),
+        ("vllm_load_started", 2),
+        ("vllm_model_initialized", 3),
+        ("vllm_weights_loaded", 5),
+        ("vllm_engine_ready", 6),
+        ("vllm_api_ready", 7),
     ]  # the "disabling torch.compile" warning is not a compile
 
 
 def test_vllm_gpu_lines_give_compile_and_graph_capture() -> None:
     names = [m.name for m in vllm_marks(_events(GPU_0_9))]
-    assert names == ["vllm_weights_loaded", "vllm_model_loaded", "vllm_compiled", "vllm_graphs_captured",
-                     "vllm_engine_ready", "vllm_api_ready"]
+    assert names == [
+        "vllm_weights_loaded",
+        "vllm_model_loaded",
+        "vllm_compiled",
+        "vllm_graphs_captured",
+        "vllm_engine_ready",
+        "vllm_api_ready",
+    ]
 
 
 def test_the_last_compile_range_ends_torch_compile() -> None:
-    lines = ["Compiling a graph for compile range (1, 512) takes 12.50 s", "Compiling a graph for compile range (513, 8192) takes 30.10 s"]
+    lines = [
+        "Compiling a graph for compile range (1, 512) takes 12.50 s",
+        "Compiling a graph for compile range (513, 8192) takes 30.10 s",
+    ]
     [mark] = vllm_marks(_events(lines))
     assert mark.at == T0 + timedelta(seconds=1)
 
@@ -81,15 +96,21 @@ def _record(offsets: dict[str, float], outcome: str = "READY", start: datetime =
 
 def test_spans_run_from_mark_to_mark_and_add_up_to_the_start() -> None:
     record = _record({"requested": 0, "instance_launched": 10, "instance_registered": 70, "pull_stopped": 190, "ready": 900})
-    assert spans(record) == [("instance_launched", 10, 10), ("instance_registered", 60, 70), ("pull_stopped", 120, 190),
-                             ("ready", 710, 900)]
+    assert spans(record) == [
+        ("instance_launched", 10, 10),
+        ("instance_registered", 60, 70),
+        ("pull_stopped", 120, 190),
+        ("ready", 710, 900),
+    ]
 
 
 def test_merge_keeps_when_a_mark_was_first_seen_and_overheads_measure_it() -> None:
     record = _record({"requested": 0})
     seen = T0 + timedelta(seconds=12)
     assert merge(record, [Mark(name="pull_stopped", at=T0 + timedelta(seconds=10), source="ecs")], seen)
-    assert not merge(record, [Mark(name="pull_stopped", at=T0 + timedelta(seconds=10), source="ecs")], seen + timedelta(seconds=5))
+    assert not merge(
+        record, [Mark(name="pull_stopped", at=T0 + timedelta(seconds=10), source="ecs")], seen + timedelta(seconds=5)
+    )
     assert overheads(record)["pull_stopped"] == 2
 
 
@@ -124,8 +145,10 @@ def test_without_history_the_next_mark_is_the_next_in_order_with_no_time() -> No
 
 
 def _health_history(seconds: list[float], outcome: str = "READY") -> list[StartRecord]:
-    return [_record({"task_started": 100, "target_healthy": 100 + s}, outcome=outcome, start=T0 + timedelta(hours=i))
-            for i, s in enumerate(seconds)]
+    return [
+        _record({"task_started": 100, "target_healthy": 100 + s}, outcome=outcome, start=T0 + timedelta(hours=i))
+        for i, s in enumerate(seconds)
+    ]
 
 
 SPAN = ("task_started", "target_healthy")

@@ -57,8 +57,25 @@ def test_exactly_one_self_hosted_price_is_required():
 
 def test_cli_compare_json_matches_the_reference(capsys):
     code = main(
-        "costs compare --self-hosted-monthly-usd 8887 --api-input-usd-per-m 0.22 --api-output-usd-per-m 0.66 "
-        "--aggregate-tok-s 330.29 --input-tokens 2046 --output-tokens 256 --hours 730 --json".split()
+        [
+            "costs",
+            "compare",
+            "--self-hosted-monthly-usd",
+            "8887",
+            "--api-input-usd-per-m",
+            "0.22",
+            "--api-output-usd-per-m",
+            "0.66",
+            "--aggregate-tok-s",
+            "330.29",
+            "--input-tokens",
+            "2046",
+            "--output-tokens",
+            "256",
+            "--hours",
+            "730",
+            "--json",
+        ]
     )
     assert code == 0
     out = json.loads(capsys.readouterr().out)
@@ -84,8 +101,14 @@ def test_cli_uses_the_catalogs_default_api_and_names_bad_flags(capsys):
 
 
 def _priced_at(input_usd: float, output_usd: float):
-    inputs = CompareInput(hourly_usd=12.0, api_input_usd_per_m=input_usd, api_output_usd_per_m=output_usd,
-                          aggregate_tok_s=300.0, input_tokens=256, output_tokens=256)
+    inputs = CompareInput(
+        hourly_usd=12.0,
+        api_input_usd_per_m=input_usd,
+        api_output_usd_per_m=output_usd,
+        aggregate_tok_s=300.0,
+        input_tokens=256,
+        output_tokens=256,
+    )
     return {"in256-c4": compare(inputs)}
 
 
@@ -118,14 +141,24 @@ def test_session_cost_accrues_until_now_and_unpriced_instances_say_so():
     catalog = load_catalog()
     start = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
     closed = session_cost(
-        catalog, profile="deepseek-v4-flash", region="us-east-1", instance_type="g7e.12xlarge",
-        started_at=start, ended_at=start + timedelta(minutes=90), now=start + timedelta(days=1),
+        catalog,
+        profile="deepseek-v4-flash",
+        region="us-east-1",
+        instance_type="g7e.12xlarge",
+        started_at=start,
+        ended_at=start + timedelta(minutes=90),
+        now=start + timedelta(days=1),
     )
     assert closed.uptime_hours == pytest.approx(1.5)
     assert closed.cost_usd == pytest.approx(1.5 * 12.17)
     open_ = session_cost(
-        catalog, profile="nemotron-nano", region="us-east-1", instance_type="g7e.2xlarge",
-        started_at=start, ended_at=None, now=start + timedelta(hours=2),
+        catalog,
+        profile="nemotron-nano",
+        region="us-east-1",
+        instance_type="g7e.2xlarge",
+        started_at=start,
+        ended_at=None,
+        now=start + timedelta(hours=2),
     )
     assert open_.uptime_hours == pytest.approx(2.0)
     assert open_.cost_usd is None
@@ -137,8 +170,14 @@ def test_session_cost_accrues_until_now_and_unpriced_instances_say_so():
 def test_a_session_is_priced_by_its_price_key_when_it_differs_from_the_instance_type():
     catalog = load_catalog()
     start = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-    common = {"profile": "nemotron-nano", "region": "us-east-1", "instance_type": "g7e.2xlarge", "started_at": start,
-              "ended_at": start + timedelta(hours=2), "now": start + timedelta(days=1)}
+    common = {
+        "profile": "nemotron-nano",
+        "region": "us-east-1",
+        "instance_type": "g7e.2xlarge",
+        "started_at": start,
+        "ended_at": start + timedelta(hours=2),
+        "now": start + timedelta(days=1),
+    }
     keyed = session_cost(catalog, **common, price_key="g7e.12xlarge")
     assert (keyed.instance_type, keyed.hourly_usd, keyed.cost_usd) == ("g7e.2xlarge", 12.17, pytest.approx(2 * 12.17))
     assert session_cost(catalog, **common).cost_usd is None  # g7e.2xlarge itself is not in the catalog
@@ -181,8 +220,17 @@ def test_cli_prices_fit_80_columns_and_keep_every_key_date_and_source(capsys, mo
 def _at_slo(goodput_rps: float = 2.0, goodput_tok_s: float = 200.0):
     from servingctl.schema.results import ScenarioSummary, SloResult
 
-    slo = SloResult(checks=[], good_requests=10, good_share=1.0, share_required=1.0, met=True, duration_s=5.0,
-                    goodput_rps=goodput_rps, goodput_tok_s=goodput_tok_s, throughput_rps=goodput_rps)
+    slo = SloResult(
+        checks=[],
+        good_requests=10,
+        good_share=1.0,
+        share_required=1.0,
+        met=True,
+        duration_s=5.0,
+        goodput_rps=goodput_rps,
+        goodput_tok_s=goodput_tok_s,
+        throughput_rps=goodput_rps,
+    )
     return ScenarioSummary.model_construct(name="in1000-c4", concurrency=4, input_tokens=1000, slo=slo)
 
 
@@ -233,8 +281,28 @@ def test_the_day_comes_from_the_ledger_and_start_history_or_is_assumed_under_a_d
 
 def test_cli_slo_prices_a_goodput_by_hand_and_names_every_bad_flag(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    args = ("costs slo --goodput-rps 2 --goodput-tok-s 200 --input-tokens 1000 --hourly-usd 12 --running-hours 8 "
-            "--cold-start-s 360 --idle-minutes 30 --api-input-usd-per-m 0.22 --api-output-usd-per-m 0.66").split()
+    args = [
+        "costs",
+        "slo",
+        "--goodput-rps",
+        "2",
+        "--goodput-tok-s",
+        "200",
+        "--input-tokens",
+        "1000",
+        "--hourly-usd",
+        "12",
+        "--running-hours",
+        "8",
+        "--cold-start-s",
+        "360",
+        "--idle-minutes",
+        "30",
+        "--api-input-usd-per-m",
+        "0.22",
+        "--api-output-usd-per-m",
+        "0.66",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     text = " ".join(out.split())

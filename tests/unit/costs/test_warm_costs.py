@@ -46,8 +46,15 @@ def test_a_warm_pool_stands_while_the_server_does_not_run_and_a_spare_while_it_d
 
 
 def test_the_comparison_adds_the_standing_cost_to_the_self_hosted_side() -> None:
-    base = dict(aggregate_tok_s=358.41, input_tokens=254, output_tokens=256, api_input_usd_per_m=0.22,
-                api_output_usd_per_m=0.66, hourly_usd=12.17, hours=200)
+    base = {
+        "aggregate_tok_s": 358.41,
+        "input_tokens": 254,
+        "output_tokens": 256,
+        "api_input_usd_per_m": 0.22,
+        "api_output_usd_per_m": 0.66,
+        "hourly_usd": 12.17,
+        "hours": 200,
+    }
     without, standing = compare(CompareInput(**base)), compare(CompareInput(**base, standing_monthly_usd=100.0))
     assert standing.self_hosted_monthly_usd == pytest.approx(without.self_hosted_monthly_usd + 100.0)
     assert standing.api_monthly_usd == without.api_monthly_usd
@@ -59,13 +66,20 @@ class _WarmPoolApi:
     def __init__(self, group: str, lifecycles: list[str]) -> None:
         self.group, self.lifecycles = group, lifecycles
 
-    def describe_warm_pool(self, AutoScalingGroupName: str) -> dict[str, Any]:  # noqa: N803 (boto3's name)
+    def describe_warm_pool(self, AutoScalingGroupName: str) -> dict[str, Any]:
         found = self.lifecycles if AutoScalingGroupName == self.group else []
         return {"Instances": [{"InstanceId": f"i-{n}", "LifecycleState": s} for n, s in enumerate(found)]}
 
 
 def test_the_ledger_lists_each_warm_pool_with_its_standing_cost() -> None:
-    deps = SimpleNamespace(registry=REGISTRY, catalog=CATALOG,
-                           autoscaling=_WarmPoolApi(REGISTRY.pools["g7e-2gpu"].asg_name, ["Warmed:Stopped"]))
+    deps = SimpleNamespace(
+        registry=REGISTRY, catalog=CATALOG, autoscaling=_WarmPoolApi(REGISTRY.pools["g7e-2gpu"].asg_name, ["Warmed:Stopped"])
+    )
     [row] = warm_pool_costs(deps)  # type: ignore[arg-type]
-    assert (row.pool, row.instances, row.volume_gib, row.volume_monthly_usd, row.standing_monthly_usd) == ("g7e-2gpu", 1, 400, 132.0, 132.0)
+    assert (row.pool, row.instances, row.volume_gib, row.volume_monthly_usd, row.standing_monthly_usd) == (
+        "g7e-2gpu",
+        1,
+        400,
+        132.0,
+        132.0,
+    )

@@ -78,7 +78,11 @@ def _probe() -> dict:
     }
     result = subprocess.run(
         [sys.executable, "-c", PROBE, *(str(ROOT / "functions" / h / "app.py") for h in HANDLERS)],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])

@@ -34,15 +34,26 @@ OTHER = Principal("arn:aws:iam::210987654321:user/mallory", "AKIAOTHER", "s", "A
 
 
 def _signed(auth: httpx.Auth, content: bytes = b'{"lease_minutes": 60}') -> httpx.Request:
-    request = httpx.Request("POST", "http://127.0.0.1:8700/profiles/x/start?dry=1", content=content,
-                            headers={"Content-Type": "application/json", "Idempotency-Key": "k1"})
+    request = httpx.Request(
+        "POST",
+        "http://127.0.0.1:8700/profiles/x/start?dry=1",
+        content=content,
+        headers={"Content-Type": "application/json", "Idempotency-Key": "k1"},
+    )
     return next(auth.auth_flow(request))
 
 
 def _check(request: httpx.Request, body: bytes | None = None, now: datetime | None = None) -> Principal | Refusal:
     target = request.url.raw_path.decode()
-    return authenticate("POST", target, dict(request.headers), request.content if body is None else body, REGION,
-                        PRINCIPALS, now or datetime.now(UTC))
+    return authenticate(
+        "POST",
+        target,
+        dict(request.headers),
+        request.content if body is None else body,
+        REGION,
+        PRINCIPALS,
+        now or datetime.now(UTC),
+    )
 
 
 def test_the_clis_signature_is_accepted_as_the_twins_user() -> None:
@@ -52,11 +63,21 @@ def test_the_clis_signature_is_accepted_as_the_twins_user() -> None:
 @pytest.mark.parametrize(
     ("auth", "error_type", "message"),
     [
-        (SigV4(Credentials(LOCAL_PRINCIPAL.access_key_id, "wrong"), REGION), "InvalidSignatureException",
-         "The request signature we calculated does not match the signature you provided."),
-        (SigV4(Credentials("AKIAUNKNOWN", "x"), REGION), "UnrecognizedClientException",
-         "The security token included in the request is invalid."),
-        (twin_signer("eu-west-1"), "InvalidSignatureException", "Credential should be scoped to a valid region, not 'eu-west-1'."),
+        (
+            SigV4(Credentials(LOCAL_PRINCIPAL.access_key_id, "wrong"), REGION),
+            "InvalidSignatureException",
+            "The request signature we calculated does not match the signature you provided.",
+        ),
+        (
+            SigV4(Credentials("AKIAUNKNOWN", "x"), REGION),
+            "UnrecognizedClientException",
+            "The security token included in the request is invalid.",
+        ),
+        (
+            twin_signer("eu-west-1"),
+            "InvalidSignatureException",
+            "Credential should be scoped to a valid region, not 'eu-west-1'.",
+        ),
     ],
 )
 def test_a_wrong_signature_is_refused_as_api_gateway_does(auth: httpx.Auth, error_type: str, message: str) -> None:
@@ -91,8 +112,10 @@ def test_by_default_this_account_only() -> None:
     assert authorize(LOCAL_PRINCIPAL, RESOURCE, policy, ACCOUNT) is None
     refusal = authorize(OTHER, RESOURCE, policy, ACCOUNT)
     assert refusal is not None and refusal.status == 403 and refusal.error_type == "AccessDeniedException"
-    assert refusal.body == {"Message": f"User: {OTHER.arn} is not authorized to perform: execute-api:Invoke on resource: "
-                                       "arn:aws:execute-api:us-east-1:********9012:twinapi001/local/POST/profiles/x/start"}
+    assert refusal.body == {
+        "Message": f"User: {OTHER.arn} is not authorized to perform: execute-api:Invoke on resource: "
+        "arn:aws:execute-api:us-east-1:********9012:twinapi001/local/POST/profiles/x/start"
+    }
 
 
 def test_the_organization_parameter_admits_its_principals_only() -> None:

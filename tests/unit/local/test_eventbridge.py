@@ -20,10 +20,16 @@ MACHINES = {stem: ARN.format(stem.replace("_", "-")) for stem in ("start_profile
 
 
 def _event(status: str, machine: str = "start_profile") -> dict:
-    describe = {"executionArn": MACHINES[machine].replace(":stateMachine:", ":execution:") + ":start-p-1",
-                "stateMachineArn": MACHINES[machine], "name": "start-p-1", "status": status,
-                "startDate": datetime(2026, 1, 1, tzinfo=UTC), "stopDate": datetime(2026, 1, 1, 0, 1, tzinfo=UTC),
-                "input": json.dumps({"profile": "p"}), "error": "KeyError"}
+    describe = {
+        "executionArn": MACHINES[machine].replace(":stateMachine:", ":execution:") + ":start-p-1",
+        "stateMachineArn": MACHINES[machine],
+        "name": "start-p-1",
+        "status": status,
+        "startDate": datetime(2026, 1, 1, tzinfo=UTC),
+        "stopDate": datetime(2026, 1, 1, 0, 1, tzinfo=UTC),
+        "input": json.dumps({"profile": "p"}),
+        "error": "KeyError",
+    }
     return status_change(describe, "us-east-1", "123456789012")
 
 
@@ -33,10 +39,16 @@ def test_the_template_schedule_and_rule_are_read_with_the_twin_arns() -> None:
     assert sorted(wiring.pattern["detail"]["stateMachineArn"]) == sorted(MACHINES.values())
 
 
-@pytest.mark.parametrize(("status", "machine", "delivered"), [
-    ("ABORTED", "start_profile", True), ("TIMED_OUT", "stop_profile", True), ("FAILED", "run_benchmark", True),
-    ("SUCCEEDED", "start_profile", False), ("RUNNING", "start_profile", False),
-])
+@pytest.mark.parametrize(
+    ("status", "machine", "delivered"),
+    [
+        ("ABORTED", "start_profile", True),
+        ("TIMED_OUT", "stop_profile", True),
+        ("FAILED", "run_benchmark", True),
+        ("SUCCEEDED", "start_profile", False),
+        ("RUNNING", "start_profile", False),
+    ],
+)
 def test_the_rule_matches_only_flows_that_ended_badly(status: str, machine: str, delivered: bool) -> None:
     wiring = read_wiring(ROOT / "template.yaml", MACHINES)
     assert matches(wiring.pattern, _event(status, machine)) is delivered
@@ -52,7 +64,11 @@ def test_another_machine_or_source_is_not_matched() -> None:
 def test_the_event_has_the_documented_shape() -> None:
     event = _event("ABORTED")
     assert set(event) == {"version", "id", "detail-type", "source", "account", "time", "region", "resources", "detail"}
-    assert (event["detail-type"], event["source"], event["version"]) == ("Step Functions Execution Status Change", "aws.states", "0")
+    assert (event["detail-type"], event["source"], event["version"]) == (
+        "Step Functions Execution Status Change",
+        "aws.states",
+        "0",
+    )
     assert event["resources"] == [event["detail"]["executionArn"]]
     detail = event["detail"]
     assert (detail["startDate"], detail["stopDate"]) == (1767225600000, 1767225660000)  # epoch milliseconds
@@ -67,7 +83,7 @@ def test_rates(expression: str, seconds: int) -> None:
 
 @pytest.mark.parametrize("expression", ["cron(0 * * * ? *)", "rate(5 fortnights)", "rate(minutes)"])
 def test_what_the_twin_cannot_play_is_refused_naming_the_field(expression: str) -> None:
-    with pytest.raises(ValueError, match="ScheduleExpression: .* rate\\(N minutes\\|hours\\|days\\)"):
+    with pytest.raises(ValueError, match=r"ScheduleExpression: .* rate\(N minutes\|hours\|days\)"):
         rate_seconds(expression)
 
 
@@ -77,7 +93,9 @@ def test_the_sweeps_reserved_concurrency_is_read_under_the_parameters_defaults(t
     parameter = load_template(ROOT / "template.yaml")["Parameters"]["ReservedConcurrency"]
     assert parameter["Default"] == "off"
     turned_on = tmp_path / "template.yaml"
-    turned_on.write_text(text.replace('Default: "off"\n    AllowedValues: ["off", "on"]', 'Default: "on"\n    AllowedValues: ["off", "on"]'))
+    turned_on.write_text(
+        text.replace('Default: "off"\n    AllowedValues: ["off", "on"]', 'Default: "on"\n    AllowedValues: ["off", "on"]')
+    )
     assert read_wiring(turned_on, MACHINES).concurrency == 1
 
 

@@ -125,18 +125,14 @@ def test_stop_is_safe_before_start_and_twice() -> None:
 
 
 def test_start_twice_is_refused() -> None:
-    server = ModelServerProcess(
-        [sys.executable, "-c", "import time; time.sleep(30)"], port=free_port(), served_model_name="m"
-    )
+    server = ModelServerProcess([sys.executable, "-c", "import time; time.sleep(30)"], port=free_port(), served_model_name="m")
     with server, pytest.raises(ModelServerError, match="already started"):
         server.start()
 
 
 def test_vllm_server_command_and_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SERVINGCTL_VLLM_PYTHON", "/opt/vllm/bin/python")
-    server = modelserver.vllm_server(
-        tmp_path, 8123, served_model_name="tiny", extra_args=("--seed", "7")
-    )
+    server = modelserver.vllm_server(tmp_path, 8123, served_model_name="tiny", extra_args=("--seed", "7"))
     argv = server.argv
     assert argv[:3] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     assert argv[argv.index("--model") + 1] == str(tmp_path)
@@ -153,9 +149,7 @@ def test_vllm_server_command_and_env(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 
 
 def test_simulator_server_command() -> None:
-    server = modelserver.simulator_server(
-        9001, served_model_name="sim", speed=20.0, faults=("stall", "error-rate=0.1")
-    )
+    server = modelserver.simulator_server(9001, served_model_name="sim", speed=20.0, faults=("stall", "error-rate=0.1"))
     assert server.argv[:3] == [sys.executable, "-m", "servingctl.local.simserver"]
     assert server.argv[server.argv.index("--model") + 1] == "sim"
     assert server.argv[server.argv.index("--speed") + 1] == "20.0"
@@ -199,8 +193,13 @@ time.sleep(30)
 
 def test_the_model_server_and_the_children_it_forks_stay_on_their_cores(tmp_path: Path) -> None:
     first = min(os.sched_getaffinity(0))
-    server = ModelServerProcess([sys.executable, "-c", FORKS_LATER], port=free_port(), served_model_name="m",
-                                log_path=tmp_path / "server.log", cpus={first})
+    server = ModelServerProcess(
+        [sys.executable, "-c", FORKS_LATER],
+        port=free_port(),
+        served_model_name="m",
+        log_path=tmp_path / "server.log",
+        cpus={first},
+    )
     with server:
         child = int(_wait_for_log(server, "child").split("child")[1].split()[0])
         assert os.sched_getaffinity(server.pid) == os.sched_getaffinity(child) == {first}

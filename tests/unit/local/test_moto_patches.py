@@ -18,14 +18,14 @@ def test_installed_moto_is_the_pinned_one_and_every_patched_attribute_matches() 
 
 def test_another_moto_version_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(moto, "__version__", "5.2.6")
-    with pytest.raises(moto_patches.MotoVersionError, match="pinned to moto 5.2.5, found 5.2.6"):
+    with pytest.raises(moto_patches.MotoVersionError, match=r"pinned to moto 5.2.5, found 5.2.6"):
         moto_patches.check_moto()
 
 
 def test_a_changed_signature_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     owner, attr, params = moto_patches.USED["Task.__init__"]
     monkeypatch.setitem(moto_patches.USED, "Task.__init__", (owner, attr, (*params, "new_parameter")))
-    with pytest.raises(moto_patches.MotoVersionError, match="Task.__init__ has parameters"):
+    with pytest.raises(moto_patches.MotoVersionError, match=r"Task.__init__ has parameters"):
         moto_patches.check_moto()
 
 

@@ -125,9 +125,7 @@ def test_a_warm_worker_serves_the_next_invocation_and_a_busy_one_gets_company(ro
     assert len(router.workers("probe")) == 2
 
 
-def test_a_handler_past_its_timeout_is_killed_and_answers_sandbox_timedout(
-    router: HandlerRouter, configs: Configs
-) -> None:
+def test_a_handler_past_its_timeout_is_killed_and_answers_sandbox_timedout(router: HandlerRouter, configs: Configs) -> None:
     configs.current = FunctionConfig(timeout_s=1, memory_mb=128, environment=ENVIRONMENT)
     assert _invoke(router, sleep=0.3)["pid"]  # within the timeout
     [worker] = router.workers("probe")

@@ -36,8 +36,14 @@ def _run_task(tmp_path: Path, statements: tuple) -> subprocess.CompletedProcess[
     module.write_text(TASK_CODE)
     setup = TaskIam("servingctl-bench", statements, "123456789012", "us-east-1", {"servingctl": "pk"}, str(tmp_path / "calls"))
     env = {**os.environ, ENV: setup.to_env(), "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT / 'layers/core'}"}
-    return subprocess.run([sys.executable, "-m", "servingctl.local.task_iam", "-m", "task_code"], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "servingctl.local.task_iam", "-m", "task_code"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_a_call_the_task_role_does_not_allow_is_refused_once_and_recorded(tmp_path: Path) -> None:
@@ -60,17 +66,33 @@ def test_a_call_the_task_role_allows_is_sent(tmp_path: Path) -> None:
 
 
 def test_the_setup_survives_the_environment_and_no_calls_file_is_no_calls(tmp_path: Path) -> None:
-    setup = TaskIam("f", (("p/S", {"Effect": "Allow", "Action": "s3:PutObject", "Resource": "*"}),), "1", "r", {"t": "pk"}, "x",
-                    {"arn:aws:iam::1:role/run": (("q/T", {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"}),)})
+    setup = TaskIam(
+        "f",
+        (("p/S", {"Effect": "Allow", "Action": "s3:PutObject", "Resource": "*"}),),
+        "1",
+        "r",
+        {"t": "pk"},
+        "x",
+        {"arn:aws:iam::1:role/run": (("q/T", {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"}),)},
+    )
     assert TaskIam.from_env(setup.to_env()) == setup
     assert list(recorded_calls(tmp_path / "none")) == []
 
 
 def test_the_bench_task_role_is_read_from_the_translated_template_by_family(cfn: dict) -> None:
-    refs = {"AWS::StackName": "servingctl", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012",
-            "AWS::Partition": "aws", "BenchImageUri": "servingctl-bench:twin"}
-    arns = {"StateTable": TABLE, "RecordsBucket": "arn:aws:s3:::records", "RegistryPathArn": "arn:ssm",
-            "BenchRunRole": "arn:aws:iam::123456789012:role/run"}
+    refs = {
+        "AWS::StackName": "servingctl",
+        "AWS::Region": "us-east-1",
+        "AWS::AccountId": "123456789012",
+        "AWS::Partition": "aws",
+        "BenchImageUri": "servingctl-bench:twin",
+    }
+    arns = {
+        "StateTable": TABLE,
+        "RecordsBucket": "arn:aws:s3:::records",
+        "RegistryPathArn": "arn:ssm",
+        "BenchRunRole": "arn:aws:iam::123456789012:role/run",
+    }
 
     class Refs(dict):
         def __missing__(self, key: str) -> str:

@@ -91,7 +91,9 @@ def test_a_profile_parameter_at_the_ssm_advanced_limit_passes_and_one_byte_past_
     doc["profiles"]["nemotron-nano"] = _padded_to(REFERENCE["profiles"]["nemotron-nano"], SSM_ADVANCED_BYTES + 1)
     built = assemble(PATH, _relative(doc), "us-east-1")
     assert [str(p) for p in built.problems] == [
-        f"{PATH}/profiles/nemotron-nano: {SSM_ADVANCED_BYTES + 1} bytes, over the Advanced tier limit of {SSM_ADVANCED_BYTES} bytes"]
+        f"{PATH}/profiles/nemotron-nano: {SSM_ADVANCED_BYTES + 1} bytes, "
+        f"over the Advanced tier limit of {SSM_ADVANCED_BYTES} bytes"
+    ]
     assert sorted(built.document["profiles"]) == ["deepseek-v4-flash"]
 
 
@@ -104,7 +106,7 @@ def test_assembled_parameters_give_back_the_document():
 def test_unknown_time_zone_is_rejected():
     doc = copy.deepcopy(REFERENCE)
     doc["profiles"]["nemotron-nano"]["schedule"] = {"timezone": "Mars/Olympus", "periods": [{}]}
-    with pytest.raises(RegistryError, match="schedule.timezone.*Mars/Olympus"):
+    with pytest.raises(RegistryError, match=r"schedule.timezone.*Mars/Olympus"):
         parse_registry(doc)
 
 
@@ -157,7 +159,10 @@ def test_fifty_profiles_are_read_from_ssm_over_every_page(ssm):
 
 def test_fifty_one_profiles_are_refused_naming_the_index_and_the_bound(ssm):
     _publish(ssm, _fleet(51))
-    with pytest.raises(RegistryError, match=rf"{PATH}/index: pools: List should have at most 50 items.*; profiles: List should have at most 50 items"):
+    with pytest.raises(
+        RegistryError,
+        match=rf"{PATH}/index: pools: List should have at most 50 items.*; profiles: List should have at most 50 items",
+    ):
         load_registry(f"ssm:{PATH}")
 
 
@@ -165,7 +170,9 @@ def test_a_malformed_profile_parameter_is_named_with_its_field_and_the_rest_stil
     _publish(ssm, REFERENCE)
     bad = copy.deepcopy(REFERENCE["profiles"]["nemotron-nano"]) | {"default_lease_minutes": 1}
     ssm.put_parameter(Name=f"{PATH}/profiles/nemotron-nano", Value=json.dumps(bad), Type="String", Overwrite=True)
-    with pytest.raises(RegistryError, match=rf"{PATH}/profiles/nemotron-nano: default_lease_minutes: Input should be greater than or equal to 5"):
+    with pytest.raises(
+        RegistryError, match=rf"{PATH}/profiles/nemotron-nano: default_lease_minutes: Input should be greater than or equal to 5"
+    ):
         load_registry(f"ssm:{PATH}")
     published = read_registry(f"ssm:{PATH}")
     assert sorted(published.registry.profiles) == ["deepseek-v4-flash"]
@@ -179,7 +186,8 @@ def test_a_missing_parameter_the_index_lists_is_named(ssm):
         load_registry(f"ssm:{PATH}")
     assert str(raised.value) == (
         f"registry ssm:{PATH}: {PATH}/pools/g7e-2gpu: missing: the index lists pool 'g7e-2gpu'; "
-        f"{PATH}/profiles/deepseek-v4-flash: pool: 'g7e-2gpu' is not a usable pool of the registry")
+        f"{PATH}/profiles/deepseek-v4-flash: pool: 'g7e-2gpu' is not a usable pool of the registry"
+    )
 
 
 def test_no_registry_under_the_path_says_so(ssm):
@@ -214,7 +222,9 @@ def test_a_period_whose_begin_equals_its_end_is_rejected(period, accepted):
     if accepted:
         parse_registry(doc)
         return
-    with pytest.raises(RegistryError, match=r"schedule.periods.0.*begin_time and end_time are both .*: the period would never run"):
+    with pytest.raises(
+        RegistryError, match=r"schedule.periods.0.*begin_time and end_time are both .*: the period would never run"
+    ):
         parse_registry(doc)
 
 
@@ -225,14 +235,17 @@ def test_start_defaults_must_fit_the_profiles_limits(deadline, accepted):
     if accepted:
         assert parse_registry(doc).profile("nemotron-nano").limits.max_start_deadline_s == 7200
         return
-    with pytest.raises(RegistryError, match=r"start.health_timeout_s \(7201\) must not exceed limits.max_start_deadline_s \(7200\)"):
+    with pytest.raises(
+        RegistryError, match=r"start.health_timeout_s \(7201\) must not exceed limits.max_start_deadline_s \(7200\)"
+    ):
         parse_registry(doc)
 
 
 def _with_alternates(count: int) -> dict:
     doc = copy.deepcopy(REFERENCE)
     doc["pools"]["g7e-1gpu"]["alternates"] = [
-        {"instance_type": f"g7e.{size}xlarge", "launch_template_id": f"lt-0000000000000002{size}"} for size in (4, 8, 16, 32)[:count]
+        {"instance_type": f"g7e.{size}xlarge", "launch_template_id": f"lt-0000000000000002{size}"}
+        for size in (4, 8, 16, 32)[:count]
     ]
     return doc
 
@@ -247,7 +260,9 @@ def test_three_alternates_load_in_order_and_a_fourth_is_refused_by_name():
 def test_an_alternate_of_the_primary_type_is_refused():
     doc = copy.deepcopy(REFERENCE)
     doc["pools"]["g7e-1gpu"]["alternates"][0]["instance_type"] = "g7e.2xlarge"
-    with pytest.raises(RegistryError, match=r"pools\.g7e-1gpu: .*alternates must be distinct instance types other than instance_type g7e.2xlarge"):
+    with pytest.raises(
+        RegistryError, match=r"pools\.g7e-1gpu: .*alternates must be distinct instance types other than instance_type g7e.2xlarge"
+    ):
         parse_registry(doc)
 
 

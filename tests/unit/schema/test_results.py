@@ -21,7 +21,7 @@ def test_rate_mode_without_rate_is_rejected_naming_it():
 
 
 def test_unknown_salt_mode_lists_allowed_values():
-    with pytest.raises(ValidationError, match="cache-salt.*prompt-nonce.*none"):
+    with pytest.raises(ValidationError, match=r"cache-salt.*prompt-nonce.*none"):
         RunConfig(endpoint="http://alb", model="m", salt_mode="random")
 
 

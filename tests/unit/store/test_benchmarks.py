@@ -12,9 +12,10 @@ import pytest
 from moto import mock_aws
 
 from servingctl.bench.metrics import round_result, scenario_summary, with_request_metrics
-from servingctl.schema.results import Calibration, RequestRecord, RunConfig, ServerChecks
 from servingctl.bench.selfcheck import judge
 from servingctl.costs import CompareInput, compare
+from servingctl.schema.results import Calibration, RequestRecord, RunConfig, ServerChecks
+from servingctl.store import DynamoStore, Phase
 from servingctl.store.benchmarks import (
     BenchmarkRun,
     BenchmarkStore,
@@ -31,7 +32,6 @@ from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 from servingctl.store.benchmarks_memory import MemoryBenchmarkStore
 from servingctl.store.dynamodb import create_table
 from servingctl.store.migrate import Moved, migrate
-from servingctl.store import DynamoStore, Phase
 from servingctl.store.records import (
     MemoryRecordStore,
     RecordsExist,
@@ -44,8 +44,16 @@ from servingctl.store.records import (
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 MS = 1_000_000
-CONFIG = RunConfig(endpoint="http://alb.internal", model="m", headers={"X-LLM-Profile": "p"}, input_tokens=[256],
-                   concurrencies=[1, 2], rounds=1, warmup=0, max_tokens=3)
+CONFIG = RunConfig(
+    endpoint="http://alb.internal",
+    model="m",
+    headers={"X-LLM-Profile": "p"},
+    input_tokens=[256],
+    concurrencies=[1, 2],
+    rounds=1,
+    warmup=0,
+    max_tokens=3,
+)
 CALIBRATION = Calibration(target_tokens=256, actual_tokens=254, repetitions=30, method="tokenize", unit="x ")
 
 
@@ -65,12 +73,28 @@ def stores(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
 
 def _run(run_id: str, profile: str = "deepseek-v4-flash", created: datetime = T0) -> BenchmarkRun:
     return BenchmarkRun(
-        run_id=run_id, profile=profile, created_at=created, updated_at=created, request={"profile": profile},
+        run_id=run_id,
+        profile=profile,
+        created_at=created,
+        updated_at=created,
+        request={"profile": profile},
         config=CONFIG,
         reproducibility=Reproducibility(
-            profile=profile, model="m", model_id="nvidia/DeepSeek-V4-Flash-NVFP4", revision="48bfe38c", vllm_version="0.26.0",
-            image="vllm/vllm-openai:v0.26.0", serving={"max_num_seqs": 4}, pool="g7e-2gpu", instance_type="g7e.12xlarge",
-            gpu_count=2, region="us-east-1", engine_version="0.1.0", results_schema_version=1, seed=42, salt_mode="cache-salt",
+            profile=profile,
+            model="m",
+            model_id="nvidia/DeepSeek-V4-Flash-NVFP4",
+            revision="48bfe38c",
+            vllm_version="0.26.0",
+            image="vllm/vllm-openai:v0.26.0",
+            serving={"max_num_seqs": 4},
+            pool="g7e-2gpu",
+            instance_type="g7e.12xlarge",
+            gpu_count=2,
+            region="us-east-1",
+            engine_version="0.1.0",
+            results_schema_version=1,
+            seed=42,
+            salt_mode="cache-salt",
         ),
         scenarios=["in256-c1", "in256-c2"],
     )
@@ -87,11 +111,25 @@ def _records(name: str, concurrency: int) -> list[RequestRecord]:
     for i in range(concurrency):
         start = i * MS
         chunks = [(start + 100 * MS, 1), (start + 120 * MS, 2)]
-        records.append(with_request_metrics(RequestRecord(
-            scenario=name, round=0, index=i, ok=True, t_start_ns=start, t_first_ns=chunks[0][0], t_last_ns=chunks[-1][0],
-            t_end_ns=chunks[-1][0] + MS, prompt_tokens=254, completion_tokens=3, finish_reason="length", chunks=chunks,
-            token_counts_exact=True,
-        )))
+        records.append(
+            with_request_metrics(
+                RequestRecord(
+                    scenario=name,
+                    round=0,
+                    index=i,
+                    ok=True,
+                    t_start_ns=start,
+                    t_first_ns=chunks[0][0],
+                    t_last_ns=chunks[-1][0],
+                    t_end_ns=chunks[-1][0] + MS,
+                    prompt_tokens=254,
+                    completion_tokens=3,
+                    finish_reason="length",
+                    chunks=chunks,
+                    token_counts_exact=True,
+                )
+            )
+        )
     return records
 
 
@@ -100,13 +138,27 @@ def _scenario(run_id: str, concurrency: int, position: int, records: RecordStore
     recs = _records(name, concurrency)
     rounds = [round_result(0, False, recs)]
     summary = scenario_summary(
-        name=name, config=CONFIG, calibration=CALIBRATION, concurrency=concurrency, records=recs, rounds=rounds,
-        server=ServerChecks(available=False, reason="test"), client=judge([0.1] * 20, 0.1, 1.0, 5.0, 0.8),
+        name=name,
+        config=CONFIG,
+        calibration=CALIBRATION,
+        concurrency=concurrency,
+        records=recs,
+        rounds=rounds,
+        server=ServerChecks(available=False, reason="test"),
+        client=judge([0.1] * 20, 0.1, 1.0, 5.0, 0.8),
     )
     key = records.put_records(records_key(run_id, name), recs)
     stored = StoredScenario(
-        run_id=run_id, name=name, position=position, summary=summary, calibration=CALIBRATION, t0_wall=T0,
-        rounds=rounds, records_key=key, records=len(recs), written_at=T0,
+        run_id=run_id,
+        name=name,
+        position=position,
+        summary=summary,
+        calibration=CALIBRATION,
+        t0_wall=T0,
+        rounds=rounds,
+        records_key=key,
+        records=len(recs),
+        written_at=T0,
     )
     return stored, recs
 
@@ -185,7 +237,7 @@ def test_scenarios_are_kept_in_run_order_with_their_records(stores) -> None:
     store, records = stores
     _running(store, "r1")
     second, recs2 = _scenario("r1", 2, 1, records)
-    first, recs1 = _scenario("r1", 1, 0, records)
+    first, _recs1 = _scenario("r1", 1, 0, records)
     store.put_scenario(second)
     store.put_scenario(first)
     listed = store.list_scenarios("r1")
@@ -200,7 +252,9 @@ def test_a_scenario_is_written_once_and_a_duplicate_leaves_the_first_intact(stor
     _running(store, "r1")
     first, _ = _scenario("r1", 2, 0, records)
     store.put_scenario(first)
-    duplicate = first.model_copy(update={"records_key": "runs/r1/in256-c2/other.jsonl.gz", "written_at": T0 + timedelta(seconds=9)})
+    duplicate = first.model_copy(
+        update={"records_key": "runs/r1/in256-c2/other.jsonl.gz", "written_at": T0 + timedelta(seconds=9)}
+    )
     with pytest.raises(ResultExists, match="scenario in256-c2 is already written"):
         store.put_scenario(duplicate)
     assert store.list_scenarios("r1") == [first] and store.get_scenario("r1", "in256-c2") == first
@@ -211,8 +265,12 @@ def test_the_merge_replaces_only_the_single_worker_result_it_read(stores) -> Non
     store, records = stores
     _running(store, "r1")
     first, _ = _scenario("r1", 2, 0, records)
-    merged = first.model_copy(update={"split": Split(shards=2, reasons=["client CPU 95% of one core > 80%"]),
-                                      "records_key": "runs/r1/in256-c2/merged.jsonl.gz"})
+    merged = first.model_copy(
+        update={
+            "split": Split(shards=2, reasons=["client CPU 95% of one core > 80%"]),
+            "records_key": "runs/r1/in256-c2/merged.jsonl.gz",
+        }
+    )
     with pytest.raises(ResultExists):  # nothing to replace yet
         store.put_scenario(merged, replacing=first.records_key)
     store.put_scenario(first)
@@ -223,8 +281,9 @@ def test_the_merge_replaces_only_the_single_worker_result_it_read(stores) -> Non
     [only] = store.list_scenarios("r1")
     assert only == merged and only.split is not None and only.split.shards == 2
     with pytest.raises(ResultExists):  # a second merge of the same single result: the first merge stays
-        store.put_scenario(merged.model_copy(update={"records_key": "runs/r1/in256-c2/merged-2.jsonl.gz"}),
-                           replacing=first.records_key)
+        store.put_scenario(
+            merged.model_copy(update={"records_key": "runs/r1/in256-c2/merged-2.jsonl.gz"}), replacing=first.records_key
+        )
     assert store.list_scenarios("r1") == [merged]
 
 
@@ -262,10 +321,26 @@ def test_missing_records_raise_key_error(stores) -> None:
 
 
 def _comparison(run_id: str) -> StoredComparison:
-    comparison = compare(CompareInput(aggregate_tok_s=358.41, input_tokens=254, output_tokens=256,
-                                      api_input_usd_per_m=0.22, api_output_usd_per_m=0.66, hourly_usd=12.17))
-    return StoredComparison(run_id=run_id, scenario="in256-c4", api="fireworks/deepseek-v4-flash", instance_type="g7e.12xlarge",
-                            hourly_usd=12.17, price_source="catalog", comparison=comparison, written_at=T0)
+    comparison = compare(
+        CompareInput(
+            aggregate_tok_s=358.41,
+            input_tokens=254,
+            output_tokens=256,
+            api_input_usd_per_m=0.22,
+            api_output_usd_per_m=0.66,
+            hourly_usd=12.17,
+        )
+    )
+    return StoredComparison(
+        run_id=run_id,
+        scenario="in256-c4",
+        api="fireworks/deepseek-v4-flash",
+        instance_type="g7e.12xlarge",
+        hourly_usd=12.17,
+        price_source="catalog",
+        comparison=comparison,
+        written_at=T0,
+    )
 
 
 def test_comparisons_round_trip_and_are_written_once(stores) -> None:
@@ -312,11 +387,22 @@ def _old_layout(resource: Any) -> None:
     """Two profiles and a run as the earlier stores wrote them."""
     table = resource.Table(MIGRATED_TABLE)
     for name, phase in (("nemotron-nano", "READY"), ("deepseek-v4-flash", "STOPPED")):
-        table.put_item(Item={"pk": "profile", "sk": name, "kind": "profile", "profile": name, "phase": phase,
-                             "updated_at": T0.isoformat()})
+        table.put_item(
+            Item={"pk": "profile", "sk": name, "kind": "profile", "profile": name, "phase": phase, "updated_at": T0.isoformat()}
+        )
     run = _run("2026-12-01T09-00-00Z-a", profile="nemotron-nano")
-    table.put_item(Item={"pk": "run", "sk": run.run_id, "kind": "benchmark-run", "profile": run.profile,
-                         "status": run.status.value, "created_at": T0.isoformat(), "version": 1, "doc": run.model_dump_json()})
+    table.put_item(
+        Item={
+            "pk": "run",
+            "sk": run.run_id,
+            "kind": "benchmark-run",
+            "profile": run.profile,
+            "status": run.status.value,
+            "created_at": T0.isoformat(),
+            "version": 1,
+            "doc": run.model_dump_json(),
+        }
+    )
 
 
 def test_old_items_move_and_the_stores_read_them(migrating: Any) -> None:
@@ -326,14 +412,21 @@ def test_old_items_move_and_the_stores_read_them(migrating: Any) -> None:
 
     assert migrate(MIGRATED_TABLE, migrating) == Moved(copied=3, deleted=3, already_there=0)
 
-    assert [(s.profile, s.phase) for s in profiles.list_profiles()] == [("deepseek-v4-flash", Phase.STOPPED), ("nemotron-nano", Phase.READY)]
+    assert [(s.profile, s.phase) for s in profiles.list_profiles()] == [
+        ("deepseek-v4-flash", Phase.STOPPED),
+        ("nemotron-nano", Phase.READY),
+    ]
     assert profiles.get_profile("nemotron-nano").phase == Phase.READY
     [run] = runs.list_runs()
     assert run.run_id == "2026-12-01T09-00-00Z-a" and runs.get_run(run.run_id) == run
     # The moved run takes updates under its new key (the version came along).
     assert runs.update_run(run.run_id, T0, label="moved").label == "moved"
     keys = sorted((i["pk"], i["sk"]) for i in migrating.Table(MIGRATED_TABLE).scan()["Items"])
-    assert keys == [("profile#deepseek-v4-flash", "state"), ("profile#nemotron-nano", "state"), ("run#2026-12-01T09-00-00Z-a", "run")]
+    assert keys == [
+        ("profile#deepseek-v4-flash", "state"),
+        ("profile#nemotron-nano", "state"),
+        ("run#2026-12-01T09-00-00Z-a", "run"),
+    ]
 
 
 def test_a_second_run_moves_nothing(migrating: Any) -> None:

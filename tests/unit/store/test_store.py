@@ -43,7 +43,12 @@ def test_phase_walk_records_execution_times_and_durations(store: Store) -> None:
     store.set_phase("p", Phase.STARTING, T0, EXEC_A, session_id="s1")
     t1 = T0 + timedelta(minutes=14)
     ready = store.set_phase(
-        "p", Phase.READY, t1, EXEC_A, ready_at=t1, lease_deadline=t1 + timedelta(hours=2),
+        "p",
+        Phase.READY,
+        t1,
+        EXEC_A,
+        ready_at=t1,
+        lease_deadline=t1 + timedelta(hours=2),
         phase_seconds={"capacity": 180.5, "health": 600.0},
     )
     assert ready.phase == Phase.READY and ready.phase_since == t1 and ready.execution == EXEC_A
@@ -94,7 +99,9 @@ def test_conditional_update_writes_only_while_the_expected_fields_hold(store: St
     store.set_phase("p", Phase.STARTING, T0, EXEC_A)
     store.set_phase("p", Phase.READY, T0, EXEC_A, lease_deadline=lease)
     later = lease + timedelta(minutes=30)
-    kept = store.update_profile_if("p", T0, {"phase": Phase.READY, "lease_deadline": lease}, lease_deadline=later, held_by="run-1")
+    kept = store.update_profile_if(
+        "p", T0, {"phase": Phase.READY, "lease_deadline": lease}, lease_deadline=later, held_by="run-1"
+    )
     assert kept is not None and kept.lease_deadline == later and kept.held_by == "run-1"
     # A writer that read the old lease loses: nothing is written.
     assert store.update_profile_if("p", T0, {"phase": Phase.READY, "lease_deadline": lease}, lease_deadline=lease) is None
@@ -176,8 +183,13 @@ def test_release_only_frees_the_owners_locks(store: Store) -> None:
 
 def _session(started: datetime, execution: str = EXEC_A) -> Session:
     return Session(
-        profile="p", session_id=session_id_for(started, execution), pool="g7e-2gpu",
-        instance_type="g7e.12xlarge", price_key="g7e.12xlarge", started_at=started, start_execution=execution,
+        profile="p",
+        session_id=session_id_for(started, execution),
+        pool="g7e-2gpu",
+        instance_type="g7e.12xlarge",
+        price_key="g7e.12xlarge",
+        started_at=started,
+        start_execution=execution,
     )
 
 
@@ -199,8 +211,13 @@ def test_sessions_list_oldest_first(store: Store) -> None:
 
 
 def _start(requested: datetime, execution: str = EXEC_A) -> StartRecord:
-    return StartRecord(profile="p", start_id=session_id_for(requested, execution), execution=execution, requested_at=requested,
-                       marks=[Mark(name="requested", at=requested, source="controller", seen_at=requested)])
+    return StartRecord(
+        profile="p",
+        start_id=session_id_for(requested, execution),
+        execution=execution,
+        requested_at=requested,
+        marks=[Mark(name="requested", at=requested, source="controller", seen_at=requested)],
+    )
 
 
 def test_start_records_keep_their_timeline_and_list_the_latest_oldest_first(store: Store) -> None:
@@ -243,8 +260,11 @@ class CancelledTransactions:
         codes = self.answers.pop(0)
         message = f"Transaction cancelled, please refer cancellation reasons for specific reasons [{', '.join(codes)}]"
         reasons = [{"Code": "None"} if c == "None" else {"Code": c, "Message": c} for c in codes]
-        parsed = {"Error": {"Code": "TransactionCanceledException", "Message": message},
-                  "Message": message, "CancellationReasons": reasons}
+        parsed = {
+            "Error": {"Code": "TransactionCanceledException", "Message": message},
+            "Message": message,
+            "CancellationReasons": reasons,
+        }
         return AWSResponse("https://dynamodb.us-east-1.amazonaws.com", 400, {}, None), parsed
 
 
@@ -271,7 +291,9 @@ def test_a_conflicting_or_throttled_transaction_is_retried_not_reported_held(dyn
 
 def test_a_transaction_cancelled_at_every_attempt_says_the_store_is_busy(dynamo: DynamoStore) -> None:
     CancelledTransactions(dynamo, *[["TransactionConflict", "None"]] * TRANSACTION_ATTEMPTS)
-    with pytest.raises(StoreBusy, match=rf"kept being cancelled \(TransactionConflict, None\) after {TRANSACTION_ATTEMPTS} attempts"):
+    with pytest.raises(
+        StoreBusy, match=rf"kept being cancelled \(TransactionConflict, None\) after {TRANSACTION_ATTEMPTS} attempts"
+    ):
         dynamo.acquire_locks(["profile:p", "pool:g"], EXEC_A, T0, ttl_s=60)
     assert dynamo.get_lock("profile:p") is None
 

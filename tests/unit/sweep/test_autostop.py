@@ -43,7 +43,9 @@ def deps(monkeypatch: pytest.MonkeyPatch) -> Iterator[SweepDeps]:
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     with mock_aws():
         sfn = boto3.client("stepfunctions", region_name=REGION)
-        stop = sfn.create_state_machine(name="stop", definition=PASS, roleArn="arn:aws:iam::123456789012:role/x")["stateMachineArn"]
+        stop = sfn.create_state_machine(name="stop", definition=PASS, roleArn="arn:aws:iam::123456789012:role/x")[
+            "stateMachineArn"
+        ]
         events, sqs = boto3.client("events", region_name=REGION), boto3.client("sqs", region_name=REGION)
         queue = sqs.create_queue(QueueName="seen")["QueueUrl"]
         queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -51,10 +53,18 @@ def deps(monkeypatch: pytest.MonkeyPatch) -> Iterator[SweepDeps]:
         events.put_targets(Rule="all", Targets=[{"Id": "q", "Arn": queue_arn}])
         monkeypatch.setenv("TEST_QUEUE", queue)
         registry = parse_registry(REFERENCE_REGISTRY.read_text())
-        yield SweepDeps(sfn=sfn, cloudwatch=boto3.client("cloudwatch", region_name=REGION), events=events,
-                        elbv2=_Targets(registry), store=MemoryStore(), registry=registry,
-                        stop_machine_arn=stop, clock=Clock(datetime.now(UTC)), identity=SWEEP_ROLE,
-                        http=httpx.Client(transport=httpx.MockTransport(_target)))
+        yield SweepDeps(
+            sfn=sfn,
+            cloudwatch=boto3.client("cloudwatch", region_name=REGION),
+            events=events,
+            elbv2=_Targets(registry),
+            store=MemoryStore(),
+            registry=registry,
+            stop_machine_arn=stop,
+            clock=Clock(datetime.now(UTC)),
+            identity=SWEEP_ROLE,
+            http=httpx.Client(transport=httpx.MockTransport(_target)),
+        )
 
 
 SWEEP_ROLE = "arn:aws:sts::123456789012:assumed-role/servingctl-sweep/servingctl-SweepFunction"
@@ -80,14 +90,17 @@ def _target(request: httpx.Request) -> httpx.Response:
     if request.url.path != "/metrics" or found is None or request.url.port != 8000:
         raise httpx.ConnectError("connection refused", request=request)
     running, waiting = found
-    return httpx.Response(200, text=(
-        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
-        "# TYPE vllm:num_requests_running gauge\n"
-        f'vllm:num_requests_running{{engine="0",model_name="m"}} {running:.1f}\n'
-        "# TYPE vllm:num_requests_waiting gauge\n"
-        f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting:.1f}\n'
-        'vllm:generation_tokens_total{engine="0",model_name="m"} 1234.0\n'
-    ))
+    return httpx.Response(
+        200,
+        text=(
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{engine="0",model_name="m"}} {running:.1f}\n'
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting:.1f}\n'
+            'vllm:generation_tokens_total{engine="0",model_name="m"} 1234.0\n'
+        ),
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -107,18 +120,33 @@ def _ready(deps: SweepDeps, name: str, *, ready_min_ago: float, lease_min: float
     now = deps.clock.now()
     ready = now - timedelta(minutes=ready_min_ago)
     deps.store.set_phase(name, Phase.STARTING, ready, f"arn:aws:states:::execution:start:start-{name}-1")
-    deps.store.set_phase(name, Phase.READY, ready, f"arn:aws:states:::execution:start:start-{name}-1",
-                         ready_at=ready, lease_deadline=now + timedelta(minutes=lease_min))
+    deps.store.set_phase(
+        name,
+        Phase.READY,
+        ready,
+        f"arn:aws:states:::execution:start:start-{name}-1",
+        ready_at=ready,
+        lease_deadline=now + timedelta(minutes=lease_min),
+    )
 
 
 def _requests(deps: SweepDeps, name: str, count: float, minutes_ago: float) -> None:
     spec = deps.registry.profiles[name]
-    deps.cloudwatch.put_metric_data(Namespace="AWS/ApplicationELB", MetricData=[{
-        "MetricName": "RequestCount", "Value": count, "Unit": "Count",
-        "Timestamp": deps.clock.now() - timedelta(minutes=minutes_ago),
-        "Dimensions": [{"Name": "TargetGroup", "Value": spec.target_group_arn.split(":")[-1]},
-                       {"Name": "LoadBalancer", "Value": spec.load_balancer_arn.split(":loadbalancer/")[-1]}],
-    }])
+    deps.cloudwatch.put_metric_data(
+        Namespace="AWS/ApplicationELB",
+        MetricData=[
+            {
+                "MetricName": "RequestCount",
+                "Value": count,
+                "Unit": "Count",
+                "Timestamp": deps.clock.now() - timedelta(minutes=minutes_ago),
+                "Dimensions": [
+                    {"Name": "TargetGroup", "Value": spec.target_group_arn.split(":")[-1]},
+                    {"Name": "LoadBalancer", "Value": spec.load_balancer_arn.split(":loadbalancer/")[-1]},
+                ],
+            }
+        ],
+    )
 
 
 def test_request_count_sums_the_window_and_no_datapoints_means_zero(deps: SweepDeps) -> None:
@@ -131,18 +159,22 @@ def test_request_count_sums_the_window_and_no_datapoints_means_zero(deps: SweepD
 
 
 def test_expired_lease_and_idle_profiles_are_stopped_busy_ones_kept(deps: SweepDeps) -> None:
-    _ready(deps, "nemotron-nano", ready_min_ago=120, lease_min=-1)          # lease ran out
-    _ready(deps, "deepseek-v4-flash", ready_min_ago=120, lease_min=60)      # in lease, but idle 30 min
+    _ready(deps, "nemotron-nano", ready_min_ago=120, lease_min=-1)  # lease ran out
+    _ready(deps, "deepseek-v4-flash", ready_min_ago=120, lease_min=60)  # in lease, but idle 30 min
     outcomes = {o.profile: o for o in sweep(deps)}
     assert (outcomes["nemotron-nano"].reason, outcomes["nemotron-nano"].action) == ("lease-expired", "stop-started")
     assert (outcomes["deepseek-v4-flash"].reason, outcomes["deepseek-v4-flash"].action) == ("idle", "stop-started")
     assert outcomes["deepseek-v4-flash"].requests_in_idle_window == 0
     runs = deps.sfn.list_executions(stateMachineArn=deps.stop_machine_arn)["executions"]
     assert sorted(json.loads(deps.sfn.describe_execution(executionArn=r["executionArn"])["input"])["profile"] for r in runs) == [
-        "deepseek-v4-flash", "nemotron-nano"]
+        "deepseek-v4-flash",
+        "nemotron-nano",
+    ]
     events = _published(deps)
     assert sorted((e["detail-type"], e["detail"]["profile"], e["detail"]["reason"]) for e in events) == [
-        ("Profile auto-stopped", "deepseek-v4-flash", "idle"), ("Profile auto-stopped", "nemotron-nano", "lease-expired")]
+        ("Profile auto-stopped", "deepseek-v4-flash", "idle"),
+        ("Profile auto-stopped", "nemotron-nano", "lease-expired"),
+    ]
     assert all(e["source"] == "servingctl" for e in events)
 
 
@@ -177,7 +209,12 @@ def test_one_profile_raising_is_reported_and_the_others_are_still_swept(deps: Sw
 
     monkeypatch.setattr(deps.store, "get_profile", broken)
     first, second = sweep(deps)
-    assert (first.profile, first.reason, first.action, first.detail) == ("deepseek-v4-flash", "error", "error", "RuntimeError: DynamoDB said no")
+    assert (first.profile, first.reason, first.action, first.detail) == (
+        "deepseek-v4-flash",
+        "error",
+        "error",
+        "RuntimeError: DynamoDB said no",
+    )
     assert (second.profile, second.reason, second.action) == ("nemotron-nano", "lease-expired", "stop-started")
 
 
@@ -244,8 +281,9 @@ def test_stopping_soon_is_published_before_the_stop_with_when_and_what_answers_i
 
 def test_a_benchmark_hold_keeps_a_lease_expired_profile_until_it_lapses(deps: SweepDeps) -> None:
     _ready(deps, "nemotron-nano", ready_min_ago=120, lease_min=-1)
-    deps.store.update_profile("nemotron-nano", deps.clock.now(), held_by="run-1",
-                              held_until=deps.clock.now() + timedelta(minutes=3))
+    deps.store.update_profile(
+        "nemotron-nano", deps.clock.now(), held_by="run-1", held_until=deps.clock.now() + timedelta(minutes=3)
+    )
     [held] = sweep(deps)
     assert (held.stop, held.reason) == (False, "held")
     deps.clock.sleep(3 * 60)
@@ -267,7 +305,9 @@ def test_a_sweep_overlapping_another_does_not_stop_the_session_started_after_the
             deps.sfn.stop_execution(executionArn=other.execution_arn)  # B's stop is over
             for phase in (Phase.STOPPING, Phase.STOPPED):
                 deps.store.set_phase("nemotron-nano", phase, deps.clock.now(), other.execution_arn)
-            deps.store.set_phase("nemotron-nano", Phase.STARTING, deps.clock.now(), "arn:aws:states:::execution:start:start-nemotron-nano-2")
+            deps.store.set_phase(
+                "nemotron-nano", Phase.STARTING, deps.clock.now(), "arn:aws:states:::execution:start:start-nemotron-nano-2"
+            )
         return _target(request)
 
     deps.http = httpx.Client(transport=httpx.MockTransport(meanwhile))

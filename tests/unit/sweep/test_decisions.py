@@ -20,14 +20,24 @@ def profile(**changes):
     return parse_registry(
         {
             "region": "us-east-1",
-            "pools": {"g7e-2gpu": {"asg_name": "a", "asg_arn": "arn:aws:autoscaling:x", "capacity_provider": "c",
-                                   "instance_type": "g7e.12xlarge", "gpu_count": 2}},
+            "pools": {
+                "g7e-2gpu": {
+                    "asg_name": "a",
+                    "asg_arn": "arn:aws:autoscaling:x",
+                    "capacity_provider": "c",
+                    "instance_type": "g7e.12xlarge",
+                    "gpu_count": 2,
+                }
+            },
             "profiles": {"p": doc},
         }
     ).profile("p")
 
 
-OFFICE_TOKYO = {"timezone": "Asia/Tokyo", "periods": [{"begin_time": "09:00", "end_time": "19:00", "weekdays": ["mon", "tue", "wed", "thu", "fri"]}]}
+OFFICE_TOKYO = {
+    "timezone": "Asia/Tokyo",
+    "periods": [{"begin_time": "09:00", "end_time": "19:00", "weekdays": ["mon", "tue", "wed", "thu", "fri"]}],
+}
 NOW = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)  # Wed 12:00 in Tokyo
 
 
@@ -67,8 +77,12 @@ def test_idle_stops_only_after_a_full_window_with_no_requests():
 
 
 def test_overrides_beat_schedule_lease_and_idle():
-    keep = run(profile(schedule=OFFICE_TOKYO | {"override": "running"}), now=datetime(2026, 12, 5, 3, tzinfo=UTC),
-               lease_in=timedelta(hours=-1), requests=0)
+    keep = run(
+        profile(schedule=OFFICE_TOKYO | {"override": "running"}),
+        now=datetime(2026, 12, 5, 3, tzinfo=UTC),
+        lease_in=timedelta(hours=-1),
+        requests=0,
+    )
     assert (keep.stop, keep.reason) == (False, "override-running")
     assert run(profile(schedule=OFFICE_TOKYO | {"override": "stopped"})).reason == "override-stopped"
 
@@ -114,8 +128,15 @@ QUIET = {"running": 0, "waiting": 0}
 
 def at_lease_end(p, delta, **observed):
     """The decision `delta` after the lease ended (negative: before it), ready for a long time."""
-    return decide("p", p, now=NOW, ready_since=NOW - timedelta(hours=3), lease_deadline=NOW - delta,
-                  requests_in_idle_window=observed.pop("requests", 5), **observed)
+    return decide(
+        "p",
+        p,
+        now=NOW,
+        ready_since=NOW - timedelta(hours=3),
+        lease_deadline=NOW - delta,
+        requests_in_idle_window=observed.pop("requests", 5),
+        **observed,
+    )
 
 
 def test_running_requests_keep_a_lease_expired_profile_and_it_stops_once_they_finished():
@@ -140,8 +161,15 @@ def test_idle_needs_both_no_request_count_and_no_running_request():
     p = profile(idle={"enabled": True, "window_minutes": 30})
     long_stream = run(p, requests=0, ready_for=timedelta(hours=2))
     assert long_stream.stop is True  # what RequestCount alone would do
-    kept = decide("p", p, now=NOW, ready_since=NOW - timedelta(hours=2), lease_deadline=NOW + timedelta(hours=1),
-                  requests_in_idle_window=0, load={"running": 1, "waiting": 0})
+    kept = decide(
+        "p",
+        p,
+        now=NOW,
+        ready_since=NOW - timedelta(hours=2),
+        lease_deadline=NOW + timedelta(hours=1),
+        requests_in_idle_window=0,
+        load={"running": 1, "waiting": 0},
+    )
     assert (kept.stop, kept.reason) == (False, "requests-running")
 
 
@@ -149,14 +177,30 @@ def test_idle_window_at_the_limit_and_one_second_before_counts_from_the_last_req
     p = profile(idle={"enabled": True, "window_minutes": 30})
 
     def idle(since_last):
-        return decide("p", p, now=NOW, ready_since=NOW - timedelta(hours=5), lease_deadline=NOW + timedelta(hours=1),
-                      requests_in_idle_window=4, last_request_at=NOW - since_last, load=QUIET)
+        return decide(
+            "p",
+            p,
+            now=NOW,
+            ready_since=NOW - timedelta(hours=5),
+            lease_deadline=NOW + timedelta(hours=1),
+            requests_in_idle_window=4,
+            last_request_at=NOW - since_last,
+            load=QUIET,
+        )
 
     assert (idle(timedelta(minutes=30)).stop, idle(timedelta(minutes=30)).reason) == (True, "idle")
     assert idle(timedelta(minutes=30) - timedelta(seconds=1)).stop is False
     # A keepalive restarts the window like a request.
-    kept = decide("p", p, now=NOW, ready_since=NOW - timedelta(hours=5), lease_deadline=NOW + timedelta(hours=1),
-                  requests_in_idle_window=0, kept_alive_at=NOW - timedelta(minutes=29), load=QUIET)
+    kept = decide(
+        "p",
+        p,
+        now=NOW,
+        ready_since=NOW - timedelta(hours=5),
+        lease_deadline=NOW + timedelta(hours=1),
+        requests_in_idle_window=0,
+        kept_alive_at=NOW - timedelta(minutes=29),
+        load=QUIET,
+    )
     assert kept.stop is False and kept.next_stop.reason == "idle"
 
 
@@ -165,8 +209,15 @@ def test_max_runtime_is_hard_and_drains_running_requests_up_to_the_bound():
 
     def after_limit(delta, load):
         # READY since 180 min + delta ago; the lease still runs.
-        return decide("p", p, now=NOW, ready_since=NOW - timedelta(minutes=180) - delta, lease_deadline=NOW + timedelta(hours=9),
-                      requests_in_idle_window=7, load=load)
+        return decide(
+            "p",
+            p,
+            now=NOW,
+            ready_since=NOW - timedelta(minutes=180) - delta,
+            lease_deadline=NOW + timedelta(hours=9),
+            requests_in_idle_window=7,
+            load=load,
+        )
 
     assert after_limit(timedelta(seconds=-1), QUIET).stop is False
     assert (after_limit(timedelta(0), QUIET).stop, after_limit(timedelta(0), QUIET).reason) == (True, "max-runtime")
@@ -175,34 +226,75 @@ def test_max_runtime_is_hard_and_drains_running_requests_up_to_the_bound():
     cut = after_limit(timedelta(minutes=10), BUSY)
     assert (cut.stop, cut.reason) == (True, "max-runtime") and "3 request(s) cut" in cut.detail
     immediate = profile(autostop={"max_runtime_minutes": 180, "drain_minutes": 0})
-    assert decide("p", immediate, now=NOW, ready_since=NOW - timedelta(minutes=180), lease_deadline=None,
-                  requests_in_idle_window=7, load=BUSY).stop is True
+    assert (
+        decide(
+            "p",
+            immediate,
+            now=NOW,
+            ready_since=NOW - timedelta(minutes=180),
+            lease_deadline=None,
+            requests_in_idle_window=7,
+            load=BUSY,
+        ).stop
+        is True
+    )
 
 
 def test_budget_is_a_hard_limit_at_the_session_cost():
     p = profile(autostop={"max_session_usd": 24.0, "drain_minutes": 0})  # 2 h at 12 USD/h
 
     def cost(session_for):
-        return decide("p", p, now=NOW, ready_since=NOW - timedelta(minutes=90), lease_deadline=NOW + timedelta(hours=5),
-                      requests_in_idle_window=3, session_started_at=NOW - session_for, hourly_usd=12.0, load=BUSY)
+        return decide(
+            "p",
+            p,
+            now=NOW,
+            ready_since=NOW - timedelta(minutes=90),
+            lease_deadline=NOW + timedelta(hours=5),
+            requests_in_idle_window=3,
+            session_started_at=NOW - session_for,
+            hourly_usd=12.0,
+            load=BUSY,
+        )
 
     assert (cost(timedelta(hours=2)).stop, cost(timedelta(hours=2)).reason) == (True, "budget")
     assert cost(timedelta(hours=2) - timedelta(seconds=1)).stop is False
-    no_price = decide("p", p, now=NOW, ready_since=NOW - timedelta(hours=9), lease_deadline=NOW + timedelta(hours=5),
-                      requests_in_idle_window=3, session_started_at=NOW - timedelta(hours=9), hourly_usd=None)
+    no_price = decide(
+        "p",
+        p,
+        now=NOW,
+        ready_since=NOW - timedelta(hours=9),
+        lease_deadline=NOW + timedelta(hours=5),
+        requests_in_idle_window=3,
+        session_started_at=NOW - timedelta(hours=9),
+        hourly_usd=None,
+    )
     assert no_price.stop is False  # without a price the budget cannot be judged: said nowhere as a stop
 
 
 def test_schedule_end_waits_for_requests_unless_enforced():
     evening = datetime(2026, 12, 2, 10, 5, tzinfo=UTC)  # 19:05 JST, 5 minutes after the period
-    soft = decide("p", profile(schedule=OFFICE_TOKYO), now=evening, ready_since=evening - timedelta(hours=3),
-                  lease_deadline=evening + timedelta(hours=1), requests_in_idle_window=9, load=BUSY)
+    soft = decide(
+        "p",
+        profile(schedule=OFFICE_TOKYO),
+        now=evening,
+        ready_since=evening - timedelta(hours=3),
+        lease_deadline=evening + timedelta(hours=1),
+        requests_in_idle_window=9,
+        load=BUSY,
+    )
     assert (soft.stop, soft.reason) == (False, "requests-running")
     enforced = profile(schedule=OFFICE_TOKYO | {"enforced": True}, autostop={"drain_minutes": 5})
 
     def hard(now):
-        return decide("p", enforced, now=now, ready_since=now - timedelta(hours=3), lease_deadline=now + timedelta(hours=1),
-                      requests_in_idle_window=9, load=BUSY)
+        return decide(
+            "p",
+            enforced,
+            now=now,
+            ready_since=now - timedelta(hours=3),
+            lease_deadline=now + timedelta(hours=1),
+            requests_in_idle_window=9,
+            load=BUSY,
+        )
 
     assert hard(evening - timedelta(seconds=1)).reason == "draining"  # 19:04:59: inside the 5-minute drain
     assert (hard(evening).stop, hard(evening).reason) == (True, "outside-schedule")  # 19:05: drain over
@@ -211,12 +303,25 @@ def test_schedule_end_waits_for_requests_unless_enforced():
 def test_keepalive_defers_a_schedule_end_that_is_not_enforced():
     before_end = datetime(2026, 12, 2, 9, 55, tzinfo=UTC)  # 18:55 JST
     p = profile(schedule=OFFICE_TOKYO, idle={"enabled": False})
-    d = decide("p", p, now=before_end, ready_since=before_end - timedelta(hours=3),
-               lease_deadline=before_end + timedelta(hours=1), requests_in_idle_window=2, kept_alive_at=before_end)
+    d = decide(
+        "p",
+        p,
+        now=before_end,
+        ready_since=before_end - timedelta(hours=3),
+        lease_deadline=before_end + timedelta(hours=1),
+        requests_in_idle_window=2,
+        kept_alive_at=before_end,
+    )
     assert d.next_stop.at == before_end + timedelta(hours=1) and d.stopping_soon is False
     # Without the keepalive the period's end at 19:00 is 5 minutes away: stopping soon.
-    plain = decide("p", p, now=before_end, ready_since=before_end - timedelta(hours=3),
-                   lease_deadline=before_end + timedelta(hours=1), requests_in_idle_window=2)
+    plain = decide(
+        "p",
+        p,
+        now=before_end,
+        ready_since=before_end - timedelta(hours=3),
+        lease_deadline=before_end + timedelta(hours=1),
+        requests_in_idle_window=2,
+    )
     assert plain.stopping_soon and plain.next_stop.reason == "outside-schedule"
 
 
@@ -226,8 +331,16 @@ def test_a_benchmark_hold_keeps_it_past_soft_limits_but_not_hard_ones():
     assert (held.stop, held.reason) == (False, "held") and "run-1" in held.detail
     lapsed = at_lease_end(p, timedelta(hours=1), load=QUIET, held_by="run-1", held_until=NOW)
     assert (lapsed.stop, lapsed.reason) == (True, "lease-expired")
-    over = decide("p", p, now=NOW, ready_since=NOW - timedelta(minutes=600), lease_deadline=NOW + timedelta(hours=1),
-                  requests_in_idle_window=3, held_by="run-1", held_until=NOW + timedelta(hours=1))
+    over = decide(
+        "p",
+        p,
+        now=NOW,
+        ready_since=NOW - timedelta(minutes=600),
+        lease_deadline=NOW + timedelta(hours=1),
+        requests_in_idle_window=3,
+        held_by="run-1",
+        held_until=NOW + timedelta(hours=1),
+    )
     assert (over.stop, over.reason) == (True, "max-runtime")
 
 
@@ -240,16 +353,30 @@ def test_stopping_soon_at_the_warning_limit_and_one_second_before_it():
     assert at_lease_end(p, -timedelta(minutes=15, seconds=1), load=QUIET).stopping_soon is False
     # A schedule end inside the warning time warns too, at the minute it ends.
     before_end = datetime(2026, 12, 2, 9, 50, tzinfo=UTC)  # 18:50 JST
-    d = decide("p", profile(schedule=OFFICE_TOKYO), now=before_end, ready_since=before_end - timedelta(hours=3),
-               lease_deadline=before_end + timedelta(hours=2), requests_in_idle_window=2)
-    assert d.stopping_soon and d.next_stop.reason == "outside-schedule" and d.next_stop.at == datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+    d = decide(
+        "p",
+        profile(schedule=OFFICE_TOKYO),
+        now=before_end,
+        ready_since=before_end - timedelta(hours=3),
+        lease_deadline=before_end + timedelta(hours=2),
+        requests_in_idle_window=2,
+    )
+    assert (
+        d.stopping_soon
+        and d.next_stop.reason == "outside-schedule"
+        and d.next_stop.at == datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+    )
 
 
 def test_new_registry_fields_are_validated_with_the_field_named():
     from servingctl.registry import RegistryError
 
-    for bad, field in (({"warning_minutes": 0}, "warning_minutes"), ({"drain_minutes": 121}, "drain_minutes"),
-                       ({"max_session_usd": 0}, "max_session_usd"), ({"max_runtime_minutes": 60}, "max_runtime_minutes")):
+    for bad, field in (
+        ({"warning_minutes": 0}, "warning_minutes"),
+        ({"drain_minutes": 121}, "drain_minutes"),
+        ({"max_session_usd": 0}, "max_session_usd"),
+        ({"max_runtime_minutes": 60}, "max_runtime_minutes"),
+    ):
         with pytest.raises((RegistryError, ValueError), match=field):
             profile(autostop=bad)
 

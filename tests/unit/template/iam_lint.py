@@ -14,8 +14,14 @@ import sys
 
 from cloudsplaining.command.scan_policy_file import scan_policy
 
-RISKS = ("PrivilegeEscalation", "ResourceExposure", "DataExfiltration", "CredentialsExposure", "ServiceWildcard",
-         "InfrastructureModification")
+RISKS = (
+    "PrivilegeEscalation",
+    "ResourceExposure",
+    "DataExfiltration",
+    "CredentialsExposure",
+    "ServiceWildcard",
+    "InfrastructureModification",
+)
 
 
 def main() -> None:

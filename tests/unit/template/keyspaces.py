@@ -15,7 +15,14 @@ sys.path.insert(0, str(ROOT / "layers/core"))
 
 from servingctl.local import iam  # noqa: E402
 
-ROLES = ("ProfileStepsFunctionRole", "ApiFunctionRole", "SweepFunctionRole", "BenchWorkerFunctionRole", "BenchTaskRole", "BenchRunRole")
+ROLES = (
+    "ProfileStepsFunctionRole",
+    "ApiFunctionRole",
+    "SweepFunctionRole",
+    "BenchWorkerFunctionRole",
+    "BenchTaskRole",
+    "BenchRunRole",
+)
 OLD = ("profile", "lock", "session#p", "start#p", "run", "run#r1", "run#r2", "idempotency#api")
 NEW = ("profile#p", "profile#q", "lock", "session#p", "start#p", "run#r1", "run#r2", "idempotency#api")
 TAGS = {"aws:PrincipalTag/run": ("r1",), "aws:PrincipalTag/profile": ("p",)}
@@ -28,12 +35,23 @@ class _Placeholders(dict):
 
 def main(template: str) -> None:
     """Translate template, probe each role's writes, print one line per role."""
-    out = subprocess.run([str(ROOT / ".venv-sam/bin/python"), str(ROOT / "tests/unit/template/sam_translate.py"), template],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [str(ROOT / ".venv-sam/bin/python"), str(ROOT / "tests/unit/template/sam_translate.py"), template],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     cfn = json.loads(out)
-    refs = _Placeholders({"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012",
-                          "ClusterArn": "arn:aws:ecs:us-east-1:123456789012:cluster/c", "AsgArns": ["arn:asg"],
-                          "BenchImageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/bench:1"})
+    refs = _Placeholders(
+        {
+            "AWS::Partition": "aws",
+            "AWS::Region": "us-east-1",
+            "AWS::AccountId": "123456789012",
+            "ClusterArn": "arn:aws:ecs:us-east-1:123456789012:cluster/c",
+            "AsgArns": ["arn:asg"],
+            "BenchImageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/bench:1",
+        }
+    )
     conditions = iam.evaluate_conditions(cfn, refs)
     partitions = NEW if "BenchRunRole" in cfn["Resources"] else OLD
     for role in ROLES:
@@ -41,9 +59,19 @@ def main(template: str) -> None:
             continue
         policy = iam.role_policy(cfn, role, refs, conditions)
         context = TAGS if role == "BenchRunRole" else {}
-        row = {a: [p for p in partitions if policy.allowing(iam.Request(f"dynamodb:{a}", "<StateTable.Arn>", {"dynamodb:LeadingKeys": (p,), **context}))]
-               for a in ("PutItem", "UpdateItem", "DeleteItem")}
-        row["s3:PutObject"] = [k for k in ("runs/r1/*", "runs/r2/*") if policy.allowing(iam.Request("s3:PutObject", f"<RecordsBucket.Arn>/{k[:-1]}x", context))]
+        row = {
+            a: [
+                p
+                for p in partitions
+                if policy.allowing(iam.Request(f"dynamodb:{a}", "<StateTable.Arn>", {"dynamodb:LeadingKeys": (p,), **context}))
+            ]
+            for a in ("PutItem", "UpdateItem", "DeleteItem")
+        }
+        row["s3:PutObject"] = [
+            k
+            for k in ("runs/r1/*", "runs/r2/*")
+            if policy.allowing(iam.Request("s3:PutObject", f"<RecordsBucket.Arn>/{k[:-1]}x", context))
+        ]
         print(f"{role}: " + "; ".join(f"{a} {', '.join(v) or '-'}" for a, v in row.items()))
 
 

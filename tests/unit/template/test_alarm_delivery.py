@@ -39,8 +39,15 @@ class _Refs(dict):
         return name
 
 
-REFS = _Refs({"AWS::AccountId": ACCOUNT, "AWS::Region": REGION, "AWS::Partition": PARTITION, "AWS::StackName": STACK,
-              "AWS::URLSuffix": "amazonaws.com"})
+REFS = _Refs(
+    {
+        "AWS::AccountId": ACCOUNT,
+        "AWS::Region": REGION,
+        "AWS::Partition": PARTITION,
+        "AWS::StackName": STACK,
+        "AWS::URLSuffix": "amazonaws.com",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -106,17 +113,30 @@ def deliveries(template: dict[str, Any]) -> Iterator[Delivery]:
             continue
         props = resource.get("Properties") or {}
         if resource["Type"] == "AWS::CloudWatch::Alarm":
-            alarm = resolve(props["AlarmName"], REFS, conditions) if "AlarmName" in props else f"<made up by CloudFormation for {name}>"
-            context = {"aws:SourceAccount": (ACCOUNT,), "aws:SourceArn": (f"arn:{PARTITION}:cloudwatch:{REGION}:{ACCOUNT}:alarm:{alarm}",)}
+            alarm = (
+                resolve(props["AlarmName"], REFS, conditions)
+                if "AlarmName" in props
+                else f"<made up by CloudFormation for {name}>"
+            )
+            context = {
+                "aws:SourceAccount": (ACCOUNT,),
+                "aws:SourceArn": (f"arn:{PARTITION}:cloudwatch:{REGION}:{ACCOUNT}:alarm:{alarm}",),
+            }
             for kind in ALARM_ACTIONS:
                 for action in props.get(kind, []):
                     if isinstance(action, dict) and "Ref" in action:
-                        yield Delivery(f"{name}.{kind}", action["Ref"], _refusal(template, action["Ref"], "cloudwatch.amazonaws.com", context))
+                        yield Delivery(
+                            f"{name}.{kind}",
+                            action["Ref"],
+                            _refusal(template, action["Ref"], "cloudwatch.amazonaws.com", context),
+                        )
         elif resource["Type"] == "AWS::Events::Rule":
             for target in props.get("Targets", []):
                 arn = target.get("Arn")
                 if isinstance(arn, dict) and "Ref" in arn:
-                    yield Delivery(f"{name}.{target.get('Id')}", arn["Ref"], _refusal(template, arn["Ref"], "events.amazonaws.com", {}))
+                    yield Delivery(
+                        f"{name}.{target.get('Id')}", arn["Ref"], _refusal(template, arn["Ref"], "events.amazonaws.com", {})
+                    )
 
 
 def _refused(template: dict[str, Any]) -> dict[str, str]:
@@ -138,8 +158,9 @@ def test_the_key_rotates_and_the_account_administers_it(template: dict[str, Any]
     assert resolve(admin["Principal"], REFS, {}) == {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}
     # Every other statement names a service and is scoped to this account's requests.
     services = [s for s in key["KeyPolicy"]["Statement"] if s is not admin]
-    assert services and all(set(s["Principal"]) == {"Service"} and "aws:SourceAccount" in s["Condition"]["StringEquals"]
-                            for s in services)
+    assert services and all(
+        set(s["Principal"]) == {"Service"} and "aws:SourceAccount" in s["Condition"]["StringEquals"] for s in services
+    )
 
 
 def _with(template: dict[str, Any], change: Any) -> dict[str, Any]:
@@ -153,8 +174,9 @@ def _key(resources: dict[str, Any]) -> dict[str, Any]:
 
 
 def _drop_cloudwatch(resources: dict[str, Any]) -> None:
-    _key(resources)["KeyPolicy"]["Statement"] = [s for s in _key(resources)["KeyPolicy"]["Statement"]
-                                                 if "cloudwatch.amazonaws.com" not in str(s.get("Principal"))]
+    _key(resources)["KeyPolicy"]["Statement"] = [
+        s for s in _key(resources)["KeyPolicy"]["Statement"] if "cloudwatch.amazonaws.com" not in str(s.get("Principal"))
+    ]
 
 
 def _other_account(resources: dict[str, Any]) -> None:
@@ -173,14 +195,21 @@ def _decrypt_only(resources: dict[str, Any]) -> None:
             statement["Action"] = ["kms:Decrypt"]
 
 
-@pytest.mark.parametrize(("change", "refused", "why"), [
-    # The template before this check: the AWS managed key, which no alarm can use.
-    (lambda r: r["AlarmTopic"]["Properties"].update(KmsMasterKeyId="alias/aws/sns"), "all", "alias/aws/sns is an AWS managed key"),
-    (_drop_cloudwatch, "all", "does not allow cloudwatch.amazonaws.com kms:GenerateDataKey"),
-    (_decrypt_only, "all", "does not allow cloudwatch.amazonaws.com kms:GenerateDataKey"),
-    (_other_account, "all", "does not allow cloudwatch.amazonaws.com"),
-    (_unnamed_alarm, "StopProfileFailedAlarm.AlarmActions", "made up by CloudFormation for StopProfileFailedAlarm"),
-])
+@pytest.mark.parametrize(
+    ("change", "refused", "why"),
+    [
+        # The template before this check: the AWS managed key, which no alarm can use.
+        (
+            lambda r: r["AlarmTopic"]["Properties"].update(KmsMasterKeyId="alias/aws/sns"),
+            "all",
+            "alias/aws/sns is an AWS managed key",
+        ),
+        (_drop_cloudwatch, "all", "does not allow cloudwatch.amazonaws.com kms:GenerateDataKey"),
+        (_decrypt_only, "all", "does not allow cloudwatch.amazonaws.com kms:GenerateDataKey"),
+        (_other_account, "all", "does not allow cloudwatch.amazonaws.com"),
+        (_unnamed_alarm, "StopProfileFailedAlarm.AlarmActions", "made up by CloudFormation for StopProfileFailedAlarm"),
+    ],
+)
 def test_the_check_refuses_what_aws_refuses(template: dict[str, Any], change: Any, refused: str, why: str) -> None:
     found = _refused(_with(template, change))
     alarms = {d.source for d in deliveries(template)}
@@ -189,25 +218,40 @@ def test_the_check_refuses_what_aws_refuses(template: dict[str, Any], change: An
 
 
 def _rule_to_topic(resources: dict[str, Any]) -> None:
-    resources["NotifyRule"] = {"Type": "AWS::Events::Rule", "Properties": {
-        "EventPattern": {"source": ["aws.states"]}, "Targets": [{"Id": "notify", "Arn": {"Ref": "AlarmTopic"}}]}}
+    resources["NotifyRule"] = {
+        "Type": "AWS::Events::Rule",
+        "Properties": {"EventPattern": {"source": ["aws.states"]}, "Targets": [{"Id": "notify", "Arn": {"Ref": "AlarmTopic"}}]},
+    }
 
 
 def _events_statement(condition: dict[str, Any] | None) -> Any:
     def change(resources: dict[str, Any]) -> None:
         _rule_to_topic(resources)
-        statement = {"Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"},
-                     "Action": ["kms:Decrypt", "kms:GenerateDataKey*"], "Resource": "*"}
+        statement = {
+            "Effect": "Allow",
+            "Principal": {"Service": "events.amazonaws.com"},
+            "Action": ["kms:Decrypt", "kms:GenerateDataKey*"],
+            "Resource": "*",
+        }
         _key(resources)["KeyPolicy"]["Statement"].append(statement | ({"Condition": condition} if condition else {}))
+
     return change
 
 
-@pytest.mark.parametrize(("change", "refused"), [
-    (_rule_to_topic, True),   # a rule publishing to the topic needs its own grant
-    (_events_statement({"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}), True),  # EventBridge sends no source keys
-    (_events_statement(None), False),
-])
-def test_an_eventbridge_rule_publishing_to_the_topic_needs_an_unconditioned_grant(template: dict[str, Any], change: Any, refused: bool) -> None:
+@pytest.mark.parametrize(
+    ("change", "refused"),
+    [
+        (_rule_to_topic, True),  # a rule publishing to the topic needs its own grant
+        (
+            _events_statement({"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}),
+            True,
+        ),  # EventBridge sends no source keys
+        (_events_statement(None), False),
+    ],
+)
+def test_an_eventbridge_rule_publishing_to_the_topic_needs_an_unconditioned_grant(
+    template: dict[str, Any], change: Any, refused: bool
+) -> None:
     found = _refused(_with(template, change))
     assert set(found) == ({"NotifyRule.notify"} if refused else set())
     assert all("events.amazonaws.com" in reason for reason in found.values())

@@ -11,8 +11,12 @@ from pydantic import BaseModel
 
 from servingctl.api.models import KeepaliveRequest, StartRequest, StopRequest
 
-VALIDATED = {"StartProfile": "StartRequest", "StopProfile": "StopRequest", "Keepalive": "KeepaliveRequest",
-             "StartBenchmark": "BenchmarkRequest"}
+VALIDATED = {
+    "StartProfile": "StartRequest",
+    "StopProfile": "StopRequest",
+    "Keepalive": "KeepaliveRequest",
+    "StartBenchmark": "BenchmarkRequest",
+}
 
 
 def _draft4(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
@@ -24,8 +28,11 @@ def _draft4(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         nullable = _draft4(one, defs)
         return {**nullable, "type": [nullable["type"], "null"]}
     if "properties" in schema:
-        return {"type": "object", "additionalProperties": False,
-                "properties": {name: _draft4(value, defs) for name, value in schema["properties"].items()}}
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {name: _draft4(value, defs) for name, value in schema["properties"].items()},
+        }
     return {key: schema[key] for key in ("type", "minimum", "maximum") if key in schema}
 
 
@@ -56,7 +63,9 @@ def test_the_resource_policy_admits_this_account_and_widens_or_narrows_only_by_p
     assert this_account["Principal"] == {"AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}}
     condition, allow, absent = organization["Fn::If"]
     assert condition == "HasApiOrganization" and absent == {"Ref": "AWS::NoValue"}
-    assert allow["Effect"] == "Allow" and allow["Condition"] == {"StringEquals": {"aws:PrincipalOrgID": {"Ref": "ApiOrganizationId"}}}
+    assert allow["Effect"] == "Allow" and allow["Condition"] == {
+        "StringEquals": {"aws:PrincipalOrgID": {"Ref": "ApiOrganizationId"}}
+    }
     condition, deny, absent = endpoint["Fn::If"]
     assert condition == "HasApiVpcEndpoint" and absent == {"Ref": "AWS::NoValue"}
     assert deny["Effect"] == "Deny" and deny["Condition"] == {"StringNotEquals": {"aws:SourceVpce": {"Ref": "ApiVpcEndpointId"}}}

@@ -22,7 +22,10 @@ def report() -> dict:
         pytest.fail(f"{checkov} is missing: run `make checkov` (or set SERVINGCTL_CHECKOV)")
     result = subprocess.run(
         [str(checkov), "-f", str(ROOT / "template.yaml"), "--framework", "cloudformation", "--compact", "-o", "json"],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     parsed = json.loads(result.stdout)
     found = parsed[0] if isinstance(parsed, list) else parsed
@@ -44,8 +47,15 @@ def test_every_resource_is_scanned(report: dict) -> None:
     resources = decode(str(ROOT / "template.yaml"))[0]["Resources"]
     # Resource types checkov has checks for; the rest (alarms, the layer, subscriptions) have none.
     checked_types = {r["Type"] for n, r in resources.items() if n in scanned}
-    assert {"AWS::Serverless::Function", "AWS::Serverless::Api", "AWS::DynamoDB::Table", "AWS::S3::Bucket",
-            "AWS::SQS::Queue", "AWS::Logs::LogGroup", "AWS::IAM::Role"} <= checked_types
+    assert {
+        "AWS::Serverless::Function",
+        "AWS::Serverless::Api",
+        "AWS::DynamoDB::Table",
+        "AWS::S3::Bucket",
+        "AWS::SQS::Queue",
+        "AWS::Logs::LogGroup",
+        "AWS::IAM::Role",
+    } <= checked_types
     assert report["summary"]["passed"] > 50
 
 

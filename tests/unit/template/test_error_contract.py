@@ -35,7 +35,12 @@ def _tasks(states: dict):
 
 def error_names(definition: dict) -> set[str]:
     """Every name in any Retry or Catch ErrorEquals of the definition."""
-    return {e for _, t in _tasks(definition["States"]) for rule in t.get("Retry", []) + t.get("Catch", []) for e in rule["ErrorEquals"]}
+    return {
+        e
+        for _, t in _tasks(definition["States"])
+        for rule in t.get("Retry", []) + t.get("Catch", [])
+        for e in rule["ErrorEquals"]
+    }
 
 
 def raised_exceptions(paths: set[Path]) -> set[str]:
@@ -86,8 +91,16 @@ def test_every_raised_exception_is_caught_by_every_lambda_task(machine):
 
 
 def test_the_contract_catches_a_renamed_error():
-    definition = {"States": {"RunSmokeTest": {"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke", "End": True,
-                                              "Retry": [{"ErrorEquals": ["SmokeTestFailure"]}]}}}
+    definition = {
+        "States": {
+            "RunSmokeTest": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::lambda:invoke",
+                "End": True,
+                "Retry": [{"ErrorEquals": ["SmokeTestFailure"]}],
+            }
+        }
+    }
     custom = {e for e in error_names(definition) if not e.startswith(AWS_PREFIXES)}
     assert custom - RAISED == {"SmokeTestFailure"}
 

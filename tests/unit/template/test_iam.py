@@ -27,7 +27,10 @@ STAR_RESOURCE_ACTIONS: dict[str, tuple[str, str | None]] = {
     "autoscaling:DescribeAutoScalingGroups": ("Auto Scaling Describe* has no resource-level permissions", None),
     "autoscaling:DescribeScalingActivities": ("Auto Scaling Describe* has no resource-level permissions", None),
     "autoscaling:DescribeWarmPool": ("Auto Scaling Describe* has no resource-level permissions", None),
-    "ec2:RunInstances": ("authorizes the instance, volume, ENI, subnet and image ARNs AWS picks: narrowed to the pools' templates", "ec2:LaunchTemplate"),
+    "ec2:RunInstances": (
+        "authorizes the instance, volume, ENI, subnet and image ARNs AWS picks: narrowed to the pools' templates",
+        "ec2:LaunchTemplate",
+    ),
     "elasticloadbalancing:DescribeTargetHealth": ("ELBv2 Describe* has no resource-level permissions", None),
     "ec2:DescribeInstances": ("EC2 Describe* has no resource-level permissions", None),
     "ecs:ListTasks": ("ListTasks is not authorized by a resource ARN in practice", "ecs:cluster"),
@@ -75,7 +78,11 @@ def identity_statements(cfn: dict) -> list[tuple[str, dict]]:
         props = resource.get("Properties", {})
         if resource["Type"] == "AWS::IAM::Role":
             for policy in props.get("Policies", []):
-                found += [(f"{name}/{policy['PolicyName']}", b) for s in _as_list(policy["PolicyDocument"]["Statement"]) for b in _branches(s)]
+                found += [
+                    (f"{name}/{policy['PolicyName']}", b)
+                    for s in _as_list(policy["PolicyDocument"]["Statement"])
+                    for b in _branches(s)
+                ]
         elif resource["Type"] in ("AWS::IAM::ManagedPolicy", "AWS::IAM::Policy"):
             found += [(name, b) for s in _as_list(props["PolicyDocument"]["Statement"]) for b in _branches(s)]
     return found
@@ -143,7 +150,10 @@ def test_every_allow_listed_star_action_is_used_and_aws_agrees(cfn):
     ],
 )
 def test_the_rules_catch_a_broad_statement(statement, expected):
-    role = {"Type": "AWS::IAM::Role", "Properties": {"Policies": [{"PolicyName": "p", "PolicyDocument": {"Statement": [statement]}}]}}
+    role = {
+        "Type": "AWS::IAM::Role",
+        "Properties": {"Policies": [{"PolicyName": "p", "PolicyDocument": {"Statement": [statement]}}]},
+    }
     assert any(expected in line for line in violations({"Resources": {"R": role}}))
 
 
@@ -156,9 +166,7 @@ def test_the_rules_catch_a_foreign_managed_policy():
 
 def _profile_steps_statements(cfn: dict) -> dict[str, dict]:
     role = cfn["Resources"]["ProfileStepsFunctionRole"]["Properties"]
-    return {
-        s["Sid"]: s for p in role["Policies"] for s in _as_list(p["PolicyDocument"]["Statement"]) if "Sid" in s
-    }
+    return {s["Sid"]: s for p in role["Policies"] for s in _as_list(p["PolicyDocument"]["Statement"]) if "Sid" in s}
 
 
 def test_writes_on_the_data_plane_are_scoped_to_the_terraform_outputs(cfn):
@@ -175,9 +183,7 @@ def test_state_machines_invoke_only_the_functions_they_substitute(cfn):
     for name, machine in cfn["Resources"].items():
         if machine["Type"] != "AWS::StepFunctions::StateMachine":
             continue
-        substituted = {
-            v["Fn::GetAtt"][0] for v in machine["Properties"]["DefinitionSubstitutions"].values() if "Fn::GetAtt" in v
-        }
+        substituted = {v["Fn::GetAtt"][0] for v in machine["Properties"]["DefinitionSubstitutions"].values() if "Fn::GetAtt" in v}
         role = cfn["Resources"][machine["Properties"]["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
         invoked = {
             s["Resource"]["Fn::Sub"][1]["functionName"]["Ref"]
@@ -281,7 +287,9 @@ def test_permission_only_actions_have_no_operation_and_aws_knows_them():
     for action in iam.PERMISSION_ONLY:
         prefix, name = action.split(":")
         assert name.lower() in IAM_DATA[prefix]["Actions"], action
-        assert not any(name in ops for ops in iam.operations_by_prefix()[prefix]), f"{action} is an operation: drop it from PERMISSION_ONLY"
+        assert not any(name in ops for ops in iam.operations_by_prefix()[prefix]), (
+            f"{action} is an operation: drop it from PERMISSION_ONLY"
+        )
 
 
 # ---- policies evaluated as AWS would, with placeholder names -------------------------------------
@@ -296,15 +304,34 @@ class _Placeholders(dict):
 
 
 def _role_policy(cfn: dict, role: str, **given) -> iam.Policy:
-    refs = _Placeholders({"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012",
-                          "RecordsBucket.Arn": "arn:aws:s3:::records", "StateTable.Arn": TABLE_ARN, "AsgArns": ["arn:asg"],
-                          "BenchImageUri": "", "ClusterArn": "arn:aws:ecs:us-east-1:123456789012:cluster/c", **given})
+    refs = _Placeholders(
+        {
+            "AWS::Partition": "aws",
+            "AWS::Region": "us-east-1",
+            "AWS::AccountId": "123456789012",
+            "RecordsBucket.Arn": "arn:aws:s3:::records",
+            "StateTable.Arn": TABLE_ARN,
+            "AsgArns": ["arn:asg"],
+            "BenchImageUri": "",
+            "ClusterArn": "arn:aws:ecs:us-east-1:123456789012:cluster/c",
+            **given,
+        }
+    )
     return iam.role_policy(cfn, role, refs, iam.evaluate_conditions(cfn, refs))
 
 
 # S3: "no such record" can be told from "denied", under the run's own prefix only.
-@pytest.mark.parametrize(("prefix", "allowed"), [("runs/r1/shards/in64-c2/0.jsonl.gz", True), ("runs/r1/", True), ("runs/r2/x", False),
-                                                 ("runs/", False), ("run", False), ("other/x", False)])
+@pytest.mark.parametrize(
+    ("prefix", "allowed"),
+    [
+        ("runs/r1/shards/in64-c2/0.jsonl.gz", True),
+        ("runs/r1/", True),
+        ("runs/r2/x", False),
+        ("runs/", False),
+        ("run", False),
+        ("other/x", False),
+    ],
+)
 def test_a_run_session_may_list_the_records_of_its_run_only(cfn, prefix, allowed):
     policy = _role_policy(cfn, "BenchRunRole")
     listing = iam.Request("s3:ListBucket", "arn:aws:s3:::records", {"s3:prefix": (prefix,), **RUN_R1})
@@ -328,13 +355,19 @@ WRITES = {
         "dynamodb:DeleteItem": {"idempotency#api"},
     },
     "SweepFunctionRole": {
-        "dynamodb:PutItem": {"run#r1", "run#r2"}, "dynamodb:UpdateItem": {"profile#p", "profile#q"}, "dynamodb:DeleteItem": {"lock"},
+        "dynamodb:PutItem": {"run#r1", "run#r2"},
+        "dynamodb:UpdateItem": {"profile#p", "profile#q"},
+        "dynamodb:DeleteItem": {"lock"},
     },
     "BenchWorkerFunctionRole": {"dynamodb:PutItem": set(), "dynamodb:UpdateItem": set(), "dynamodb:DeleteItem": set()},
     "BenchTaskRole": {"dynamodb:PutItem": set(), "dynamodb:UpdateItem": set(), "dynamodb:DeleteItem": set()},
     # A session tagged run=r1, profile=p: its run's partition and its profile's hold, nothing else.
-    "BenchRunRole": {"dynamodb:PutItem": {"run#r1"}, "dynamodb:UpdateItem": {"profile#p", "run#r1"}, "dynamodb:DeleteItem": set(),
-                     "dynamodb:ConditionCheckItem": {"run#r1"}},
+    "BenchRunRole": {
+        "dynamodb:PutItem": {"run#r1"},
+        "dynamodb:UpdateItem": {"profile#p", "run#r1"},
+        "dynamodb:DeleteItem": set(),
+        "dynamodb:ConditionCheckItem": {"run#r1"},
+    },
 }
 
 
@@ -342,7 +375,9 @@ WRITES = {
 def test_each_role_writes_only_its_key_spaces(cfn, role, action):
     policy = _role_policy(cfn, role)
     context = RUN_R1 if role == "BenchRunRole" else {}
-    allowed = {p for p in PARTITIONS if policy.allowing(iam.Request(action, TABLE_ARN, {"dynamodb:LeadingKeys": (p,), **context}))}
+    allowed = {
+        p for p in PARTITIONS if policy.allowing(iam.Request(action, TABLE_ARN, {"dynamodb:LeadingKeys": (p,), **context}))
+    }
     assert allowed == WRITES[role][action]
 
 
@@ -360,8 +395,16 @@ def test_a_run_session_without_its_profile_tag_touches_no_profile(cfn):
     assert not policy.allowing(iam.Request("s3:PutObject", "arn:aws:s3:::records/runs/r1/x", starred))
 
 
-@pytest.mark.parametrize(("key", "allowed"), [("runs/r1/in64-c1.0.jsonl.gz", True), ("runs/r1/shards/in64-c2/0.1.jsonl.gz", True),
-                                              ("runs/r2/in64-c1.0.jsonl.gz", False), ("runs/r1", False), ("other/r1/x", False)])
+@pytest.mark.parametrize(
+    ("key", "allowed"),
+    [
+        ("runs/r1/in64-c1.0.jsonl.gz", True),
+        ("runs/r1/shards/in64-c2/0.1.jsonl.gz", True),
+        ("runs/r2/in64-c1.0.jsonl.gz", False),
+        ("runs/r1", False),
+        ("other/r1/x", False),
+    ],
+)
 def test_a_run_session_writes_and_reads_its_run_records_only(cfn, key, allowed):
     policy = _role_policy(cfn, "BenchRunRole")
     for action in ("s3:PutObject", "s3:GetObject"):
@@ -372,12 +415,18 @@ def test_a_run_session_writes_and_reads_its_run_records_only(cfn, key, allowed):
 @pytest.mark.parametrize(
     ("action", "partition", "allowed"),
     [
-        ("dynamodb:GetItem", "profile#p", True), ("dynamodb:Query", "session#nemotron-nano", True),
-        ("dynamodb:Query", "run#2026-12-03T12-00-00Z-x", True), ("dynamodb:GetItem", "profile", False),
-        ("dynamodb:GetItem", "idempotency#api", True), ("dynamodb:GetItem", "lock", False),
-        ("dynamodb:UpdateItem", "profile#p", True), ("dynamodb:PutItem", "idempotency#api", True),
-        ("dynamodb:DeleteItem", "idempotency#api", True), ("dynamodb:PutItem", "session#nemotron-nano", False),
-        ("dynamodb:UpdateItem", "lock", False), ("dynamodb:PutItem", "run#r1", False),
+        ("dynamodb:GetItem", "profile#p", True),
+        ("dynamodb:Query", "session#nemotron-nano", True),
+        ("dynamodb:Query", "run#2026-12-03T12-00-00Z-x", True),
+        ("dynamodb:GetItem", "profile", False),
+        ("dynamodb:GetItem", "idempotency#api", True),
+        ("dynamodb:GetItem", "lock", False),
+        ("dynamodb:UpdateItem", "profile#p", True),
+        ("dynamodb:PutItem", "idempotency#api", True),
+        ("dynamodb:DeleteItem", "idempotency#api", True),
+        ("dynamodb:PutItem", "session#nemotron-nano", False),
+        ("dynamodb:UpdateItem", "lock", False),
+        ("dynamodb:PutItem", "run#r1", False),
     ],
 )
 def test_the_api_reads_and_writes_only_its_items(cfn, action, partition, allowed):
@@ -396,8 +445,12 @@ def test_listings_come_from_the_index_which_no_one_writes(cfn, role):
 
 @pytest.mark.parametrize(
     ("sizes", "allowed"),
-    [({"autoscaling:MinSize": ("0",)}, True), ({"autoscaling:MinSize": ("1",)}, False),
-     ({"autoscaling:MinSize": ("0",), "autoscaling:MaxSize": ("1",)}, False), ({}, False)],
+    [
+        ({"autoscaling:MinSize": ("0",)}, True),
+        ({"autoscaling:MinSize": ("1",)}, False),
+        ({"autoscaling:MinSize": ("0",), "autoscaling:MaxSize": ("1",)}, False),
+        ({}, False),
+    ],
 )
 def test_pool_updates_may_only_lower_the_minimum_to_zero(cfn, sizes, allowed):
     policy = _role_policy(cfn, "ProfileStepsFunctionRole")
@@ -406,7 +459,8 @@ def test_pool_updates_may_only_lower_the_minimum_to_zero(cfn, sizes, allowed):
 
 
 @pytest.mark.parametrize(
-    "image", [
+    "image",
+    [
         "111122223333.dkr.ecr.eu-west-1.amazonaws.com/team/servingctl-bench:v1",
         "111122223333.dkr.ecr.eu-west-1.amazonaws.com/team/servingctl-bench@sha256:" + "a" * 64,
     ],
@@ -425,14 +479,28 @@ def test_without_a_bench_image_the_task_may_pull_nothing(cfn):
     assert [statement["Sid"] for _, statement in policy.statements] == ["EcrLogin", "WriteTaskLogs"]
 
 
-@pytest.mark.parametrize(("tags", "allowed"), [
-    ({"run": "r1", "profile": "p"}, True), ({"run": "r1"}, True), ({"profile": "p"}, False), ({}, False),
-    ({"run": "r1", "profile": "p", "admin": "yes"}, False),
-])
+@pytest.mark.parametrize(
+    ("tags", "allowed"),
+    [
+        ({"run": "r1", "profile": "p"}, True),
+        ({"run": "r1"}, True),
+        ({"profile": "p"}, False),
+        ({}, False),
+        ({"run": "r1", "profile": "p", "admin": "yes"}, False),
+    ],
+)
 def test_the_run_role_is_assumed_only_with_a_run_tag(cfn, tags, allowed):
-    refs = _Placeholders({"AWS::Partition": "aws", "AWS::AccountId": "123456789012", "AWS::Region": "us-east-1",
-                          "StateTable.Arn": TABLE_ARN, "RecordsBucket.Arn": "arn:aws:s3:::records",
-                          "BenchRunRole.Arn": "arn:aws:iam::123456789012:role/run", "ClusterArn": "arn:aws:ecs:us-east-1:123456789012:cluster/c"})
+    refs = _Placeholders(
+        {
+            "AWS::Partition": "aws",
+            "AWS::AccountId": "123456789012",
+            "AWS::Region": "us-east-1",
+            "StateTable.Arn": TABLE_ARN,
+            "RecordsBucket.Arn": "arn:aws:s3:::records",
+            "BenchRunRole.Arn": "arn:aws:iam::123456789012:role/run",
+            "ClusterArn": "arn:aws:ecs:us-east-1:123456789012:cluster/c",
+        }
+    )
     [(arn, policy)] = iam.assumable_policies(cfn, refs).items()
     caller = _role_policy(cfn, "BenchWorkerFunctionRole", **{"BenchRunRole.Arn": arn})
     names = iam.Names("123456789012", "us-east-1", {}, asg_arn=str, asg_tags=lambda group: {})

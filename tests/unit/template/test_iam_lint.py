@@ -34,12 +34,21 @@ class _Placeholders(dict):
         return f"<{key}>"
 
 
-REFS = _Placeholders({
-    "AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012", "AWS::StackName": "servingctl",
-    "ClusterArn": "arn:aws:ecs:us-east-1:123456789012:cluster/c", "AsgArns": ["arn:aws:autoscaling:us-east-1:123456789012:asg"],
-    "BenchImageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/servingctl-bench:1", "ServiceArns": ["arn:svc"],
-    "ModelLogGroupArns": ["arn:lg"], "LaunchTemplateArns": ["arn:lt"], "PrivateSubnetIds": [],
-})
+REFS = _Placeholders(
+    {
+        "AWS::Partition": "aws",
+        "AWS::Region": "us-east-1",
+        "AWS::AccountId": "123456789012",
+        "AWS::StackName": "servingctl",
+        "ClusterArn": "arn:aws:ecs:us-east-1:123456789012:cluster/c",
+        "AsgArns": ["arn:aws:autoscaling:us-east-1:123456789012:asg"],
+        "BenchImageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/servingctl-bench:1",
+        "ServiceArns": ["arn:svc"],
+        "ModelLogGroupArns": ["arn:lg"],
+        "LaunchTemplateArns": ["arn:lt"],
+        "PrivateSubnetIds": [],
+    }
+)
 
 
 def template_policies(cfn: dict) -> dict[str, dict[str, Any]]:
@@ -75,12 +84,15 @@ def terraform_policies() -> dict[str, dict[str, Any]]:
                     for st in body.get("statement", []):
                         if st.get("principals"):
                             continue
-                        statement: dict[str, Any] = {"Effect": _unquote(st.get("effect", '"Allow"')),
-                                                     "Action": [_unquote(a) for a in st.get("actions", [])],
-                                                     "Resource": [_unquote(r) for r in st.get("resources", [])]}
+                        statement: dict[str, Any] = {
+                            "Effect": _unquote(st.get("effect", '"Allow"')),
+                            "Action": [_unquote(a) for a in st.get("actions", [])],
+                            "Resource": [_unquote(r) for r in st.get("resources", [])],
+                        }
                         for c in st.get("condition", []):
                             statement.setdefault("Condition", {}).setdefault(_unquote(c["test"]), {})[_unquote(c["variable"])] = [
-                                _unquote(v) for v in c["values"]]
+                                _unquote(v) for v in c["values"]
+                            ]
                         statements.append(statement)
                     if statements:
                         found[f"{path.relative_to(ROOT)}:{_unquote(name)}"] = {"Version": "2012-10-17", "Statement": statements}
@@ -89,7 +101,9 @@ def terraform_policies() -> dict[str, dict[str, Any]]:
 
 def lint(python: Path, policies: dict[str, dict[str, Any]]) -> dict[str, dict[str, list[str]]]:
     """cloudsplaining's findings per policy: {name: {risk: [actions]}}."""
-    result = subprocess.run([str(python), str(RUNNER)], input=json.dumps(policies), capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [str(python), str(RUNNER)], input=json.dumps(policies), capture_output=True, text=True, timeout=300, check=False
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -100,7 +114,12 @@ def exceptions(files: list[Path]) -> set[tuple[str, str, str]]:
 
 
 def _findings(found: dict[str, dict[str, list[str]]]) -> set[tuple[str, str, str]]:
-    return {(name.split(":")[0], risk, action) for name, risks in found.items() for risk, actions in risks.items() for action in actions}
+    return {
+        (name.split(":")[0], risk, action)
+        for name, risks in found.items()
+        for risk, actions in risks.items()
+        for action in actions
+    }
 
 
 @pytest.fixture(scope="module")
@@ -111,9 +130,16 @@ def findings(cfn: dict, cloudsplaining: Path) -> dict[str, dict[str, list[str]]]
 
 
 def test_every_policy_is_scanned(findings: dict) -> None:
-    for name in ("template.yaml:ProfileStepsFunctionRole", "template.yaml:BenchRunRole", "template.yaml:BenchWorkerFunctionRole",
-                 "template.yaml:ApiFunctionRole", "template.yaml:SweepFunctionRole", "template.yaml:BenchTaskRole",
-                 "infra/terraform/modules/cluster/main.tf:instance", "infra/terraform/modules/serving-profile/main.tf:execution"):
+    for name in (
+        "template.yaml:ProfileStepsFunctionRole",
+        "template.yaml:BenchRunRole",
+        "template.yaml:BenchWorkerFunctionRole",
+        "template.yaml:ApiFunctionRole",
+        "template.yaml:SweepFunctionRole",
+        "template.yaml:BenchTaskRole",
+        "infra/terraform/modules/cluster/main.tf:instance",
+        "infra/terraform/modules/serving-profile/main.tf:execution",
+    ):
         assert name in findings
 
 
@@ -124,12 +150,38 @@ def test_no_finding_without_an_inline_reason(findings: dict) -> None:
 
 def test_the_linter_finds_what_it_should(cloudsplaining: Path) -> None:
     # Grants that must fail the check: writes, a role pass and a launch on "*", a parameter read on "*".
-    found = lint(cloudsplaining, {"bad": {"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": ["dynamodb:PutItem", "iam:PassRole", "ec2:RunInstances", "ssm:GetParameter"], "Resource": "*"}]}})
+    found = lint(
+        cloudsplaining,
+        {
+            "bad": {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Action": ["dynamodb:PutItem", "iam:PassRole", "ec2:RunInstances", "ssm:GetParameter"],
+                        "Resource": "*",
+                    }
+                ],
+            }
+        },
+    )
     assert {"dynamodb:PutItem", "ec2:RunInstances"} <= set(found["bad"]["InfrastructureModification"])
     assert found["bad"]["PrivilegeEscalation"]  # pass an existing role to a new instance
     assert "iam:PassRole" in found["bad"]["ResourceExposure"]
     assert "ssm:GetParameter" in found["bad"]["DataExfiltration"]
     # The same scoped to resources: nothing.
-    assert lint(cloudsplaining, {"good": {"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": ["dynamodb:PutItem"], "Resource": "arn:aws:dynamodb:us-east-1:123456789012:table/t"}]}}) == {"good": {}}
+    assert lint(
+        cloudsplaining,
+        {
+            "good": {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Action": ["dynamodb:PutItem"],
+                        "Resource": "arn:aws:dynamodb:us-east-1:123456789012:table/t",
+                    }
+                ],
+            }
+        },
+    ) == {"good": {}}

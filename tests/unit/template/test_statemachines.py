@@ -125,8 +125,12 @@ def test_the_task_check_sees_tasks_inside_a_map():
 
 
 def test_the_task_check_wants_some_retry_on_a_sync_integration():
-    nested = {"Type": "Task", "Resource": "arn:aws:states:::states:startExecution.sync:2", "End": True,
-              "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "X"}]}
+    nested = {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::states:startExecution.sync:2",
+        "End": True,
+        "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "X"}],
+    }
     assert task_problems({"States": {"StartProfile": nested}}) == ["StartProfile: no Retry"]
     nested["Retry"] = [{"ErrorEquals": ["StepFunctions.ExecutionLimitExceededException"]}]
     assert task_problems({"States": {"StartProfile": nested}}) == []

@@ -100,15 +100,15 @@ def test_records_bucket_is_private_encrypted_versioned_and_tls_only(template):
     assert buckets
     for name, bucket in buckets.items():
         props = bucket["Properties"]
-        assert set(props["PublicAccessBlockConfiguration"].values()) == {True} and len(
-            props["PublicAccessBlockConfiguration"]
-        ) == 4, name
+        assert (
+            set(props["PublicAccessBlockConfiguration"].values()) == {True} and len(props["PublicAccessBlockConfiguration"]) == 4
+        ), name
         assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"], name
         assert props["VersioningConfiguration"] == {"Status": "Enabled"}, name
         statements = policies[name]["Properties"]["PolicyDocument"]["Statement"]
-        assert any(
-            s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in statements
-        ), name
+        assert any(s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in statements), (
+            name
+        )
 
 
 def test_every_state_machine_is_traced_logged_and_alarmed(template):
@@ -201,7 +201,7 @@ def _pins(lines: list[str]) -> dict[str, str]:
     for line in lines:
         line = line.split("#")[0].strip()
         if line and not line.startswith("-"):
-            name, version = line.split("==")
+            name, _version = line.split("==")
             pins[name.split("[")[0].lower().replace("_", "-")] = line
     return pins
 
@@ -246,9 +246,14 @@ def test_a_failed_sweep_lands_in_an_alarmed_dead_letter_queue(template):
     queue = {"Fn::GetAtt": ["SweepDeadLetterQueue", "Arn"]}
     assert resources["SweepFunction"]["Properties"]["DeadLetterQueue"] == {"Type": "SQS", "TargetArn": queue}
     assert resources["SweepSchedule"]["Properties"]["Target"]["DeadLetterConfig"] == {"Arn": queue}
-    alarms = [r["Properties"] for r in _of_type(template, "AWS::CloudWatch::Alarm").values()
-              if r["Properties"]["Namespace"] == "AWS/SQS"]
-    assert [a["Dimensions"] for a in alarms] == [[{"Name": "QueueName", "Value": {"Fn::GetAtt": ["SweepDeadLetterQueue", "QueueName"]}}]]
+    alarms = [
+        r["Properties"]
+        for r in _of_type(template, "AWS::CloudWatch::Alarm").values()
+        if r["Properties"]["Namespace"] == "AWS/SQS"
+    ]
+    assert [a["Dimensions"] for a in alarms] == [
+        [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["SweepDeadLetterQueue", "QueueName"]}}]
+    ]
     assert alarms[0]["Threshold"] == 1 and alarms[0]["AlarmActions"] == [{"Ref": "AlarmTopic"}]
 
 

@@ -46,7 +46,9 @@ def _init_once() -> None:
         if (DATA_DIR / "providers").is_dir() and (DATA_DIR / "modules").is_dir():
             return
         env = {**os.environ, "TF_DATA_DIR": str(DATA_DIR)}
-        proc = subprocess.run(["make", "-s", "tf-init"], cwd=REPO, capture_output=True, text=True, timeout=900, env=env, check=False)
+        proc = subprocess.run(
+            ["make", "-s", "tf-init"], cwd=REPO, capture_output=True, text=True, timeout=900, env=env, check=False
+        )
         if proc.returncode != 0:
             pytest.fail(f"make tf-init failed (exit {proc.returncode}): {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
 
@@ -85,7 +87,11 @@ def _plan_run(test_file: str, run: str) -> dict[str, Any]:
     plans = [m["test_plan"] for m in messages if m.get("type") == "test_plan" and m.get("@testrun") == run]
     summary = [m["test_summary"] for m in messages if m.get("type") == "test_summary"]
     if proc.returncode != 0 or len(plans) != 1 or summary != [{**summary[0], "status": "pass", "failed": 0, "errored": 0}]:
-        errors = [m.get("@message", "") + " " + str(m.get("diagnostic", {}).get("detail", "")) for m in messages if m.get("@level") == "error"]
+        errors = [
+            m.get("@message", "") + " " + str(m.get("diagnostic", {}).get("detail", ""))
+            for m in messages
+            if m.get("@level") == "error"
+        ]
         pytest.fail(f"terraform test of tests/{test_file} failed (exit {proc.returncode}): {errors or proc.stderr[-2000:]}")
     (plan,) = plans
     return {
@@ -189,5 +195,6 @@ def user_dir() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def tf() -> SimpleNamespace:
     """The terraform helpers, for tests (pytest's importlib mode cannot import conftest)."""
-    return SimpleNamespace(run=terraform, json_lines=json_lines, root=TF_ROOT, repo=REPO, planned_files=PLANNED_FILES,
-                           read_back=read_back)
+    return SimpleNamespace(
+        run=terraform, json_lines=json_lines, root=TF_ROOT, repo=REPO, planned_files=PLANNED_FILES, read_back=read_back
+    )

@@ -21,8 +21,16 @@ def test_no_parsing_error(checkov_report: dict) -> None:
 
 def test_every_module_instance_was_scanned(checkov_report: dict) -> None:
     scanned = {c["resource"] for kind in ("passed_checks", "skipped_checks") for c in checkov_report["results"][kind]}
-    for prefix in ('module.network.', 'module.alb.', 'module.cluster.', 'module.pool["g7e-2gpu"].',
-                   'module.profile["deepseek-v4-flash"].', 'module.profile["nemotron-nano"].', 'aws_ssm_parameter.registry'):  # fmt: skip
+    prefixes = (
+        "module.network.",
+        "module.alb.",
+        "module.cluster.",
+        'module.pool["g7e-2gpu"].',
+        'module.profile["deepseek-v4-flash"].',
+        'module.profile["nemotron-nano"].',
+        "aws_ssm_parameter.registry",
+    )
+    for prefix in prefixes:
         assert any(r.startswith(prefix) for r in scanned), f"checkov scanned nothing under {prefix}"
     assert checkov_report["summary"]["passed"] > 100
 

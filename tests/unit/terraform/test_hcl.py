@@ -95,14 +95,18 @@ def test_lock_file_pins_the_provider_with_hashes() -> None:
     # h1: the unpacked package (what a local mirror holds, checked on these machines); zh: the
     # registry's zip of each platform (what init on a user's macOS, Windows or ARM machine checks).
     assert re.findall(r'"(h1:[A-Za-z0-9+/]{43}=)"', block.group(1)) == ["h1:edXOJWE4ORX8Fm+dpVpICzMZJat4AX0VRCAy/xkcOc0="]
-    assert len(re.findall(r'"zh:[0-9a-f]{64}"', block.group(1))) == 15, "the lock must carry the zh: checksum of every platform package"
+    assert len(re.findall(r'"zh:[0-9a-f]{64}"', block.group(1))) == 15, (
+        "the lock must carry the zh: checksum of every platform package"
+    )
 
 
 def test_checkov_skips_carry_a_reason() -> None:
     for tf in TF_ROOT.rglob("*.tf"):
         for line in tf.read_text().splitlines():
             if "checkov:skip" in line:
-                assert re.search(r"#checkov:skip=CKV2?_[A-Z]+_\d+:\S.{10,}", line), f"{tf.name}: skip without a reason: {line.strip()}"
+                assert re.search(r"#checkov:skip=CKV2?_[A-Z]+_\d+:\S.{10,}", line), (
+                    f"{tf.name}: skip without a reason: {line.strip()}"
+                )
 
 
 def _fields_read(condition: str, variable: str) -> set[str]:
@@ -122,7 +126,9 @@ def test_validation_messages_name_every_field_they_check() -> None:
         for validation in variable.get("validation", []):
             fields = _fields_read(validation["condition"], name)
             message = validation["error_message"]
-            assert [f for f in sorted(fields) if f not in message] == [], f"variable {name}: {message!r} does not name {sorted(fields)}"
+            assert [f for f in sorted(fields) if f not in message] == [], (
+                f"variable {name}: {message!r} does not name {sorted(fields)}"
+            )
             checked += bool(fields)
     assert checked >= 25
 
@@ -132,8 +138,12 @@ def test_the_instance_role_has_only_the_agents_inline_grants() -> None:
     # any log group; AmazonSSMManagedInstanceCore reads every parameter), only the inline document.
     cluster = TF_ROOT / "modules" / "cluster"
     assert blocks("resource", cluster).get("aws_iam_role_policy_attachment") is None
-    documents = {name: body for tf in cluster.glob("*.tf") for block in load(tf).get("data", [])
-                 for name, body in block.get("aws_iam_policy_document", {}).items()}
+    documents = {
+        name: body
+        for tf in cluster.glob("*.tf")
+        for block in load(tf).get("data", [])
+        for name, body in block.get("aws_iam_policy_document", {}).items()
+    }
     document = documents["instance"]
     actions = {a for statement in document["statement"] for a in statement["actions"]}
     assert {a.split(":")[0] for a in actions} == {"ecs", "ssm", "ssmmessages"}

@@ -47,7 +47,11 @@ def test_registry_names_the_resources_terraform_creates(published: dict, referen
     # Names come from the module outputs, so they are the ones the controller must call.
     resources = reference_plan["resources"]
     pool = published["pools"]["g7e-2gpu"]
-    assert pool["asg_name"] == resources['module.pool["g7e-2gpu"].aws_autoscaling_group.this']["name"] == "self-hosted-llm-poc-g7e-2gpu"
+    assert (
+        pool["asg_name"]
+        == resources['module.pool["g7e-2gpu"].aws_autoscaling_group.this']["name"]
+        == "self-hosted-llm-poc-g7e-2gpu"
+    )
     assert pool["capacity_provider"] == resources['module.pool["g7e-2gpu"].aws_ecs_capacity_provider.this']["name"]
     profile = published["profiles"]["deepseek-v4-flash"]
     assert profile["cluster"] == resources["module.cluster.aws_ecs_cluster.this"]["name"] == "self-hosted-llm-poc"
@@ -109,4 +113,7 @@ def test_every_service_is_tagged_with_its_profile_and_pool(reference_plan: dict)
     # The reconciler finds running capacity by these tags when the registry no longer names it.
     for name, pool in (("deepseek-v4-flash", "g7e-2gpu"), ("nemotron-nano", "g7e-1gpu")):
         tags = reference_plan["resources"][f'module.profile["{name}"].aws_ecs_service.this']["tags"]
-        assert {k: tags[k] for k in ("servingctl:profile", "servingctl:pool")} == {"servingctl:profile": name, "servingctl:pool": pool}
+        assert {k: tags[k] for k in ("servingctl:profile", "servingctl:pool")} == {
+            "servingctl:profile": name,
+            "servingctl:pool": pool,
+        }

@@ -49,4 +49,6 @@ def test_list_outputs_feed_list_parameters(reference_plan: dict, sam_parameters:
         is_list_param = sam_type == "CommaDelimitedList" or sam_type.startswith("List<")
         assert isinstance(value, list) == is_list_param, f"{output} ({type(value).__name__}) -> {parameter} ({sam_type})"
         if not is_list_param and "AllowedPattern" in sam_parameters[parameter]:
-            assert re.search(sam_parameters[parameter]["AllowedPattern"], value), f"{output}={value!r} fails {parameter}'s pattern"
+            assert re.search(sam_parameters[parameter]["AllowedPattern"], value), (
+                f"{output}={value!r} fails {parameter}'s pattern"
+            )

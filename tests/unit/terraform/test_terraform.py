@@ -13,7 +13,9 @@ TEST_FILES = sorted(p.name for p in (Path(__file__).resolve().parents[3] / "infr
 
 def test_every_file_is_formatted(tf) -> None:
     proc = tf.run("fmt", "-check", "-recursive", "-diff", "-no-color")
-    assert proc.returncode == 0, f"terraform fmt would change these files (run `terraform fmt -recursive infra/terraform`):\n{proc.stdout}{proc.stderr}"
+    assert proc.returncode == 0, (
+        f"terraform fmt would change these files (run `terraform fmt -recursive infra/terraform`):\n{proc.stdout}{proc.stderr}"
+    )
 
 
 def test_configuration_is_valid(tf) -> None:

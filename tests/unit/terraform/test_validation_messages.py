@@ -22,36 +22,75 @@ OPTIONS = SerializationOptions(strip_string_quotes=True, explicit_blocks=False)
 
 # The message each bad input must get (a part that names the field and the allowed values).
 EXPECTED = {
-    "gp3_throughput_over_1000": ("pools", "pools.*.cache_throughput_mibps must be an integer from 125 to 1000 (gp3 throughput in MiB/s)."),
-    "gp3_throughput_under_125": ("pools", "pools.*.cache_throughput_mibps must be an integer from 125 to 1000 (gp3 throughput in MiB/s)."),
+    "gp3_throughput_over_1000": (
+        "pools",
+        "pools.*.cache_throughput_mibps must be an integer from 125 to 1000 (gp3 throughput in MiB/s).",
+    ),
+    "gp3_throughput_under_125": (
+        "pools",
+        "pools.*.cache_throughput_mibps must be an integer from 125 to 1000 (gp3 throughput in MiB/s).",
+    ),
     "gp3_iops_over_16000": ("pools", "pools.*.cache_iops must be an integer from 3000 to 16000 (gp3 IOPS)."),
     "gp3_throughput_over_a_quarter_of_iops": ("pools", "pools.*.cache_throughput_mibps may be at most pools.*.cache_iops / 4"),
-    "tensor_parallel_over_the_pools_gpus": ("profiles", "profiles.*.vllm.tensor_parallel_size must be 1..gpu_count of the profile's pool"),
+    "tensor_parallel_over_the_pools_gpus": (
+        "profiles",
+        "profiles.*.vllm.tensor_parallel_size must be 1..gpu_count of the profile's pool",
+    ),
     "profile_on_an_unknown_pool": ("profiles", "profiles.*.pool must name a key of pools."),
-    "neither_weights_gb_nor_model_load_s": ("profiles", "profiles.*.weights_gb (checkpoint size in GB, to derive the load time) or profiles.*.model_load_s must be set."),
+    "neither_weights_gb_nor_model_load_s": (
+        "profiles",
+        "profiles.*.weights_gb (checkpoint size in GB, to derive the load time) or profiles.*.model_load_s must be set.",
+    ),
     "weights_gb_zero": ("profiles", "profiles.*.weights_gb must be a checkpoint size in GB, above 0 and at most 8192."),
     "model_load_s_under_60": ("profiles", "profiles.*.model_load_s (ECS health-check grace period) must be 60..7200 seconds."),
     "speculative_tokens_over_8": ("profiles", "profiles.*.vllm.speculative_tokens must be an integer from 0 to 8."),
-    "unknown_weights_source": ("profiles", "profiles.*.weights_source must be s3 (prefetch through the S3 gateway endpoint) or hub (download through NAT)."),
-    "s3_weights_without_a_bucket": ("profiles", 'a profile has weights_source = "s3" but model_weights_bucket is null: set model_weights_bucket or weights_source = "hub".'),
+    "unknown_weights_source": (
+        "profiles",
+        "profiles.*.weights_source must be s3 (prefetch through the S3 gateway endpoint) or hub (download through NAT).",
+    ),
+    "s3_weights_without_a_bucket": (
+        "profiles",
+        (
+            'a profile has weights_source = "s3" but model_weights_bucket is null: '
+            'set model_weights_bucket or weights_source = "hub".'
+        ),
+    ),
     "reserved_name_prefix": ("name", "name must match ^[a-z][a-z0-9-]{1,22}$ and must not start with aws, ecs or fargate"),
     "client_cidr_open_to_the_world": ("client_cidrs", "client_cidrs must be IPv4 CIDRs inside the VPC; 0.0.0.0/0 is refused"),
-    "zones_of_another_region": ("availability_zones", 'availability_zones must name exactly two different zones of var.region, e.g. ["us-east-1a", "us-east-1b"].'),
+    "zones_of_another_region": (
+        "availability_zones",
+        'availability_zones must name exactly two different zones of var.region, e.g. ["us-east-1a", "us-east-1b"].',
+    ),
     "max_runtime_below_the_default_lease": ("profiles", "max_runtime_minutes null or default_lease_minutes..44640"),
     "task_cpu_under_256": ("profiles", "profiles.*.task_cpu must be an integer from 256 to 196608"),
     "task_cpu_over_196608": ("profiles", "profiles.*.task_cpu must be an integer from 256 to 196608"),
-    "max_model_len_zero": ("profiles", "profiles.*.vllm.max_num_batched_tokens and profiles.*.vllm.max_model_len must be null (vLLM's default) or at least 1."),
-    "default_lease_over_7_days": ("profiles", "profiles.*.default_lease_minutes must be 5..max_lease_minutes and at most 10080 (7 days)"),
+    "max_model_len_zero": (
+        "profiles",
+        "profiles.*.vllm.max_num_batched_tokens and profiles.*.vllm.max_model_len must be null (vLLM's default) or at least 1.",
+    ),
+    "default_lease_over_7_days": (
+        "profiles",
+        "profiles.*.default_lease_minutes must be 5..max_lease_minutes and at most 10080 (7 days)",
+    ),
     "idle_window_under_5": ("profiles", "profiles.*.idle.window_minutes must be 5..1440"),
     "idle_window_over_1440": ("profiles", "profiles.*.idle.window_minutes must be 5..1440"),
-    "start_task_timeout_zero": ("profiles", "profiles.*.start: capacity_timeout_s, task_timeout_s and health_timeout_s must be positive seconds"),
+    "start_task_timeout_zero": (
+        "profiles",
+        "profiles.*.start: capacity_timeout_s, task_timeout_s and health_timeout_s must be positive seconds",
+    ),
     "schedule_time_past_23_59": ("profiles", "begin_time and end_time as HH:MM (00:00..23:59) or null"),
     "schedule_unknown_weekday": ("profiles", "weekdays from mon, tue, wed, thu, fri, sat, sun"),
     "schedule_month_day_32": ("profiles", "month_days from 1 to 31"),
     "schedule_unknown_override": ("profiles", "override must be null, running or stopped."),
     "four_alternates": ("pools", "pools.*.alternate_instance_types must list at most 3 distinct instance types"),
-    "alternate_of_another_gpu_memory": ("pools", "each in gpu_shapes with the same GPU count and GPU memory as pools.*.instance_type"),
-    "gpu_count_unlike_the_shape": ("pools", "pools.*.gpu_count must equal gpu_shapes[pools.*.instance_type].gpus when gpu_shapes lists the type."),
+    "alternate_of_another_gpu_memory": (
+        "pools",
+        "each in gpu_shapes with the same GPU count and GPU memory as pools.*.instance_type",
+    ),
+    "gpu_count_unlike_the_shape": (
+        "pools",
+        "pools.*.gpu_count must equal gpu_shapes[pools.*.instance_type].gpus when gpu_shapes lists the type.",
+    ),
     "warm_pool_min_size_2": ("pools", "pools.*.warm_pool.min_size must be 0 (one stopped instance while the pool rests) or 1"),
     "schedule_without_periods": ("profiles", "profiles.*.schedule: periods must hold at least one period"),
 }
@@ -81,7 +120,7 @@ def _variable_at(line: int) -> str:
     return [name for start, name in starts if start <= line][-1]
 
 
-@pytest.fixture()
+@pytest.fixture
 def variables_dir(tmp_path: Path) -> Path:
     """The root variables.tf alone, with terraform.tfvars copied from the example."""
     shutil.copyfile(TF_ROOT / "variables.tf", tmp_path / "variables.tf")

@@ -18,9 +18,9 @@ from pydantic import BaseModel, Field
 
 from servingctl.api.service import ApiDeps, BadRequest, Conflict, NotFound
 from servingctl.benchmarks.matrix import BenchmarkInput, plan_scenarios
+from servingctl.control.executions import canonical
 from servingctl.schema.results import RunResult
 from servingctl.shared.errors import InvalidInput
-from servingctl.control.executions import canonical
 from servingctl.store.benchmarks import BenchmarkRun, Reproducibility, RunStatus, StoredComparison, run_result
 from servingctl.store.models import Phase
 
@@ -58,7 +58,9 @@ class BenchmarkDetail(BenchmarkSummary):
     execution_arn: str | None = None
     execution_status: str | None = Field(default=None, description="RUNNING, SUCCEEDED, FAILED, ABORTED, TIMED_OUT")
     scenarios_written: list[str] = Field(default_factory=list)
-    request: dict[str, Any] = Field(default_factory=dict, description="the input as the state machine validated it (PENDING: as given to the execution)")
+    request: dict[str, Any] = Field(
+        default_factory=dict, description="the input as the state machine validated it (PENDING: as given to the execution)"
+    )
     reproducibility: Reproducibility | None = None
     result: RunResult | None = Field(default=None, description="results schema (results.json) without per-request records")
     comparisons: list[StoredComparison] = Field(default_factory=list)
@@ -77,16 +79,21 @@ def execution_name(run_id: str) -> str:
 def start_benchmark(deps: ApiDeps, given: BenchmarkInput) -> BenchmarkRef:
     """Check the input like the state machine's plan step, then start (or find) the execution."""
     if given.profile not in deps.registry.profiles:
-        raise BadRequest(f"body.profile: unknown profile {given.profile!r}; known profiles: {', '.join(sorted(deps.registry.profiles))}",
-                         "body.profile")
+        raise BadRequest(
+            f"body.profile: unknown profile {given.profile!r}; known profiles: {', '.join(sorted(deps.registry.profiles))}",
+            "body.profile",
+        )
     try:
         planned = plan_scenarios(given, deps.registry.profiles[given.profile], ecs_available=deps.bench_ecs)
     except InvalidInput as exc:
         raise BadRequest(str(exc), fields=["body"]) from None
     phase = deps.store.get_profile(given.profile).phase
     if phase != Phase.READY and not given.start:
-        raise Conflict(f"profile {given.profile} is {phase.value}, not READY; send \"start\": true to start it first "
-                       "(and \"stop\": true to stop it afterwards)", "body.start")
+        raise Conflict(
+            f'profile {given.profile} is {phase.value}, not READY; send "start": true to start it first '
+            '(and "stop": true to stop it afterwards)',
+            "body.start",
+        )
     run_id = given.run_id or _new_run_id(deps.clock.now())
     document = given.model_dump(mode="json", exclude_defaults=True) | {"run_id": run_id}
     name = execution_name(run_id)
@@ -96,26 +103,44 @@ def start_benchmark(deps: ApiDeps, given: BenchmarkInput) -> BenchmarkRef:
         if exc.response.get("Error", {}).get("Code") == "ExecutionAlreadyExists":
             raise Conflict(f"run_id {run_id} is already used by another benchmark", "body.run_id") from None
         raise
-    return BenchmarkRef(run_id=run_id, execution_arn=answer["executionArn"], execution_id=name, profile=given.profile,
-                        scenarios=[s.name for s in planned], start=phase != Phase.READY, stop=given.stop)
+    return BenchmarkRef(
+        run_id=run_id,
+        execution_arn=answer["executionArn"],
+        execution_id=name,
+        profile=given.profile,
+        scenarios=[s.name for s in planned],
+        start=phase != Phase.READY,
+        stop=given.stop,
+    )
 
 
 def _summary(run: BenchmarkRun) -> BenchmarkSummary:
-    return BenchmarkSummary(run_id=run.run_id, profile=run.profile, status=run.status.value, label=run.label,
-                            created_at=run.created_at, finished_at=run.finished_at, scenarios=run.scenarios, error=run.error)
+    return BenchmarkSummary(
+        run_id=run.run_id,
+        profile=run.profile,
+        status=run.status.value,
+        label=run.label,
+        created_at=run.created_at,
+        finished_at=run.finished_at,
+        scenarios=run.scenarios,
+        error=run.error,
+    )
 
 
 def list_benchmarks(deps: ApiDeps, profile: str | None, limit: int) -> list[BenchmarkSummary]:
     """Runs newest first, optionally of one profile."""
     if profile is not None and profile not in deps.registry.profiles:
-        raise NotFound(f"unknown profile {profile!r}; known profiles: {', '.join(sorted(deps.registry.profiles))}", "query.profile")
+        raise NotFound(
+            f"unknown profile {profile!r}; known profiles: {', '.join(sorted(deps.registry.profiles))}", "query.profile"
+        )
     return [_summary(run) for run in deps.runs.list_runs(profile=profile, limit=limit)]
 
 
 def _execution(deps: ApiDeps, run_id: str) -> dict[str, Any] | None:
     arn = deps.bench_machine_arn.replace(":stateMachine:", ":execution:") + ":" + execution_name(run_id)
     try:
-        return deps.sfn.describe_execution(executionArn=arn)
+        execution: dict[str, Any] = deps.sfn.describe_execution(executionArn=arn)
+        return execution
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") in ("ExecutionDoesNotExist", "InvalidArn"):
             return None
@@ -131,22 +156,31 @@ def get_benchmark(deps: ApiDeps, run_id: str) -> BenchmarkDetail:
     run = deps.runs.get_run(run_id)
     ended = execution is not None and execution["status"] != "RUNNING"
     reason = None
-    if ended:
-        reason = ": ".join([f"execution {execution['status']}", *(str(execution[k]) for k in ("error", "cause") if execution.get(k))])
+    if ended and execution is not None:
+        reason = ": ".join(
+            [f"execution {execution['status']}", *(str(execution[k]) for k in ("error", "cause") if execution.get(k))]
+        )
     if run is None:
         if execution is None:
             raise NotFound(f"no benchmark run {run_id!r}", "path.run_id")
         given = json.loads(execution.get("input") or "{}")  # what was asked, until the run records what it validated
-        return BenchmarkDetail(run_id=run_id, profile=str(given.get("profile", "")), status="FAILED" if ended else "PENDING",
-                               error=reason, execution_arn=execution["executionArn"], execution_status=execution["status"],
-                               request=given)
+        return BenchmarkDetail(
+            run_id=run_id,
+            profile=str(given.get("profile", "")),
+            status="FAILED" if ended else "PENDING",
+            error=reason,
+            execution_arn=execution["executionArn"],
+            execution_status=execution["status"],
+            request=given,
+        )
     summary = _summary(run)
     if ended and run.status in (RunStatus.PLANNED, RunStatus.RUNNING):
         summary = summary.model_copy(update={"status": RunStatus.FAILED.value, "error": run.error or reason})
     stored = deps.runs.list_scenarios(run_id)
     urls = {
-        s.name: deps.s3.generate_presigned_url("get_object", Params={"Bucket": deps.records_bucket, "Key": s.records_key},
-                                               ExpiresIn=RECORDS_URL_EXPIRY_S)
+        s.name: deps.s3.generate_presigned_url(
+            "get_object", Params={"Bucket": deps.records_bucket, "Key": s.records_key}, ExpiresIn=RECORDS_URL_EXPIRY_S
+        )
         for s in stored
     }
     return BenchmarkDetail(

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servingctl.shared.settings import Poll, StartDeadlines, StopDeadlines
 from servingctl.control.sweep import PlannedStop
+from servingctl.shared.settings import Poll, StartDeadlines, StopDeadlines
 from servingctl.store.models import Phase
 
 
@@ -43,9 +43,7 @@ class StopRequest(_Body):
 class KeepaliveRequest(_Body):
     """POST /profiles/{name}/keepalive."""
 
-    minutes: int | None = Field(
-        default=None, ge=1, description="lease from now; the profile's default_lease_minutes when absent"
-    )
+    minutes: int | None = Field(default=None, ge=1, description="lease from now; the profile's default_lease_minutes when absent")
 
 
 class ErrorBody(BaseModel):
@@ -70,8 +68,9 @@ class ExecutionRef(BaseModel):
     action: Literal["start", "stop"]
     joined: bool = Field(description="true when an execution already running for the profile was returned")
     started_at: datetime | None = None
-    already: bool = Field(default=False, description="true when the profile was already READY (start) or STOPPED (stop): "
-                          "no execution was started")
+    already: bool = Field(
+        default=False, description="true when the profile was already READY (start) or STOPPED (stop): no execution was started"
+    )
     phase: Phase | None = Field(default=None, description="the recorded phase, when already")
     since: datetime | None = Field(default=None, description="when the profile became READY or STOPPED, when already")
     lease_deadline: datetime | None = Field(default=None, description="the lease of a READY profile, when already")
@@ -107,10 +106,14 @@ class ProfileSummary(BaseModel):
     last_error: str | None = None
     endpoint_url: str = Field(description="the internal ALB's URL: reachable from inside the VPC only")
     routing_header: str = Field(description="the header the ALB routes to this profile by, e.g. X-LLM-Profile: NAME")
-    hourly_usd: float | None = Field(default=None, description="hourly price of the instance (the price catalog's; "
-                                     "an open session's own price in GET /profiles/{name})")
+    hourly_usd: float | None = Field(
+        default=None,
+        description="hourly price of the instance (the price catalog's; an open session's own price in GET /profiles/{name})",
+    )
     started_by: str | None = Field(default=None, description="IAM ARN of who asked for the last start")
-    stopped_by: str | None = Field(default=None, description="IAM ARN of who asked for the last stop (the sweep's role for its stops)")
+    stopped_by: str | None = Field(
+        default=None, description="IAM ARN of who asked for the last stop (the sweep's role for its stops)"
+    )
     kept_alive_by: str | None = Field(default=None, description="IAM ARN of the last keepalive's caller")
     held_by: str | None = Field(default=None, description="benchmark run holding the profile (the sweep's soft stops wait)")
     held_until: datetime | None = None
@@ -119,8 +122,9 @@ class ProfileSummary(BaseModel):
     )
     reconciled_at: datetime | None = None
     retired: str | None = Field(
-        default=None, description="why the registry no longer describes it (e.g. removed from the registry): it is "
-        "shown from the copy the controller keeps until it is stopped, and can be stopped, not started"
+        default=None,
+        description="why the registry no longer describes it (e.g. removed from the registry): it is "
+        "shown from the copy the controller keeps until it is stopped, and can be stopped, not started",
     )
     next_stop: PlannedStop | None = Field(
         default=None, description="READY only: the earliest stop the sweep is headed for (lease, schedule, idle, hard limits)"
@@ -205,8 +209,10 @@ class ExecutionProgress(BaseModel):
     action: Literal["start", "stop"]
     profile: str | None
     status: str = Field(description="RUNNING, SUCCEEDED, FAILED, TIMED_OUT or ABORTED")
-    phase: str = Field(description="start: prepare, capacity, boot, task, health, smoke, ready, failed; "
-                       "stop: prepare, lock, drain, release, terminate, stopped, failed")
+    phase: str = Field(
+        description="start: prepare, capacity, boot, task, health, smoke, ready, failed; "
+        "stop: prepare, lock, drain, release, terminate, stopped, failed"
+    )
     phases: list[PhaseMark]
     started_at: datetime
     stopped_at: datetime | None = None
@@ -246,7 +252,9 @@ class WarmPoolCost(BaseModel):
     pool: str
     instances: int = Field(description="instances in the warm pool now")
     volume_gib: int
-    volume_monthly_usd: float | None = Field(description="one volume a month: GB-month plus throughput and IOPS above gp3's baseline")
+    volume_monthly_usd: float | None = Field(
+        description="one volume a month: GB-month plus throughput and IOPS above gp3's baseline"
+    )
     standing_monthly_usd: float | None = Field(description="instances x volume_monthly_usd")
 
 

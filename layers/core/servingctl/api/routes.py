@@ -21,6 +21,11 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
+from aws_lambda_powertools.event_handler.openapi.types import (
+    OpenAPIResponse,
+    OpenAPIResponseContentModel,
+    OpenAPIResponseContentSchema,
+)
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyAlreadyInProgressError,
@@ -53,31 +58,43 @@ TITLE = "servingctl"
 VERSION = "1"
 IDEMPOTENCY_EXPIRY_S = 3600
 MAX_STARTS = 100  # GET /profiles/{name}/starts answers at most this many (one DynamoDB query page)
-ERRORS = {
-    400: {"description": "Bad input: the message names the field and the allowed values",
-          "content": {"application/json": {"model": ErrorBody}}},
+ERRORS: dict[int, OpenAPIResponse] = {
+    400: {
+        "description": "Bad input: the message names the field and the allowed values",
+        "content": {"application/json": {"model": ErrorBody}},
+    },
     404: {"description": "Unknown profile or execution", "content": {"application/json": {"model": ErrorBody}}},
     409: {"description": "A conflicting operation is running", "content": {"application/json": {"model": ErrorBody}}},
     415: {"description": "The body is not JSON", "content": {"application/json": {"model": ErrorBody}}},
-    503: {"description": "A registry parameter is missing or malformed: the message names it and the fields at fault "
-          "(a stop still works, from the copy the controller keeps)",
-          "content": {"application/json": {"model": ErrorBody}}},
+    503: {
+        "description": "A registry parameter is missing or malformed: the message names it and the fields at fault "
+        "(a stop still works, from the copy the controller keeps)",
+        "content": {"application/json": {"model": ErrorBody}},
+    },
 }
 
 
-_GATEWAY_BODY = {"application/json": {"schema": {
-    "type": "object", "properties": {"message": {"type": "string"}, "Message": {"type": "string"}},
-}}}
-GATEWAY_REFUSALS = {
-    403: {"description": "API Gateway: unsigned (Missing Authentication Token), wrongly signed, or a caller its resource "
-          "policy does not admit (Message: ... is not authorized to perform: execute-api:Invoke ...)",
-          "content": _GATEWAY_BODY},
+_GATEWAY_BODY: dict[str, OpenAPIResponseContentSchema | OpenAPIResponseContentModel] = {
+    "application/json": {
+        "schema": {
+            "type": "object",
+            "properties": {"message": {"type": "string"}, "Message": {"type": "string"}},
+        }
+    }
+}
+GATEWAY_REFUSALS: dict[int, OpenAPIResponse] = {
+    403: {
+        "description": "API Gateway: unsigned (Missing Authentication Token), wrongly signed, or a caller its resource "
+        "policy does not admit (Message: ... is not authorized to perform: execute-api:Invoke ...)",
+        "content": _GATEWAY_BODY,
+    },
     413: {"description": "API Gateway: the body is over its 10 MB payload quota (Request Too Long)", "content": _GATEWAY_BODY},
 }
 
 
-def _ok(model: type[Any], description: str = "Success") -> dict[int, Any]:
+def _ok(model: Any, description: str = "Success") -> dict[int, OpenAPIResponse]:
     return {200: {"description": description, "content": {"application/json": {"model": model}}}}
+
 
 ProfileName = Annotated[str, Path(description="profile name from the registry")]
 IdempotencyKey = Annotated[
@@ -118,7 +135,7 @@ def _error_body(error: ApiError) -> ErrorBody:
     return ErrorBody(status=error.status, error=error.error, message=error.message, field=error.field, fields=error.fields)
 
 
-def _error_response(error: ApiError) -> Response:
+def _error_response(error: ApiError) -> Response[str]:
     body = _error_body(error)
     return Response(status_code=error.status, content_type=content_types.APPLICATION_JSON, body=body.model_dump_json())
 
@@ -140,20 +157,23 @@ def _validation_message(exc: RequestValidationError) -> BadRequest:
     return BadRequest("invalid request: " + "; ".join(parts), fields[0] if len(fields) == 1 else None, fields)
 
 
-def _known_query_only(app: APIGatewayRestResolver, next_middleware: NextMiddleware) -> Response:
+def _known_query_only(app: APIGatewayRestResolver, next_middleware: NextMiddleware) -> Response[Any]:
     """Refuse a query parameter the route does not declare, by name (as unknown body fields are)."""
     declared = {param.alias for param in app.context["_route"].dependant.query_params}
     unknown = sorted(set(app.current_event.query_string_parameters or {}) - declared)
     if unknown:
         allowed = ", ".join(sorted(declared)) or "none"
-        raise BadRequest("invalid request: " + "; ".join(f"{name}: is not a known query parameter (allowed: {allowed})"
-                                                         for name in unknown),
-                         f"query.{unknown[0]}" if len(unknown) == 1 else None, [f"query.{name}" for name in unknown])
+        raise BadRequest(
+            "invalid request: " + "; ".join(f"{name}: is not a known query parameter (allowed: {allowed})" for name in unknown),
+            f"query.{unknown[0]}" if len(unknown) == 1 else None,
+            [f"query.{name}" for name in unknown],
+        )
     return next_middleware(app)
 
 
-def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | None = None,
-              stop_deps: Callable[[], ApiDeps] | None = None) -> APIGatewayRestResolver:
+def build_app(
+    deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | None = None, stop_deps: Callable[[], ApiDeps] | None = None
+) -> APIGatewayRestResolver:
     """The resolver with every route; deps() is called per request (clients are cached by the caller)
     and raises RegistryError (503) when a registry parameter is unusable; stop_deps() (default deps)
     serves the stop, which must work from what parses and the kept copies."""
@@ -176,15 +196,17 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
 
     config = IdempotencyConfig(
         # The key is the caller's: another principal's same key is another request, never its answer.
-        event_key_jmespath="[caller, key]", payload_validation_jmespath="[action, profile, body]",
+        event_key_jmespath="[caller, key]",
+        payload_validation_jmespath="[action, profile, body]",
         expires_after_seconds=IDEMPOTENCY_EXPIRY_S,
     )
     remembered = (
         idempotent_function(data_keyword_argument="request", persistence_store=persistence, config=config)(submit)
-        if persistence is not None else submit
+        if persistence is not None
+        else submit
     )
 
-    def _submit(action: str, name: str, body: dict[str, Any], key: str | None) -> Response:
+    def _submit(action: str, name: str, body: dict[str, Any], key: str | None) -> Response[ExecutionRef]:
         request = {"action": action, "profile": name, "body": body, "key": key, "caller": caller()}
         if key is None:
             # Without a key the execution name is what makes a repeated call harmless.
@@ -193,40 +215,54 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
             config.register_lambda_context(app.lambda_context)
             answer = remembered(request=request)
         # Nothing started (already READY / STOPPED) is a 200, an execution started or joined a 202.
-        return Response(status_code=200 if answer.get("already") else 202, content_type=content_types.APPLICATION_JSON, body=answer)
+        return Response(
+            status_code=200 if answer.get("already") else 202,
+            content_type=content_types.APPLICATION_JSON,
+            body=ExecutionRef.model_validate(answer),
+        )
 
     @app.exception_handler(ApiError)
-    def _api_error(error: ApiError) -> Response:
+    def _api_error(error: ApiError) -> Response[str]:
         return _error_response(error)
 
     @app.exception_handler(RegistryError)
-    def _registry_unusable(exc: RegistryError) -> Response:
+    def _registry_unusable(exc: RegistryError) -> Response[str]:
         field = exc.problems[0].parameter if len(exc.problems) == 1 else None
         return _error_response(RegistryUnavailable(str(exc), field))
 
     @app.exception_handler(RequestValidationError)
-    def _invalid(exc: RequestValidationError) -> Response:
+    def _invalid(exc: RequestValidationError) -> Response[str]:
         return _error_response(_validation_message(exc))
 
     @app.exception_handler(IdempotencyValidationError)
-    def _key_reused(exc: IdempotencyValidationError) -> Response:
+    def _key_reused(exc: IdempotencyValidationError) -> Response[str]:
         return _error_response(Conflict("Idempotency-Key was already used for a different request", "header.Idempotency-Key"))
 
     @app.exception_handler(IdempotencyAlreadyInProgressError)
-    def _key_in_progress(exc: IdempotencyAlreadyInProgressError) -> Response:
+    def _key_in_progress(exc: IdempotencyAlreadyInProgressError) -> Response[str]:
         return _error_response(Conflict("a request with this Idempotency-Key is still being handled", "header.Idempotency-Key"))
 
-    @app.get("/profiles", summary="List the profiles", tags=["profiles"], responses={**_ok(list[ProfileSummary]), 503: ERRORS[503]})
+    @app.get(
+        "/profiles", summary="List the profiles", tags=["profiles"], responses={**_ok(list[ProfileSummary]), 503: ERRORS[503]}
+    )
     def list_profiles() -> list[ProfileSummary]:
         return service.list_profiles(deps())
 
-    @app.get("/profiles/<name>", summary="A profile's state, capacity, health and accrued cost", tags=["profiles"],
-             responses={**_ok(ProfileDetail), 404: ERRORS[404], 503: ERRORS[503]})
+    @app.get(
+        "/profiles/<name>",
+        summary="A profile's state, capacity, health and accrued cost",
+        tags=["profiles"],
+        responses={**_ok(ProfileDetail), 404: ERRORS[404], 503: ERRORS[503]},
+    )
     def get_profile(name: ProfileName) -> ProfileDetail:
         return service.get_profile(deps(), name)
 
-    @app.get("/profiles/<name>/starts", summary="A profile's latest starts: per-phase timelines, p50 and p90", tags=["profiles"],
-             responses={**_ok(StartHistory), 400: ERRORS[400], 404: ERRORS[404], 503: ERRORS[503]})
+    @app.get(
+        "/profiles/<name>/starts",
+        summary="A profile's latest starts: per-phase timelines, p50 and p90",
+        tags=["profiles"],
+        responses={**_ok(StartHistory), 400: ERRORS[400], 404: ERRORS[404], 503: ERRORS[503]},
+    )
     def get_starts(
         name: ProfileName,
         limit: Annotated[int, Query(ge=1, le=MAX_STARTS, description=f"how many of the latest starts (1..{MAX_STARTS})")] = 20,
@@ -234,31 +270,51 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
         return service.starts(deps(), name, limit)
 
     @app.post(
-        "/profiles/<name>/start", summary="Start a profile (202 with the execution)", tags=["profiles"], status_code=202,
+        "/profiles/<name>/start",
+        summary="Start a profile (202 with the execution)",
+        tags=["profiles"],
+        status_code=202,
         description="Joins a start already running for the profile. 409 while a stop of the profile runs, or while "
         "another profile holds the pool and allow_shared_pool is false. lease_minutes is bounded by the profile's "
         "max_lease_minutes.",
-        responses={202: {"description": "Started or joined", "content": {"application/json": {"model": ExecutionRef}}},
-                   200: {"description": "Already READY: nothing started (already, since, message)",
-                         "content": {"application/json": {"model": ExecutionRef}}},
-                   **ERRORS},
+        responses={
+            202: {"description": "Started or joined", "content": {"application/json": {"model": ExecutionRef}}},
+            200: {
+                "description": "Already READY: nothing started (already, since, message)",
+                "content": {"application/json": {"model": ExecutionRef}},
+            },
+            **ERRORS,
+        },
     )
-    def start_profile(name: ProfileName, body: Annotated[StartRequest | None, Body()] = None, key: IdempotencyKey = None) -> ExecutionRef:
-        return _submit("start", name, (body or StartRequest()).model_dump(mode="json", exclude_none=True), key)  # type: ignore[return-value]
+    def start_profile(
+        name: ProfileName, body: Annotated[StartRequest | None, Body()] = None, key: IdempotencyKey = None
+    ) -> Response[ExecutionRef]:
+        return _submit("start", name, (body or StartRequest()).model_dump(mode="json", exclude_none=True), key)
 
     @app.post(
-        "/profiles/<name>/stop", summary="Stop a profile (202 with the execution)", tags=["profiles"], status_code=202,
+        "/profiles/<name>/stop",
+        summary="Stop a profile (202 with the execution)",
+        tags=["profiles"],
+        status_code=202,
         description="Preempts a running start (it rolls back). Joins a stop already running for the profile.",
-        responses={202: {"description": "Started or joined", "content": {"application/json": {"model": ExecutionRef}}},
-                   200: {"description": "Already STOPPED: nothing started (already, since, message)",
-                         "content": {"application/json": {"model": ExecutionRef}}},
-                   **ERRORS},
+        responses={
+            202: {"description": "Started or joined", "content": {"application/json": {"model": ExecutionRef}}},
+            200: {
+                "description": "Already STOPPED: nothing started (already, since, message)",
+                "content": {"application/json": {"model": ExecutionRef}},
+            },
+            **ERRORS,
+        },
     )
-    def stop_profile(name: ProfileName, body: Annotated[StopRequest | None, Body()] = None, key: IdempotencyKey = None) -> ExecutionRef:
-        return _submit("stop", name, (body or StopRequest()).model_dump(mode="json", exclude_none=True), key)  # type: ignore[return-value]
+    def stop_profile(
+        name: ProfileName, body: Annotated[StopRequest | None, Body()] = None, key: IdempotencyKey = None
+    ) -> Response[ExecutionRef]:
+        return _submit("stop", name, (body or StopRequest()).model_dump(mode="json", exclude_none=True), key)
 
     @app.post(
-        "/profiles/<name>/keepalive", summary="Extend a READY profile's lease", tags=["profiles"],
+        "/profiles/<name>/keepalive",
+        summary="Extend a READY profile's lease",
+        tags=["profiles"],
         description="The lease becomes now + minutes (the profile's default lease when absent); a lease that already "
         "ends later is kept, never shortened, and the answer says so (extended false, message). A keepalive also "
         "restarts the idle window and defers the end of a schedule period that is not enforced; hard limits "
@@ -269,37 +325,59 @@ def build_app(deps: Callable[[], ApiDeps], persistence: BasePersistenceLayer | N
     def keepalive(name: ProfileName, body: Annotated[KeepaliveRequest | None, Body()] = None) -> KeepaliveAnswer:
         return service.keepalive(deps(), name, body or KeepaliveRequest(), caller())
 
-    @app.get("/executions/<execution_id>", summary="Progress of a start or stop execution", tags=["executions"],
-             responses={**_ok(ExecutionProgress), 400: ERRORS[400], 404: ERRORS[404], 503: ERRORS[503]})
-    def get_execution(execution_id: Annotated[str, Path(description="execution name (start-... / stop-...) or ARN")]) -> ExecutionProgress:
+    @app.get(
+        "/executions/<execution_id>",
+        summary="Progress of a start or stop execution",
+        tags=["executions"],
+        responses={**_ok(ExecutionProgress), 400: ERRORS[400], 404: ERRORS[404], 503: ERRORS[503]},
+    )
+    def get_execution(
+        execution_id: Annotated[str, Path(description="execution name (start-... / stop-...) or ARN")],
+    ) -> ExecutionProgress:
         return service.execution_progress(deps(), execution_id)
 
-    @app.get("/ledger", summary="Sessions with their cost and monthly totals per profile", tags=["costs"],
-             responses={**_ok(Ledger), 400: ERRORS[400], 404: ERRORS[404], 503: ERRORS[503]})
+    @app.get(
+        "/ledger",
+        summary="Sessions with their cost and monthly totals per profile",
+        tags=["costs"],
+        responses={**_ok(Ledger), 400: ERRORS[400], 404: ERRORS[404], 503: ERRORS[503]},
+    )
     def get_ledger(profile: Annotated[str | None, Query(description="only this profile")] = None) -> Ledger:
         return service.ledger(deps(), profile)
 
     @app.post(
-        "/benchmarks", summary="Benchmark a profile from inside the VPC (202 with the run)", tags=["benchmarks"], status_code=202,
+        "/benchmarks",
+        summary="Benchmark a profile from inside the VPC (202 with the run)",
+        tags=["benchmarks"],
+        status_code=202,
         description="The body is run_benchmark's input (only profile is required). Checked at once with the state "
         "machine's rules: bounds that keep a scenario inside a Lambda worker's 15 minutes, the profile's context "
         "length. 409 when the profile is not READY and start is false, or the run_id is taken.",
         responses={202: {"description": "Started", "content": {"application/json": {"model": BenchmarkRef}}}, **ERRORS},
     )
-    def start_benchmark(body: Annotated[BenchmarkInput, Body()]) -> BenchmarkRef:
-        ref = benchmarks.start_benchmark(deps(), body)
-        return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=ref.model_dump(mode="json"))  # type: ignore[return-value]
+    def start_benchmark(body: Annotated[BenchmarkInput, Body()]) -> Response[BenchmarkRef]:
+        return Response(
+            status_code=202, content_type=content_types.APPLICATION_JSON, body=benchmarks.start_benchmark(deps(), body)
+        )
 
-    @app.get("/benchmarks", summary="Benchmark runs, newest first", tags=["benchmarks"],
-             responses={**_ok(list[BenchmarkSummary]), 400: ERRORS[400], 404: ERRORS[404], 503: ERRORS[503]})
+    @app.get(
+        "/benchmarks",
+        summary="Benchmark runs, newest first",
+        tags=["benchmarks"],
+        responses={**_ok(list[BenchmarkSummary]), 400: ERRORS[400], 404: ERRORS[404], 503: ERRORS[503]},
+    )
     def list_benchmarks(
         profile: Annotated[str | None, Query(description="only this profile")] = None,
         limit: Annotated[int, Query(ge=1, le=200, description="at most this many runs")] = 50,
     ) -> list[BenchmarkSummary]:
         return benchmarks.list_benchmarks(deps(), profile, limit)
 
-    @app.get("/benchmarks/<run_id>", summary="One benchmark run: results, comparisons, record links", tags=["benchmarks"],
-             responses={**_ok(BenchmarkDetail), 400: ERRORS[400], 404: ERRORS[404], 503: ERRORS[503]})
+    @app.get(
+        "/benchmarks/<run_id>",
+        summary="One benchmark run: results, comparisons, record links",
+        tags=["benchmarks"],
+        responses={**_ok(BenchmarkDetail), 400: ERRORS[400], 404: ERRORS[404], 503: ERRORS[503]},
+    )
     def get_benchmark(run_id: Annotated[str, Path(description="run id (GET /benchmarks lists them)")]) -> BenchmarkDetail:
         return benchmarks.get_benchmark(deps(), run_id)
 
@@ -312,15 +390,23 @@ def handle(app: APIGatewayRestResolver, event: dict[str, Any], context: Any) -> 
     headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
     content_type = (headers.get("content-type") or "").split(";")[0].strip().lower()
     if event.get("body") and content_type and content_type != "application/json":
-        return _refusal(ErrorBody(status=415, error="UnsupportedMediaType", field="header.Content-Type", fields=["header.Content-Type"],
-                                  message=f"Content-Type {content_type!r} is not accepted; send application/json"))
+        return _refusal(
+            ErrorBody(
+                status=415,
+                error="UnsupportedMediaType",
+                field="header.Content-Type",
+                fields=["header.Content-Type"],
+                message=f"Content-Type {content_type!r} is not accepted; send application/json",
+            )
+        )
     if event.get("body") and event.get("isBase64Encoded"):
         # A binary body (API Gateway base64-encodes one): JSON must be UTF-8 text.
         try:
             text = base64.b64decode(event["body"], validate=True).decode("utf-8")
         except (ValueError, UnicodeDecodeError):
-            return _refusal(ErrorBody(status=400, error="BadRequest", field="body", fields=["body"],
-                                      message="body: not UTF-8 JSON"))
+            return _refusal(
+                ErrorBody(status=400, error="BadRequest", field="body", fields=["body"], message="body: not UTF-8 JSON")
+            )
         event = {**event, "body": text, "isBase64Encoded": False}
     if event.get("body"):
         try:
@@ -331,8 +417,12 @@ def handle(app: APIGatewayRestResolver, event: dict[str, Any], context: Any) -> 
 
 
 def _refusal(error: ErrorBody) -> dict[str, Any]:
-    return {"statusCode": error.status, "headers": {"Content-Type": "application/json"},
-            "body": error.model_dump_json(), "isBase64Encoded": False}
+    return {
+        "statusCode": error.status,
+        "headers": {"Content-Type": "application/json"},
+        "body": error.model_dump_json(),
+        "isBase64Encoded": False,
+    }
 
 
 def openapi_document() -> dict[str, Any]:
@@ -341,7 +431,7 @@ def openapi_document() -> dict[str, Any]:
     def no_deps() -> ApiDeps:
         raise RuntimeError("the OpenAPI document is generated without calling any route")
 
-    document = json.loads(build_app(no_deps).get_openapi_json_schema(title=TITLE, version=VERSION))
+    document: dict[str, Any] = json.loads(build_app(no_deps).get_openapi_json_schema(title=TITLE, version=VERSION))
     for path in document["paths"].values():
         for method, operation in path.items():
             operation["responses"].pop("422", None)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,13 +47,13 @@ from servingctl.api.models import (
 )
 from servingctl.api.starts import latest_start, start_history
 from servingctl.control import aws
-from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.autostop import request_counts
 from servingctl.control.config import limit_problems
 from servingctl.control.executions import Action, canonical, execution_name, latest_execution, running_execution
 from servingctl.control.sweep import decide
 from servingctl.costs import PriceCatalog, monthly_totals, session_cost, volume_monthly_usd
 from servingctl.registry.models import Registry, ServingProfile
+from servingctl.shared.clock import Clock, SystemClock
 from servingctl.store.base import Store
 from servingctl.store.models import Phase, ProfileState, iso
 
@@ -80,8 +81,12 @@ STOP_PHASES = {
 }
 # Check states whose output carries {ready, wait_s, detail, progress} under this key of the state.
 CHECK_KEYS = {
-    "CheckCapacity": "capacity", "CheckTask": "task", "CheckTargets": "targets",
-    "AcquireLock": "lock", "CheckDrained": "drain", "CheckTerminated": "termination",
+    "CheckCapacity": "capacity",
+    "CheckTask": "task",
+    "CheckTargets": "targets",
+    "AcquireLock": "lock",
+    "CheckDrained": "drain",
+    "CheckTerminated": "termination",
 }
 
 
@@ -175,9 +180,17 @@ def _forecast(deps: ApiDeps, name: str, state: ProfileState, with_requests: bool
         price = deps.catalog.instance(deps.registry.region, pool.price_key or pool.instance_type)
         observed = {"session_started_at": session.started_at, "hourly_usd": price.hourly_usd if price else None}
     decision = decide(
-        name, spec, now=now, ready_since=state.ready_at or state.phase_since or now, lease_deadline=state.lease_deadline,
-        requests_in_idle_window=counts[0] if counts else None, last_request_at=counts[1] if counts else None,
-        kept_alive_at=state.kept_alive_at, held_by=state.held_by, held_until=state.held_until, **observed,
+        name,
+        spec,
+        now=now,
+        ready_since=state.ready_at or state.phase_since or now,
+        lease_deadline=state.lease_deadline,
+        requests_in_idle_window=counts[0] if counts else None,
+        last_request_at=counts[1] if counts else None,
+        kept_alive_at=state.kept_alive_at,
+        held_by=state.held_by,
+        held_until=state.held_until,
+        **observed,
     )
     return {"next_stop": decision.next_stop, "stopping_soon": decision.stopping_soon}
 
@@ -187,13 +200,26 @@ def _summary(deps: ApiDeps, name: str, state: ProfileState, with_requests: bool 
     pool = deps.registry.pools[spec.pool]
     price = deps.catalog.instance(deps.registry.region, pool.price_key or pool.instance_type)
     return ProfileSummary(
-        name=name, phase=state.phase, pool=spec.pool, instance_type=pool.instance_type,
-        model=spec.model, execution=state.execution, ready_at=state.ready_at, lease_deadline=state.lease_deadline,
-        last_error=state.last_error, endpoint_url=spec.endpoint_url,
+        name=name,
+        phase=state.phase,
+        pool=spec.pool,
+        instance_type=pool.instance_type,
+        model=spec.model,
+        execution=state.execution,
+        ready_at=state.ready_at,
+        lease_deadline=state.lease_deadline,
+        last_error=state.last_error,
+        endpoint_url=spec.endpoint_url,
         routing_header=f"{spec.routing_header.name}: {spec.routing_header.value}",
-        hourly_usd=price.hourly_usd if price else None, started_by=state.started_by, stopped_by=state.stopped_by,
-        kept_alive_by=state.kept_alive_by, held_by=state.held_by, held_until=state.held_until,
-        reconcile_reason=state.reconcile_reason, reconciled_at=state.reconciled_at, retired=deps.retired.get(name),
+        hourly_usd=price.hourly_usd if price else None,
+        started_by=state.started_by,
+        stopped_by=state.stopped_by,
+        kept_alive_by=state.kept_alive_by,
+        held_by=state.held_by,
+        held_until=state.held_until,
+        reconcile_reason=state.reconcile_reason,
+        reconciled_at=state.reconciled_at,
+        retired=deps.retired.get(name),
         **_forecast(deps, name, state, with_requests),
     )
 
@@ -223,8 +249,14 @@ def get_profile(deps: ApiDeps, name: str) -> ProfileDetail:
     cost = None
     if session is not None and session.open:
         cost = session_cost(
-            deps.catalog, profile=name, region=deps.registry.region, instance_type=session.instance_type,
-            started_at=session.started_at, ended_at=None, now=now, price_key=session.price_key,
+            deps.catalog,
+            profile=name,
+            region=deps.registry.region,
+            instance_type=session.instance_type,
+            started_at=session.started_at,
+            ended_at=None,
+            now=now,
+            price_key=session.price_key,
         )
     summary = _summary(deps, name, state, with_requests=True).model_dump()
     if cost is not None:
@@ -260,7 +292,7 @@ def starts(deps: ApiDeps, name: str, limit: int) -> StartHistory:
 
 
 # ---- starting and stopping ---------------------------------------------------------------------
-def intent_name(action: Action, profile: str, latest: dict[str, Any] | None, salt: str = "") -> str:
+def intent_name(action: Action, profile: str, latest: Mapping[str, Any] | None, salt: str = "") -> str:
     """The execution name of the next start or stop of the profile: derived from its newest
     execution of that flow, so every request made before a new one began names the same execution
     (Step Functions answers a repeated StartExecution with it). Not from the profile record, which
@@ -268,10 +300,14 @@ def intent_name(action: Action, profile: str, latest: dict[str, Any] | None, sal
     return execution_name(action, profile, latest["executionArn"] if latest else "", salt)
 
 
-def _ref(execution: dict[str, Any], action: Action, profile: str, joined: bool) -> ExecutionRef:
+def _ref(execution: Mapping[str, Any], action: Action, profile: str, joined: bool) -> ExecutionRef:
     arn = execution["executionArn"]
     return ExecutionRef(
-        execution_arn=arn, execution_id=arn.rsplit(":", 1)[-1], profile=profile, action=action, joined=joined,
+        execution_arn=arn,
+        execution_id=arn.rsplit(":", 1)[-1],
+        profile=profile,
+        action=action,
+        joined=joined,
         started_at=execution.get("startDate"),
     )
 
@@ -313,8 +349,14 @@ def _already(deps: ApiDeps, action: Action, name: str) -> ExecutionRef | None:
     hint = "; keepalive extends the lease" if action == "start" else ""
     arn = state.execution
     return ExecutionRef(
-        execution_arn=arn, execution_id=arn.rsplit(":", 1)[-1] if arn else None, profile=name, action=action,
-        joined=False, already=True, phase=state.phase, since=since,
+        execution_arn=arn,
+        execution_id=arn.rsplit(":", 1)[-1] if arn else None,
+        profile=name,
+        action=action,
+        joined=False,
+        already=True,
+        phase=state.phase,
+        since=since,
         lease_deadline=state.lease_deadline if action == "start" else None,
         message=f"{name} is already {state.phase.value}{when}{lease}: no new execution{hint}",
     )
@@ -416,30 +458,44 @@ def keepalive(deps: ApiDeps, name: str, body: KeepaliveRequest, caller: str | No
         extended = previous is None or requested > previous
         deadline = requested if extended else previous
         updated = deps.store.update_profile_if(
-            name, now, {"phase": Phase.READY, "lease_deadline": previous},
-            lease_deadline=deadline, kept_alive_by=caller, kept_alive_at=now,
+            name,
+            now,
+            {"phase": Phase.READY, "lease_deadline": previous},
+            lease_deadline=deadline,
+            kept_alive_by=caller,
+            kept_alive_at=now,
         )
         if updated is not None:
             break
     else:
         raise Conflict(f"{name}: its record kept changing during the keepalive; try again")
     summary = _summary(deps, name, updated)
-    if extended:
-        message = f"{name}: lease now ends at {render.when(deadline)} ({minutes} min from now)" + (f"; it ended at {render.when(previous)}" if previous else "")
+    if extended or previous is None:
+        message = f"{name}: lease now ends at {render.when(deadline)} ({minutes} min from now)" + (
+            f"; it ended at {render.when(previous)}" if previous else ""
+        )
     else:
         left = int((previous - now).total_seconds() // 60)
-        message = f"{name}: lease already ends at {render.when(previous)} ({left} min from now), later than now + {minutes} min: kept, not shortened"
+        message = (
+            f"{name}: lease already ends at {render.when(previous)} ({left} min from now), "
+            f"later than now + {minutes} min: kept, not shortened"
+        )
     stop = summary.next_stop
     if stop is not None and stop.hard and deadline is not None and stop.at < deadline:
         message += f"; a hard limit stops it earlier: {stop.detail}"
     return KeepaliveAnswer(
-        **summary.model_dump(), extended=extended, previous_lease_deadline=previous, requested_lease_deadline=requested, message=message,
+        **summary.model_dump(),
+        extended=extended,
+        previous_lease_deadline=previous,
+        requested_lease_deadline=requested,
+        message=message,
     )
 
 
 # ---- progress -----------------------------------------------------------------------------------
 def execution_arn(deps: ApiDeps, execution_id: str) -> tuple[str, Action]:
     """The ARN and flow of an execution given by name (start-.../stop-...) or by ARN."""
+    action: Action
     if execution_id.startswith("arn:"):
         machine = execution_id.replace(":execution:", ":stateMachine:").rsplit(":", 1)[0]
         for action in ("start", "stop"):
@@ -448,7 +504,6 @@ def execution_arn(deps: ApiDeps, execution_id: str) -> tuple[str, Action]:
         raise NotFound(f"execution {execution_id} does not belong to the start or stop state machine", "path.execution_id")
     if not EXECUTION_NAME.match(execution_id):
         raise BadRequest("execution_id: an execution name (letters, digits, - and _, at most 80) or ARN", "path.execution_id")
-    action: Action
     if execution_id.startswith("start-"):
         action = "start"
     elif execution_id.startswith("stop-"):
@@ -510,7 +565,9 @@ def execution_progress(deps: ApiDeps, execution_id: str) -> ExecutionProgress:
     started, stopped = described["startDate"], described.get("stopDate")
     end = stopped or deps.clock.now()
     phases = [
-        PhaseMark(name=name, started_at=at, elapsed_s=round(((marks[i + 1][1] if i + 1 < len(marks) else end) - at).total_seconds(), 3))
+        PhaseMark(
+            name=name, started_at=at, elapsed_s=round(((marks[i + 1][1] if i + 1 < len(marks) else end) - at).total_seconds(), 3)
+        )
         for i, (name, at) in enumerate(marks)
     ]
     phase = marks[-1][0] if marks else "prepare"
@@ -519,10 +576,19 @@ def execution_progress(deps: ApiDeps, execution_id: str) -> ExecutionProgress:
     elif status != "RUNNING":
         phase = "failed"
     return ExecutionProgress(
-        execution_arn=arn, execution_id=arn.rsplit(":", 1)[-1], action=action, profile=profile, status=status,
-        phase=phase, phases=phases, started_at=started, stopped_at=stopped,
-        elapsed_s=round((end - started).total_seconds(), 3), error=described.get("error"),
-        cause=_reason(described.get("cause")), detail=detail,
+        execution_arn=arn,
+        execution_id=arn.rsplit(":", 1)[-1],
+        action=action,
+        profile=profile,
+        status=status,
+        phase=phase,
+        phases=phases,
+        started_at=started,
+        stopped_at=stopped,
+        elapsed_s=round((end - started).total_seconds(), 3),
+        error=described.get("error"),
+        cause=_reason(described.get("cause")),
+        detail=detail,
     )
 
 
@@ -548,19 +614,37 @@ def ledger(deps: ApiDeps, profile: str | None = None) -> Ledger:
     for name in names:
         for s in deps.store.list_sessions(name):
             cost = session_cost(
-                deps.catalog, profile=name, region=deps.registry.region, instance_type=s.instance_type,
-                started_at=s.started_at, ended_at=s.stopped_at, now=now, price_key=s.price_key,
+                deps.catalog,
+                profile=name,
+                region=deps.registry.region,
+                instance_type=s.instance_type,
+                started_at=s.started_at,
+                ended_at=s.stopped_at,
+                now=now,
+                price_key=s.price_key,
             )
             costs.append(cost)
-            rows.append(LedgerSession(
-                profile=name, session_id=s.session_id, instance_type=s.instance_type, started_at=s.started_at,
-                stopped_at=s.stopped_at, open=s.open, uptime_hours=round(cost.uptime_hours, 6),
-                hourly_usd=cost.hourly_usd, cost_usd=None if cost.cost_usd is None else round(cost.cost_usd, 4),
-                close_reason=s.close_reason,
-            ))
+            rows.append(
+                LedgerSession(
+                    profile=name,
+                    session_id=s.session_id,
+                    instance_type=s.instance_type,
+                    started_at=s.started_at,
+                    stopped_at=s.stopped_at,
+                    open=s.open,
+                    uptime_hours=round(cost.uptime_hours, 6),
+                    hourly_usd=cost.hourly_usd,
+                    cost_usd=None if cost.cost_usd is None else round(cost.cost_usd, 4),
+                    close_reason=s.close_reason,
+                )
+            )
     monthly = [
-        MonthlyTotal(profile=p, month=m, uptime_hours=round(t["uptime_hours"] or 0.0, 6),
-                     cost_usd=None if t["cost_usd"] is None else round(t["cost_usd"], 4))
+        MonthlyTotal(
+            profile=p,
+            month=m,
+            uptime_hours=round(t["uptime_hours"] or 0.0, 6),
+            cost_usd=None if t["cost_usd"] is None else round(t["cost_usd"], 4),
+        )
         for (p, m), t in sorted(monthly_totals(costs).items())
     ]
     total = None if any(c.cost_usd is None for c in costs) else round(sum(c.cost_usd or 0.0 for c in costs), 4)
@@ -575,9 +659,13 @@ def warm_pool_costs(deps: ApiDeps) -> list[WarmPoolCost]:
             continue
         count = len(aws.warm_instances(deps.autoscaling, pool.asg_name))
         each = volume_monthly_usd(deps.catalog, deps.registry.region, pool.volume)
-        found.append(WarmPoolCost(
-            pool=name, instances=count, volume_gib=pool.volume.size_gib,
-            volume_monthly_usd=None if each is None else round(each, 2),
-            standing_monthly_usd=None if each is None else round(count * each, 2),
-        ))
+        found.append(
+            WarmPoolCost(
+                pool=name,
+                instances=count,
+                volume_gib=pool.volume.size_gib,
+                volume_monthly_usd=None if each is None else round(each, 2),
+                standing_monthly_usd=None if each is None else round(count * each, 2),
+            )
+        )
     return found

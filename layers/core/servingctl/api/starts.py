@@ -7,7 +7,16 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from servingctl.api.models import StartHistory, StartTimeline, TimelinePhase
-from servingctl.control.timeline import HISTORY_STARTS, LABELS, expected_ready, next_mark, overheads, percentile, phase_history, spans
+from servingctl.control.timeline import (
+    HISTORY_STARTS,
+    LABELS,
+    expected_ready,
+    next_mark,
+    overheads,
+    percentile,
+    phase_history,
+    spans,
+)
 from servingctl.store.base import Store
 from servingctl.store.models import StartRecord
 
@@ -23,15 +32,26 @@ def start_timeline(record: StartRecord, history: Sequence[StartRecord], now: dat
     marks = {m.name: m for m in record.marks}
     phases = [
         TimelinePhase(
-            mark=name, label=LABELS.get(name, name), at=marks[name].at, seconds=round(seconds, 3),
-            since_request_s=round(since, 3), source=marks[name].source,
-            overhead_s=round(overhead[name], 3) if name in overhead else None, p50_s=p50.get(name), p90_s=p90.get(name),
+            mark=name,
+            label=LABELS.get(name, name),
+            at=marks[name].at,
+            seconds=round(seconds, 3),
+            since_request_s=round(since, 3),
+            source=marks[name].source,
+            overhead_s=round(overhead[name], 3) if name in overhead else None,
+            p50_s=p50.get(name),
+            p90_s=p90.get(name),
         )
         for name, seconds, since in spans(record)
     ]
     timeline = StartTimeline(
-        start_id=record.start_id, execution=record.execution, outcome=record.outcome, requested_at=record.requested_at,
-        ended_at=record.ended_at, error=record.error, phases=phases,
+        start_id=record.start_id,
+        execution=record.execution,
+        outcome=record.outcome,
+        requested_at=record.requested_at,
+        ended_at=record.ended_at,
+        error=record.error,
+        phases=phases,
         past_starts=sum(past.outcome == "READY" for past in history),
     )
     if record.outcome == "STARTING":
@@ -56,6 +76,7 @@ def start_history(store: Store, profile: str, limit: int, now: datetime) -> Star
     return StartHistory(
         profile=profile,
         starts=[start_timeline(r, records[max(0, first + i - HISTORY_STARTS) : first + i], now) for i, r in enumerate(shown)],
-        p50_s=_stats(shown, 50), p90_s=_stats(shown, 90),
+        p50_s=_stats(shown, 50),
+        p90_s=_stats(shown, 90),
         labels={name: LABELS.get(name, name) for r in shown for name, _, _ in spans(r)},
     )

@@ -13,6 +13,7 @@ httpx's own transport, read with aiter_raw and stamped when the read reaches the
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,9 +23,9 @@ import httpx
 import msgspec
 import orjson
 
-from servingctl.schema.results import ErrorKind, RequestRecord
 from servingctl.bench.sse import SSEParser
 from servingctl.bench.transport import StreamTransport
+from servingctl.schema.results import ErrorKind, RequestRecord
 
 Clock = Callable[[], int]
 MAX_ERROR_CHARS = 300
@@ -113,8 +114,24 @@ class _StreamState:
     VM, against 2.5 us for the same parse warm."""
 
     __slots__ = (
-        "t0", "batch", "pending", "parser", "status", "t_sent", "chunks", "t_first_chunk", "t_first_answer", "t_done", "cumulative", "exact", "prompt_tokens",
-        "completion_tokens", "finish_reason", "done", "malformed", "server_error",
+        "batch",
+        "chunks",
+        "completion_tokens",
+        "cumulative",
+        "done",
+        "exact",
+        "finish_reason",
+        "malformed",
+        "parser",
+        "pending",
+        "prompt_tokens",
+        "server_error",
+        "status",
+        "t0",
+        "t_done",
+        "t_first_answer",
+        "t_first_chunk",
+        "t_sent",
     )
 
     def __init__(self, t0: int, batch: int = PARSE_BATCH) -> None:
@@ -239,8 +256,11 @@ class _StreamState:
 
 def _request_head(method: str, url: httpx.URL, headers: dict[str, str]) -> bytes:
     """An HTTP/1.1 request head without its closing blank line, encoded once."""
-    lines = [f"{method} {url.raw_path.decode()} HTTP/1.1", f"Host: {url.netloc.decode()}",
-             *(f"{name}: {value}" for name, value in headers.items())]
+    lines = [
+        f"{method} {url.raw_path.decode()} HTTP/1.1",
+        f"Host: {url.netloc.decode()}",
+        *(f"{name}: {value}" for name, value in headers.items()),
+    ]
     return "\r\n".join(lines).encode()
 
 
@@ -281,10 +301,9 @@ class Backend:
     async def warm(self, connections: int) -> None:
         """Open the connections a load will use before its clock starts (no-op through plain httpx)."""
         if self._stream is not None:
-            try:
+            # On failure the requests fail with their own connect error, each recorded.
+            with contextlib.suppress(httpx.HTTPError):
                 await self._stream.warm(*self._address, connections, min(self.connection.timeout_s, 30.0))
-            except httpx.HTTPError:
-                pass  # the requests will fail with their own connect error, each recorded
 
     async def __aenter__(self) -> Backend:
         return self
@@ -296,7 +315,7 @@ class Backend:
         """Close the connection pool."""
         await self._client.aclose()
 
-    def chat_body(self, prompt: str, max_tokens: int, seed: int, cache_salt: str | None, stream: bool = True) -> dict:
+    def chat_body(self, prompt: str, max_tokens: int, seed: int, cache_salt: str | None, stream: bool = True) -> dict[str, Any]:
         """The request body: greedy, fixed length (ignore_eos), usage in every chunk."""
         body: dict[str, Any] = {
             "model": self.model,
@@ -383,11 +402,12 @@ class Backend:
         finally:
             await timed.aclose()
 
-    async def get_json(self, path: str) -> dict | None:
-        """GET a JSON document; None when the server does not answer it with 200 and JSON."""
+    async def get_json(self, path: str) -> dict[str, Any] | None:
+        """GET a JSON object; None when the server does not answer it with 200 and a JSON object."""
         try:
             response = await self._client.get(path)
-            return response.json() if response.status_code == 200 else None
+            document = response.json() if response.status_code == 200 else None
+            return document if isinstance(document, dict) else None
         except (httpx.HTTPError, ValueError):
             return None
 
@@ -419,7 +439,7 @@ class Backend:
             await timed.aclose()
         return status, body.decode("utf-8", "replace")
 
-    async def post_json(self, path: str, body: dict) -> tuple[int | None, Any]:
+    async def post_json(self, path: str, body: dict[str, Any]) -> tuple[int | None, Any]:
         """POST JSON: (status, parsed body or text); status None on a network error."""
         try:
             response = await self._client.post(path, json=body)

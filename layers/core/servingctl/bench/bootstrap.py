@@ -16,7 +16,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -47,7 +47,7 @@ class Change:
     units: tuple[int, int] = (0, 0)  # resampled units in the baseline, in this run
     confidence: float = CONFIDENCE
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
         return asdict(self)
 
@@ -86,8 +86,9 @@ def _points(units: list[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
     return means, membership[:, used]
 
 
-def replicates(units: Sequence[Sequence[float]], rng: np.random.Generator, *, resamples: int = RESAMPLES,
-               kind: Statistic = "median") -> np.ndarray:
+def replicates(
+    units: Sequence[Sequence[float]], rng: np.random.Generator, *, resamples: int = RESAMPLES, kind: Statistic = "median"
+) -> np.ndarray:
     """The statistic over `resamples` resamples of the units (drawn with replacement, as many as given)."""
     units = [u for u in units if len(u)]
     values, membership = _points(units)
@@ -95,9 +96,9 @@ def replicates(units: Sequence[Sequence[float]], rng: np.random.Generator, *, re
     out = np.empty(resamples)
     block = max(1, BLOCK_CELLS // len(values))
     for start in range(0, resamples, block):
-        weights = counts[start:start + block] @ membership  # replicate x value: how often each value was drawn
+        weights = counts[start : start + block] @ membership  # replicate x value: how often each value was drawn
         if kind == "mean":
-            out[start:start + block] = (weights * values).sum(axis=1) / weights.sum(axis=1)
+            out[start : start + block] = (weights * values).sum(axis=1) / weights.sum(axis=1)
             continue
         cumulative = np.cumsum(weights, axis=1)
         total = cumulative[:, -1:]
@@ -105,12 +106,20 @@ def replicates(units: Sequence[Sequence[float]], rng: np.random.Generator, *, re
         # exceeds k; the median averages the ((total - 1) // 2)-th and the (total // 2)-th.
         low = (cumulative <= (total - 1) // 2).sum(axis=1)
         high = (cumulative <= total // 2).sum(axis=1)
-        out[start:start + block] = (values[low] + values[high]) / 2.0
+        out[start : start + block] = (values[low] + values[high]) / 2.0
     return out
 
 
-def compare(baseline: Sequence[Sequence[float]], run: Sequence[Sequence[float]], *, higher_is_better: bool,
-            seed: int, kind: Statistic = "median", resamples: int = RESAMPLES, confidence: float = CONFIDENCE) -> Change:
+def compare(
+    baseline: Sequence[Sequence[float]],
+    run: Sequence[Sequence[float]],
+    *,
+    higher_is_better: bool,
+    seed: int,
+    kind: Statistic = "median",
+    resamples: int = RESAMPLES,
+    confidence: float = CONFIDENCE,
+) -> Change:
     """Baseline against run: the change of the statistic in percent with its bootstrap interval, and
     "faster"/"slower" only when the interval of the ratio excludes 1."""
     base_units, run_units = [u for u in baseline if len(u)], [u for u in run if len(u)]

@@ -9,8 +9,8 @@ The result is the largest repetition count whose prompt is at most `target` toke
 from __future__ import annotations
 
 import random
-from typing import Any
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 from servingctl.bench.backend import Backend
 from servingctl.schema.results import Calibration, CalibrationMethod, SaltMode
@@ -103,9 +103,10 @@ def _tokenize_counter(backend: Backend, nonce: str) -> Counter:
         body = {"model": backend.model, "messages": _messages(build_prompt(reps, nonce)), "add_generation_prompt": True}
         status, answer = await backend.post_json("/tokenize", body)
         _reached(backend, status, answer)
-        if status != 200 or not isinstance(answer, dict) or not isinstance(answer.get("count"), int):
+        count = answer.get("count") if isinstance(answer, dict) else None
+        if status != 200 or not isinstance(count, int):
             raise CalibrationError(f"/tokenize answered {status}: {str(answer)[:200]}")
-        return answer["count"]
+        return count
 
     return count
 

@@ -35,5 +35,6 @@ def load_average() -> tuple[float, float, float] | None:
 
 def client_host() -> ClientHost:
     """This machine as the run starts (load_average_end is filled when it ends)."""
-    return ClientHost(cpu_model=cpu_model(), cpus=os.cpu_count(), platform=platform.platform(terse=True),
-                      load_average_start=load_average())
+    return ClientHost(
+        cpu_model=cpu_model(), cpus=os.cpu_count(), platform=platform.platform(terse=True), load_average_start=load_average()
+    )

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Sequence
 from itertools import chain, compress, groupby
 from operator import itemgetter, sub
 
+from servingctl.bench.slo import judge
+from servingctl.bench.stats import percentile, summarize
 from servingctl.schema.results import (
     Calibration,
     ClientSelfCheck,
@@ -37,8 +39,6 @@ from servingctl.schema.results import (
     ServerChecks,
     SteadyWindow,
 )
-from servingctl.bench.slo import judge
-from servingctl.bench.stats import percentile, summarize
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
@@ -66,9 +66,11 @@ def with_request_metrics(record: RequestRecord) -> RequestRecord:
         # client's schedule, not the server's pace (a loaded machine showed 77,965 tok/s at c=1).
         if decode_ns > 0 and n > first and 2 * coalesced <= len(record.chunks) - 1:
             update["decode_tok_s"] = (n - first) * NS_PER_S / decode_ns
-        if "e2e_ms" in update and "ttft_ms" in update:
-            update["tpot_ms"] = (update["e2e_ms"] - update["ttft_ms"]) / (n - 1)  # type: ignore[operator]
+        e2e_ms, ttft_ms = update.get("e2e_ms"), update.get("ttft_ms")
+        if e2e_ms is not None and ttft_ms is not None:
+            update["tpot_ms"] = (e2e_ms - ttft_ms) / (n - 1)
     return record.model_copy(update=update)
+
 
 _stamp, _tokens = itemgetter(0), itemgetter(1)
 
@@ -104,7 +106,7 @@ def _itl_ms(gaps_ns: list[int], tokens: list[int]) -> list[float]:
     if tokens.count(1) == len(tokens):  # one token per read (no MTP): the samples are the raw gaps
         return list(map(NS_PER_MS.__rtruediv__, gaps_ns))
     samples: list[float] = []
-    for gap, k in zip(gaps_ns, tokens):
+    for gap, k in zip(gaps_ns, tokens, strict=False):
         if k:  # a read of no tokens gives no sample
             samples.extend([gap / NS_PER_MS / k] * k)
     return samples
@@ -125,7 +127,7 @@ def gap_summaries(records: Iterable[RequestRecord]) -> tuple[MetricSummary, Metr
             ones += ms
             continue
         ones += compress(ms, map((1).__eq__, tokens))
-        for gap, k in compress(zip(ms, tokens), map((1).__ne__, tokens)):
+        for gap, k in compress(zip(ms, tokens, strict=False), map((1).__ne__, tokens)):
             multi.append(gap)
             if k:
                 split += [gap / k] * k

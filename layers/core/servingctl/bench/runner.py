@@ -3,7 +3,8 @@
 `run_benchmark` fetches server metadata, calibrates each input length once and runs the scenarios
 in order (never two at once). `run_scenario` runs exactly one scenario with a calibration passed
 in: the unit of work of the Lambda benchmark worker. `measure_scenario` is its load half, also
-used for one shard of a scenario split across workers (the merge then judges the whole). Request failures never abort anything: they
+used for one shard of a scenario split across workers (the merge then judges the whole). Request failures never
+abort anything: they
 are recorded per request and counted in the summaries.
 """
 
@@ -26,6 +27,10 @@ from servingctl.bench.backend import Backend, ChatRequest, Connection
 from servingctl.bench.calibration import build_prompt, calibrate, unique_nonces
 from servingctl.bench.host import client_host, load_average
 from servingctl.bench.metrics import check_mismatches, scenario_summary, with_request_metrics
+from servingctl.bench.scheduler import poisson_offsets, run_bursts, run_rate, run_sustained
+from servingctl.bench.selfcheck import CPU_SHARE_LIMIT, LAG_P99_LIMIT_MS, SelfCheck, gc_paused
+from servingctl.bench.server_metrics import GENERATION, ServerMetrics, Snapshot, build_checks
+from servingctl.bench.shards import process_count
 from servingctl.schema.results import (
     Calibration,
     ClientSelfCheck,
@@ -38,10 +43,6 @@ from servingctl.schema.results import (
     ServerSample,
     scenario_name,
 )
-from servingctl.bench.scheduler import poisson_offsets, run_bursts, run_rate, run_sustained
-from servingctl.bench.selfcheck import CPU_SHARE_LIMIT, LAG_P99_LIMIT_MS, SelfCheck, gc_paused
-from servingctl.bench.server_metrics import GENERATION, ServerMetrics, Snapshot, build_checks
-from servingctl.bench.shards import process_count
 
 # The server's counters are updated when it processes outputs, possibly just after the client saw
 # the stream end: re-read them a few times before judging a difference.
@@ -70,7 +71,12 @@ def new_run_id() -> str:
 
 def connection_for(config: RunConfig, api_key: str | None = None, headers: dict[str, str] | None = None) -> Connection:
     """The connection for a config; `headers` carries real values of headers the config redacts."""
-    return Connection(endpoint=config.endpoint, api_key=api_key, headers=headers if headers is not None else config.headers, timeout_s=config.timeout_s)
+    return Connection(
+        endpoint=config.endpoint,
+        api_key=api_key,
+        headers=headers if headers is not None else config.headers,
+        timeout_s=config.timeout_s,
+    )
 
 
 def expected_requests(config: RunConfig, concurrency: int, offsets: list[float] | None) -> int | None:
@@ -203,8 +209,9 @@ async def measure_scenario(
                 measured, measured_rounds = await run_bursts(send, concurrency, config.rounds, warmup=False, first_index=first)
                 rounds += measured_rounds
             elif config.mode == "sustained":
-                measured = await run_sustained(send, concurrency, requests=config.requests, duration_s=config.duration_s,
-                                               first_index=first)
+                measured = await run_sustained(
+                    send, concurrency, requests=config.requests, duration_s=config.duration_s, first_index=first
+                )
             else:
                 measured = await run_rate(send, offsets or [], concurrency, first_index=first)
             records += measured
@@ -258,9 +265,17 @@ def summarize_measurement(
         client=m.client,
     )
     if progress is not None:
-        progress(Progress("scenario_finished", m.name, len(m.records), len(m.records), f"{summary.ok} ok, {summary.failed} failed"))
-    return ScenarioResult(summary=summary, calibration=calibration, t0_wall=m.t0_wall, rounds=m.rounds, records=m.records,
-                          server_timeline=m.server_timeline)
+        progress(
+            Progress("scenario_finished", m.name, len(m.records), len(m.records), f"{summary.ok} ok, {summary.failed} failed")
+        )
+    return ScenarioResult(
+        summary=summary,
+        calibration=calibration,
+        t0_wall=m.t0_wall,
+        rounds=m.rounds,
+        records=m.records,
+        server_timeline=m.server_timeline,
+    )
 
 
 async def run_scenario(
@@ -281,11 +296,27 @@ async def run_scenario(
     if process_count(processes, concurrency, config.requests) > 1:  # one stream cannot be spread
         from servingctl.bench.spread import spread_scenario  # spread builds on this module
 
-        return await spread_scenario(config, connection, calibration, concurrency, processes=processes, run_id=run_id,
-                                     lag_p99_limit_ms=lag_p99_limit_ms, cpu_share_limit=cpu_share_limit, progress=progress)
+        return await spread_scenario(
+            config,
+            connection,
+            calibration,
+            concurrency,
+            processes=processes,
+            run_id=run_id,
+            lag_p99_limit_ms=lag_p99_limit_ms,
+            cpu_share_limit=cpu_share_limit,
+            progress=progress,
+        )
     measurement = await measure_scenario(
-        config, connection, calibration, concurrency, run_id=run_id, lag_p99_limit_ms=lag_p99_limit_ms,
-        cpu_share_limit=cpu_share_limit, progress=progress, transport=transport,
+        config,
+        connection,
+        calibration,
+        concurrency,
+        run_id=run_id,
+        lag_p99_limit_ms=lag_p99_limit_ms,
+        cpu_share_limit=cpu_share_limit,
+        progress=progress,
+        transport=transport,
     )
     return summarize_measurement(config, calibration, measurement, progress=progress)
 
@@ -333,7 +364,11 @@ async def prepare(
         for target in config.input_tokens:
             calibration = await calibrate(backend, target, config.salt_mode, config.seed)
             calibrations.append(calibration)
-            notify(Progress("calibrated", None, 0, None, f"input {target}: {calibration.actual_tokens} tokens ({calibration.method})"))
+            notify(
+                Progress(
+                    "calibrated", None, 0, None, f"input {target}: {calibration.actual_tokens} tokens ({calibration.method})"
+                )
+            )
     return metadata, calibrations
 
 
@@ -369,12 +404,21 @@ async def run_benchmark(
     processes: int = 1,
 ) -> RunResult:
     """Run the whole sweep (input lengths x concurrencies) and return the results."""
-    run, connection, run_id = await begin_run(config, api_key=api_key, headers=headers, progress=progress,
-                                              run_id=run_id, transport=transport)
+    run, connection, run_id = await begin_run(
+        config, api_key=api_key, headers=headers, progress=progress, run_id=run_id, transport=transport
+    )
     for calibration in run.calibrations:
         for concurrency in config.concurrencies:
-            result = await run_scenario(config, connection, calibration, concurrency, run_id=run_id, progress=progress,
-                                        transport=transport, processes=processes)
+            result = await run_scenario(
+                config,
+                connection,
+                calibration,
+                concurrency,
+                run_id=run_id,
+                progress=progress,
+                transport=transport,
+                processes=processes,
+            )
             run.scenarios.append(result)
     return finish_run(run)
 

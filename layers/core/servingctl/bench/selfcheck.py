@@ -6,7 +6,8 @@ scenario's samples; none for a load planned to last FAST_PHASE_BELOW_S or more),
 firing at a random instant is late as a chunk would be, so fewer samples are not biased, and each
 firing wakes an idle loop: at one paced stream (50 tokens a second) 10 firings a second were a
 quarter of the client's wake-ups. A stall shorter than a slow tick can fall between two; one
-longer is always seen. The process CPU time is compared with the wall time. The scenario is `client_bound` when the lag p99 exceeds
+longer is always seen. The process CPU time is compared with the wall time. The scenario is `client_bound` when
+the lag p99 exceeds
 LAG_P99_LIMIT_MS (timings would be off by more than that) or the CPU share exceeds CPU_SHARE_LIMIT
 (the single-threaded event loop is close to saturation, so the client, not the server, sets the pace).
 The garbage collector's part in the lag is kept out while a load runs (gc_paused).
@@ -20,8 +21,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from servingctl.schema.results import ClientSelfCheck
 from servingctl.bench.stats import summarize
+from servingctl.schema.results import ClientSelfCheck
 
 TICK_S = 0.01
 SLOW_TICK_S = 0.25
@@ -52,8 +53,9 @@ def gc_paused() -> Iterator[None]:
 class SelfCheck:
     """Samples event-loop lag and process CPU between start() and stop()."""
 
-    def __init__(self, lag_limit_ms: float = LAG_P99_LIMIT_MS, cpu_limit: float = CPU_SHARE_LIMIT,
-                 planned_s: float | None = None) -> None:
+    def __init__(
+        self, lag_limit_ms: float = LAG_P99_LIMIT_MS, cpu_limit: float = CPU_SHARE_LIMIT, planned_s: float | None = None
+    ) -> None:
         self.lag_limit_ms = lag_limit_ms
         self.cpu_limit = cpu_limit
         self._fast = FAST_SAMPLES if planned_s is None or planned_s < FAST_PHASE_BELOW_S else 0

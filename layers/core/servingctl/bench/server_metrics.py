@@ -10,6 +10,7 @@ server without `/metrics` (managed APIs) gets checks marked unavailable, never f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import math
 import re
@@ -88,7 +89,8 @@ def parse_prometheus(text: str, names: frozenset[str] | None = None) -> list[Sam
 @functools.cache
 def _lines_of(names: frozenset[str]) -> re.Pattern[str]:
     """The lines that begin with one of `names`."""
-    return re.compile(r"^[ \t]*(?:%s)(?![a-zA-Z0-9_:]).*$" % "|".join(map(re.escape, sorted(names))), re.M)
+    alternatives = "|".join(map(re.escape, sorted(names)))
+    return re.compile(rf"^[ \t]*(?:{alternatives})(?![a-zA-Z0-9_:]).*$", re.M)
 
 
 def _parse_labels(raw: str) -> dict[str, str] | None:
@@ -172,19 +174,22 @@ class ServerMetrics:
             scrapes += 1
             next_slot_middle_s = (start + (slot + 1.5) * slot_ns - now) / 1e9
             interval = self.interval_s if scrapes < fast else max(self.interval_s, next_slot_middle_s)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
-            except TimeoutError:
-                pass
 
 
 def server_sample(totals: dict[str, float], t_ns: int) -> ServerSample:
     """One point of the metrics over time from a scrape's totals (the first KV-cache name found wins)."""
     kv = next((totals[name] for name in KV_CACHE if name in totals), None)
     return ServerSample(
-        t_ns=t_ns, running=totals.get(RUNNING), waiting=totals.get(WAITING), kv_cache_usage=kv,
-        prompt_tokens=totals.get(PROMPT), generation_tokens=totals.get(GENERATION),
-        spec_draft_tokens=totals.get(SPEC_DRAFT), spec_accepted_tokens=totals.get(SPEC_ACCEPTED),
+        t_ns=t_ns,
+        running=totals.get(RUNNING),
+        waiting=totals.get(WAITING),
+        kv_cache_usage=kv,
+        prompt_tokens=totals.get(PROMPT),
+        generation_tokens=totals.get(GENERATION),
+        spec_draft_tokens=totals.get(SPEC_DRAFT),
+        spec_accepted_tokens=totals.get(SPEC_ACCEPTED),
     )
 
 
@@ -245,8 +250,11 @@ def build_checks(
         if not peak_ok:
             failures.append(
                 f"peak running requests {peak_running} vs intended {intended_concurrency}"
-                + (" (server queues: max-num-seqs below the concurrency?)" if peak_running < intended_concurrency
-                   else " (other traffic on the server)")
+                + (
+                    " (server queues: max-num-seqs below the concurrency?)"
+                    if peak_running < intended_concurrency
+                    else " (other traffic on the server)"
+                )
             )
     return ServerChecks(
         available=True,

@@ -13,8 +13,8 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from servingctl.bench.metrics import round_result, scenario_summary
-from servingctl.schema.results import Calibration, ClientSelfCheck, RequestRecord, RoundResult, RunConfig, ScenarioResult
 from servingctl.bench.server_metrics import Snapshot, build_checks
+from servingctl.schema.results import Calibration, ClientSelfCheck, RequestRecord, RoundResult, RunConfig, ScenarioResult
 
 if TYPE_CHECKING:  # the runner spreads scenarios with this module: a runtime import would be a cycle
     from servingctl.bench.runner import Measurement
@@ -38,15 +38,17 @@ def _shifted(record: RequestRecord, offset_ns: int) -> RequestRecord:
     def move(value: int | None) -> int | None:
         return None if value is None else value + offset_ns
 
-    return record.model_copy(update={
-        "t_start_ns": record.t_start_ns + offset_ns,
-        "t_first_chunk_ns": move(record.t_first_chunk_ns),
-        "t_first_ns": move(record.t_first_ns),
-        "t_first_answer_ns": move(record.t_first_answer_ns),
-        "t_last_ns": move(record.t_last_ns),
-        "t_end_ns": move(record.t_end_ns),
-        "chunks": [(t + offset_ns, n) for t, n in record.chunks],
-    })
+    return record.model_copy(
+        update={
+            "t_start_ns": record.t_start_ns + offset_ns,
+            "t_first_chunk_ns": move(record.t_first_chunk_ns),
+            "t_first_ns": move(record.t_first_ns),
+            "t_first_answer_ns": move(record.t_first_answer_ns),
+            "t_last_ns": move(record.t_last_ns),
+            "t_end_ns": move(record.t_end_ns),
+            "chunks": [(t + offset_ns, n) for t, n in record.chunks],
+        }
+    )
 
 
 def _rounds(config: RunConfig, records: list[RequestRecord]) -> list[RoundResult]:
@@ -76,8 +78,13 @@ def _client(parts: list[Measurement], label: str, processes: int) -> ClientSelfC
 
 
 def merge_shards(
-    config: RunConfig, calibration: Calibration, concurrency: int, parts: list[Measurement], after: Snapshot,
-    *, same_host: bool = False,
+    config: RunConfig,
+    calibration: Calibration,
+    concurrency: int,
+    parts: list[Measurement],
+    after: Snapshot,
+    *,
+    same_host: bool = False,
 ) -> tuple[ScenarioResult, list[str]]:
     """One scenario from its shards' measurements (ordered by shard index) and a final snapshot;
     returns the result and warnings about the split itself (late starts). Parts of `same_host`
@@ -88,7 +95,7 @@ def merge_shards(
     t0_ns = min(part.t0_ns for part in parts) if same_host else 0
     records: list[RequestRecord] = []
     offsets = [part.t0_ns - t0_ns if same_host else round((part.t0_wall - t0).total_seconds() * 1e9) for part in parts]
-    for part, offset in zip(parts, offsets):
+    for part, offset in zip(parts, offsets, strict=True):
         records += [_shifted(r, offset) for r in part.records]
     records.sort(key=lambda r: (r.t_start_ns, r.index))
     rounds = _rounds(config, records)
@@ -106,8 +113,14 @@ def merge_shards(
     )
     name = parts[0].name
     summary = scenario_summary(
-        name=name, config=config, calibration=calibration, concurrency=concurrency, records=records, rounds=rounds,
-        server=checks, client=_client(parts, label, len(parts) if same_host else 1),
+        name=name,
+        config=config,
+        calibration=calibration,
+        concurrency=concurrency,
+        records=records,
+        rounds=rounds,
+        server=checks,
+        client=_client(parts, label, len(parts) if same_host else 1),
     )
     warnings = [
         f"{label} {i} of {len(parts)} started {part.late_start_s:.1f} s after the common start: the {plural} overlapped less"
@@ -116,8 +129,11 @@ def merge_shards(
     ]
     # Every shard scraped the same server: one view of it (the first shard that has one) is kept.
     viewer = next((i for i, part in enumerate(parts) if part.server_timeline), None)
-    timeline = [] if viewer is None else [
-        sample.model_copy(update={"t_ns": sample.t_ns + offsets[viewer]}) for sample in parts[viewer].server_timeline
-    ]
-    return ScenarioResult(summary=summary, calibration=calibration, t0_wall=t0, rounds=rounds, records=records,
-                          server_timeline=timeline), warnings
+    timeline = (
+        []
+        if viewer is None
+        else [sample.model_copy(update={"t_ns": sample.t_ns + offsets[viewer]}) for sample in parts[viewer].server_timeline]
+    )
+    return ScenarioResult(
+        summary=summary, calibration=calibration, t0_wall=t0, rounds=rounds, records=records, server_timeline=timeline
+    ), warnings

@@ -16,10 +16,10 @@ from servingctl.schema.results import (
     SLO_PERCENTILES,
     RequestRecord,
     RoundResult,
+    ScenarioSummary,
     Slo,
     SloCheck,
     SloResult,
-    ScenarioSummary,
 )
 from servingctl.wording import words
 
@@ -51,7 +51,8 @@ def parse_slos(text: str) -> list[Slo]:
             raise SloError(f"{part!r}: limit must be a positive number ({'seconds' if metric == 'e2e_s' else 'ms'})") from None
         if not limit > 0:
             raise SloError(f"{part!r}: limit must be a positive number ({'seconds' if metric == 'e2e_s' else 'ms'})")
-        slos.append(Slo(metric=metric, limit=limit, percentile=pct or None))  # type: ignore[arg-type]
+        # Validated against the model's literals (already checked above, with friendlier messages).
+        slos.append(Slo.model_validate({"metric": metric, "limit": limit, "percentile": pct or None}))
     if not slos:
         raise SloError(f"{text!r}: expected at least one SLO, e.g. ttft_ms=500,itl_ms=50")
     seen = [(s.metric, s.percentile) for s in slos]
@@ -94,7 +95,7 @@ def meets(record: RequestRecord, slos: Sequence[Slo]) -> bool:
 def _percentile_value(summary: ScenarioSummary, slo: Slo) -> float | None:
     """The scenario's percentile of an SLO metric (from the summary's distributions)."""
     stats = getattr(summary, _SUMMARY_FIELD[slo.metric])
-    value = getattr(stats, "median" if slo.percentile == "p50" else str(slo.percentile))
+    value: float | None = getattr(stats, "median" if slo.percentile == "p50" else str(slo.percentile))
     if value is None:
         return None
     return value / 1000.0 if slo.metric == "e2e_s" else value

@@ -17,6 +17,7 @@ import multiprocessing
 import queue
 import signal
 import time
+from collections.abc import Sequence
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from multiprocessing.sharedctypes import Synchronized
@@ -44,11 +45,25 @@ START_LEAD_S = 1.0
 MAX_PROCESSES = 64
 # How often the parent looks whether a process died without a word (killed, out of memory).
 POLL_S = 1.0
+# What a process tells the parent: (kind, process index, payload), as _measure_part lists them.
+Message = tuple[str, int, Any]
 
 
-def _measure_part(out: Queue, go: Event, start_ns: Synchronized, config: RunConfig, connection: Connection,
-                  calibration: Calibration, concurrency: int, run_id: str, name: str, index: int, count: int,
-                  lag_p99_limit_ms: float, cpu_share_limit: float) -> None:
+def _measure_part(
+    out: Queue[Message],
+    go: Event,
+    start_ns: Synchronized[int],
+    config: RunConfig,
+    connection: Connection,
+    calibration: Calibration,
+    concurrency: int,
+    run_id: str,
+    name: str,
+    index: int,
+    count: int,
+    lag_p99_limit_ms: float,
+    cpu_share_limit: float,
+) -> None:
     """One process's share, on its own event loop: ("ready", index, None) once it is up, then after
     the parent's go ("done", index, count) per finished request and ("part", index, Measurement),
     or ("error", index, text) if it failed."""
@@ -61,15 +76,31 @@ def _measure_part(out: Queue, go: Event, start_ns: Synchronized, config: RunConf
             out.put(("done", shard.index, event.done))
 
     try:
-        out.put(("part", shard.index, aio.run(measure_scenario(
-            config, connection, calibration, concurrency, run_id=run_id, name=name, shard=shard,
-            lag_p99_limit_ms=lag_p99_limit_ms, cpu_share_limit=cpu_share_limit, progress=progress,
-        ))))
+        out.put(
+            (
+                "part",
+                shard.index,
+                aio.run(
+                    measure_scenario(
+                        config,
+                        connection,
+                        calibration,
+                        concurrency,
+                        run_id=run_id,
+                        name=name,
+                        shard=shard,
+                        lag_p99_limit_ms=lag_p99_limit_ms,
+                        cpu_share_limit=cpu_share_limit,
+                        progress=progress,
+                    )
+                ),
+            )
+        )
     except BaseException as exc:  # the parent must hear of it, whatever it was
         out.put(("error", shard.index, f"{type(exc).__name__}: {exc}"))
 
 
-def _start_deaf_to_ctrl_c(children: list[BaseProcess]) -> None:
+def _start_deaf_to_ctrl_c(children: Sequence[BaseProcess]) -> None:
     """Start the processes with SIGINT blocked from their first instruction: a Ctrl-C reaches the
     whole process group, and a process still importing the engine would print a cut-off
     KeyboardInterrupt traceback. This process owns the interrupt and terminates them; a Ctrl-C
@@ -83,7 +114,7 @@ def _start_deaf_to_ctrl_c(children: list[BaseProcess]) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def _next(out: Queue) -> tuple[str, int, Any] | None:
+def _next(out: Queue[Message]) -> Message | None:
     """The next message from a process, or None after POLL_S of silence."""
     try:
         return out.get(timeout=POLL_S)
@@ -118,10 +149,25 @@ async def spread_scenario(
     context = multiprocessing.get_context("spawn")
     out, go, start_ns = context.Queue(), context.Event(), context.Value("q", 0)
     children = [
-        context.Process(target=_measure_part, daemon=True, args=(
-            out, go, start_ns, config.model_copy(update={"requests": requests[i]}), connection, calibration,
-            concurrencies[i], run_id, name, i, count, lag_p99_limit_ms, cpu_share_limit,
-        ))
+        context.Process(
+            target=_measure_part,
+            daemon=True,
+            args=(
+                out,
+                go,
+                start_ns,
+                config.model_copy(update={"requests": requests[i]}),
+                connection,
+                calibration,
+                concurrencies[i],
+                run_id,
+                name,
+                i,
+                count,
+                lag_p99_limit_ms,
+                cpu_share_limit,
+            ),
+        )
         for i in range(count)
     ]
     loop = asyncio.get_running_loop()
@@ -135,8 +181,9 @@ async def spread_scenario(
             if message is None:
                 dead = [i for i, child in enumerate(children) if i not in found and child.exitcode is not None]
                 if dead and (message := await loop.run_in_executor(None, _next, out)) is None:  # last words in the pipe?
-                    raise RuntimeError(f"process {dead[0] + 1} of {count} ended (exit code {children[dead[0]].exitcode}) "
-                                       "without its measurement")
+                    raise RuntimeError(
+                        f"process {dead[0] + 1} of {count} ended (exit code {children[dead[0]].exitcode}) without its measurement"
+                    )
                 if message is None:
                     continue
             kind, index, value = message
@@ -165,6 +212,13 @@ async def spread_scenario(
         after = await settled_snapshot(ServerMetrics(backend, config.model), earliest_snapshot([p.before for p in parts]), tokens)
     result, warnings = merge_shards(config, calibration, concurrency, parts, after, same_host=True)
     s = result.summary
-    notify(Progress("scenario_finished", name, len(result.records), len(result.records),
-                    "; ".join([f"{s.ok} ok, {s.failed} failed", *warnings])))
+    notify(
+        Progress(
+            "scenario_finished",
+            name,
+            len(result.records),
+            len(result.records),
+            "; ".join([f"{s.ok} ok, {s.failed} failed", *warnings]),
+        )
+    )
     return result

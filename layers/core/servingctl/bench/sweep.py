@@ -3,7 +3,8 @@
 The search doubles the concurrency from 1 until a scenario misses the SLOs, the server is
 over-saturated or the bound is reached, then bisects between the highest concurrency that held and
 the lowest that did not. Once over-saturated, the answer is the highest concurrency that met the SLOs
-before the server saturated (beyond it requests only queue, even where they still meet the SLOs). Over-saturated means more concurrency only queues: against the nearest
+before the server saturated (beyond it requests only queue, even where they still meet the SLOs). Over-saturated
+means more concurrency only queues: against the nearest
 lower concurrency measured, TTFT rose by SATURATION_TTFT_RISE while throughput grew by less than
 SATURATION_THROUGHPUT_GAIN, or goodput fell by more than GOODPUT_DROP.
 
@@ -83,8 +84,13 @@ def decide(steps: Sequence[SweepStep], max_concurrency: int, max_steps: int) -> 
     elif last.saturated:
         # Past the knee more concurrency only queues: the answer is the highest that held before it.
         knee = max((s.concurrency for s in steps if s.met and not s.saturated), default=found)
-        return Decision(None, knee, "over-saturated", f"over-saturated at {last.concurrency}: queueing grows "
-                        f"(TTFT rising while throughput flattens, or goodput falling); {knee} is the highest before it")
+        return Decision(
+            None,
+            knee,
+            "over-saturated",
+            f"over-saturated at {last.concurrency}: queueing grows "
+            f"(TTFT rising while throughput flattens, or goodput falling); {knee} is the highest before it",
+        )
     elif last.concurrency >= max_concurrency:
         return Decision(None, found, "max-concurrency", f"met at the bound sweep_max_concurrency={max_concurrency}")
     else:
@@ -97,8 +103,9 @@ def decide(steps: Sequence[SweepStep], max_concurrency: int, max_steps: int) -> 
 def result_of(steps: Sequence[SweepStep], decision: Decision) -> SweepResult:
     """The sweep's record once `decision` stopped it."""
     at = [s.scenario for s in steps if s.concurrency == decision.found]
-    return SweepResult(steps=list(steps), found=decision.found, scenario=at[-1] if at else None, stop=decision.stop,
-                       reason=decision.reason)
+    return SweepResult(
+        steps=list(steps), found=decision.found, scenario=at[-1] if at else None, stop=decision.stop, reason=decision.reason
+    )
 
 
 async def run_sweep(
@@ -112,13 +119,22 @@ async def run_sweep(
     processes: int = 1,
 ) -> RunResult:
     """Run the saturation sweep from this machine: one scenario per step, in order."""
-    run, connection, run_id = await begin_run(config, api_key=api_key, headers=headers, progress=progress,
-                                              run_id=run_id, transport=transport)
+    run, connection, run_id = await begin_run(
+        config, api_key=api_key, headers=headers, progress=progress, run_id=run_id, transport=transport
+    )
     steps: list[SweepStep] = []
     decision = decide(steps, config.sweep_max_concurrency, config.sweep_max_steps)
     while decision.next is not None:
-        result = await run_scenario(config, connection, run.calibrations[0], decision.next, run_id=run_id, progress=progress,
-                                    transport=transport, processes=processes)
+        result = await run_scenario(
+            config,
+            connection,
+            run.calibrations[0],
+            decision.next,
+            run_id=run_id,
+            progress=progress,
+            transport=transport,
+            processes=processes,
+        )
         run.scenarios.append(result)
         steps.append(step_of(result.summary, steps))
         decision = decide(steps, config.sweep_max_concurrency, config.sweep_max_steps)

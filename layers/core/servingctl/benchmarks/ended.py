@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
@@ -24,6 +24,9 @@ from servingctl.shared.settings import Poll
 from servingctl.store.base import Store
 from servingctl.store.benchmarks import BenchmarkRun, BenchmarkStore, RunEnded, RunStatus
 from servingctl.store.models import Phase
+
+if TYPE_CHECKING:
+    from types_boto3_stepfunctions import SFNClient
 
 # How many of the newest runs a scheduled sweep looks through (an unfinished run is a recent one).
 RECENT_RUNS = 50
@@ -55,7 +58,7 @@ class EndedRun(BaseModel):
     detail: str = ""
 
 
-def _execution(sfn: Any, arn: str) -> dict[str, Any]:
+def _execution(sfn: SFNClient, arn: str) -> dict[str, Any]:
     """DescribeExecution (one execution, consistent), {"status": "MISSING"} when Step Functions forgot it."""
     try:
         return dict(sfn.describe_execution(executionArn=arn))
@@ -84,8 +87,14 @@ def _stop(deps: EndDeps, run: BenchmarkRun, poll: Poll | None) -> str | None:
 def end_run(deps: EndDeps, run: BenchmarkRun, described: dict[str, Any], poll: Poll | None = None) -> EndedRun:
     """Record the run FAILED (only while unfinished), release its hold, stop its profile if asked."""
     now = deps.clock.now()
-    ended = EndedRun(run_id=run.run_id, profile=run.profile, execution=str(run.execution), execution_status=described["status"],
-                     action="recorded", detail=_reason(described))
+    ended = EndedRun(
+        run_id=run.run_id,
+        profile=run.profile,
+        execution=str(run.execution),
+        execution_status=described["status"],
+        action="recorded",
+        detail=_reason(described),
+    )
     try:
         deps.runs.update_run(run.run_id, now, when=UNFINISHED, status=RunStatus.FAILED, finished_at=now, error=ended.detail)
     except RunEnded as exc:  # its finish step got there first: that record stays
@@ -110,7 +119,13 @@ def end_dead_runs(deps: EndDeps, execution_arn: str | None = None, poll: Poll | 
             ended = end_run(deps, run, described, poll)
         except Exception as exc:  # one run's failure must not keep another's GPU running
             log.exception("ending benchmark run %s failed", run.run_id)
-            ended = EndedRun(run_id=run.run_id, profile=run.profile, execution=run.execution, execution_status="unknown",
-                             action="error", detail=f"{type(exc).__name__}: {exc}")
+            ended = EndedRun(
+                run_id=run.run_id,
+                profile=run.profile,
+                execution=run.execution,
+                execution_status="unknown",
+                action="error",
+                detail=f"{type(exc).__name__}: {exc}",
+            )
         done.append(ended)
     return done

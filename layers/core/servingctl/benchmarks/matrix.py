@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from servingctl.schema.results import Mode, RunConfig, SaltMode, Slo, scenario_name
 from servingctl.bench.selfcheck import CPU_SHARE_LIMIT, LAG_P99_LIMIT_MS
-from servingctl.shared.errors import InvalidInput
 from servingctl.registry.models import ServingProfile
+from servingctl.schema.results import Mode, RunConfig, SaltMode, Slo, scenario_name
+from servingctl.shared.errors import InvalidInput
 
 # Lambda's hard limit is 900 s; the load gets this much of it, the rest covers connection setup,
 # the counter settle, the S3/DynamoDB writes and a margin for the estimate's own error.
@@ -70,9 +70,15 @@ class BenchmarkInput(BaseModel):
     stop_options: dict[str, Any] = Field(default_factory=dict, description="stop_profile input besides profile")
     runner: Runner = Field(default="auto", description="auto: ECS only for scenarios too long for Lambda")
     max_workers: int = Field(default=4, ge=1, le=MAX_WORKERS, description="workers one client-bound scenario may be split across")
-    expected_tok_s: float = Field(default=DEFAULT_EXPECTED_TOK_S, gt=0, le=100_000, description="per-request decode rate the estimate assumes")
-    client_cpu_limit: float = Field(default=CPU_SHARE_LIMIT, ge=0.0, le=1.0, description="client self-check: CPU share of one core")
-    client_lag_limit_ms: float = Field(default=LAG_P99_LIMIT_MS, gt=0, le=1000, description="client self-check: event-loop lag p99")
+    expected_tok_s: float = Field(
+        default=DEFAULT_EXPECTED_TOK_S, gt=0, le=100_000, description="per-request decode rate the estimate assumes"
+    )
+    client_cpu_limit: float = Field(
+        default=CPU_SHARE_LIMIT, ge=0.0, le=1.0, description="client self-check: CPU share of one core"
+    )
+    client_lag_limit_ms: float = Field(
+        default=LAG_P99_LIMIT_MS, gt=0, le=1000, description="client self-check: event-loop lag p99"
+    )
     managed_api: str | None = Field(default=None, description="managed API of the price catalog to compare with")
     label: str | None = Field(default=None, max_length=200)
     run_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN)
@@ -121,7 +127,9 @@ class PlannedScenario(BaseModel):
 def parse_benchmark_input(data: Any) -> BenchmarkInput:
     """Validate the execution input; InvalidInput names each bad field and what is allowed."""
     if not isinstance(data, dict):
-        raise InvalidInput(f"invalid input: expected a JSON object with at least a profile; fields: {', '.join(BenchmarkInput.model_fields)}")
+        raise InvalidInput(
+            f"invalid input: expected a JSON object with at least a profile; fields: {', '.join(BenchmarkInput.model_fields)}"
+        )
     try:
         return BenchmarkInput.model_validate(data)
     except ValidationError as exc:
@@ -171,11 +179,15 @@ def _runner_for(given: BenchmarkInput, name: str, estimate: float, ecs_available
         f"(expected_tok_s) and {PREFILL_TOK_S:g} prompt tok/s"
     )
     if estimate > ECS_BUDGET_S:
-        raise InvalidInput(f"invalid input: {how}, more than the {ECS_BUDGET_S} s any worker may take; "
-                           "lower rounds, requests, duration_s or max_tokens")
+        raise InvalidInput(
+            f"invalid input: {how}, more than the {ECS_BUDGET_S} s any worker may take; "
+            "lower rounds, requests, duration_s or max_tokens"
+        )
     if given.runner == "ecs" or (given.runner == "auto" and too_long_for_lambda):
         if not ecs_available:
-            reason = "runner: ecs" if given.runner == "ecs" else f"{how}, more than the {LAMBDA_BUDGET_S} s a Lambda worker may take"
+            reason = (
+                "runner: ecs" if given.runner == "ecs" else f"{how}, more than the {LAMBDA_BUDGET_S} s a Lambda worker may take"
+            )
             raise InvalidInput(
                 f"invalid input: {reason}; the ECS benchmark task is not deployed (set the BenchImageUri "
                 "parameter), so lower rounds, requests, duration_s or max_tokens, or raise expected_tok_s "
@@ -194,9 +206,14 @@ def _runner_for(given: BenchmarkInput, name: str, estimate: float, ecs_available
 def sweep_scenario(given: BenchmarkInput, concurrency: int, position: int) -> PlannedScenario:
     """The sweep's next scenario (on Lambda: plan_scenarios checked the largest fits)."""
     tokens = given.input_tokens[0]
-    return PlannedScenario(name=scenario_name(tokens, concurrency, given.mode, given.rate), position=position,
-                           input_tokens=tokens, concurrency=concurrency, runner="lambda",
-                           estimate_s=round(estimate_seconds(given, tokens, concurrency), 1))
+    return PlannedScenario(
+        name=scenario_name(tokens, concurrency, given.mode, given.rate),
+        position=position,
+        input_tokens=tokens,
+        concurrency=concurrency,
+        runner="lambda",
+        estimate_s=round(estimate_seconds(given, tokens, concurrency), 1),
+    )
 
 
 def plan_scenarios(given: BenchmarkInput, profile: ServingProfile, *, ecs_available: bool) -> list[PlannedScenario]:
@@ -216,19 +233,28 @@ def plan_scenarios(given: BenchmarkInput, profile: ServingProfile, *, ecs_availa
             raise InvalidInput(
                 f"invalid input: sweep_max_concurrency {top}: about {estimate:.0f} s a scenario at {given.expected_tok_s:g} "
                 f"tok/s per request, more than the {LAMBDA_BUDGET_S} s a Lambda worker may take (the sweep's steps run on "
-                "Lambda); lower sweep_max_concurrency, rounds or max_tokens, or raise expected_tok_s")
+                "Lambda); lower sweep_max_concurrency, rounds or max_tokens, or raise expected_tok_s"
+            )
         return []
     count = len(given.input_tokens) * len(given.concurrencies)
     if count > MAX_SCENARIOS:
         raise InvalidInput(f"invalid input: input_tokens x concurrencies is {count} scenarios; allowed: at most {MAX_SCENARIOS}")
-    planned = []
+    planned: list[PlannedScenario] = []
     for tokens in given.input_tokens:
         for concurrency in given.concurrencies:
             name = scenario_name(tokens, concurrency, given.mode, given.rate)
             estimate = estimate_seconds(given, tokens, concurrency)
             runner = _runner_for(given, name, estimate, ecs_available)
-            planned.append(PlannedScenario(name=name, position=len(planned), input_tokens=tokens, concurrency=concurrency,
-                                           runner=runner, estimate_s=round(estimate, 1)))
+            planned.append(
+                PlannedScenario(
+                    name=name,
+                    position=len(planned),
+                    input_tokens=tokens,
+                    concurrency=concurrency,
+                    runner=runner,
+                    estimate_s=round(estimate, 1),
+                )
+            )
     return planned
 
 

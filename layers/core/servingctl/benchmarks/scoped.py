@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import botocore.session
-from botocore.credentials import RefreshableCredentials
+from botocore.credentials import CredentialProvider, RefreshableCredentials
+
+if TYPE_CHECKING:
+    from types_boto3_sts.type_defs import TagTypeDef
 
 from servingctl.store import DynamoStore
 from servingctl.store.base import Store
@@ -32,9 +35,26 @@ SESSION_S = 3600
 KEPT_SESSIONS = 8
 
 
-def session_tags(run_id: str, profile: str | None) -> list[dict[str, str]]:
+class _Given(CredentialProvider):
+    """A credential provider that answers the credentials it was given (a run's assumed session)."""
+
+    METHOD = "servingctl-run-session"
+
+    def __init__(self, credentials: RefreshableCredentials) -> None:
+        super().__init__()
+        self._given = credentials
+
+    def load(self) -> RefreshableCredentials:
+        """The given credentials."""
+        return self._given
+
+
+def session_tags(run_id: str, profile: str | None) -> list[TagTypeDef]:
     """The session tags BenchRunRole's policy names (profile left out when not known yet)."""
-    return [{"Key": "run", "Value": run_id}, *([{"Key": "profile", "Value": profile}] if profile else [])]
+    tags: list[TagTypeDef] = [{"Key": "run", "Value": run_id}]
+    if profile:
+        tags.append({"Key": "profile", "Value": profile})
+    return tags
 
 
 def session_name(run_id: str) -> str:
@@ -53,11 +73,17 @@ class RunScopes:
 
     def _credentials(self, run_id: str, profile: str | None) -> dict[str, str]:
         answer = self._sts.assume_role(
-            RoleArn=self.role_arn, RoleSessionName=session_name(run_id), DurationSeconds=SESSION_S,
+            RoleArn=self.role_arn,
+            RoleSessionName=session_name(run_id),
+            DurationSeconds=SESSION_S,
             Tags=session_tags(run_id, profile),
         )["Credentials"]
-        return {"access_key": answer["AccessKeyId"], "secret_key": answer["SecretAccessKey"],
-                "token": answer["SessionToken"], "expiry_time": answer["Expiration"].isoformat()}
+        return {
+            "access_key": answer["AccessKeyId"],
+            "secret_key": answer["SecretAccessKey"],
+            "token": answer["SessionToken"],
+            "expiry_time": answer["Expiration"].isoformat(),
+        }
 
     def session(self, run_id: str, profile: str | None) -> boto3.Session:
         """A boto3 session on BenchRunRole tagged with the run (and its profile), kept and refreshed."""
@@ -67,7 +93,8 @@ class RunScopes:
                 self._credentials(run_id, profile), lambda: self._credentials(run_id, profile), "sts-assume-role"
             )
             core = botocore.session.get_session()
-            core._credentials = credentials  # botocore has no public setter for refreshable credentials
+            # A provider first in botocore's chain: its public way to hand a session refreshable credentials.
+            core.get_component("credential_provider").insert_before("env", _Given(credentials))
             self._sessions[key] = boto3.Session(botocore_session=core)
             while len(self._sessions) > KEPT_SESSIONS:
                 self._sessions.popitem(last=False)
@@ -88,4 +115,8 @@ class RunScopes:
         profile = profile or self.profile_of(run_id)
         session = self.session(run_id, profile)
         resource = session.resource("dynamodb")
-        return DynamoBenchmarkStore(self.table, resource), S3RecordStore(self.bucket, session.client("s3")), DynamoStore(self.table, resource)
+        return (
+            DynamoBenchmarkStore(self.table, resource),
+            S3RecordStore(self.bucket, session.client("s3")),
+            DynamoStore(self.table, resource),
+        )

@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from servingctl.schema.results import RunConfig, ScenarioSummary
 from servingctl.bench.shards import shares
+from servingctl.schema.results import RunConfig, ScenarioSummary
 
 # Workers start this long after the split is planned: enough for cold starts in the VPC.
 START_LEAD_S = 5.0
@@ -43,7 +43,9 @@ def shard_count(summary: ScenarioSummary, max_workers: int, requests: int | None
     return max(2, min(needed, upper)) if upper >= 2 else 0
 
 
-def plan_shards(summary: ScenarioSummary, config: RunConfig, max_workers: int, now: datetime, lead_s: float = START_LEAD_S) -> list[ShardPlan]:
+def plan_shards(
+    summary: ScenarioSummary, config: RunConfig, max_workers: int, now: datetime, lead_s: float = START_LEAD_S
+) -> list[ShardPlan]:
     """The shards of a client-bound scenario (empty when it is not split)."""
     count = shard_count(summary, max_workers, config.requests)
     if not count:

@@ -42,6 +42,17 @@ import httpx
 
 import servingctl
 from servingctl.bench.backend import Backend, Connection
+from servingctl.bench.runner import (
+    Measurement,
+    Shard,
+    connection_for,
+    measure_scenario,
+    prepare,
+    settled_snapshot,
+    summarize_measurement,
+)
+from servingctl.bench.server_metrics import ServerMetrics, Snapshot, thinned
+from servingctl.bench.shards import earliest_snapshot, merge_shards
 from servingctl.bench.sweep import decide, result_of, step_of
 from servingctl.benchmarks.matrix import (
     BenchmarkInput,
@@ -51,17 +62,14 @@ from servingctl.benchmarks.matrix import (
     run_config,
     sweep_scenario,
 )
-from servingctl.schema.results import SCHEMA_VERSION, Calibration, ClientSelfCheck, ScenarioSummary, ServerSample
-from servingctl.bench.runner import Measurement, Shard, connection_for, measure_scenario, prepare, settled_snapshot, summarize_measurement
-from servingctl.bench.server_metrics import ServerMetrics, Snapshot, thinned
-from servingctl.bench.shards import earliest_snapshot, merge_shards
 from servingctl.benchmarks.split import ShardPlan, plan_shards, shard_config
-from servingctl.shared.clock import Clock, SystemClock
-from servingctl.shared.errors import ControlError, InvalidInput, action_of, error_reason, throttling_as_error
 from servingctl.control.config import resolve_profile, start_config, stop_config
 from servingctl.costs import CompareInput, PriceCatalog, compare, day_use, load_catalog, slo_cost, warm_pool_monthly_usd
-from servingctl.schema.comparison import SloCost
 from servingctl.registry.models import Registry, ServingProfile
+from servingctl.schema.comparison import SloCost
+from servingctl.schema.results import SCHEMA_VERSION, Calibration, ClientSelfCheck, ScenarioSummary, ServerSample, SweepStep
+from servingctl.shared.clock import Clock, SystemClock
+from servingctl.shared.errors import ControlError, InvalidInput, action_of, error_reason, throttling_as_error
 from servingctl.store.base import Store
 from servingctl.store.benchmarks import (
     LIVE,
@@ -70,6 +78,7 @@ from servingctl.store.benchmarks import (
     Reproducibility,
     ResultExists,
     RunEnded,
+    Runner,
     RunStatus,
     Split,
     StoredComparison,
@@ -187,7 +196,9 @@ async def _while_live(deps: WorkerDeps, run_id: str, work: Coroutine[Any, Any, T
 def attempt_of(event: dict[str, Any]) -> str:
     """This step attempt's label for object keys: t<digits of the time Step Functions entered the
     state>-r<retry count> (a retry, or a redrive entering the state again, gets a new one)."""
-    attempt = event.get("attempt") if isinstance(event.get("attempt"), dict) else {}
+    attempt = event.get("attempt")
+    if not isinstance(attempt, dict):
+        attempt = {}
     entered = re.sub(r"\D", "", str(attempt.get("entered") or ""))
     retry = attempt.get("retry")
     return f"t{entered or 0}-r{retry if isinstance(retry, int) else 0}"
@@ -249,8 +260,9 @@ def reproducibility(registry: Registry, profile_name: str, given: BenchmarkInput
     )
 
 
-def _flow_input(registry: Registry, flow: str, profile: ServingProfile, name: str, options: dict[str, Any],
-                lease_minutes: int | None = None) -> dict[str, Any]:
+def _flow_input(
+    registry: Registry, flow: str, profile: ServingProfile, name: str, options: dict[str, Any], lease_minutes: int | None = None
+) -> dict[str, Any]:
     """start_profile / stop_profile input, validated by the control plane's own rules."""
     document = {"profile": name, **options}
     if lease_minutes is not None and "lease_minutes" not in options:
@@ -305,8 +317,8 @@ def plan(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     ready = phase == Phase.READY
     if not ready and not given.start:
         raise ProfileNotReady(
-            f"profile {given.profile} is {phase.value}, not READY; pass \"start\": true to start it first "
-            f"(and \"stop\": true to stop it afterwards), or start it yourself"
+            f'profile {given.profile} is {phase.value}, not READY; pass "start": true to start it first '
+            f'(and "stop": true to stop it afterwards), or start it yourself'
         )
     planned_minutes = math.ceil(sum(s.estimate_s for s in scenarios) / 60) + LEASE_MARGIN_MINUTES
     lease = min(profile.max_lease_minutes, max(profile.default_lease_minutes, planned_minutes))
@@ -316,11 +328,20 @@ def plan(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     run_id = _planned_run_id(deps, event, given)
     now = deps.clock.now()
     request = given.model_dump(mode="json") | {"run_id": run_id}
-    stored = deps.runs.create_run(BenchmarkRun(
-        run_id=run_id, profile=given.profile, label=given.label, execution=execution, created_at=now, updated_at=now,
-        request=request, config=run_config(given, profile), reproducibility=reproducibility(deps.registry, given.profile, given),
-        scenarios=[s.name for s in scenarios],
-    ))
+    stored = deps.runs.create_run(
+        BenchmarkRun(
+            run_id=run_id,
+            profile=given.profile,
+            label=given.label,
+            execution=execution,
+            created_at=now,
+            updated_at=now,
+            request=request,
+            config=run_config(given, profile),
+            reproducibility=reproducibility(deps.registry, given.profile, given),
+            scenarios=[s.name for s in scenarios],
+        )
+    )
     if stored.execution != execution:
         raise InvalidInput(f"invalid input: run_id: {run_id} already belongs to execution {stored.execution}")
     return {
@@ -334,9 +355,14 @@ def plan(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
         "stop_execution": {"name": execution_name("stop", given.profile, run_id), "input": stop_input},
         "scenarios": [s.model_dump() for s in scenarios],
         "sweep": given.sweep,
-        "ecs": None if deps.ecs is None else {
-            "cluster": deps.ecs.cluster, "task_definition": deps.ecs.task_definition, "subnets": deps.ecs.subnets,
-            "security_groups": deps.ecs.security_groups, "container": deps.ecs.container,
+        "ecs": None
+        if deps.ecs is None
+        else {
+            "cluster": deps.ecs.cluster,
+            "task_definition": deps.ecs.task_definition,
+            "subnets": deps.ecs.subnets,
+            "security_groups": deps.ecs.security_groups,
+            "container": deps.ecs.container,
         },
     }
 
@@ -346,25 +372,52 @@ def calibrate(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     run = _live_run(deps, (_state(event).get("plan") or {}).get("run_id"), UNFINISHED)
     with _ends_cleanly(deps, run):
         hold_profile(deps, run, 0)
-        metadata, calibrations = asyncio.run(prepare(run.config, _connection(deps, run), run_id=run.run_id, transport=deps.transport))
+        metadata, calibrations = asyncio.run(
+            prepare(run.config, _connection(deps, run), run_id=run.run_id, transport=deps.transport)
+        )
         repro = run.reproducibility.model_copy(update={"calibrations": calibrations, "server_version": metadata.server_version})
-        deps.runs.update_run(run.run_id, deps.clock.now(), when=UNFINISHED, status=RunStatus.RUNNING, metadata=metadata,
-                             reproducibility=repro)
-    return {"calibrations": [{"target_tokens": c.target_tokens, "actual_tokens": c.actual_tokens, "method": c.method} for c in calibrations]}
+        deps.runs.update_run(
+            run.run_id, deps.clock.now(), when=UNFINISHED, status=RunStatus.RUNNING, metadata=metadata, reproducibility=repro
+        )
+    return {
+        "calibrations": [
+            {"target_tokens": c.target_tokens, "actual_tokens": c.actual_tokens, "method": c.method} for c in calibrations
+        ]
+    }
 
 
-def _store_scenario(deps: WorkerDeps, run: BenchmarkRun, planned: PlannedScenario, result: Any, runner: str, attempt: str,
-                    split: Split | None = None, replacing: str | None = None) -> StoredScenario:
+def _store_scenario(
+    deps: WorkerDeps,
+    run: BenchmarkRun,
+    planned: PlannedScenario,
+    result: Any,
+    runner: Runner,
+    attempt: str,
+    split: Split | None = None,
+    replacing: str | None = None,
+) -> StoredScenario:
     """Records first (under this attempt's key), then the summary; both refused once the run ended
     (the records by a read just before: S3 cannot check the run), the summary once one is written."""
     _live_run(deps, run.run_id)
     key = deps.records.put_records(records_key(run.run_id, planned.name, attempt=attempt), result.records)
-    return deps.runs.put_scenario(StoredScenario(
-        run_id=run.run_id, name=planned.name, position=planned.position, runner=runner, summary=result.summary,
-        calibration=result.calibration, t0_wall=result.t0_wall, rounds=result.rounds,
-        server_timeline=thinned(result.server_timeline, STORED_TIMELINE_SAMPLES), records_key=key,
-        records=len(result.records), split=split, written_at=deps.clock.now(),
-    ), replacing=replacing)
+    return deps.runs.put_scenario(
+        StoredScenario(
+            run_id=run.run_id,
+            name=planned.name,
+            position=planned.position,
+            runner=runner,
+            summary=result.summary,
+            calibration=result.calibration,
+            t0_wall=result.t0_wall,
+            rounds=result.rounds,
+            server_timeline=thinned(result.server_timeline, STORED_TIMELINE_SAMPLES),
+            records_key=key,
+            records=len(result.records),
+            split=split,
+            written_at=deps.clock.now(),
+        ),
+        replacing=replacing,
+    )
 
 
 def _first_written(deps: WorkerDeps, run: BenchmarkRun, name: str, refused: Exception) -> StoredScenario:
@@ -372,8 +425,15 @@ def _first_written(deps: WorkerDeps, run: BenchmarkRun, name: str, refused: Exce
     stored = deps.runs.get_scenario(run.run_id, name)
     if stored is None:
         raise refused
-    log.warning("benchmark run %s: this worker's %s was refused (%s: %s); the result written at %s (%s) stays",
-                run.run_id, name, type(refused).__name__, refused, stored.written_at.isoformat(), stored.records_key)
+    log.warning(
+        "benchmark run %s: this worker's %s was refused (%s: %s); the result written at %s (%s) stays",
+        run.run_id,
+        name,
+        type(refused).__name__,
+        refused,
+        stored.written_at.isoformat(),
+        stored.records_key,
+    )
     return stored
 
 
@@ -381,14 +441,25 @@ def _shard_state(run_id: str, planned: PlannedScenario, shard: ShardPlan) -> dic
     return {
         "run_id": run_id,
         "scenario": planned.model_dump(),
-        "shard": {"index": shard.index, "count": shard.count, "concurrency": shard.concurrency,
-                  "requests": shard.requests, "start_at": shard.start_at.isoformat()},
+        "shard": {
+            "index": shard.index,
+            "count": shard.count,
+            "concurrency": shard.concurrency,
+            "requests": shard.requests,
+            "start_at": shard.start_at.isoformat(),
+        },
     }
 
 
 def _answer(summary: ScenarioSummary) -> dict[str, Any]:
-    return {"name": summary.name, "aggregate_tok_s": summary.aggregate_tok_s, "ok": summary.ok, "failed": summary.failed,
-            "client_bound": summary.client_bound, "generation_tokens_equal": summary.server.generation_tokens_equal}
+    return {
+        "name": summary.name,
+        "aggregate_tok_s": summary.aggregate_tok_s,
+        "ok": summary.ok,
+        "failed": summary.failed,
+        "client_bound": summary.client_bound,
+        "generation_tokens_equal": summary.server.generation_tokens_equal,
+    }
 
 
 def _scenario_answer(deps: WorkerDeps, run: BenchmarkRun, planned: PlannedScenario, summary: ScenarioSummary) -> dict[str, Any]:
@@ -405,8 +476,9 @@ def run_scenario(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     run, planned = _live_run(deps, state.get("run_id")), _scenario(state)
     written = deps.runs.get_scenario(run.run_id, planned.name)
     if written is not None:
-        log.warning("benchmark run %s: %s is already written (%s): answered from the store", run.run_id, planned.name,
-                    written.records_key)
+        log.warning(
+            "benchmark run %s: %s is already written (%s): answered from the store", run.run_id, planned.name, written.records_key
+        )
         if written.split is not None:  # merged already: measured by its shards
             return _answer(written.summary) | {"split": False, "shards": []}
         return _scenario_answer(deps, run, planned, written.summary)
@@ -414,10 +486,22 @@ def run_scenario(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     calibration = _calibration(run, planned.input_tokens)
     with _ends_cleanly(deps, run):
         hold_profile(deps, run, planned.estimate_s)
-        measurement = asyncio.run(_while_live(deps, run.run_id, measure_scenario(
-            run.config, _connection(deps, run), calibration, planned.concurrency, run_id=run.run_id,
-            lag_p99_limit_ms=given.client_lag_limit_ms, cpu_share_limit=given.client_cpu_limit, transport=deps.transport,
-        )))
+        measurement = asyncio.run(
+            _while_live(
+                deps,
+                run.run_id,
+                measure_scenario(
+                    run.config,
+                    _connection(deps, run),
+                    calibration,
+                    planned.concurrency,
+                    run_id=run.run_id,
+                    lag_p99_limit_ms=given.client_lag_limit_ms,
+                    cpu_share_limit=given.client_cpu_limit,
+                    transport=deps.transport,
+                ),
+            )
+        )
         result = summarize_measurement(run.config, calibration, measurement)
         try:
             summary = _store_scenario(deps, run, planned, result, planned.runner, attempt_of(event)).summary
@@ -439,11 +523,24 @@ def run_shard(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     calibration = _calibration(run, planned.input_tokens)
     with _ends_cleanly(deps, run):
         hold_profile(deps, run, planned.estimate_s)
-        m = asyncio.run(_while_live(deps, run.run_id, measure_scenario(
-            shard_config(run.config, shard), _connection(deps, run), calibration, shard.concurrency, run_id=run.run_id,
-            name=planned.name, shard=Shard(shard.index, shard.count, shard.start_at),
-            lag_p99_limit_ms=given.client_lag_limit_ms, cpu_share_limit=given.client_cpu_limit, transport=deps.transport,
-        )))
+        m = asyncio.run(
+            _while_live(
+                deps,
+                run.run_id,
+                measure_scenario(
+                    shard_config(run.config, shard),
+                    _connection(deps, run),
+                    calibration,
+                    shard.concurrency,
+                    run_id=run.run_id,
+                    name=planned.name,
+                    shard=Shard(shard.index, shard.count, shard.start_at),
+                    lag_p99_limit_ms=given.client_lag_limit_ms,
+                    cpu_share_limit=given.client_cpu_limit,
+                    transport=deps.transport,
+                ),
+            )
+        )
         _live_run(deps, run.run_id)
         key = deps.records.put_records(records_key(run.run_id, planned.name, shard.index, attempt_of(event)), m.records)
     return {
@@ -459,7 +556,8 @@ def run_shard(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
         # The server is the same for every shard: shard 0 alone carries its view, thinned so the
         # Map state's output stays far under Step Functions' 256 KB payload limit.
         "server_timeline": [p.model_dump(exclude_none=True) for p in thinned(m.server_timeline, SHARD_TIMELINE_SAMPLES)]
-        if shard.index == 0 else [],
+        if shard.index == 0
+        else [],
     }
 
 
@@ -479,20 +577,30 @@ def merge(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
         raise InvalidInput("shards: expected the outputs of run_shard, one per shard")
     single = deps.runs.get_scenario(run.run_id, planned.name)
     if single is not None and single.split is not None:
-        log.warning("benchmark run %s: %s is already merged (%s): answered from the store", run.run_id, planned.name,
-                    single.records_key)
+        log.warning(
+            "benchmark run %s: %s is already merged (%s): answered from the store", run.run_id, planned.name, single.records_key
+        )
         return _answer(single.summary) | {"shards": single.split.shards}
     parts = []
     for out in outputs:
         records = deps.records.get_records(out["records_key"])
         before = Snapshot(totals=out["before"]["totals"], unavailable=out["before"]["unavailable"])
-        parts.append(Measurement(
-            name=planned.name, concurrency=out["concurrency"], t0_wall=datetime.fromisoformat(out["t0_wall"]),
-            records=records, rounds=[], before=before, after=before, peak_running=out["peak_running"],
-            running_samples=out["running_samples"], client=ClientSelfCheck.model_validate(out["client"]),
-            late_start_s=out["late_start_s"],
-            server_timeline=[ServerSample.model_validate(p) for p in out.get("server_timeline") or []],
-        ))
+        parts.append(
+            Measurement(
+                name=planned.name,
+                concurrency=out["concurrency"],
+                t0_wall=datetime.fromisoformat(out["t0_wall"]),
+                records=records,
+                rounds=[],
+                before=before,
+                after=before,
+                peak_running=out["peak_running"],
+                running_samples=out["running_samples"],
+                client=ClientSelfCheck.model_validate(out["client"]),
+                late_start_s=out["late_start_s"],
+                server_timeline=[ServerSample.model_validate(p) for p in out.get("server_timeline") or []],
+            )
+        )
     client_tokens = sum(r.completion_tokens or 0 for p in parts for r in p.records)
     with _ends_cleanly(deps, run):
         after = asyncio.run(_after_snapshot(deps, run, earliest_snapshot([p.before for p in parts]), client_tokens))
@@ -501,8 +609,16 @@ def merge(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
         reasons = single.summary.client.reasons if single else []
         split = Split(shards=len(parts), reasons=reasons, warnings=warnings)
         try:
-            merged = _store_scenario(deps, run, planned, result, "lambda", "merged-" + attempt_of(event), split,
-                                     replacing=single.records_key if single else None)
+            merged = _store_scenario(
+                deps,
+                run,
+                planned,
+                result,
+                "lambda",
+                "merged-" + attempt_of(event),
+                split,
+                replacing=single.records_key if single else None,
+            )
         except (ResultExists, RecordsExist) as exc:
             merged = _first_written(deps, run, planned.name, exc)
     return _answer(merged.summary) | {"shards": merged.split.shards if merged.split else len(parts)}
@@ -515,20 +631,32 @@ def sweep_next(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     given = _given(run)
     if not given.sweep:
         raise InvalidInput(f"sweep: run {run.run_id} was not asked to sweep")
-    steps = []
+    steps: list[SweepStep] = []
     for scenario in sorted(deps.runs.list_scenarios(run.run_id), key=lambda s: s.position):
         steps.append(step_of(scenario.summary, steps))
     decision = decide(steps, given.sweep_max_concurrency, given.sweep_max_steps)
     if decision.next is None:
         sweep = result_of(steps, decision)
         deps.runs.update_run(run.run_id, deps.clock.now(), when=LIVE, sweep=sweep)
-        return {"next": None, "scenario": None, "found": sweep.found, "stop": sweep.stop, "reason": sweep.reason,
-                "steps": len(steps)}
+        return {
+            "next": None,
+            "scenario": None,
+            "found": sweep.found,
+            "stop": sweep.stop,
+            "reason": sweep.reason,
+            "steps": len(steps),
+        }
     planned = sweep_scenario(given, decision.next, len(steps))
     if planned.name not in run.scenarios:
         deps.runs.update_run(run.run_id, deps.clock.now(), when=LIVE, scenarios=[*run.scenarios, planned.name])
-    return {"next": decision.next, "scenario": planned.model_dump(), "found": decision.found, "stop": None,
-            "reason": decision.reason, "steps": len(steps)}
+    return {
+        "next": decision.next,
+        "scenario": planned.model_dump(),
+        "found": decision.found,
+        "stop": None,
+        "reason": decision.reason,
+        "steps": len(steps),
+    }
 
 
 def compare_run(deps: WorkerDeps, run: BenchmarkRun) -> dict[str, Any]:
@@ -551,16 +679,30 @@ def compare_run(deps: WorkerDeps, run: BenchmarkRun) -> dict[str, Any]:
         summary = scenario.summary
         if not summary.aggregate_tok_s:
             continue
-        comparison = compare(CompareInput(
-            aggregate_tok_s=summary.aggregate_tok_s, input_tokens=summary.input_tokens, output_tokens=summary.max_tokens,
-            api_input_usd_per_m=api.input_usd_per_m, api_output_usd_per_m=api.output_usd_per_m, hourly_usd=price.hourly_usd,
-            standing_monthly_usd=standing,
-        ))
+        comparison = compare(
+            CompareInput(
+                aggregate_tok_s=summary.aggregate_tok_s,
+                input_tokens=summary.input_tokens,
+                output_tokens=summary.max_tokens,
+                api_input_usd_per_m=api.input_usd_per_m,
+                api_output_usd_per_m=api.output_usd_per_m,
+                hourly_usd=price.hourly_usd,
+                standing_monthly_usd=standing,
+            )
+        )
         try:
-            deps.runs.put_comparison(StoredComparison(
-                run_id=run.run_id, scenario=summary.name, api=str(api_name), instance_type=pool.instance_type,
-                hourly_usd=price.hourly_usd, price_source=price.source, comparison=comparison, written_at=deps.clock.now(),
-            ))
+            deps.runs.put_comparison(
+                StoredComparison(
+                    run_id=run.run_id,
+                    scenario=summary.name,
+                    api=str(api_name),
+                    instance_type=pool.instance_type,
+                    hourly_usd=price.hourly_usd,
+                    price_source=price.source,
+                    comparison=comparison,
+                    written_at=deps.clock.now(),
+                )
+            )
         except ResultExists as exc:  # an earlier attempt's comparison stays
             log.warning("benchmark run %s: %s", run.run_id, exc)
             comparison = next(c.comparison for c in deps.runs.list_comparisons(run.run_id) if c.scenario == summary.name)
@@ -583,10 +725,17 @@ def cost_at_slo(deps: WorkerDeps, run: BenchmarkRun, hourly_usd: float, api_in: 
     if at is None:
         return None
     profile = deps.registry.profiles[run.profile]
-    starts = [(s.ended_at - s.requested_at).total_seconds() for s in deps.profiles.list_starts(run.profile)
-              if s.outcome == "READY" and s.ended_at is not None]
-    day = day_use([(s.started_at, s.stopped_at) for s in deps.profiles.list_sessions(run.profile)], starts,
-                  now=deps.clock.now(), idle_minutes=profile.idle.window_minutes if profile.idle.enabled else 0.0)
+    starts = [
+        (s.ended_at - s.requested_at).total_seconds()
+        for s in deps.profiles.list_starts(run.profile)
+        if s.outcome == "READY" and s.ended_at is not None
+    ]
+    day = day_use(
+        [(s.started_at, s.stopped_at) for s in deps.profiles.list_sessions(run.profile)],
+        starts,
+        now=deps.clock.now(),
+        idle_minutes=profile.idle.window_minutes if profile.idle.enabled else 0.0,
+    )
     return slo_cost(at, hourly_usd=hourly_usd, api_input_usd_per_m=api_in, api_output_usd_per_m=api_out, day=day)
 
 
@@ -604,7 +753,7 @@ def finish(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     if outcome == RunStatus.FAILED and state.get("compare") is None:
         try:  # the comparisons of what was measured are still worth having
             compare_run(deps, run)
-        except Exception as exc:  # noqa: BLE001 (the original failure is the one to report)
+        except Exception as exc:
             error = f"{error} (comparison skipped: {type(exc).__name__}: {exc})"
     release_hold(deps.profiles, run, deps.clock.now())
     now = deps.clock.now()

@@ -13,29 +13,44 @@ from contextlib import contextmanager
 
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from servingctl.bench import aio
 from servingctl.bench.calibration import CalibrationError, EndpointUnreachable
-from servingctl.schema.results import MODES, SALT_MODES, RunConfig, RunResult, Slo
+from servingctl.bench.runner import Progress as ProgressEvent
+from servingctl.bench.runner import ProgressFn, run_benchmark
 from servingctl.bench.slo import SloError, parse_slos
 from servingctl.bench.spread import MAX_PROCESSES
 from servingctl.bench.sweep import run_sweep
-from servingctl.bench.runner import Progress as ProgressEvent
-from servingctl.bench.runner import ProgressFn, run_benchmark
 from servingctl.cli.benchmarks import remote_bench
-from servingctl.cli.main import summary
 from servingctl.cli.client import EXIT_INTERRUPTED, add_api_arguments
+from servingctl.cli.main import summary
+from servingctl.schema.results import MODES, SALT_MODES, RunConfig, RunResult, Slo
 
 API_KEY_ENV = "SERVINGCTL_API_KEY"
 # pydantic field -> the flag a user typed, so errors name what they can fix.
 _FLAGS = {
-    "endpoint": "--endpoint", "model": "--model", "headers": "--header", "input_tokens": "--input-tokens",
-    "concurrencies": "--concurrency", "mode": "--mode", "rate": "--rate", "warmup": "--warmup",
-    "rounds": "--rounds", "requests": "--requests", "duration_s": "--duration", "max_tokens": "--max-tokens",
-    "seed": "--seed", "salt_mode": "--salt-mode", "max_failure_rate": "--max-failure-rate",
-    "timeout_s": "--timeout", "slos": "--slo", "slo_share": "--slo-share", "sweep": "--sweep",
-    "sweep_max_concurrency": "--sweep-max-concurrency", "sweep_max_steps": "--sweep-max-steps",
+    "endpoint": "--endpoint",
+    "model": "--model",
+    "headers": "--header",
+    "input_tokens": "--input-tokens",
+    "concurrencies": "--concurrency",
+    "mode": "--mode",
+    "rate": "--rate",
+    "warmup": "--warmup",
+    "rounds": "--rounds",
+    "requests": "--requests",
+    "duration_s": "--duration",
+    "max_tokens": "--max-tokens",
+    "seed": "--seed",
+    "salt_mode": "--salt-mode",
+    "max_failure_rate": "--max-failure-rate",
+    "timeout_s": "--timeout",
+    "slos": "--slo",
+    "slo_share": "--slo-share",
+    "sweep": "--sweep",
+    "sweep_max_concurrency": "--sweep-max-concurrency",
+    "sweep_max_steps": "--sweep-max-steps",
 }
 
 
@@ -80,50 +95,111 @@ def _header(text: str) -> tuple[str, str]:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `bench` command."""
     p = subparsers.add_parser(
-        "bench", help=summary("bench"),
+        "bench",
+        help=summary("bench"),
         description="Sweep input lengths x concurrencies against an OpenAI-compatible chat endpoint.",
     )
     p.add_argument("--endpoint", help="server base URL (http://host:port, /v1 optional); required without --profile")
     p.add_argument("--model", help="served model name; required without --profile")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV), help=f"Bearer key (default: ${API_KEY_ENV}); never stored")
-    p.add_argument("--header", type=_header, action="append", default=[], metavar="NAME:VALUE",
-                   help="extra header, repeatable (e.g. X-LLM-Profile:deepseek-v4-flash)")
-    p.add_argument("--input-tokens", type=_int_list, default=[256, 2048, 8192], metavar="N,N,...",
-                   help="prompt lengths to calibrate (default 256,2048,8192)")
-    p.add_argument("--concurrency", type=_int_list, default=[1, 2, 4], metavar="C,C,...",
-                   help="concurrencies (rate mode: caps on requests in flight; default 1,2,4)")
+    p.add_argument(
+        "--header",
+        type=_header,
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="extra header, repeatable (e.g. X-LLM-Profile:deepseek-v4-flash)",
+    )
+    p.add_argument(
+        "--input-tokens",
+        type=_int_list,
+        default=[256, 2048, 8192],
+        metavar="N,N,...",
+        help="prompt lengths to calibrate (default 256,2048,8192)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=_int_list,
+        default=[1, 2, 4],
+        metavar="C,C,...",
+        help="concurrencies (rate mode: caps on requests in flight; default 1,2,4)",
+    )
     p.add_argument("--mode", choices=MODES, default="burst", help="load shape (default burst)")
-    p.add_argument("--rate", type=_bounded(float, 1e-9, what="a positive number of requests per second"),
-                   help="requests per second (mode rate)")
+    p.add_argument(
+        "--rate",
+        type=_bounded(float, 1e-9, what="a positive number of requests per second"),
+        help="requests per second (mode rate)",
+    )
     p.add_argument("--warmup", type=_bounded(int, 0, what="an integer >= 0"), default=2, help="warm-up rounds (default 2)")
     p.add_argument("--rounds", type=_bounded(int, 1, what="an integer >= 1"), default=5, help="measured burst rounds (default 5)")
     p.add_argument("--requests", type=_bounded(int, 1, what="an integer >= 1"), help="measured requests (sustained, rate)")
-    p.add_argument("--duration", type=_bounded(float, 1e-9, what="a positive number of seconds"),
-                   help="stop sending after this many seconds (sustained, rate)")
-    p.add_argument("--max-tokens", type=_bounded(int, 1, what="an integer >= 1"), default=256, help="output tokens per request (default 256)")
+    p.add_argument(
+        "--duration",
+        type=_bounded(float, 1e-9, what="a positive number of seconds"),
+        help="stop sending after this many seconds (sustained, rate)",
+    )
+    p.add_argument(
+        "--max-tokens", type=_bounded(int, 1, what="an integer >= 1"), default=256, help="output tokens per request (default 256)"
+    )
     p.add_argument("--seed", type=int, default=42, help="sampling seed and Poisson schedule seed (default 42)")
-    p.add_argument("--salt-mode", choices=SALT_MODES, default="cache-salt",
-                   help="defeat prefix caching per request: cache_salt field, random prompt prefix, or none")
-    p.add_argument("--max-failure-rate", type=_bounded(float, 0.0, 1.0, "a number from 0 to 1"), default=0.0,
-                   help="exit non-zero when a scenario's failure rate exceeds this (default 0)")
-    p.add_argument("--timeout", type=_bounded(float, 1e-9, what="a positive number of seconds"), default=600.0,
-                   help="per-request timeout in seconds (default 600)")
+    p.add_argument(
+        "--salt-mode",
+        choices=SALT_MODES,
+        default="cache-salt",
+        help="defeat prefix caching per request: cache_salt field, random prompt prefix, or none",
+    )
+    p.add_argument(
+        "--max-failure-rate",
+        type=_bounded(float, 0.0, 1.0, "a number from 0 to 1"),
+        default=0.0,
+        help="exit non-zero when a scenario's failure rate exceeds this (default 0)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_bounded(float, 1e-9, what="a positive number of seconds"),
+        default=600.0,
+        help="per-request timeout in seconds (default 600)",
+    )
     slo = p.add_argument_group("service-level objectives and the saturation sweep")
-    slo.add_argument("--slo", type=_slos, default=[], metavar="METRIC[:PCT]=LIMIT,...",
-                     help="latency objectives, e.g. ttft_ms=500,itl_ms=50,e2e_s=20 (each request) or ttft_ms:p90=500 "
-                          "(the scenario's p90; p50, p90, p95, p99); goodput counts requests meeting every per-request SLO")
-    slo.add_argument("--slo-share", type=_bounded(float, 1e-9, 1.0, "a number above 0 and at most 1"), default=1.0,
-                     help="share of requests that must meet every per-request SLO (default 1)")
-    slo.add_argument("--sweep", action="store_true",
-                     help="search the highest concurrency meeting the SLOs (doubling from 1, then bisection; stops "
-                          "once over-saturated) instead of the --concurrency grid; needs --slo and one --input-tokens")
-    slo.add_argument("--sweep-max-concurrency", type=_bounded(int, 1, 4096, "an integer from 1 to 4096"), default=256,
-                     help="highest concurrency the sweep tries (default 256)")
-    slo.add_argument("--sweep-max-steps", type=_bounded(int, 2, 40, "an integer from 2 to 40"), default=12,
-                     help="most scenarios the sweep runs (default 12)")
-    p.add_argument("--processes", type=_bounded(int, 1, MAX_PROCESSES, f"an integer from 1 to {MAX_PROCESSES}"), default=1,
-                   help="spread each scenario's streams over this many processes of this machine, merged on its "
-                        "monotonic clock, when one event loop cannot keep up (burst and sustained; default 1)")
+    slo.add_argument(
+        "--slo",
+        type=_slos,
+        default=[],
+        metavar="METRIC[:PCT]=LIMIT,...",
+        help="latency objectives, e.g. ttft_ms=500,itl_ms=50,e2e_s=20 (each request) or ttft_ms:p90=500 "
+        "(the scenario's p90; p50, p90, p95, p99); goodput counts requests meeting every per-request SLO",
+    )
+    slo.add_argument(
+        "--slo-share",
+        type=_bounded(float, 1e-9, 1.0, "a number above 0 and at most 1"),
+        default=1.0,
+        help="share of requests that must meet every per-request SLO (default 1)",
+    )
+    slo.add_argument(
+        "--sweep",
+        action="store_true",
+        help="search the highest concurrency meeting the SLOs (doubling from 1, then bisection; stops "
+        "once over-saturated) instead of the --concurrency grid; needs --slo and one --input-tokens",
+    )
+    slo.add_argument(
+        "--sweep-max-concurrency",
+        type=_bounded(int, 1, 4096, "an integer from 1 to 4096"),
+        default=256,
+        help="highest concurrency the sweep tries (default 256)",
+    )
+    slo.add_argument(
+        "--sweep-max-steps",
+        type=_bounded(int, 2, 40, "an integer from 2 to 40"),
+        default=12,
+        help="most scenarios the sweep runs (default 12)",
+    )
+    p.add_argument(
+        "--processes",
+        type=_bounded(int, 1, MAX_PROCESSES, f"an integer from 1 to {MAX_PROCESSES}"),
+        default=1,
+        help="spread each scenario's streams over this many processes of this machine, merged on its "
+        "monotonic clock, when one event loop cannot keep up (burst and sustained; default 1)",
+    )
     p.add_argument("--output", metavar="DIR", help="write results.json, vllm/*.json, report.md and charts here")
     p.add_argument("--json", action="store_true", help="print the headline rows as JSON instead of a table")
     remote = p.add_argument_group("a deployed profile, measured from inside its VPC (run_benchmark through the REST API)")
@@ -131,8 +207,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     remote.add_argument("--start", action="store_true", help="start the profile first when it is not READY")
     remote.add_argument("--stop", action="store_true", help="stop the profile when the run ends (also after a failure)")
     remote.add_argument("--label", help="a note stored with the run, e.g. 'MTP on'")
-    remote.add_argument("--max-workers", type=_bounded(int, 1, 8, "an integer from 1 to 8"),
-                        help="workers a client-bound scenario may be split across (default 4; 1 never splits)")
+    remote.add_argument(
+        "--max-workers",
+        type=_bounded(int, 1, 8, "an integer from 1 to 8"),
+        help="workers a client-bound scenario may be split across (default 4; 1 never splits)",
+    )
     remote.add_argument("--no-wait", action="store_true", help="return once the run started")
     add_api_arguments(p, json_flag=False)
     p.set_defaults(func=_bench, bench_parser=p)
@@ -179,10 +258,14 @@ def _bench(args: argparse.Namespace) -> int:
 
     if args.profile:
         if args.endpoint or args.model or args.header or args.api_key:
-            args.bench_parser.error("--profile: the run targets the profile's own endpoint; drop --endpoint, --model, --header, --api-key")
+            args.bench_parser.error(
+                "--profile: the run targets the profile's own endpoint; drop --endpoint, --model, --header, --api-key"
+            )
         if args.processes > 1:
-            args.bench_parser.error("--processes: a --profile run is spread across its in-VPC workers (--max-workers), "
-                                    "not processes of this machine; allowed value with --profile: 1")
+            args.bench_parser.error(
+                "--processes: a --profile run is spread across its in-VPC workers (--max-workers), "
+                "not processes of this machine; allowed value with --profile: 1"
+            )
         return remote_bench(args)
     if not args.endpoint or not args.model:
         args.bench_parser.error("--endpoint and --model are required (or --profile NAME to benchmark a deployed profile)")
@@ -191,14 +274,17 @@ def _bench(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         args.bench_parser.error(_validation_message(exc))
     if args.processes > 1 and config.mode == "rate":
-        args.bench_parser.error("--processes: rate mode runs in one process (its Poisson schedule would change if "
-                                f"spread); allowed values: 1 with --mode rate, 1 to {MAX_PROCESSES} with --mode burst or sustained")
+        args.bench_parser.error(
+            "--processes: rate mode runs in one process (its Poisson schedule would change if "
+            f"spread); allowed values: 1 with --mode rate, 1 to {MAX_PROCESSES} with --mode burst or sustained"
+        )
     console = Console(stderr=True)
     try:
         with _progress(console) as progress:
             measure = run_sweep if config.sweep else run_benchmark
-            run = aio.run(measure(config, api_key=args.api_key, headers=dict(args.header), progress=progress,
-                                  processes=args.processes))
+            run = aio.run(
+                measure(config, api_key=args.api_key, headers=dict(args.header), progress=progress, processes=args.processes)
+            )
     except EndpointUnreachable as exc:
         print(f"servingctl bench: error: {exc}", file=sys.stderr)
         return 1
@@ -207,8 +293,11 @@ def _bench(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         # Nothing goes on elsewhere: the requests were this process's own.
-        console.print(f"interrupted: nothing written, nothing left running (the benchmark ran from this machine against "
-                      f"{config.endpoint})", highlight=False, soft_wrap=True)
+        console.print(
+            f"interrupted: nothing written, nothing left running (the benchmark ran from this machine against {config.endpoint})",
+            highlight=False,
+            soft_wrap=True,
+        )
         return EXIT_INTERRUPTED
     written = write_all(run, args.output) if args.output else []
     _print_results(run, as_json=args.json)
@@ -221,6 +310,7 @@ def _bench(args: argparse.Namespace) -> int:
 def _progress(console: Console) -> Iterator[ProgressFn]:
     """A rich progress bar per scenario on a terminal; plain lines otherwise."""
     if not console.is_terminal:
+
         def plain(event: ProgressEvent) -> None:
             if event.kind != "request_done":
                 print(f"[{event.kind}] {event.scenario or ''} {event.message}".replace("  ", " "), file=sys.stderr, flush=True)
@@ -229,7 +319,7 @@ def _progress(console: Console) -> Iterator[ProgressFn]:
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
-        tasks: dict[str, object] = {}
+        tasks: dict[str, TaskID] = {}
 
         def rich_event(event: ProgressEvent) -> None:
             if event.kind == "calibrated":
@@ -237,8 +327,11 @@ def _progress(console: Console) -> Iterator[ProgressFn]:
             elif event.kind == "scenario_started" and event.scenario:
                 tasks[event.scenario] = bar.add_task(event.scenario, total=event.total)
             elif event.scenario in tasks:
-                bar.update(tasks[event.scenario], completed=event.done,
-                           description=f"{event.scenario} {event.message}" if event.kind == "scenario_finished" else event.scenario)
+                bar.update(
+                    tasks[event.scenario],
+                    completed=event.done,
+                    description=f"{event.scenario} {event.message}" if event.kind == "scenario_finished" else event.scenario,
+                )
 
         yield rich_event
 

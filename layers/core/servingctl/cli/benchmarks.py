@@ -21,9 +21,8 @@ from typing import Any
 import httpx
 from rich.console import Console
 
-from servingctl.benchmarks.matrix import RUN_ID_PATTERN
-from servingctl.schema.results import RunResult
 from servingctl import render
+from servingctl.benchmarks.matrix import RUN_ID_PATTERN
 from servingctl.cli.client import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -38,6 +37,7 @@ from servingctl.cli.client import (
 from servingctl.cli.interrupt import interrupted, unanswered
 from servingctl.cli.main import summary
 from servingctl.costs import Comparison, priced_api
+from servingctl.schema.results import RunResult
 from servingctl.store.records import decode_records
 
 FOLLOW_INTERVAL_S = 1.0
@@ -46,10 +46,23 @@ RUN_ID = re.compile(RUN_ID_PATTERN)
 RUNS_DIR = Path("servingctl-runs")
 # bench flag -> run_benchmark input field (the flags of the local bench, same meaning).
 FIELDS = {
-    "input_tokens": "input_tokens", "concurrency": "concurrencies", "mode": "mode", "rate": "rate", "warmup": "warmup",
-    "rounds": "rounds", "requests": "requests", "duration": "duration_s", "max_tokens": "max_tokens", "seed": "seed",
-    "salt_mode": "salt_mode", "max_failure_rate": "max_failure_rate", "timeout": "timeout_s", "max_workers": "max_workers",
-    "slo_share": "slo_share", "sweep_max_concurrency": "sweep_max_concurrency", "sweep_max_steps": "sweep_max_steps",
+    "input_tokens": "input_tokens",
+    "concurrency": "concurrencies",
+    "mode": "mode",
+    "rate": "rate",
+    "warmup": "warmup",
+    "rounds": "rounds",
+    "requests": "requests",
+    "duration": "duration_s",
+    "max_tokens": "max_tokens",
+    "seed": "seed",
+    "salt_mode": "salt_mode",
+    "max_failure_rate": "max_failure_rate",
+    "timeout": "timeout_s",
+    "max_workers": "max_workers",
+    "slo_share": "slo_share",
+    "sweep_max_concurrency": "sweep_max_concurrency",
+    "sweep_max_steps": "sweep_max_steps",
 }
 
 
@@ -72,11 +85,19 @@ def _runs(args: argparse.Namespace, client: Client) -> int:
         print(json.dumps(runs))
         return EXIT_OK
     if not runs:
-        print("no benchmark runs yet" + (f" of {args.profile}" if args.profile else "")
-              + " (start one with: servingctl bench --profile NAME)")
+        print(
+            "no benchmark runs yet"
+            + (f" of {args.profile}" if args.profile else "")
+            + " (start one with: servingctl bench --profile NAME)"
+        )
         return EXIT_OK
-    rows = [(r["run_id"], r["profile"], r["status"], render.when(r["finished_at"], short=True), str(len(r["scenarios"]))) for r in runs]
-    notes = ["; ".join(x for x in (r["label"] and f"label: {r['label']}", r["error"] and f"error: {r['error']}") if x) for r in runs]
+    rows = [
+        (r["run_id"], r["profile"], r["status"], render.when(r["finished_at"], short=True), str(len(r["scenarios"])))
+        for r in runs
+    ]
+    notes = [
+        "; ".join(x for x in (r["label"] and f"label: {r['label']}", r["error"] and f"error: {r['error']}") if x) for r in runs
+    ]
     print(render.columns_with_notes(("run id", "profile", "status", "finished UTC", "scenarios"), rows, notes))
     return EXIT_OK
 
@@ -114,12 +135,16 @@ def follow_run(client: Client, run_id: str, *, plain: bool, sleep: Callable[[flo
                 raise
             detail = {"status": "PENDING", "execution_status": "RUNNING", "scenarios_written": [], "scenarios": []}
         elapsed = time.monotonic() - started
-        for name in detail["scenarios_written"][len(shown):]:
+        for name in detail["scenarios_written"][len(shown) :]:
             shown.append(name)
             _say(console, plain, f"[{elapsed:7.1f} s] {name} written ({len(shown)}/{len(detail['scenarios'])})")
         if detail["status"] != status:
             status = detail["status"]
-            _say(console, plain, f"[{elapsed:7.1f} s] {status}" + (" (the profile is being started)" if status == "PLANNED" else ""))
+            _say(
+                console,
+                plain,
+                f"[{elapsed:7.1f} s] {status}" + (" (the profile is being started)" if status == "PLANNED" else ""),
+            )
         if detail.get("execution_status") not in (None, "RUNNING"):
             return detail
         sleep(FOLLOW_INTERVAL_S)
@@ -182,7 +207,13 @@ def load_run(ref: str, args: argparse.Namespace) -> LoadedRun:
 
 # run_benchmark input field -> the flag of `bench --profile`.
 FLAGS = {field: "--" + flag.replace("_", "-") for flag, field in FIELDS.items()} | {
-    "profile": "--profile", "label": "--label", "start": "--start", "stop": "--stop", "slos": "--slo", "sweep": "--sweep"}
+    "profile": "--profile",
+    "label": "--label",
+    "start": "--start",
+    "stop": "--stop",
+    "slos": "--slo",
+    "sweep": "--sweep",
+}
 
 
 def _remote(args: argparse.Namespace, client: Client) -> int:
@@ -205,17 +236,30 @@ def _remote(args: argparse.Namespace, client: Client) -> int:
         if exc.field != "body.start":
             raise
         # The API says it in its input's words ("start": true); a person typed flags.
-        raise ApiError(exc.status, exc.message.split(";")[0] + "; pass --start to start it first (and --stop to stop it afterwards)",
-                       exc.field) from None
+        raise ApiError(
+            exc.status,
+            exc.message.split(";")[0] + "; pass --start to start it first (and --stop to stop it afterwards)",
+            exc.field,
+        ) from None
     try:
         Console(stderr=True).print(
-            f"run {ref['run_id']}: " + ("a saturation sweep" if body.get("sweep") else
-                                        f"{len(ref['scenarios'])} scenario{'s' if len(ref['scenarios']) != 1 else ''}")
+            f"run {ref['run_id']}: "
+            + (
+                "a saturation sweep"
+                if body.get("sweep")
+                else f"{len(ref['scenarios'])} scenario{'s' if len(ref['scenarios']) != 1 else ''}"
+            )
             + f" on {ref['profile']}"
-            + (" (starting it first)" if ref["start"] else "") + (", stopping it afterwards" if ref["stop"] else ""),
-            highlight=False)
+            + (" (starting it first)" if ref["start"] else "")
+            + (", stopping it afterwards" if ref["stop"] else ""),
+            highlight=False,
+        )
         if args.no_wait:
-            print(json.dumps(ref) if args.json else f"re-attach: servingctl wait {ref['run_id']}; report: servingctl report {ref['run_id']}")
+            print(
+                json.dumps(ref)
+                if args.json
+                else f"re-attach: servingctl wait {ref['run_id']}; report: servingctl report {ref['run_id']}"
+            )
             return EXIT_OK
         return attach(args, client, ref["run_id"], ref["profile"])
     except KeyboardInterrupt:  # from the moment the API answered: attach says it itself once it follows
@@ -232,8 +276,12 @@ def attach(args: argparse.Namespace, client: Client, run_id: str, profile: str) 
     try:
         return _finished(args, client, console, detail)
     except KeyboardInterrupt:  # the run is over: only this copy of its results was cut short
-        print(f"interrupted: run {run_id} had ended ({detail['status']}); its results are stored, "
-              f"write them again with: servingctl report {run_id}", file=sys.stderr, flush=True)
+        print(
+            f"interrupted: run {run_id} had ended ({detail['status']}); its results are stored, "
+            f"write them again with: servingctl report {run_id}",
+            file=sys.stderr,
+            flush=True,
+        )
         return EXIT_INTERRUPTED
 
 
@@ -252,13 +300,21 @@ def _finished(args: argparse.Namespace, client: Client, console: Console, detail
     out = Path(args.output) if args.output else None if args.json else RUNS_DIR / run_id
     written = write_all(run, out, comparison=comparisons or None) if out is not None else []
     if args.json:
-        print(json.dumps(run_json(run, comparisons=comparisons or None) | {"status": detail["status"], "files": [str(p) for p in written]}))
+        print(
+            json.dumps(
+                run_json(run, comparisons=comparisons or None) | {"status": detail["status"], "files": [str(p) for p in written]}
+            )
+        )
     else:
         print_run(run, comparisons=comparisons or None, api=priced_api(comparisons))
         if detail["status"] != "SUCCEEDED":
-            console.print(f"[bold red]run {detail['status']}[/]: {detail.get('error')} (the scenarios above were written before it)")
+            console.print(
+                f"[bold red]run {detail['status']}[/]: {detail.get('error')} (the scenarios above were written before it)"
+            )
     if written:
-        console.print(f"wrote {len(written)} files to {written[0].parent}: report.md, results.json, vllm/, *.png", highlight=False)
+        console.print(
+            f"wrote {len(written)} files to {written[0].parent}: report.md, results.json, vllm/, *.png", highlight=False
+        )
     return EXIT_OK if detail["status"] == "SUCCEEDED" and run.exit_code == 0 else EXIT_FAILED
 
 

@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
@@ -34,9 +34,14 @@ EXECUTE_API_HOST = re.compile(r"^[a-z0-9]+\.execute-api\.([a-z0-9-]+)\.amazonaws
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 # API field -> the flag or argument a person typed (for fields a command does not map itself).
 FLAGS = {
-    "path.name": "NAME", "body.lease_minutes": "--lease", "body.minutes": "--minutes",
-    "body.allow_shared_pool": "--allow-shared-pool", "body.poll": "--poll-interval",
-    "query.profile": "--profile", "query.limit": "--limit", "path.execution_id": "EXECUTION",
+    "path.name": "NAME",
+    "body.lease_minutes": "--lease",
+    "body.minutes": "--minutes",
+    "body.allow_shared_pool": "--allow-shared-pool",
+    "body.poll": "--poll-interval",
+    "query.profile": "--profile",
+    "query.limit": "--limit",
+    "path.execution_id": "EXECUTION",
 }
 
 
@@ -69,8 +74,11 @@ def write_twin_state(api_url: str | None, poll: dict[str, Any] | None = None, re
     wait for it instead of finding none."""
     path = twin_state_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = ({"api_url": api_url, "pid": os.getpid(), "poll": poll, "region": region} if api_url
-              else {"starting": True, "pid": os.getpid()})
+    record = (
+        {"api_url": api_url, "pid": os.getpid(), "poll": poll, "region": region}
+        if api_url
+        else {"starting": True, "pid": os.getpid()}
+    )
     path.write_text(json.dumps(record))
     return path
 
@@ -95,15 +103,28 @@ def read_twin_state() -> dict[str, Any] | None:
 class Client:
     """GET/POST JSON against the API; errors become ApiError, connection problems Unreachable."""
 
-    def __init__(self, base_url: str, *, auth: httpx.Auth | None = None, local: bool = False,
-                 poll: dict[str, Any] | None = None, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        auth: httpx.Auth | None = None,
+        local: bool = False,
+        poll: dict[str, Any] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         import httpx
 
         self.base_url = base_url.rstrip("/")
         self.local = local
         self.poll = poll  # the twin's suggested wait-loop pacing, None for a deployed API
-        self._http = httpx.Client(base_url=self.base_url, auth=auth, timeout=30.0, trust_env=not local, transport=transport,
-                                  headers={"Accept": "application/json", "User-Agent": "servingctl"})
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            auth=auth,
+            timeout=30.0,
+            trust_env=not local,
+            transport=transport,
+            headers={"Accept": "application/json", "User-Agent": "servingctl"},
+        )
 
     def _answer(self, response: httpx.Response) -> Any:
         try:
@@ -114,7 +135,7 @@ class Client:
             # API Gateway's access refusals say "Message"; every other answer, "message".
             message = (body.get("message") or body.get("Message")) if isinstance(body, dict) else None
             if message:
-                raise ApiError(response.status_code, str(message), body.get("field"))
+                raise ApiError(response.status_code, str(message), body.get("field") if isinstance(body, dict) else None)
             raise ApiError(response.status_code, response.text[:300] or response.reason_phrase)
         return body
 
@@ -186,6 +207,14 @@ def _when_up(state: dict[str, Any]) -> dict[str, Any]:
     raise Unreachable(f"the local twin (pid {pid}) is still starting after {TWIN_START_WAIT_S} s")
 
 
+@overload
+def _twin(url: str) -> Client: ...
+
+
+@overload
+def _twin(url: None = None) -> Client | None: ...
+
+
 def _twin(url: str | None = None) -> Client | None:
     """The running twin from its state file (None when none runs; waited for while it starts), or
     the twin at url, signed as the twin's user, with the pacing and region the state file gives when
@@ -199,8 +228,9 @@ def _twin(url: str | None = None) -> Client | None:
     from servingctl.cli.sigv4 import twin_signer
 
     same = str(state.get("api_url", "")).rstrip("/") == url.rstrip("/")
-    return Client(url, local=True, poll=state.get("poll") if same else None,
-                  auth=twin_signer(state.get("region") if same else None))
+    return Client(
+        url, local=True, poll=state.get("poll") if same else None, auth=twin_signer(state.get("region") if same else None)
+    )
 
 
 def _signed(url: str, aws_profile: str | None, region: str | None) -> Client:
@@ -221,7 +251,7 @@ def _signed(url: str, aws_profile: str | None, region: str | None) -> Client:
 
 
 def _api(url: str, args: argparse.Namespace) -> Client:
-    return _twin(url) if is_loopback(url) else _signed(url, args.aws_profile, args.region)  # type: ignore[return-value]
+    return _twin(url) if is_loopback(url) else _signed(url, args.aws_profile, args.region)
 
 
 def connect(args: argparse.Namespace) -> Client:

@@ -37,7 +37,11 @@ def interrupted_line(client: Client, followed: str, wait_id: str, profile: str) 
         spec = _spec(client, profile)
     finally:
         signal.signal(signal.SIGINT, previous)
-    gpu = f"a {spec['instance_type']} ({render.per_hour(spec.get('hourly_usd'))})" if spec.get("instance_type") else "its GPU instance"
+    gpu = (
+        f"a {spec['instance_type']} ({render.per_hour(spec.get('hourly_usd'))})"
+        if spec.get("instance_type")
+        else "its GPU instance"
+    )
     where = f"it keeps running in Step Functions ({arn})"
     if followed == "start":
         what, goes_on, stop = f"start of {profile}", f"{where} and brings up {gpu}", f"stop it: servingctl stop {profile}"

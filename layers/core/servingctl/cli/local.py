@@ -58,23 +58,46 @@ def _register_up(local_sub: argparse._SubParsersAction) -> None:
         "Runs in the foreground; Ctrl-C stops everything. Its state (profile phases, executions, benchmark runs, "
         "the ledger) is in memory only and not kept across restarts: every `local up` starts a fresh world.",
     )
-    parser.add_argument("--model-server", choices=["sim", "vllm"], default="sim",
-                        help="model server started when a task runs: the simulator or vLLM on CPU (default sim)")
-    parser.add_argument("--fault", action="append", default=[], type=_fault, metavar="NAME",
-                        help="inject a fault (repeatable): " + ", ".join(sorted(FAULTS))
-                        + "; capacity-unavailable=TYPE fails only that instance type's launches, "
-                        "capacity-unavailable=TYPE:CLASS with AWS's message of one class: " + ", ".join(LAUNCH_FAILURES))
-    parser.add_argument("--time-scale", type=_positive_float, default=10.0,
-                        help="divide AWS's delays by this factor (default 10)")
-    parser.add_argument("--port", type=int, default=DEFAULT_AWS_PORT,
-                        help=f"port of the emulated AWS endpoint (default {DEFAULT_AWS_PORT}; 0 picks a free one)")
+    parser.add_argument(
+        "--model-server",
+        choices=["sim", "vllm"],
+        default="sim",
+        help="model server started when a task runs: the simulator or vLLM on CPU (default sim)",
+    )
+    parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        type=_fault,
+        metavar="NAME",
+        help="inject a fault (repeatable): "
+        + ", ".join(sorted(FAULTS))
+        + "; capacity-unavailable=TYPE fails only that instance type's launches, "
+        "capacity-unavailable=TYPE:CLASS with AWS's message of one class: " + ", ".join(LAUNCH_FAILURES),
+    )
+    parser.add_argument(
+        "--time-scale", type=_positive_float, default=10.0, help="divide AWS's delays by this factor (default 10)"
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_AWS_PORT,
+        help=f"port of the emulated AWS endpoint (default {DEFAULT_AWS_PORT}; 0 picks a free one)",
+    )
     parser.add_argument("--registry", default=None, help="profiles file (default: the reference's two profiles)")
-    parser.add_argument("--api-port", type=int, default=DEFAULT_TWIN_PORT,
-                        help=f"port of the REST API on 127.0.0.1, OpenAPI at /openapi.json (default {DEFAULT_TWIN_PORT}; "
-                        "0 picks a free one)")
-    parser.add_argument("--no-sweep", dest="sweep", action="store_false",
-                        help="do not run the scheduled sweep (template.yaml's rate divided by --time-scale) nor deliver "
-                        "Step Functions status-change events to the reconciler")
+    parser.add_argument(
+        "--api-port",
+        type=int,
+        default=DEFAULT_TWIN_PORT,
+        help=f"port of the REST API on 127.0.0.1, OpenAPI at /openapi.json (default {DEFAULT_TWIN_PORT}; 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--no-sweep",
+        dest="sweep",
+        action="store_false",
+        help="do not run the scheduled sweep (template.yaml's rate divided by --time-scale) nor deliver "
+        "Step Functions status-change events to the reconciler",
+    )
     parser.add_argument("--verbose", action="store_true", help="also print the Lambda handlers' logs and warnings")
     parser.set_defaults(func=_run_up)
 
@@ -166,7 +189,7 @@ def _run_up(args: argparse.Namespace) -> int:
     terminal = sys.stdout
     if not args.verbose:
         _quiet()
-    from servingctl.local.twin import Twin  # noqa: F811 (moto loads only for this command)
+    from servingctl.local.twin import Twin
 
     stop = threading.Event()
 
@@ -174,8 +197,16 @@ def _run_up(args: argparse.Namespace) -> int:
         stop.set()
 
     previous = signal.signal(signal.SIGTERM, _on_signal)
-    twin = Twin(args.registry, model_server=args.model_server, faults=args.fault, time_scale=args.time_scale, port=args.port,
-                api_port=args.api_port, sweep=args.sweep, lambda_logs_to_terminal=args.verbose)
+    twin = Twin(
+        args.registry,
+        model_server=args.model_server,
+        faults=args.fault,
+        time_scale=args.time_scale,
+        port=args.port,
+        api_port=args.api_port,
+        sweep=args.sweep,
+        lambda_logs_to_terminal=args.verbose,
+    )
     try:
         twin.start()
         assert twin.api_url is not None
@@ -183,8 +214,12 @@ def _run_up(args: argparse.Namespace) -> int:
             write_twin_state(twin.api_url, twin.scaled_poll(), twin.region)
         print(_banner(twin, verbose=args.verbose), flush=True)
         if other is not None:
-            print(f"note: another twin (pid {other['pid']}, {other.get('api_url') or 'starting'}) is the one servingctl finds by default "
-                  f"({twin_state_path()}); reach this one with --api-url {twin.api_url}", flush=True)
+            print(
+                f"note: another twin (pid {other['pid']}, {other.get('api_url') or 'starting'}) "
+                f"is the one servingctl finds by default "
+                f"({twin_state_path()}); reach this one with --api-url {twin.api_url}",
+                flush=True,
+            )
         seen = 0
         while not stop.wait(0.2):
             assert twin.world is not None
@@ -218,15 +253,22 @@ def _banner(twin: Twin, *, verbose: bool = False) -> str:
         "  state          in memory only: stopping the twin forgets every profile state, run and ledger entry",
     ]
     for name, profile in twin.registry.profiles.items():
-        lines.append(f"  endpoint       {name}: {profile.endpoint_url} (its ALB; header {profile.routing_header.name}: "
-                     f"{profile.routing_header.value})")
+        lines.append(
+            f"  endpoint       {name}: {profile.endpoint_url} (its ALB; header {profile.routing_header.name}: "
+            f"{profile.routing_header.value})"
+        )
     lines.append(f"Try: servingctl start {first} --wait    then: servingctl status {first}")
     if verbose:
         poll = json.dumps(twin.scaled_poll())
         for stem in ("start_profile", "stop_profile"):
             arn = twin.state_machines.get(stem, f"<no statemachine/{stem}.asl.json>")
-            lines.append(f"  aws stepfunctions start-execution --endpoint-url {twin.endpoint_url} --state-machine-arn {arn} "
-                         f"--input '{{\"profile\": \"{first}\", \"poll\": {poll}}}'")
-    lines.append("Below: one line per change in the simulated world" + ("" if verbose else " (--verbose adds the Lambda logs)")
-                 + ". Ctrl-C stops everything.")
+            lines.append(
+                f"  aws stepfunctions start-execution --endpoint-url {twin.endpoint_url} --state-machine-arn {arn} "
+                f'--input \'{{"profile": "{first}", "poll": {poll}}}\''
+            )
+    lines.append(
+        "Below: one line per change in the simulated world"
+        + ("" if verbose else " (--verbose adds the Lambda logs)")
+        + ". Ctrl-C stops everything."
+    )
     return "\n".join(lines)

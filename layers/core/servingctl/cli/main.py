@@ -63,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # httpx imports its own command line (click, pygments, rich: about a second) when those are
     # installed, which moto's server brings; servingctl never uses it.
+    # None in sys.modules makes the import raise ImportError (importlib's way to block a module).
     sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     args = build_parser(_command(argv)).parse_args(argv)
     try:

@@ -44,8 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     start.add_argument("name", help="profile name from the registry")
     start.add_argument("--wait", action="store_true", help="follow the phases until READY or failure")
     start.add_argument("--allow-shared-pool", action="store_true", help="start even when another profile holds the pool")
-    start.add_argument("--lease", type=_whole, metavar="MINUTES",
-                       help="minutes before auto-shutdown may stop it (bounded by the profile's max_lease_minutes)")
+    start.add_argument(
+        "--lease",
+        type=_whole,
+        metavar="MINUTES",
+        help="minutes before auto-shutdown may stop it (bounded by the profile's max_lease_minutes)",
+    )
     _poll_argument(start)
     add_api_arguments(start)
     start.set_defaults(func=api_command(_start))
@@ -69,8 +73,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     keepalive.set_defaults(func=api_command(_keepalive))
 
     wait = subparsers.add_parser("wait", help=summary("wait"))
-    wait.add_argument("execution", metavar="EXECUTION",
-                      help="what start, stop or bench --profile printed: an execution name (start-... / stop-...), its ARN, or a run id")
+    wait.add_argument(
+        "execution",
+        metavar="EXECUTION",
+        help="what start, stop or bench --profile printed: an execution name (start-... / stop-...), its ARN, or a run id",
+    )
     wait.add_argument("--output", metavar="DIR", help="a benchmark run's files go here (default servingctl-runs/RUN_ID)")
     add_api_arguments(wait)
     wait.set_defaults(func=api_command(_wait))
@@ -84,8 +91,12 @@ def _whole(text: str) -> int:
 
 
 def _poll_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--poll-interval", type=_whole, metavar="SECONDS",
-                        help="seconds between the flow's checks (default 15; the local twin suggests its own)")
+    parser.add_argument(
+        "--poll-interval",
+        type=_whole,
+        metavar="SECONDS",
+        help="seconds between the flow's checks (default 15; the local twin suggests its own)",
+    )
 
 
 def _usage(args: argparse.Namespace, message: str) -> int:
@@ -103,8 +114,10 @@ def _checked(body: dict[str, Any], model: Any, flags: dict[str, str], unit: dict
     try:
         model.model_validate(body)
     except ValidationError as exc:
-        return "; ".join(f"{flags.get(field.split('.')[0], field)} {text}{_unit(text, unit.get(field, ''))}; got {err.get('input')}"
-                         for (field, text), err in zip(problems(exc.errors()), exc.errors()))
+        return "; ".join(
+            f"{flags.get(field.split('.')[0], field)} {text}{_unit(text, unit.get(field, ''))}; got {err.get('input')}"
+            for (field, text), err in zip(problems(exc.errors()), exc.errors(), strict=False)
+        )
     return None
 
 
@@ -116,7 +129,11 @@ def _unit(text: str, unit: str) -> str:
 def _poll(args: argparse.Namespace, client: Client) -> dict[str, Any] | None:
     """Wait-loop pacing for the execution: --poll-interval, else the twin's suggestion, else the API's default."""
     if args.poll_interval:
-        return {"interval_s": args.poll_interval, "max_interval_s": max(args.poll_interval, 4 * args.poll_interval), "backoff": 1.5}
+        return {
+            "interval_s": args.poll_interval,
+            "max_interval_s": max(args.poll_interval, 4 * args.poll_interval),
+            "backoff": 1.5,
+        }
     return client.poll
 
 
@@ -163,8 +180,10 @@ def _submit(args: argparse.Namespace, client: Client, action: str, body: dict[st
             print(json.dumps(ref))
         else:
             how = "was already running: joined" if ref["joined"] else "submitted"
-            print(f"{ref['profile']}: {ref['action']} {how} ({ref['execution_id']})\n"
-                  f"  follow it: servingctl wait {ref['execution_id']}   (or: servingctl status {ref['profile']})")
+            print(
+                f"{ref['profile']}: {ref['action']} {how} ({ref['execution_id']})\n"
+                f"  follow it: servingctl wait {ref['execution_id']}   (or: servingctl status {ref['profile']})"
+            )
         return EXIT_OK
     return _follow_command(args, client, ref["execution_id"], ref["profile"], ref["action"])
 
@@ -193,8 +212,9 @@ def _line(phase: dict[str, Any]) -> str:
     return f"[{phase['offset_s']:8.1f} s] {phase['name']}"
 
 
-def follow(client: Client, execution_id: str, *, plain: bool, quiet: bool = False,
-           sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+def follow(
+    client: Client, execution_id: str, *, plain: bool, quiet: bool = False, sleep: Callable[[float], None] = time.sleep
+) -> dict[str, Any]:
     """Poll the execution until it ends, showing phases as they pass; returns the last progress."""
     if plain:
         shown, shown_marks, last_eta = 0, 0, None
@@ -261,8 +281,14 @@ def _view(progress: dict[str, Any], start: dict[str, Any] | None = None) -> Rend
     from rich.text import Text
 
     table = Table(show_edge=False, box=None, padding=(0, 2))
-    parts: list[RenderableType] = [Text(f"{progress['action']} {progress['profile']}  {progress['status']}  "
-                                        f"{progress['elapsed_s']:.1f} s  ({progress['execution_id']})", style="bold"), table]
+    parts: list[RenderableType] = [
+        Text(
+            f"{progress['action']} {progress['profile']}  {progress['status']}  "
+            f"{progress['elapsed_s']:.1f} s  ({progress['execution_id']})",
+            style="bold",
+        ),
+        table,
+    ]
     if start is not None and start["phases"]:
         table.add_column("phase")
         table.add_column("took", justify="right")
@@ -308,11 +334,28 @@ def _status(args: argparse.Namespace, client: Client) -> int:
         elif not profiles:
             print("no profiles in the registry")
         else:
-            rows = [(p["name"], p["phase"], p["instance_type"], _price(p.get("hourly_usd")), render.when(p["lease_deadline"], short=True))
-                    for p in profiles]
-            notes = ["; ".join(n for n in (p.get("retired") and f"not in the registry: {p['retired']} (stopping it)",
-                                           p["last_error"] and f"last error: {p['last_error']}") if n) or None
-                     for p in profiles]
+            rows = [
+                (
+                    p["name"],
+                    p["phase"],
+                    p["instance_type"],
+                    _price(p.get("hourly_usd")),
+                    render.when(p["lease_deadline"], short=True),
+                )
+                for p in profiles
+            ]
+            notes = [
+                "; ".join(
+                    n
+                    for n in (
+                        p.get("retired") and f"not in the registry: {p['retired']} (stopping it)",
+                        p["last_error"] and f"last error: {p['last_error']}",
+                    )
+                    if n
+                )
+                or None
+                for p in profiles
+            ]
             print(render.columns_with_notes(("profile", "phase", "type", "USD/h", "lease until UTC"), rows, notes, right=(3,)))
         return EXIT_OK
     detail = client.get(f"/profiles/{args.name}")
@@ -331,19 +374,36 @@ def status_text(detail: dict[str, Any], *, local: bool = False) -> str:
         phase += f" since {render.when(detail['ready_at'])}"
     cost = "-"
     if detail["accrued_cost_usd"] is not None:
-        cost = f"{detail['accrued_cost_usd']:.2f} USD ({detail['uptime_s'] / 60:.1f} min at {render.per_hour(detail['hourly_usd'])})"
+        cost = (
+            f"{detail['accrued_cost_usd']:.2f} USD ({detail['uptime_s'] / 60:.1f} min at {render.per_hour(detail['hourly_usd'])})"
+        )
     elif detail.get("uptime_s") is not None:
         cost = f"unpriced ({detail['uptime_s'] / 60:.1f} min up; the instance is {render.per_hour(None)})"
     rows = [
         ("phase", phase),
-        *([("registry", f"not in the registry: {detail['retired']}; shown from the controller's copy until it is stopped")]
-          if detail.get("retired") else []),
-        ("endpoint", f"{detail['endpoint_url']} " + ("(the twin's ALB, reachable here)" if local else
-                     f"(internal: from a host in the VPC; `servingctl bench --profile {detail['name']}` measures it from there)")),
+        *(
+            [("registry", f"not in the registry: {detail['retired']}; shown from the controller's copy until it is stopped")]
+            if detail.get("retired")
+            else []
+        ),
+        (
+            "endpoint",
+            f"{detail['endpoint_url']} "
+            + (
+                "(the twin's ALB, reachable here)"
+                if local
+                else f"(internal: from a host in the VPC; `servingctl bench --profile {detail['name']}` measures it from there)"
+            ),
+        ),
         ("header", f"{detail['routing_header']} (the ALB routes by it)"),
         ("model", detail["model"]),
-        ("instances", "\n".join(f"{i['instance_id']} {i['lifecycle']}" + (" (protected)" if i["protected"] else "")
-                                for i in detail["instances"]) or "none"),
+        (
+            "instances",
+            "\n".join(
+                f"{i['instance_id']} {i['lifecycle']}" + (" (protected)" if i["protected"] else "") for i in detail["instances"]
+            )
+            or "none",
+        ),
         *_warm_rows(detail),
         ("service", f"desired {detail['desired_count']}, running {detail['running_count']}, pending {detail['pending_count']}"),
         ("targets", "\n".join(f"{k} {v}" for k, v in detail["target_health"].items()) or "none"),
@@ -363,8 +423,13 @@ def _warm_rows(detail: dict[str, Any]) -> list[tuple[str, str]]:
     """The pool's warm (stopped) instances, whether the last start took one, and a capacity fallback's reason."""
     rows = []
     if detail.get("warm_instances"):
-        rows.append(("warm pool", "\n".join(f"{i['instance_id']} {i['lifecycle']}" for i in detail["warm_instances"])
-                     + "\n(stopped: only the volume is billed)"))
+        rows.append(
+            (
+                "warm pool",
+                "\n".join(f"{i['instance_id']} {i['lifecycle']}" for i in detail["warm_instances"])
+                + "\n(stopped: only the volume is billed)",
+            )
+        )
     if detail.get("warm_start") is not None:
         rows.append(("last start", "warm (an instance from the warm pool)" if detail["warm_start"] else "cold (a new instance)"))
     if detail.get("capacity_note"):
@@ -380,7 +445,11 @@ def _start_rows(detail: dict[str, Any]) -> list[tuple[str, str]]:
     eta = eta_text(start, datetime.now(UTC))
     if eta:
         # EC2 stamps LaunchTime to the second: a launch may read as just before the request.
-        done = f"{start['phases'][-1]['label']} done at +{max(0.0, start['phases'][-1]['since_request_s']):.0f} s; " if start["phases"] else ""
+        done = (
+            f"{start['phases'][-1]['label']} done at +{max(0.0, start['phases'][-1]['since_request_s']):.0f} s; "
+            if start["phases"]
+            else ""
+        )
         return [("start", done + eta)]
     if start["outcome"] == "STARTING":
         return [("start", f"requested {render.when(start['requested_at'])}; no phase recorded yet")]
@@ -398,10 +467,17 @@ def _planned_stop_rows(detail: dict[str, Any]) -> list[tuple[str, str]]:
     if stop:
         kind = "hard limit, after a drain" if stop["hard"] else "waits for running requests"
         soon = "STOPPING SOON: " if detail.get("stopping_soon") else ""
-        hint = f"; `servingctl keepalive {detail['name']}` extends the lease" if stop["reason"] in ("lease-expired", "idle") else ""
+        hint = (
+            f"; `servingctl keepalive {detail['name']}` extends the lease" if stop["reason"] in ("lease-expired", "idle") else ""
+        )
         rows.append(("next stop", f"{soon}{render.when(stop['at'])} ({stop['reason']}: {stop['detail']}; {kind}){hint}"))
     if detail.get("held_by"):
-        rows.append(("held by", f"benchmark run {detail['held_by']} until {render.when(detail.get('held_until'))} (the sweep's soft stops wait)"))
+        rows.append(
+            (
+                "held by",
+                f"benchmark run {detail['held_by']} until {render.when(detail.get('held_until'))} (the sweep's soft stops wait)",
+            )
+        )
     for key, label in (("started_by", "started by"), ("stopped_by", "stopped by")):
         if detail.get(key):
             rows.append((label, detail[key]))
@@ -419,5 +495,7 @@ def _keepalive(args: argparse.Namespace, client: Client) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
-        print(render.paragraph(summary.get("message") or f"{summary['name']}: lease until {render.when(summary['lease_deadline'])}"))
+        print(
+            render.paragraph(summary.get("message") or f"{summary['name']}: lease until {render.when(summary['lease_deadline'])}")
+        )
     return EXIT_OK

@@ -30,7 +30,9 @@ class SigV4(httpx.Auth):
         """Add Authorization, X-Amz-Date (and X-Amz-Security-Token) to the request."""
         signed = {"host", "content-type", "idempotency-key"}
         aws = AWSRequest(
-            method=request.method, url=str(request.url), data=request.content,
+            method=request.method,
+            url=str(request.url),
+            data=request.content,
             headers={k: v for k, v in request.headers.items() if k.lower() in signed},
         )
         SigV4Auth(self.credentials.get_frozen_credentials(), "execute-api", self.region).add_auth(aws)

@@ -60,17 +60,29 @@ def history_text(history: dict[str, Any]) -> str:
         phases = start["phases"]
         slowest = max(phases, key=lambda p: p["seconds"], default=None)
         total = phases[-1]["since_request_s"] if phases else 0.0
-        rows.append((render.when(start["requested_at"], short=True), start["outcome"], f"{total:.1f}",
-                     f"{slowest['label']} {slowest['seconds']:.1f} s" if slowest else "-"))
+        rows.append(
+            (
+                render.when(start["requested_at"], short=True),
+                start["outcome"],
+                f"{total:.1f}",
+                f"{slowest['label']} {slowest['seconds']:.1f} s" if slowest else "-",
+            )
+        )
     table = render.columns(("requested UTC", "outcome", "total s", "slowest phase"), rows, right=(2,))
     last = {p["mark"]: p["seconds"] for p in starts[-1]["phases"]}
     order = [p["mark"] for s in starts for p in s["phases"]]
     marks = sorted(set(order), key=order.index)
-    phase_rows = [(f"{history['p50_s'].get(m, float('nan')):.1f}", f"{history['p90_s'].get(m, float('nan')):.1f}",
-                   f"{last[m]:.1f}" if m in last else "-", history["labels"].get(m, m)) for m in marks]
+    phase_rows = [
+        (
+            f"{history['p50_s'].get(m, float('nan')):.1f}",
+            f"{history['p90_s'].get(m, float('nan')):.1f}",
+            f"{last[m]:.1f}" if m in last else "-",
+            history["labels"].get(m, m),
+        )
+        for m in marks
+    ]
     phases = render.columns(("p50 s", "p90 s", "last s", "phase (ends at its mark)"), phase_rows, right=(0, 1, 2))
-    return (f"{history['profile']}: {len(starts)} start(s), {ready} READY (p50/p90 over the READY ones)\n"
-            f"{table}\n\n{phases}")
+    return f"{history['profile']}: {len(starts)} start(s), {ready} READY (p50/p90 over the READY ones)\n{table}\n\n{phases}"
 
 
 def chart_figure(history: dict[str, Any]) -> Figure:
@@ -93,11 +105,18 @@ def chart_figure(history: dict[str, Any]) -> Figure:
         left = 0.0
         for phase in start["phases"]:
             mark = phase["mark"] if phase["mark"] in colours else "other"
-            ax.barh(y, phase["seconds"], left=left, color=colours.get(mark, "lightgrey"), edgecolor="white", linewidth=0.5,
-                    label=history["labels"].get(mark, mark))
+            ax.barh(
+                y,
+                phase["seconds"],
+                left=left,
+                color=colours.get(mark, "lightgrey"),
+                edgecolor="white",
+                linewidth=0.5,
+                label=history["labels"].get(mark, mark),
+            )
             left += phase["seconds"]
     handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
+    unique = dict(zip(labels, handles, strict=True))
     ax.legend(unique.values(), unique.keys(), fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_yticks(range(len(starts)), [f"{render.when(s['requested_at'], short=True)} {s['outcome']}" for s in starts])
     ax.invert_yaxis()

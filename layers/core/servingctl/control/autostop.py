@@ -31,23 +31,26 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict
 
 from servingctl.bench.server_metrics import RUNNING, WAITING, parse_prometheus
-
 from servingctl.control import events
-from servingctl.shared.clock import Clock, SystemClock
 from servingctl.control.executions import attempt_names, execution_name, running_execution, start_fresh
-from servingctl.shared.settings import Poll
 from servingctl.control.sweep import Decision, PlannedStop, ServerLoad, decide
 from servingctl.costs import PriceCatalog, load_catalog
 from servingctl.registry.models import Registry, ServingProfile
+from servingctl.shared.clock import Clock, SystemClock
+from servingctl.shared.settings import Poll
 from servingctl.store.base import Store
 from servingctl.store.models import Phase, ProfileState
+
+if TYPE_CHECKING:
+    from types_boto3_cloudwatch import CloudWatchClient
+    from types_boto3_elbv2 import ElasticLoadBalancingv2Client
 
 METRIC_PERIOD_S = 60
 # A model server that does not answer /metrics within this is "unknown" (the sweep has 60 s in all).
@@ -100,17 +103,23 @@ class Outcome(BaseModel):
     published: bool = False
 
 
-def request_counts(cloudwatch: Any, spec: ServingProfile, now: datetime, minutes: int) -> tuple[int, datetime | None] | None:
+def request_counts(
+    cloudwatch: CloudWatchClient, spec: ServingProfile, now: datetime, minutes: int
+) -> tuple[int, datetime | None] | None:
     """The target group's RequestCount over the last minutes and the end of the last period with
     requests (None when there was none); None when CloudWatch could not be read."""
     try:
         answer = cloudwatch.get_metric_statistics(
-            Namespace="AWS/ApplicationELB", MetricName="RequestCount",
+            Namespace="AWS/ApplicationELB",
+            MetricName="RequestCount",
             Dimensions=[
                 {"Name": "TargetGroup", "Value": spec.target_group_arn.split(":")[-1]},
                 {"Name": "LoadBalancer", "Value": spec.load_balancer_arn.split(":loadbalancer/")[-1]},
             ],
-            StartTime=now - timedelta(minutes=minutes), EndTime=now, Period=METRIC_PERIOD_S, Statistics=["Sum"],
+            StartTime=now - timedelta(minutes=minutes),
+            EndTime=now,
+            Period=METRIC_PERIOD_S,
+            Statistics=["Sum"],
         )
     except (ClientError, BotoCoreError):
         return None
@@ -121,13 +130,13 @@ def request_counts(cloudwatch: Any, spec: ServingProfile, now: datetime, minutes
     return int(sum(point.get("Sum", 0.0) for point in points)), last
 
 
-def requests_in_window(cloudwatch: Any, spec: ServingProfile, now: datetime, minutes: int) -> int | None:
+def requests_in_window(cloudwatch: CloudWatchClient, spec: ServingProfile, now: datetime, minutes: int) -> int | None:
     """Sum of the target group's RequestCount over the last minutes; None when CloudWatch could not be read."""
     counts = request_counts(cloudwatch, spec, now, minutes)
     return None if counts is None else counts[0]
 
 
-def target_addresses(elbv2: Any, spec: ServingProfile) -> list[str] | None:
+def target_addresses(elbv2: ElasticLoadBalancingv2Client, spec: ServingProfile) -> list[str] | None:
     """Base URLs of the group's registered targets (draining ones too: their requests still run);
     None when DescribeTargetHealth could not be read."""
     try:
@@ -137,7 +146,7 @@ def target_addresses(elbv2: Any, spec: ServingProfile) -> list[str] | None:
     return [f"http://{t['Target']['Id']}:{t['Target']['Port']}" for t in found if t["TargetHealth"]["State"] != "unused"]
 
 
-def server_load(http: httpx.Client, elbv2: Any, spec: ServingProfile) -> ServerLoad | None:
+def server_load(http: httpx.Client, elbv2: ElasticLoadBalancingv2Client, spec: ServingProfile) -> ServerLoad | None:
     """Running and waiting requests summed over the /metrics of the group's registered targets, read
     at their addresses (never through the ALB, whose RequestCount must count clients only); None
     when no target answers."""
@@ -161,10 +170,18 @@ def stopping_soon_detail(decision: Decision, now: datetime) -> dict[str, Any]:
     """What the warning says: which stop, when, how many minutes are left, and what answers it."""
     stop = decision.next_stop
     assert stop is not None
-    answer = ("a hard limit: keepalive does not move it" if stop.hard else
-              f"servingctl keepalive {decision.profile} --minutes M (or requests running at that time) defers it")
-    return {"stop_reason": stop.reason, "stop_at": stop.at.isoformat(), "hard": stop.hard,
-            "minutes_left": max(0.0, round((stop.at - now).total_seconds() / 60, 1)), "answer": answer}
+    answer = (
+        "a hard limit: keepalive does not move it"
+        if stop.hard
+        else f"servingctl keepalive {decision.profile} --minutes M (or requests running at that time) defers it"
+    )
+    return {
+        "stop_reason": stop.reason,
+        "stop_at": stop.at.isoformat(),
+        "hard": stop.hard,
+        "minutes_left": max(0.0, round((stop.at - now).total_seconds() / 60, 1)),
+        "answer": answer,
+    }
 
 
 def auto_stop_parts(state: ProfileState) -> tuple[str, ...]:
@@ -192,10 +209,20 @@ def _decide(deps: SweepDeps, name: str, state: ProfileState, now: datetime) -> t
     counts = request_counts(deps.cloudwatch, spec, now, spec.idle.window_minutes) if spec.idle.enabled else None
     requests, last_request_at = counts if counts is not None else (None, None)
     ready_since = state.ready_at or state.phase_since or now
-    decision = decide(name, spec, now=now, ready_since=ready_since, lease_deadline=state.lease_deadline,
-                      requests_in_idle_window=requests, last_request_at=last_request_at,
-                      load=server_load(deps.http, deps.elbv2, spec), kept_alive_at=state.kept_alive_at,
-                      held_by=state.held_by, held_until=state.held_until, **_session_cost(deps, name, state))
+    decision = decide(
+        name,
+        spec,
+        now=now,
+        ready_since=ready_since,
+        lease_deadline=state.lease_deadline,
+        requests_in_idle_window=requests,
+        last_request_at=last_request_at,
+        load=server_load(deps.http, deps.elbv2, spec),
+        kept_alive_at=state.kept_alive_at,
+        held_by=state.held_by,
+        held_until=state.held_until,
+        **_session_cost(deps, name, state),
+    )
     return decision, requests
 
 
@@ -229,10 +256,14 @@ def _one(deps: SweepDeps, name: str, now: datetime, dry_run: bool, poll: Poll | 
         action = "would-stop"
     else:
         action, arn = _act(deps, name, state, poll)
-    outcome = Outcome(**decision.model_dump(), action=action, execution_arn=arn, requests_in_idle_window=requests,
-                      requested_by=deps.identity)
+    outcome = Outcome(
+        **decision.model_dump(), action=action, execution_arn=arn, requests_in_idle_window=requests, requested_by=deps.identity
+    )
     if not dry_run and action != "changed":  # a moved record: the next sweep decides and announces
-        detail = outcome.model_dump(mode="json", exclude={"published"}) | {"at": now.isoformat(), "ready_execution": state.execution}
+        detail = outcome.model_dump(mode="json", exclude={"published"}) | {
+            "at": now.isoformat(),
+            "ready_execution": state.execution,
+        }
         if decision.stopping_soon and decision.next_stop is not None:
             events.publish(deps.events, events.STOPPING_SOON, stopping_soon_detail(decision, now) | detail)
         outcome.published = events.publish(deps.events, events.AUTO_STOPPED if decision.stop else events.KEPT, detail)
@@ -249,8 +280,14 @@ def sweep(deps: SweepDeps, *, dry_run: bool = False, poll: Poll | None = None) -
             outcome = _one(deps, name, now, dry_run, poll)
         except Exception as exc:  # one profile's failure must not leave the others running
             log.exception("sweep of %s failed", name)
-            outcome = Outcome(profile=name, stop=False, reason="error", detail=f"{type(exc).__name__}: {exc}",
-                              action="error", requested_by=deps.identity)
+            outcome = Outcome(
+                profile=name,
+                stop=False,
+                reason="error",
+                detail=f"{type(exc).__name__}: {exc}",
+                action="error",
+                requested_by=deps.identity,
+            )
         if outcome is not None:
             outcomes.append(outcome)
     return outcomes

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types_boto3_autoscaling import AutoScalingClient
+    from types_boto3_ec2 import EC2Client
+    from types_boto3_ecs import ECSClient
+    from types_boto3_ecs.literals import DesiredStatusType
+    from types_boto3_ecs.type_defs import ContainerInstanceTypeDef, TaskTypeDef
+    from types_boto3_elbv2 import ElasticLoadBalancingv2Client
+    from types_boto3_logs import CloudWatchLogsClient
 
 # Scaling activity outcomes that mean the launch will not happen (AWS keeps retrying behind them).
 FAILED_ACTIVITY_CODES = frozenset({"Failed", "Cancelled"})
@@ -52,7 +61,7 @@ class AsgView:
         return [i.instance_id for i in self.instances if i.lifecycle == "InService"]
 
 
-def service_counts(ecs: Any, cluster: str, service: str) -> ServiceCounts:
+def service_counts(ecs: ECSClient, cluster: str, service: str) -> ServiceCounts:
     """Desired, running and pending counts of an ECS service."""
     found = ecs.describe_services(cluster=cluster, services=[service])["services"]
     if not found:
@@ -61,13 +70,15 @@ def service_counts(ecs: Any, cluster: str, service: str) -> ServiceCounts:
     return ServiceCounts(svc.get("desiredCount", 0), svc.get("runningCount", 0), svc.get("pendingCount", 0))
 
 
-def set_service_desired(ecs: Any, cluster: str, service: str, count: int, health_grace_s: int | None = None) -> None:
+def set_service_desired(ecs: ECSClient, cluster: str, service: str, count: int, health_grace_s: int | None = None) -> None:
     """Set an ECS service's desired count (and its health-check grace period when given)."""
-    grace = {} if health_grace_s is None else {"healthCheckGracePeriodSeconds": health_grace_s}
-    ecs.update_service(cluster=cluster, service=service, desiredCount=count, **grace)
+    if health_grace_s is None:
+        ecs.update_service(cluster=cluster, service=service, desiredCount=count)
+    else:
+        ecs.update_service(cluster=cluster, service=service, desiredCount=count, healthCheckGracePeriodSeconds=health_grace_s)
 
 
-def describe_asg(autoscaling: Any, name: str) -> AsgView:
+def describe_asg(autoscaling: AutoScalingClient, name: str) -> AsgView:
     """Sizes and instances of an Auto Scaling group."""
     groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"]
     if not groups:
@@ -81,7 +92,7 @@ def describe_asg(autoscaling: Any, name: str) -> AsgView:
     return AsgView(name, g["DesiredCapacity"], g["MinSize"], g["MaxSize"], instances, template)
 
 
-def warm_instances(autoscaling: Any, name: str) -> tuple[AsgInstance, ...]:
+def warm_instances(autoscaling: AutoScalingClient, name: str) -> tuple[AsgInstance, ...]:
     """Instances in the group's warm pool with their Warmed:* lifecycle state (none without a pool)."""
     answer = autoscaling.describe_warm_pool(AutoScalingGroupName=name)
     return tuple(
@@ -90,38 +101,36 @@ def warm_instances(autoscaling: Any, name: str) -> tuple[AsgInstance, ...]:
     )
 
 
-def use_launch_template(autoscaling: Any, name: str, template_id: str) -> None:
+def use_launch_template(autoscaling: AutoScalingClient, name: str, template_id: str) -> None:
     """Point the group's next launches at another launch template (another instance type); MinSize stays 0."""
     autoscaling.update_auto_scaling_group(
         AutoScalingGroupName=name, MinSize=0, LaunchTemplate={"LaunchTemplateId": template_id, "Version": "$Latest"}
     )
 
 
-def set_asg_desired(autoscaling: Any, name: str, count: int) -> None:
+def set_asg_desired(autoscaling: AutoScalingClient, name: str, count: int) -> None:
     """Set the group's desired capacity now, ignoring cooldowns (the start skips the provider's alarm delay)."""
     autoscaling.set_desired_capacity(AutoScalingGroupName=name, DesiredCapacity=count, HonorCooldown=False)
 
 
-def scale_asg_to_zero(autoscaling: Any, name: str) -> None:
+def scale_asg_to_zero(autoscaling: AutoScalingClient, name: str) -> None:
     """Desired and min 0, so neither the group nor the capacity provider keeps an instance."""
     autoscaling.update_auto_scaling_group(AutoScalingGroupName=name, MinSize=0, DesiredCapacity=0)
 
 
-def clear_protection(autoscaling: Any, name: str, instance_ids: list[str]) -> None:
+def clear_protection(autoscaling: AutoScalingClient, name: str, instance_ids: list[str]) -> None:
     """Clear scale-in protection: a protected instance survives desired 0."""
     if instance_ids:
-        autoscaling.set_instance_protection(
-            AutoScalingGroupName=name, InstanceIds=instance_ids, ProtectedFromScaleIn=False
-        )
+        autoscaling.set_instance_protection(AutoScalingGroupName=name, InstanceIds=instance_ids, ProtectedFromScaleIn=False)
 
 
-def failed_activity_ids(autoscaling: Any, name: str) -> list[str]:
+def failed_activity_ids(autoscaling: AutoScalingClient, name: str) -> list[str]:
     """Ids of the ASG's failed or cancelled scaling activities AWS still lists."""
     activities = autoscaling.describe_scaling_activities(AutoScalingGroupName=name, MaxRecords=20)["Activities"]
     return [a["ActivityId"] for a in activities if a.get("StatusCode") in FAILED_ACTIVITY_CODES]
 
 
-def failed_launch(autoscaling: Any, name: str, known: set[str]) -> tuple[str, str] | None:
+def failed_launch(autoscaling: AutoScalingClient, name: str, known: set[str]) -> tuple[str, str] | None:
     """(activity id, AWS's status message) of a failed or cancelled scaling activity not among the known ids."""
     activities = autoscaling.describe_scaling_activities(AutoScalingGroupName=name, MaxRecords=20)["Activities"]
     for activity in activities:
@@ -133,7 +142,7 @@ def failed_launch(autoscaling: Any, name: str, known: set[str]) -> tuple[str, st
 TERMINATING = "Terminating EC2 instance: "
 
 
-def termination_times(autoscaling: Any, name: str, since: datetime) -> dict[str, datetime]:
+def termination_times(autoscaling: AutoScalingClient, name: str, since: datetime) -> dict[str, datetime]:
     """Instance id -> when the group finished terminating it (its "Terminating EC2 instance"
     activity's end), for the activities AWS lists that began at or after since."""
     activities = autoscaling.describe_scaling_activities(AutoScalingGroupName=name, MaxRecords=100)["Activities"]
@@ -146,40 +155,41 @@ def termination_times(autoscaling: Any, name: str, since: datetime) -> dict[str,
     return ended
 
 
-def container_instances(ecs: Any, cluster: str) -> list[dict[str, Any]]:
+def container_instances(ecs: ECSClient, cluster: str) -> list[ContainerInstanceTypeDef]:
     """Every container instance of the cluster, described."""
     arns: list[str] = []
     for page in ecs.get_paginator("list_container_instances").paginate(cluster=cluster):
         arns.extend(page["containerInstanceArns"])
-    found: list[dict[str, Any]] = []
+    found: list[ContainerInstanceTypeDef] = []
     for start in range(0, len(arns), 100):
-        found += ecs.describe_container_instances(cluster=cluster, containerInstances=arns[start : start + 100])["containerInstances"]
+        found += ecs.describe_container_instances(cluster=cluster, containerInstances=arns[start : start + 100])[
+            "containerInstances"
+        ]
     return found
 
 
-def registered_instances(ecs: Any, cluster: str) -> set[str]:
+def registered_instances(ecs: ECSClient, cluster: str) -> set[str]:
     """EC2 ids of the cluster's ACTIVE container instances whose agent is connected."""
     return {
-        ci["ec2InstanceId"] for ci in container_instances(ecs, cluster)
+        ci["ec2InstanceId"]
+        for ci in container_instances(ecs, cluster)
         if ci.get("status") == "ACTIVE" and ci.get("agentConnected", True)
     }
 
 
-def service_tasks(ecs: Any, cluster: str, service: str, desired_status: str) -> list[dict[str, Any]]:
+def service_tasks(ecs: ECSClient, cluster: str, service: str, desired_status: DesiredStatusType) -> list[TaskTypeDef]:
     """The service's tasks with the given desired status, described."""
     arns: list[str] = []
-    for page in ecs.get_paginator("list_tasks").paginate(
-        cluster=cluster, serviceName=service, desiredStatus=desired_status
-    ):
+    for page in ecs.get_paginator("list_tasks").paginate(cluster=cluster, serviceName=service, desiredStatus=desired_status):
         arns.extend(page["taskArns"])
-    tasks: list[dict[str, Any]] = []
+    tasks: list[TaskTypeDef] = []
     for start in range(0, len(arns), 100):
         tasks.extend(ecs.describe_tasks(cluster=cluster, tasks=arns[start : start + 100])["tasks"])
     # ECS tags a service's tasks with group "service:<name>"; filtering here too keeps us exact.
     return [t for t in tasks if t.get("group") == f"service:{service}"]
 
 
-def task_ip(task: dict[str, Any]) -> str | None:
+def task_ip(task: TaskTypeDef) -> str | None:
     """Private IPv4 of an awsvpc task (the ALB target id), None before its ENI is attached."""
     for attachment in task.get("attachments", []):
         for detail in attachment.get("details", []):
@@ -188,23 +198,25 @@ def task_ip(task: dict[str, Any]) -> str | None:
     return None
 
 
-def stopped_reason(task: dict[str, Any]) -> str:
+def stopped_reason(task: TaskTypeDef) -> str:
     """The task's stopped reason with its containers' reasons and exit codes."""
     parts = [task.get("stoppedReason") or task.get("stopCode") or "stopped"]
     for container in task.get("containers", []):
-        bits = [b for b in (container.get("reason"), f"exit code {container['exitCode']}" if "exitCode" in container else None) if b]
+        bits = [
+            b for b in (container.get("reason"), f"exit code {container['exitCode']}" if "exitCode" in container else None) if b
+        ]
         if bits:
             parts.append(f"{container.get('name', 'container')}: {', '.join(bits)}")
     return "; ".join(parts)
 
 
-def target_states(elbv2: Any, target_group_arn: str) -> dict[str, str]:
+def target_states(elbv2: ElasticLoadBalancingv2Client, target_group_arn: str) -> dict[str, str]:
     """Target id -> health state of every target registered in the group."""
     described = elbv2.describe_target_health(TargetGroupArn=target_group_arn)["TargetHealthDescriptions"]
     return {d["Target"]["Id"]: d["TargetHealth"]["State"] for d in described}
 
 
-def instance_states(ec2: Any, instance_ids: list[str]) -> dict[str, str]:
+def instance_states(ec2: EC2Client, instance_ids: list[str]) -> dict[str, str]:
     """Instance id -> EC2 state name (instances EC2 no longer knows are absent)."""
     if not instance_ids:
         return {}
@@ -218,7 +230,7 @@ def instance_states(ec2: Any, instance_ids: list[str]) -> dict[str, str]:
     return states
 
 
-def launch_times(ec2: Any, instance_ids: list[str]) -> dict[str, datetime]:
+def launch_times(ec2: EC2Client, instance_ids: list[str]) -> dict[str, datetime]:
     """Instance id -> EC2 LaunchTime (the last start for a stopped-and-started instance)."""
     times: dict[str, datetime] = {}
     pages = ec2.get_paginator("describe_instances").paginate(Filters=[{"Name": "instance-id", "Values": instance_ids}])
@@ -230,12 +242,14 @@ def launch_times(ec2: Any, instance_ids: list[str]) -> dict[str, datetime]:
     return times
 
 
-def container_instance_registered_at(ecs: Any, cluster: str, instance_id: str) -> datetime | None:
+def container_instance_registered_at(ecs: ECSClient, cluster: str, instance_id: str) -> datetime | None:
     """When the instance's ECS agent registered it in the cluster, None before it did."""
-    return next((ci.get("registeredAt") for ci in container_instances(ecs, cluster) if ci.get("ec2InstanceId") == instance_id), None)
+    return next(
+        (ci.get("registeredAt") for ci in container_instances(ecs, cluster) if ci.get("ec2InstanceId") == instance_id), None
+    )
 
 
-def log_events(logs: Any, group: str, stream: str, since: datetime | None) -> list[tuple[datetime, str]]:
+def log_events(logs: CloudWatchLogsClient, group: str, stream: str, since: datetime | None) -> list[tuple[datetime, str]]:
     """(CloudWatch's timestamp, line) of a log stream's events from since on; none before it exists."""
     kwargs: dict[str, Any] = {"logGroupName": group, "logStreamNames": [stream]}
     if since is not None:

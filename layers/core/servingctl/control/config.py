@@ -45,11 +45,12 @@ def _within(problems: list[str], field: str, value: int | None, largest: int, li
 def limit_problems(profile: str, spec: ServingProfile, poll: Poll | None, deadlines: dict[str, int | None]) -> list[str]:
     """What in a start's or stop's poll and deadlines exceeds the profile's registry limits, one
     line per field naming the allowed range (empty when everything is within them)."""
-    limits, problems = spec.limits, []
+    limits, problems = spec.limits, list[str]()
     if poll is not None:
         for name in ("interval_s", "max_interval_s"):
-            _within(problems, f"poll.{name}", getattr(poll, name), limits.max_poll_interval_s,
-                    "limits.max_poll_interval_s", profile)
+            _within(
+                problems, f"poll.{name}", getattr(poll, name), limits.max_poll_interval_s, "limits.max_poll_interval_s", profile
+            )
     for name, value in deadlines.items():
         stop = name in StopDeadlines.model_fields
         largest = limits.max_stop_deadline_s if stop else limits.max_start_deadline_s
@@ -77,7 +78,9 @@ def start_config(registry: Registry, data: Any) -> StartConfig:
     profile = resolve_profile(registry, given.profile)
     lease = given.lease_minutes if given.lease_minutes is not None else profile.default_lease_minutes
     if lease > profile.max_lease_minutes:
-        raise InvalidInput(f"invalid input: lease_minutes: must be between 5 and {profile.max_lease_minutes} for {given.profile} (got {lease})")
+        raise InvalidInput(
+            f"invalid input: lease_minutes: must be between 5 and {profile.max_lease_minutes} for {given.profile} (got {lease})"
+        )
     _check_limits(given.profile, profile, given.poll, given.deadlines)
     deadlines = ResolvedDeadlines(
         capacity_s=given.deadlines.capacity_s or profile.start.capacity_timeout_s,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from servingctl.shared.clock import Clock, SystemClock
 from servingctl.registry.models import ComputePool, Registry, ServingProfile
+from servingctl.shared.clock import Clock, SystemClock
 from servingctl.store.base import Store
 
 

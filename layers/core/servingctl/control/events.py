@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+
+if TYPE_CHECKING:
+    from types_boto3_events import EventBridgeClient
+    from types_boto3_events.type_defs import PutEventsRequestEntryTypeDef
 
 SOURCE = "servingctl"
 STARTING, READY, START_FAILED = "Profile starting", "Profile ready", "Profile start failed"
@@ -22,9 +26,9 @@ RECONCILED = "Profile reconciled"
 log = logging.getLogger(__name__)
 
 
-def publish(events: Any, detail_type: str, detail: dict[str, Any]) -> bool:
+def publish(events: EventBridgeClient, detail_type: str, detail: dict[str, Any]) -> bool:
     """Put one event on the default bus; False (and a warning) when EventBridge refused it."""
-    entry = {"Source": SOURCE, "DetailType": detail_type, "Detail": json.dumps(detail, default=str)}
+    entry: PutEventsRequestEntryTypeDef = {"Source": SOURCE, "DetailType": detail_type, "Detail": json.dumps(detail, default=str)}
     try:
         answer = events.put_events(Entries=[entry])
     except (ClientError, BotoCoreError) as exc:

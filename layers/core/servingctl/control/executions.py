@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:
+    from types_boto3_stepfunctions import SFNClient
+    from types_boto3_stepfunctions.type_defs import ExecutionListItemTypeDef
 
 Action = Literal["start", "stop"]
 TOKEN_CHARS = 10  # "start-" + a 63-character profile name + "-" + 10 stays within Step Functions' 80
@@ -33,10 +37,10 @@ def execution_name(action: Action, profile: str, *parts: str) -> str:
 def is_execution_of(name: str, action: Action, profile: str) -> bool:
     """True when an execution name belongs to this profile's starts or stops (not to a longer profile name)."""
     prefix = name_prefix(action, profile)
-    return name.startswith(prefix) and "-" not in name[len(prefix):]
+    return name.startswith(prefix) and "-" not in name[len(prefix) :]
 
 
-def running_execution(sfn: Any, machine_arn: str, action: Action, profile: str) -> dict[str, Any] | None:
+def running_execution(sfn: SFNClient, machine_arn: str, action: Action, profile: str) -> ExecutionListItemTypeDef | None:
     """The profile's RUNNING execution of the machine (a list_executions item), None when there is none."""
     for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine_arn, statusFilter="RUNNING"):
         for execution in page["executions"]:
@@ -45,7 +49,7 @@ def running_execution(sfn: Any, machine_arn: str, action: Action, profile: str) 
     return None
 
 
-def latest_execution(sfn: Any, machine_arn: str, action: Action, profile: str) -> dict[str, Any] | None:
+def latest_execution(sfn: SFNClient, machine_arn: str, action: Action, profile: str) -> ExecutionListItemTypeDef | None:
     """The profile's newest execution of the machine, whatever its status (a list_executions item)."""
     # ListExecutions answers newest first.
     for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine_arn):
@@ -60,7 +64,7 @@ def canonical(document: dict[str, Any]) -> str:
     return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
 
-def execution_status(sfn: Any, execution_arn: str) -> str:
+def execution_status(sfn: SFNClient, execution_arn: str) -> str:
     """DescribeExecution's status (RUNNING, SUCCEEDED, FAILED, TIMED_OUT, ABORTED, ...); MISSING when
     Step Functions does not know the execution (expired from its history, or never existed)."""
     try:
@@ -76,7 +80,9 @@ def attempt_names(action: Action, profile: str, parts: tuple[str, ...]) -> list[
     return [execution_name(action, profile, *parts, *((f"attempt {n}",) if n else ())) for n in range(MAX_ATTEMPTS)]
 
 
-def start_fresh(sfn: Any, machine_arn: str, action: Action, profile: str, parts: tuple[str, ...], document: dict[str, Any]) -> str:
+def start_fresh(
+    sfn: SFNClient, machine_arn: str, action: Action, profile: str, parts: tuple[str, ...], document: dict[str, Any]
+) -> str:
     """Start the flow under the first of attempt_names(parts) not yet used and return its ARN; the
     same running execution is joined (same name and input), a closed one's name is never reused."""
     for name in attempt_names(action, profile, parts):
@@ -85,5 +91,7 @@ def start_fresh(sfn: Any, machine_arn: str, action: Action, profile: str, parts:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ExecutionAlreadyExists":
                 raise
-    raise RuntimeError(f"{action} of {profile}: {MAX_ATTEMPTS} executions of the same intent already closed; "
-                       "look at why they failed (their history) before starting another")
+    raise RuntimeError(
+        f"{action} of {profile}: {MAX_ATTEMPTS} executions of the same intent already closed; "
+        "look at why they failed (their history) before starting another"
+    )

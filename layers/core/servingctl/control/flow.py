@@ -52,7 +52,7 @@ def take_locks(deps: Deps, config: StartConfig | StopConfig, execution: str) -> 
     """Take the profile and pool locks; a holder whose execution is no longer RUNNING is taken over,
     conditionally on that same holder. Returns the locks and the dead owners taken over from;
     LockConflict names a live holder."""
-    names, dead = lock_names(config), []
+    names, dead = lock_names(config), list[str]()
     # Each round takes the locks, finds a live holder, or learns one more dead owner.
     while True:
         try:
@@ -172,9 +172,7 @@ def guard_pool(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, A
     config = config_of(state)
     users = pool_users(deps, config.profile)
     if users and isinstance(config, StartConfig) and not config.settings.allow_shared_pool:
-        raise PoolBusy(
-            f"pool {config.pool} is in use by {'; '.join(users)}; pass allow_shared_pool=true to share it"
-        )
+        raise PoolBusy(f"pool {config.pool} is in use by {'; '.join(users)}; pass allow_shared_pool=true to share it")
     return {"others": users, "keep": bool(users)}
 
 

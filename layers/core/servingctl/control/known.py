@@ -41,8 +41,13 @@ class Known:
 def entry(registry: Registry, name: str) -> str:
     """The registry entry a record keeps for a profile: the profile and its pool, as JSON."""
     profile = registry.profiles[name]
-    return compact({"pool_name": profile.pool, "pool": registry.pools[profile.pool].model_dump(mode="json"),
-                    "profile": profile.model_dump(mode="json")})
+    return compact(
+        {
+            "pool_name": profile.pool,
+            "pool": registry.pools[profile.pool].model_dump(mode="json"),
+            "profile": profile.model_dump(mode="json"),
+        }
+    )
 
 
 def _kept(raw: str) -> tuple[str, ComputePool, ServingProfile] | None:

@@ -44,26 +44,47 @@ MOVES_ON: frozenset[Kind] = frozenset({"insufficient-capacity", "quota", "unsupp
 _CODE = re.compile(r"Could not launch (?:On-Demand|Spot) Instances\. ([A-Za-z][A-Za-z0-9.]*) - ")
 # EC2 error codes of each class (EC2 API reference, error codes).
 _CODES: dict[str, Kind] = {
-    "InsufficientInstanceCapacity": "insufficient-capacity", "InsufficientCapacity": "insufficient-capacity",
-    "VcpuLimitExceeded": "quota", "InstanceLimitExceeded": "quota",
-    "InvalidAMIID.NotFound": "launch-config", "InvalidAMIID.Malformed": "launch-config", "InvalidAMIID.Unavailable": "launch-config",
-    "InvalidLaunchTemplateId.NotFound": "launch-config", "InvalidLaunchTemplateId.VersionNotFound": "launch-config",
-    "InvalidLaunchTemplateName.NotFoundException": "launch-config", "InvalidGroup.NotFound": "launch-config",
-    "InvalidKeyPair.NotFound": "launch-config", "InvalidBlockDeviceMapping": "launch-config",
-    "InvalidParameterValue": "launch-config", "InvalidParameterCombination": "launch-config",
+    "InsufficientInstanceCapacity": "insufficient-capacity",
+    "InsufficientCapacity": "insufficient-capacity",
+    "VcpuLimitExceeded": "quota",
+    "InstanceLimitExceeded": "quota",
+    "InvalidAMIID.NotFound": "launch-config",
+    "InvalidAMIID.Malformed": "launch-config",
+    "InvalidAMIID.Unavailable": "launch-config",
+    "InvalidLaunchTemplateId.NotFound": "launch-config",
+    "InvalidLaunchTemplateId.VersionNotFound": "launch-config",
+    "InvalidLaunchTemplateName.NotFoundException": "launch-config",
+    "InvalidGroup.NotFound": "launch-config",
+    "InvalidKeyPair.NotFound": "launch-config",
+    "InvalidBlockDeviceMapping": "launch-config",
+    "InvalidParameterValue": "launch-config",
+    "InvalidParameterCombination": "launch-config",
     "UnauthorizedOperation": "launch-config",
 }
 # AWS's wording of each class, for messages without a code (first match wins; most specific first).
 _TEXTS: tuple[tuple[Kind, str, re.Pattern[str]], ...] = (
     ("quota", "VcpuLimitExceeded", re.compile(r"requested more vCPU capacity than your current vCPU limit")),
     ("quota", "InstanceLimitExceeded", re.compile(r"requested more instances \(\d+\) than your current instance limit")),
-    ("insufficient-capacity", "InsufficientInstanceCapacity",
-     re.compile(r"We currently do not have sufficient \S+ capacity|^Insufficient capacity\.")),
-    ("unsupported", "Unsupported", re.compile(r"Your requested instance type \([^)]*\) is not supported in your requested Availability Zone")),
-    ("launch-config", "", re.compile(
-        r"launch template|image id|\bAMI\b|\bami-[0-9a-f]+|iamInstanceProfile|Instance Profile|security group|key pair"
-        r"|requested configuration is currently not supported|Client\.InternalError|virtualName|block device"
-        r"|device name|architecture|Placement groups? may not|Availability Zone is no longer supported", re.IGNORECASE)),
+    (
+        "insufficient-capacity",
+        "InsufficientInstanceCapacity",
+        re.compile(r"We currently do not have sufficient \S+ capacity|^Insufficient capacity\."),
+    ),
+    (
+        "unsupported",
+        "Unsupported",
+        re.compile(r"Your requested instance type \([^)]*\) is not supported in your requested Availability Zone"),
+    ),
+    (
+        "launch-config",
+        "",
+        re.compile(
+            r"launch template|image id|\bAMI\b|\bami-[0-9a-f]+|iamInstanceProfile|Instance Profile|security group|key pair"
+            r"|requested configuration is currently not supported|Client\.InternalError|virtualName|block device"
+            r"|device name|architecture|Placement groups? may not|Availability Zone is no longer supported",
+            re.IGNORECASE,
+        ),
+    ),
 )
 _LIMIT = re.compile(r"current (?:vCPU|instance) limit of (\d+)")
 
@@ -79,11 +100,14 @@ class Quota:
 # On-Demand instance buckets by the family's leading letters (Service Quotas, Amazon EC2). Each counts vCPUs.
 G_AND_VT = Quota("L-DB2E81BA", "Running On-Demand G and VT instances")
 _BUCKETS: dict[str, Quota] = {
-    "g": G_AND_VT, "vt": G_AND_VT,
+    "g": G_AND_VT,
+    "vt": G_AND_VT,
     "p": Quota("L-417A185B", "Running On-Demand P instances"),
     "inf": Quota("L-1945791B", "Running On-Demand Inf instances"),
-    **dict.fromkeys(("a", "c", "d", "h", "i", "m", "r", "t", "z"),
-                    Quota("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances")),
+    **dict.fromkeys(
+        ("a", "c", "d", "h", "i", "m", "r", "t", "z"),
+        Quota("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"),
+    ),
 }
 
 
@@ -106,8 +130,11 @@ class LaunchFailure:
     def summary(self) -> str:
         """The class with what names it, e.g. 'quota: VcpuLimitExceeded, Service Quotas L-DB2E81BA "...", limit 0 vCPUs'."""
         if self.kind == "quota":
-            which = (f"Service Quotas {self.quota.code} \"{self.quota.name}\"" if self.quota
-                     else "the On-Demand quota of the type's instance bucket")
+            which = (
+                f'Service Quotas {self.quota.code} "{self.quota.name}"'
+                if self.quota
+                else "the On-Demand quota of the type's instance bucket"
+            )
             unit = {"VcpuLimitExceeded": " vCPUs", "InstanceLimitExceeded": " instances"}.get(self.code or "", "")
             limit = f", limit {self.limit}{unit}" if self.limit is not None else ""
             return f"quota: {self.code}, {which}{limit}"
@@ -128,8 +155,9 @@ def classify(instance_type: str, message: str) -> LaunchFailure:
     if kind is None:
         return LaunchFailure("unknown", code, message)
     limit = _LIMIT.search(message) if kind == "quota" else None
-    return LaunchFailure(kind, code, message, quota_of(instance_type) if kind == "quota" else None,
-                         int(limit.group(1)) if limit else None)
+    return LaunchFailure(
+        kind, code, message, quota_of(instance_type) if kind == "quota" else None, int(limit.group(1)) if limit else None
+    )
 
 
 def next_option(failure: LaunchFailure, types: list[str], index: int) -> tuple[int | None, list[str]]:

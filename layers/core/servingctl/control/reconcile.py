@@ -49,16 +49,24 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servingctl.control import aws, events
 from servingctl.control.deps import Deps
-from servingctl.control.known import Known, refresh_entry
-from servingctl.control.tags import TaggedCapacity
 from servingctl.control.executions import execution_status, is_execution_of, running_execution, start_fresh
 from servingctl.control.flow import CLOSED_STATUSES, pool_users
+from servingctl.control.known import Known, refresh_entry
+from servingctl.control.tags import TaggedCapacity
 from servingctl.registry.models import Registry
 from servingctl.shared.settings import Poll
 from servingctl.store.models import Lock, Phase, ProfileState, pool_lock, profile_lock
 
-Reason = Literal["lock-owner-ended", "phase-stuck", "stop-failed", "capacity-unexplained", "session-open", "consistent",
-                 "execution-running", "removed-from-registry"]
+Reason = Literal[
+    "lock-owner-ended",
+    "phase-stuck",
+    "stop-failed",
+    "capacity-unexplained",
+    "session-open",
+    "consistent",
+    "execution-running",
+    "removed-from-registry",
+]
 CLOSED_UNSUCCESSFUL = ("FAILED", "TIMED_OUT", "ABORTED")
 # A stop that failed on its input asked for nothing the reconciler should do again.
 INPUT_ERRORS = frozenset({"InvalidInput", "ProfileNotFound"})
@@ -119,37 +127,62 @@ def decide(seen: Evidence) -> Repair:
     state, name = seen.state, seen.profile
 
     def repair(reason: Reason, detail: str, *evidence: str) -> Repair:
-        return Repair(profile=name, stop=reason not in ("consistent", "execution-running"), reason=reason, detail=detail,
-                      evidence=[reason, *evidence])
+        return Repair(
+            profile=name,
+            stop=reason not in ("consistent", "execution-running"),
+            reason=reason,
+            detail=detail,
+            evidence=[reason, *evidence],
+        )
 
     if seen.running:
         return repair("execution-running", f"{seen.running.rsplit(':', 1)[-1]} is running: it decides what happens")
     # A SUCCEEDED owner released its locks on its way out (ReleaseLock failing fails the execution).
     if seen.lock_owner and seen.lock_owner_status not in ("RUNNING", "SUCCEEDED"):
-        return repair("lock-owner-ended", f"lock held by {seen.lock_owner.rsplit(':', 1)[-1]}, which is "
-                      f"{seen.lock_owner_status}", seen.lock_owner)
+        return repair(
+            "lock-owner-ended",
+            f"lock held by {seen.lock_owner.rsplit(':', 1)[-1]}, which is {seen.lock_owner_status}",
+            seen.lock_owner,
+        )
     since = state.phase_since.isoformat() if state.phase_since else "unknown"
     capacity = seen.service_desired > 0 or seen.service_tasks > 0
     if seen.removed and (state.phase != Phase.STOPPED or capacity):
-        return repair("removed-from-registry", f"{seen.removed} while {state.phase.value} (service wants "
-                      f"{seen.service_desired} task(s), runs {seen.service_tasks})", since)
+        return repair(
+            "removed-from-registry",
+            f"{seen.removed} while {state.phase.value} (service wants {seen.service_desired} task(s), runs {seen.service_tasks})",
+            since,
+        )
     if state.phase in (Phase.STARTING, Phase.STOPPING):
-        return repair("phase-stuck", f"{state.phase.value} since {since}, set by "
-                      f"{(state.execution or 'nobody').rsplit(':', 1)[-1]}, and no start or stop of it is running",
-                      state.execution or "", since)
+        return repair(
+            "phase-stuck",
+            f"{state.phase.value} since {since}, set by "
+            f"{(state.execution or 'nobody').rsplit(':', 1)[-1]}, and no start or stop of it is running",
+            state.execution or "",
+            since,
+        )
     orphan_pool = seen.pool_capacity > 0 and not seen.pool_used_by and seen.pool_claimant
     if seen.failed_stop and (state.phase != Phase.STOPPED or capacity or orphan_pool or state.session_id):
-        return repair("stop-failed", f"stop {seen.failed_stop.rsplit(':', 1)[-1]} did not finish and it is "
-                      f"{state.phase.value}", seen.failed_stop)
+        return repair(
+            "stop-failed",
+            f"stop {seen.failed_stop.rsplit(':', 1)[-1]} did not finish and it is {state.phase.value}",
+            seen.failed_stop,
+        )
     if state.phase != Phase.READY and capacity:
-        return repair("capacity-unexplained", f"{state.phase.value} but its service wants {seen.service_desired} "
-                      f"task(s) and runs {seen.service_tasks}", since, str(seen.service_desired))
+        return repair(
+            "capacity-unexplained",
+            f"{state.phase.value} but its service wants {seen.service_desired} task(s) and runs {seen.service_tasks}",
+            since,
+            str(seen.service_desired),
+        )
     if state.phase != Phase.READY and orphan_pool:
-        return repair("capacity-unexplained", f"its pool keeps {seen.pool_capacity} instance(s) and no profile of "
-                      "the pool is active", since, f"pool {seen.pool_capacity}")
+        return repair(
+            "capacity-unexplained",
+            f"its pool keeps {seen.pool_capacity} instance(s) and no profile of the pool is active",
+            since,
+            f"pool {seen.pool_capacity}",
+        )
     if state.phase == Phase.FAILED and state.session_id:
-        return repair("session-open", f"FAILED with nothing running and ledger session {state.session_id} open",
-                      state.session_id)
+        return repair("session-open", f"FAILED with nothing running and ledger session {state.session_id} open", state.session_id)
     return repair("consistent", f"{state.phase.value} and the cloud agrees")
 
 
@@ -171,8 +204,15 @@ def _failed_stop(deps: ReconcileDeps, name: str, state: ProfileState, now: datet
     return None
 
 
-def _running(deps: ReconcileDeps, name: str, state: ProfileState, lock: Lock | None, owner_status: str | None,
-             status_of: Callable[[str], str], now: datetime) -> str | None:
+def _running(
+    deps: ReconcileDeps,
+    name: str,
+    state: ProfileState,
+    lock: Lock | None,
+    owner_status: str | None,
+    status_of: Callable[[str], str],
+    now: datetime,
+) -> str | None:
     """A start or stop of the profile that may be running. ListExecutions and DescribeExecution are
     eventually consistent: a listed RUNNING execution counts unless its own DescribeExecution (or the
     status-change event) shows it closed, a closed status being final; the execution that set the
@@ -189,7 +229,9 @@ def _running(deps: ReconcileDeps, name: str, state: ProfileState, lock: Lock | N
     return None
 
 
-def observe(deps: ReconcileDeps, name: str, *, failed_stop: str | None = None, closed: Mapping[str, str] | None = None) -> Evidence:
+def observe(
+    deps: ReconcileDeps, name: str, *, failed_stop: str | None = None, closed: Mapping[str, str] | None = None
+) -> Evidence:
     """Read the record, then the executions, then ECS and Auto Scaling (in that order: a flow that
     raises capacity is RUNNING before it does, and records its phase first). closed: statuses already
     known final (a status-change event's), which a lagging read must not contradict."""
@@ -211,10 +253,17 @@ def observe(deps: ReconcileDeps, name: str, *, failed_stop: str | None = None, c
     live = [i for i in group.instances if not i.lifecycle.startswith("Terminat")]
     pool_profiles = sorted(steps.registry.profiles_on_pool(spec.pool))
     return Evidence(
-        profile=name, state=state, lock_owner=lock.owner if lock else None, lock_owner_status=owner_status,
-        running=running, failed_stop=failed_stop, service_desired=counts.desired,
-        service_tasks=counts.running + counts.pending, pool_capacity=max(group.desired, len(live)),
-        pool_used_by=pool_users(steps, name), pool_claimant=pool_profiles[0] == name,
+        profile=name,
+        state=state,
+        lock_owner=lock.owner if lock else None,
+        lock_owner_status=owner_status,
+        running=running,
+        failed_stop=failed_stop,
+        service_desired=counts.desired,
+        service_tasks=counts.running + counts.pending,
+        pool_capacity=max(group.desired, len(live)),
+        pool_used_by=pool_users(steps, name),
+        pool_claimant=pool_profiles[0] == name,
         removed=deps.known.retired[name] if deps.known and name in deps.known.removed else None,
     )
 
@@ -223,7 +272,9 @@ def act(deps: ReconcileDeps, seen: Evidence, repair: Repair, poll: Poll | None =
     """Release a dead owner's locks, start the stop (unless the record moved since), record why."""
     steps, now = deps.steps, deps.steps.clock.now()
     if steps.store.get_profile(seen.profile).updated_at != seen.state.updated_at:
-        return repair.model_copy(update={"action": "changed", "detail": repair.detail + "; the record moved meanwhile: next sweep"})
+        return repair.model_copy(
+            update={"action": "changed", "detail": repair.detail + "; the record moved meanwhile: next sweep"}
+        )
     if repair.reason == "lock-owner-ended" and seen.lock_owner:
         # Safe: the owner is over, and the delete is conditional on it still being the owner.
         spec = steps.profile(seen.profile)
@@ -234,13 +285,22 @@ def act(deps: ReconcileDeps, seen: Evidence, repair: Repair, poll: Poll | None =
     arn = start_fresh(deps.sfn, deps.machines["stop"], "stop", seen.profile, tuple(repair.evidence), document)
     done = repair.model_copy(update={"action": "stop-started", "execution_arn": arn})
     steps.store.update_profile(seen.profile, now, reconciled_at=now, reconcile_reason=f"{repair.reason}: {repair.detail}")
-    events.publish(deps.events, events.RECONCILED, done.model_dump(mode="json") | {"at": now.isoformat(), "requested_by": deps.identity})
+    events.publish(
+        deps.events, events.RECONCILED, done.model_dump(mode="json") | {"at": now.isoformat(), "requested_by": deps.identity}
+    )
     return done
 
 
-def reconcile(deps: ReconcileDeps, profiles: list[str] | None = None, *, trigger: str = "sweep",
-              failed_stop: str | None = None, dry_run: bool = False, poll: Poll | None = None,
-              closed: Mapping[str, str] | None = None) -> list[Repair]:
+def reconcile(
+    deps: ReconcileDeps,
+    profiles: list[str] | None = None,
+    *,
+    trigger: str = "sweep",
+    failed_stop: str | None = None,
+    dry_run: bool = False,
+    poll: Poll | None = None,
+    closed: Mapping[str, str] | None = None,
+) -> list[Repair]:
     """Observe, decide and act for each profile (all of them by default; dry_run: decide only), each
     on its own: an exception is logged and reported as that profile's repair (action "error").
     closed: execution ARN -> a closed status already known (see observe)."""
@@ -256,8 +316,9 @@ def reconcile(deps: ReconcileDeps, profiles: list[str] | None = None, *, trigger
                 repair = repair.model_copy(update={"action": "would-stop"}) if dry_run else act(deps, seen, repair, poll)
         except Exception as exc:  # one profile's failure must not leave the others running
             log.exception("reconcile of %s failed", name)
-            repair = Repair(profile=name, stop=False, reason="error", detail=f"{type(exc).__name__}: {exc}",
-                            action="error", trigger=trigger)
+            repair = Repair(
+                profile=name, stop=False, reason="error", detail=f"{type(exc).__name__}: {exc}", action="error", trigger=trigger
+            )
         repairs.append(repair)
     return repairs
 
@@ -267,10 +328,18 @@ def undescribed_capacity(registry: Registry, tagged: TaggedCapacity, trigger: st
     kept copies) does not describe: running capacity nobody can stop through the flows."""
     found = [(f"profile {name}", where) for name, where in tagged.profiles.items() if name not in registry.profiles]
     found += [(f"pool {name}", where) for name, where in tagged.pools.items() if name not in registry.pools]
-    return [Repair(profile=what.split(" ", 1)[1], stop=False, reason="error", action="error", trigger=trigger,
-                   detail=f"{where} is tagged for {what}, which neither the registry nor any record describes: "
-                   "stop it by hand (service desired 0, group desired and min 0)")
-            for what, where in sorted(found)]
+    return [
+        Repair(
+            profile=what.split(" ", 1)[1],
+            stop=False,
+            reason="error",
+            action="error",
+            trigger=trigger,
+            detail=f"{where} is tagged for {what}, which neither the registry nor any record describes: "
+            "stop it by hand (service desired 0, group desired and min 0)",
+        )
+        for what, where in sorted(found)
+    ]
 
 
 class StatusChange(BaseModel):

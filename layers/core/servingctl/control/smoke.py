@@ -34,8 +34,12 @@ def smoke_test(target: SmokeTarget, client: httpx.Client) -> dict[str, Any]:
     if target.model not in models:
         raise SmokeTestFailed(f"model {target.model!r} is not served at {base}; /v1/models lists {models}")
     first_token_at = _first_token(target, client, base, headers)
-    return {"ok": True, "detail": f"/health 200, /v1/models lists {target.model}, first token streamed", "models": models,
-            "first_token_at": iso(first_token_at)}
+    return {
+        "ok": True,
+        "detail": f"/health 200, /v1/models lists {target.model}, first token streamed",
+        "models": models,
+        "first_token_at": iso(first_token_at),
+    }
 
 
 def _first_token(target: SmokeTarget, client: httpx.Client, base: str, headers: dict[str, str]) -> datetime:

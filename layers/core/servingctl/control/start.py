@@ -4,7 +4,7 @@ record READY, release; roll_back undoes only what this execution started."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servingctl.control import aws, known, launch_failures, timeline_sources
 from servingctl.control.config import start_config
@@ -27,6 +27,9 @@ from servingctl.shared.errors import CapacityUnavailable, LockHeld, ProfileNotFo
 from servingctl.shared.settings import StartConfig
 from servingctl.store.base import LockConflict
 from servingctl.store.models import Mark, Phase, Session, StartRecord, iso, profile_lock, session_id_for
+
+if TYPE_CHECKING:
+    from types_boto3_ecs.type_defs import TaskTypeDef
 
 PHASES = ("capacity", "boot", "task", "health", "smoke")
 
@@ -52,15 +55,21 @@ def prepare_start(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
     if isinstance(named, str) and named in deps.retired:
         raise ProfileNotFound(f"profile: {named} cannot be started: {deps.retired[named]}; it can only be stopped")
     config = start_config(deps.registry, state)
-    given = state.get("deadlines") if isinstance(state.get("deadlines"), dict) else {}
+    given = state.get("deadlines")
+    if not isinstance(given, dict):
+        given = {}
     history = deps.store.list_starts(config.profile, limit=HISTORY_STARTS)
     upper = deps.profile(config.profile).limits.max_start_deadline_s
     fixed = config.settings.deadlines
-    derived = {name: wait for name, span in LOOP_SPANS.items()
-               if given.get(name) is None and (wait := derived_wait(history, span, MIN_WAIT_S, upper)) is not None}
+    derived = {
+        name: wait
+        for name, span in LOOP_SPANS.items()
+        if given.get(name) is None and (wait := derived_wait(history, span, MIN_WAIT_S, upper)) is not None
+    }
     deadlines = fixed.model_copy(update={**derived, "derived": sorted(derived)})
-    return config.model_copy(update={"settings": config.settings.model_copy(update={"deadlines": deadlines})}).model_dump(mode="json")
-
+    return config.model_copy(update={"settings": config.settings.model_copy(update={"deadlines": deadlines})}).model_dump(
+        mode="json"
+    )
 
 
 def acquire_lock(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
@@ -102,23 +111,47 @@ def scale_out(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
     # This start's timeline; a retry of this step (its session opened by this execution) keeps it.
     start_id = session_id if current is not None and current.start_execution == execution else session_id_for(now, execution)
     if deps.store.get_start(config.profile, start_id) is None:
-        deps.store.put_start(StartRecord(
-            profile=config.profile, start_id=start_id, execution=execution, requested_at=now,
-            marks=[Mark(name="requested", at=now, source="controller: scale_out", seen_at=now)],
-        ))
+        deps.store.put_start(
+            StartRecord(
+                profile=config.profile,
+                start_id=start_id,
+                execution=execution,
+                requested_at=now,
+                marks=[Mark(name="requested", at=now, source="controller: scale_out", seen_at=now)],
+            )
+        )
     # The store first: roll_back acts only on a profile recorded STARTING by this execution.
     deps.store.set_phase(
-        config.profile, Phase.STARTING, now, execution,
-        session_id=session_id, last_error=None, ready_at=None, stopped_at=None, phase_seconds={}, lease_deadline=None,
-        instance_type=pool.instance_type, warm_start=None, capacity_note=None,
+        config.profile,
+        Phase.STARTING,
+        now,
+        execution,
+        session_id=session_id,
+        last_error=None,
+        ready_at=None,
+        stopped_at=None,
+        phase_seconds={},
+        lease_deadline=None,
+        instance_type=pool.instance_type,
+        warm_start=None,
+        capacity_note=None,
         registry_entry=known.entry(deps.registry, config.profile),
         # Who asked; a keepalive or a benchmark hold of an earlier session does not carry over.
-        started_by=config.requested_by, kept_alive_by=None, kept_alive_at=None, held_by=None, held_until=None,
+        started_by=config.requested_by,
+        kept_alive_by=None,
+        kept_alive_at=None,
+        held_by=None,
+        held_until=None,
     )
     deps.store.open_session(
         Session(
-            profile=config.profile, session_id=session_id, pool=config.pool, instance_type=pool.instance_type,
-            price_key=pool.price_key or pool.instance_type, started_at=now, start_execution=execution,
+            profile=config.profile,
+            session_id=session_id,
+            pool=config.pool,
+            instance_type=pool.instance_type,
+            price_key=pool.price_key or pool.instance_type,
+            started_at=now,
+            start_execution=execution,
         )
     )
     # The warm pool's stopped instances now: the one the group takes into service is a warm start.
@@ -140,8 +173,14 @@ def scale_out(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, An
         if pool.launch_template_id and group.launch_template_id not in (None, pool.launch_template_id):
             aws.use_launch_template(deps.autoscaling, pool.asg_name, pool.launch_template_id)
         aws.set_asg_desired(deps.autoscaling, pool.asg_name, 1)
-    return {"at": iso(now), "asg_scaled": asg_scaled, "session_id": session_id, "start_id": start_id, "baseline": baseline,
-            "health_grace_s": grace}
+    return {
+        "at": iso(now),
+        "asg_scaled": asg_scaled,
+        "session_id": session_id,
+        "start_id": start_id,
+        "baseline": baseline,
+        "health_grace_s": grace,
+    }
 
 
 def fall_back(deps: Deps, config: StartConfig, progress: Progress, activity: str, message: str) -> str:
@@ -154,8 +193,16 @@ def fall_back(deps: Deps, config: StartConfig, progress: Progress, activity: str
     index = int(progress.marks.get("option", 0))
     failure = launch_failures.classify(types[index], message)
     tried = progress.marks.setdefault("fallbacks", [])
-    tried.append({"instance_type": types[index], "activity": activity, "class": failure.kind, "code": failure.code,
-                  "reason": message, "at": iso(deps.clock.now())})
+    tried.append(
+        {
+            "instance_type": types[index],
+            "activity": activity,
+            "class": failure.kind,
+            "code": failure.code,
+            "reason": message,
+            "at": iso(deps.clock.now()),
+        }
+    )
     following, skipped = launch_failures.next_option(failure, types, index)
     passed = f"; not tried: {', '.join(skipped)} (the same quota)" if skipped else ""
     if following is None:
@@ -218,8 +265,13 @@ def check_capacity(deps: Deps, state: dict[str, Any], execution: str) -> dict[st
         )
 
     return run_check(
-        state=state, key="capacity", what="capacity (instance InService and registered)",
-        deadline_s=config.settings.deadlines.capacity_s, poll=config.settings.poll, clock=deps.clock, probe=probe,
+        state=state,
+        key="capacity",
+        what="capacity (instance InService and registered)",
+        deadline_s=config.settings.deadlines.capacity_s,
+        poll=config.settings.poll,
+        clock=deps.clock,
+        probe=probe,
     )
 
 
@@ -228,7 +280,8 @@ def _count_task_failures(deps: Deps, config: StartConfig, state: dict[str, Any])
     spec = deps.profile(config.profile)
     known = set(state["scale"]["baseline"]["stopped_tasks"])
     stopped = [
-        t for t in aws.service_tasks(deps.ecs, spec.cluster, spec.service, "STOPPED")
+        t
+        for t in aws.service_tasks(deps.ecs, spec.cluster, spec.service, "STOPPED")
         if t.get("lastStatus") == "STOPPED" and t["taskArn"] not in known
     ]
     if len(stopped) >= config.settings.max_task_failures:
@@ -241,7 +294,7 @@ def _count_task_failures(deps: Deps, config: StartConfig, state: dict[str, Any])
     return len(stopped)
 
 
-def _running_tasks(deps: Deps, config: StartConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _running_tasks(deps: Deps, config: StartConfig) -> tuple[list[TaskTypeDef], list[TaskTypeDef]]:
     spec = deps.profile(config.profile)
     live = aws.service_tasks(deps.ecs, spec.cluster, spec.service, "RUNNING")
     return live, [t for t in live if t.get("lastStatus") == "RUNNING"]
@@ -264,8 +317,13 @@ def check_task(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, A
         return bool(running), f"tasks: {statuses or 'none placed yet'}; stopped since start: {failures}"
 
     return run_check(
-        state=state, key="task", what="task RUNNING",
-        deadline_s=config.settings.deadlines.task_s, poll=config.settings.poll, clock=deps.clock, probe=probe,
+        state=state,
+        key="task",
+        what="task RUNNING",
+        deadline_s=config.settings.deadlines.task_s,
+        poll=config.settings.poll,
+        clock=deps.clock,
+        probe=probe,
     )
 
 
@@ -288,7 +346,9 @@ def check_targets(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
             if ip and targets.get(ip) == "healthy":
                 progress.marks["task_arn"], progress.marks["task_ip"] = arn, ip
                 # The ALB keeps no time of the change: the first poll that saw it healthy is the mark.
-                healthy = Mark(name="target_healthy", at=deps.clock.now(), source="elbv2:DescribeTargetHealth (first healthy poll)")
+                healthy = Mark(
+                    name="target_healthy", at=deps.clock.now(), source="elbv2:DescribeTargetHealth (first healthy poll)"
+                )
                 progress.marks["timeline"] = _observe(deps, config, state, healthy)
                 return True, f"target {ip} healthy in {group}"
         progress.marks["timeline"] = _observe(deps, config, state)
@@ -296,8 +356,13 @@ def check_targets(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
         return False, f"targets in {group}: {seen}"
 
     return run_check(
-        state=state, key="targets", what="healthy ALB target",
-        deadline_s=config.settings.deadlines.health_s, poll=config.settings.poll, clock=deps.clock, probe=probe,
+        state=state,
+        key="targets",
+        what="healthy ALB target",
+        deadline_s=config.settings.deadlines.health_s,
+        poll=config.settings.poll,
+        clock=deps.clock,
+        probe=probe,
         watch_budget_s=deps.watch_budget_s,
     )
 
@@ -329,18 +394,33 @@ def record_ready(deps: Deps, state: dict[str, Any], execution: str) -> dict[str,
     capacity = {
         "instance_type": marks.get("instance_type", deps.pool(config.pool).instance_type),
         "warm_start": "warm_instance" in marks,
-        "capacity_fallbacks": [{k: t.get(k) for k in ("instance_type", "class", "code", "reason", "at")} for t in marks.get("fallbacks", [])],
+        "capacity_fallbacks": [
+            {k: t.get(k) for k in ("instance_type", "class", "code", "reason", "at")} for t in marks.get("fallbacks", [])
+        ],
     }
     deps.store.set_phase(
-        config.profile, Phase.READY, now, execution,
-        ready_at=now, phase_seconds=seconds, lease_deadline=lease, last_error=None,
-        instance_type=capacity["instance_type"], warm_start=capacity["warm_start"],
+        config.profile,
+        Phase.READY,
+        now,
+        execution,
+        ready_at=now,
+        phase_seconds=seconds,
+        lease_deadline=lease,
+        last_error=None,
+        instance_type=capacity["instance_type"],
+        warm_start=capacity["warm_start"],
     )
-    return {"phase": Phase.READY.value, "phase_seconds": seconds, "lease_deadline": iso(lease),
-            "timeline": _finish_timeline(deps, config, state, "READY", now)} | capacity
+    return {
+        "phase": Phase.READY.value,
+        "phase_seconds": seconds,
+        "lease_deadline": iso(lease),
+        "timeline": _finish_timeline(deps, config, state, "READY", now),
+    } | capacity
 
 
-def _finish_timeline(deps: Deps, config: StartConfig, state: dict[str, Any], outcome: str, now: Any, error: str | None = None) -> list[dict[str, Any]]:
+def _finish_timeline(
+    deps: Deps, config: StartConfig, state: dict[str, Any], outcome: str, now: Any, error: str | None = None
+) -> list[dict[str, Any]]:
     """The start's last marks (smoke test's first token, READY), its outcome, and its phases
     (mark, seconds, since the request) for the lifecycle event."""
     start_id = (state.get("scale") or {}).get("start_id")
@@ -352,7 +432,9 @@ def _finish_timeline(deps: Deps, config: StartConfig, state: dict[str, Any], out
         extra.append(Mark(name="first_token", at=parse_time(first_token), source="smoke test: first completion token"))
     timeline_sources.observe(deps, config.profile, config.pool, start_id)
     record = timeline_sources.finish(deps, config.profile, start_id, outcome, now, error, *extra)
-    return [{"mark": name, "seconds": seconds, "since_request": since} for name, seconds, since in spans(record)] if record else []
+    return (
+        [{"mark": name, "seconds": seconds, "since_request": since} for name, seconds, since in spans(record)] if record else []
+    )
 
 
 def roll_back(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:

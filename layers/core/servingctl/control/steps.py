@@ -40,8 +40,11 @@ ACTIONS: dict[str, Step] = {
 
 # Steps that change what runs -> the lifecycle event they publish (servingctl.control.events).
 LIFECYCLE = {
-    "scale_out": events.STARTING, "record_ready": events.READY, "roll_back": events.START_FAILED,
-    "close_session": events.STOPPED, "force_release": events.STOP_FAILED,
+    "scale_out": events.STARTING,
+    "record_ready": events.READY,
+    "roll_back": events.START_FAILED,
+    "close_session": events.STOPPED,
+    "force_release": events.STOP_FAILED,
 }
 # Steps that may find nothing to do: they announce only what they did (result "acted").
 ACT_IF_NEEDED = frozenset({"roll_back", "force_release"})
@@ -57,7 +60,6 @@ def run_step(event: Any, deps: Deps) -> dict[str, Any]:
         raise InvalidInput("execution: expected the execution ARN ($$.Execution.Id)")
     with throttling_as_error():
         return ACTIONS[action](deps, state, execution)
-
 
 
 def step_profile(event: Any) -> str | None:
@@ -76,7 +78,9 @@ def lifecycle_event(event: dict[str, Any], result: dict[str, Any]) -> tuple[str,
         return None
     config = event["state"].get("config") or {}
     detail = {
-        "profile": step_profile(event), "execution": event.get("execution"), "requested_by": config.get("requested_by"),
+        "profile": step_profile(event),
+        "execution": event.get("execution"),
+        "requested_by": config.get("requested_by"),
         **result,
     }
     return LIFECYCLE[action], detail

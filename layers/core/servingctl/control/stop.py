@@ -47,8 +47,10 @@ def prepare_stop(deps: Deps, state: dict[str, Any], execution: str) -> dict[str,
         and not (lock and lock.live(deps.clock.now()))
         and counts.desired == 0
         and counts.running + counts.pending == 0
-        and (aws.describe_asg(deps.autoscaling, deps.pool(config.pool).asg_name).desired == 0
-             or bool(pool_users(deps, config.profile)))
+        and (
+            aws.describe_asg(deps.autoscaling, deps.pool(config.pool).asg_name).desired == 0
+            or bool(pool_users(deps, config.profile))
+        )
     )
     return config.model_copy(update={"already_stopped": already}).model_dump(mode="json")
 
@@ -78,8 +80,13 @@ def await_lock(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, A
         return True, "locks taken"
 
     return run_check(
-        state=state, key="lock", what="the profile and pool locks",
-        deadline_s=config.settings.deadlines.lock_s, poll=config.settings.poll, clock=deps.clock, probe=probe,
+        state=state,
+        key="lock",
+        what="the profile and pool locks",
+        deadline_s=config.settings.deadlines.lock_s,
+        poll=config.settings.poll,
+        clock=deps.clock,
+        probe=probe,
     )
 
 
@@ -90,7 +97,12 @@ def scale_in_service(deps: Deps, state: dict[str, Any], execution: str) -> dict[
     hold_locks(deps, config, execution)
     now = deps.clock.now()
     deps.store.set_phase(
-        config.profile, Phase.STOPPING, now, execution, stop_requested_by=None, stop_requested_until=None,
+        config.profile,
+        Phase.STOPPING,
+        now,
+        execution,
+        stop_requested_by=None,
+        stop_requested_until=None,
         stopped_by=config.requested_by,
     )
     aws.set_service_desired(deps.ecs, spec.cluster, spec.service, 0)
@@ -106,12 +118,10 @@ def check_drained(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
         hold_locks(deps, config, execution)
         counts = aws.service_counts(deps.ecs, spec.cluster, spec.service)
         live = aws.service_tasks(deps.ecs, spec.cluster, spec.service, "RUNNING") + [
-            t for t in aws.service_tasks(deps.ecs, spec.cluster, spec.service, "STOPPED")
-            if t.get("lastStatus") != "STOPPED"
+            t for t in aws.service_tasks(deps.ecs, spec.cluster, spec.service, "STOPPED") if t.get("lastStatus") != "STOPPED"
         ]
         targets = {
-            ip: s for ip, s in aws.target_states(deps.elbv2, spec.target_group_arn).items()
-            if s not in aws.GONE_TARGET_STATES
+            ip: s for ip, s in aws.target_states(deps.elbv2, spec.target_group_arn).items() if s not in aws.GONE_TARGET_STATES
         }
         drained = not live and counts.running + counts.pending == 0 and not targets
         return drained, (
@@ -120,8 +130,13 @@ def check_drained(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
         )
 
     return run_check(
-        state=state, key="drain", what="drained service and target group",
-        deadline_s=config.settings.deadlines.drain_s, poll=config.settings.poll, clock=deps.clock, probe=probe,
+        state=state,
+        key="drain",
+        what="drained service and target group",
+        deadline_s=config.settings.deadlines.drain_s,
+        poll=config.settings.poll,
+        clock=deps.clock,
+        probe=probe,
     )
 
 
@@ -156,8 +171,13 @@ def check_terminated(deps: Deps, state: dict[str, Any], execution: str) -> dict[
         )
 
     return run_check(
-        state=state, key="termination", what="instances terminated",
-        deadline_s=config.settings.deadlines.terminate_s, poll=config.settings.poll, clock=deps.clock, probe=probe,
+        state=state,
+        key="termination",
+        what="instances terminated",
+        deadline_s=config.settings.deadlines.terminate_s,
+        poll=config.settings.poll,
+        clock=deps.clock,
+        probe=probe,
     )
 
 
@@ -171,8 +191,14 @@ def close_session(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
     seen_gone = (state.get("termination") or {}).get("progress", {}).get("marks", {}).get("ready_at")
     session, _ = settle_session(deps, config.profile, execution, "stopped", parse_time(seen_gone) if seen_gone else now)
     deps.store.set_phase(
-        config.profile, Phase.STOPPED, now, execution,
-        session_id=None, stopped_at=now, lease_deadline=None, last_error=None,
+        config.profile,
+        Phase.STOPPED,
+        now,
+        execution,
+        session_id=None,
+        stopped_at=now,
+        lease_deadline=None,
+        last_error=None,
     )
     return {"phase": Phase.STOPPED.value, "session": session.model_dump(mode="json") if session else None}
 
@@ -197,8 +223,13 @@ def force_release(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
     session, closed = settle_session(deps, config.profile, execution, "stop failed", now)
     recorded = deps.store.get_profile(config.profile)
     deps.store.set_phase(
-        config.profile, Phase.FAILED, now, execution, last_error=f"stop failed: {reason}",
-        session_id=None if closed else recorded.session_id, **flag,
+        config.profile,
+        Phase.FAILED,
+        now,
+        execution,
+        last_error=f"stop failed: {reason}",
+        session_id=None if closed else recorded.session_id,
+        **flag,
     )
     details.append(f"recorded FAILED: {reason}")
     details += session_note(session, closed)

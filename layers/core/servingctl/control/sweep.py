@@ -143,34 +143,71 @@ def planned_stops(profile: ServingProfile, seen: Observed) -> list[PlannedStop]:
         stops.append(PlannedStop(reason="override-stopped", at=now, hard=True, detail="schedule override keeps it stopped"))
     overridden = schedule is not None and schedule.override == "running"
     if schedule and schedule.override is None:
-        at = schedule_stop_at(schedule, now, ahead=timedelta(minutes=settings.warning_minutes),
-                              behind=timedelta(minutes=settings.drain_minutes) + MINUTE)
+        at = schedule_stop_at(
+            schedule,
+            now,
+            ahead=timedelta(minutes=settings.warning_minutes),
+            behind=timedelta(minutes=settings.drain_minutes) + MINUTE,
+        )
         if at is not None:
-            detail = (f"its {schedule.timezone} schedule ends at {_local(schedule, at)}" if at > now else
-                      f"{_local(schedule, now)} is outside every period of its {schedule.timezone} schedule")
+            detail = (
+                f"its {schedule.timezone} schedule ends at {_local(schedule, at)}"
+                if at > now
+                else f"{_local(schedule, now)} is outside every period of its {schedule.timezone} schedule"
+            )
             if not schedule.enforced and _keepalive_in_force(seen) and seen.lease_deadline and seen.lease_deadline > at:
                 at, detail = seen.lease_deadline, detail + f", deferred by a keepalive to {render.when(seen.lease_deadline)}"
-            stops.append(PlannedStop(reason="outside-schedule", at=at, hard=schedule.enforced,
-                                     detail=detail + (" (enforced)" if schedule.enforced else "")))
+            stops.append(
+                PlannedStop(
+                    reason="outside-schedule",
+                    at=at,
+                    hard=schedule.enforced,
+                    detail=detail + (" (enforced)" if schedule.enforced else ""),
+                )
+            )
     if not overridden and seen.lease_deadline is not None:
-        stops.append(PlannedStop(reason="lease-expired", at=seen.lease_deadline, hard=False,
-                                 detail=f"lease ends at {render.when(seen.lease_deadline)} (keepalive extends it)"))
+        stops.append(
+            PlannedStop(
+                reason="lease-expired",
+                at=seen.lease_deadline,
+                hard=False,
+                detail=f"lease ends at {render.when(seen.lease_deadline)} (keepalive extends it)",
+            )
+        )
     if not overridden and profile.idle.enabled and seen.requests_in_idle_window is not None:
         window = timedelta(minutes=profile.idle.window_minutes)
         quiet_since = max(t for t in (seen.ready_since, seen.kept_alive_at, seen.last_request_at) if t is not None)
         if seen.requests_in_idle_window > 0 and seen.last_request_at is None:
             quiet_since = now  # requests without a time: count the window from now (never early)
-        stops.append(PlannedStop(reason="idle", at=quiet_since + window, hard=False,
-                                 detail=f"no requests for {profile.idle.window_minutes} minutes (since {render.when(quiet_since)})"))
+        stops.append(
+            PlannedStop(
+                reason="idle",
+                at=quiet_since + window,
+                hard=False,
+                detail=f"no requests for {profile.idle.window_minutes} minutes (since {render.when(quiet_since)})",
+            )
+        )
     if settings.max_runtime_minutes is not None:
         at = seen.ready_since + timedelta(minutes=settings.max_runtime_minutes)
-        stops.append(PlannedStop(reason="max-runtime", at=at, hard=True,
-                                 detail=f"max runtime of {settings.max_runtime_minutes} minutes since READY ends at {render.when(at)}"))
+        stops.append(
+            PlannedStop(
+                reason="max-runtime",
+                at=at,
+                hard=True,
+                detail=f"max runtime of {settings.max_runtime_minutes} minutes since READY ends at {render.when(at)}",
+            )
+        )
     if settings.max_session_usd is not None and seen.hourly_usd and seen.session_started_at is not None:
         at = seen.session_started_at + timedelta(hours=settings.max_session_usd / seen.hourly_usd)
-        stops.append(PlannedStop(reason="budget", at=at, hard=True,
-                                 detail=f"the session reaches its budget of {settings.max_session_usd:g} USD "
-                                 f"at {seen.hourly_usd:g} USD/h at {render.when(at)}"))
+        stops.append(
+            PlannedStop(
+                reason="budget",
+                at=at,
+                hard=True,
+                detail=f"the session reaches its budget of {settings.max_session_usd:g} USD "
+                f"at {seen.hourly_usd:g} USD/h at {render.when(at)}",
+            )
+        )
     return stops
 
 
@@ -190,8 +227,15 @@ def decide(
 ) -> Decision:
     """Decide whether the sweep stops a READY profile (requests_in_idle_window None means unknown);
     further keywords are Observed fields (gauges, hold, keepalive, session cost)."""
-    seen = Observed.model_validate({"now": now, "ready_since": ready_since, "lease_deadline": lease_deadline,
-                                    "requests_in_idle_window": requests_in_idle_window, **observed})
+    seen = Observed.model_validate(
+        {
+            "now": now,
+            "ready_since": ready_since,
+            "lease_deadline": lease_deadline,
+            "requests_in_idle_window": requests_in_idle_window,
+            **observed,
+        }
+    )
     stops = planned_stops(profile, seen)
     upcoming = min(stops, key=lambda s: s.at) if stops else None
     active = seen.load.active if seen.load is not None else None
@@ -200,15 +244,21 @@ def decide(
     busy = seen.busy()
 
     def answer(stop: bool, reason: Reason, detail: str, soon: bool = False) -> Decision:
-        return Decision(profile=name, stop=stop, reason=reason, detail=detail, next_stop=upcoming,
-                        stopping_soon=soon, active_requests=active)
+        return Decision(
+            profile=name, stop=stop, reason=reason, detail=detail, next_stop=upcoming, stopping_soon=soon, active_requests=active
+        )
 
     if hard:
         limit = _first(hard)
         drained_by = limit.at + timedelta(minutes=profile.autostop.drain_minutes)
         if busy and now < drained_by:
-            return answer(False, "draining", f"{limit.detail}; {active} request(s) still running or waiting: stops when "
-                          f"they finish, at {render.when(drained_by)} at the latest", soon=True)
+            return answer(
+                False,
+                "draining",
+                f"{limit.detail}; {active} request(s) still running or waiting: stops when "
+                f"they finish, at {render.when(drained_by)} at the latest",
+                soon=True,
+            )
         tail = f" (drain of {profile.autostop.drain_minutes} min over, {active} request(s) cut)" if busy else ""
         return answer(True, limit.reason, limit.detail + tail)
     if due:
@@ -228,7 +278,8 @@ def decide(
         kept, detail = "idle-unknown", "no request metric for the idle window"
     elif requests_in_idle_window or busy:
         detail = f"{requests_in_idle_window} requests in the last {profile.idle.window_minutes} minutes" + (
-            f", {active} running or waiting now" if busy else "")
+            f", {active} running or waiting now" if busy else ""
+        )
     else:
         detail = "ready for less than the idle window"
     if soon:

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types_boto3_autoscaling import AutoScalingClient
+    from types_boto3_autoscaling.type_defs import FilterTypeDef
+    from types_boto3_ecs import ECSClient
 
 PROFILE_TAG = "servingctl:profile"
 POOL_TAG = "servingctl:pool"
@@ -24,7 +29,7 @@ class TaggedCapacity:
     pools: dict[str, str] = field(default_factory=dict)
 
 
-def tagged_capacity(ecs: Any, autoscaling: Any, clusters: Iterable[str]) -> TaggedCapacity:
+def tagged_capacity(ecs: ECSClient, autoscaling: AutoScalingClient, clusters: Iterable[str]) -> TaggedCapacity:
     """Services (tagged servingctl:profile) that want or run tasks and groups (tagged servingctl:pool)
     that have or want instances, in the given clusters and the account's region."""
     profiles: dict[str, str] = {}
@@ -36,14 +41,18 @@ def tagged_capacity(ecs: Any, autoscaling: Any, clusters: Iterable[str]) -> Tagg
                 tags = {t["key"]: t["value"] for t in service.get("tags", [])}
                 busy = service.get("desiredCount", 0) + service.get("runningCount", 0) + service.get("pendingCount", 0)
                 if PROFILE_TAG in tags and busy:
-                    profiles[tags[PROFILE_TAG]] = (f"service {service['serviceName']} in {cluster}: {service.get('desiredCount', 0)} "
-                                                   f"desired, {service.get('runningCount', 0)} running")
+                    profiles[tags[PROFILE_TAG]] = (
+                        f"service {service['serviceName']} in {cluster}: {service.get('desiredCount', 0)} "
+                        f"desired, {service.get('runningCount', 0)} running"
+                    )
     pools: dict[str, str] = {}
-    filters = [{"Name": "tag-key", "Values": [POOL_TAG]}]
+    filters: list[FilterTypeDef] = [{"Name": "tag-key", "Values": [POOL_TAG]}]
     for page in autoscaling.get_paginator("describe_auto_scaling_groups").paginate(Filters=filters):
         for group in page["AutoScalingGroups"]:
             tags = {t["Key"]: t["Value"] for t in group.get("Tags", [])}
             if POOL_TAG in tags and (group["DesiredCapacity"] or group.get("Instances")):
-                pools[tags[POOL_TAG]] = (f"group {group['AutoScalingGroupName']}: desired {group['DesiredCapacity']}, "
-                                         f"{len(group.get('Instances', []))} instance(s)")
+                pools[tags[POOL_TAG]] = (
+                    f"group {group['AutoScalingGroupName']}: desired {group['DesiredCapacity']}, "
+                    f"{len(group.get('Instances', []))} instance(s)"
+                )
     return TaggedCapacity(profiles, pools)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -18,15 +18,20 @@ from servingctl.control.deps import Deps
 from servingctl.control.timeline import merge, vllm_marks
 from servingctl.store.models import Mark, StartRecord
 
+if TYPE_CHECKING:
+    from types_boto3_ecs.type_defs import TaskTypeDef
+
 log = logging.getLogger(__name__)
 
 # The prefetch container's own lines (infra/terraform/modules/serving-profile: prefetch_command).
 PREFETCH_BEGIN, PREFETCH_END = "servingctl prefetch: syncing", "servingctl prefetch: done"
 # AWS stamps at its own clock; a mark this far before the request still belongs to the start.
 CLOCK_SKEW = timedelta(seconds=2)
-_TASK_TIMES = (
-    ("task_created", "createdAt"), ("pull_started", "pullStartedAt"),
-    ("pull_stopped", "pullStoppedAt"), ("task_started", "startedAt"),
+_TASK_TIMES: tuple[tuple[str, Literal["createdAt", "pullStartedAt", "pullStoppedAt", "startedAt"]], ...] = (
+    ("task_created", "createdAt"),
+    ("pull_started", "pullStartedAt"),
+    ("pull_stopped", "pullStoppedAt"),
+    ("task_started", "startedAt"),
 )
 
 
@@ -36,7 +41,11 @@ def _mark(name: str, at: datetime | None, source: str) -> list[Mark]:
 
 def _instance_marks(deps: Deps, record: StartRecord, asg_name: str, cluster: str) -> list[Mark]:
     """The newest live instance of the pool: EC2 LaunchTime and ECS registeredAt."""
-    live = [i.instance_id for i in aws.describe_asg(deps.autoscaling, asg_name).instances if i.lifecycle not in ("Terminating", "Terminated")]
+    live = [
+        i.instance_id
+        for i in aws.describe_asg(deps.autoscaling, asg_name).instances
+        if i.lifecycle not in ("Terminating", "Terminated")
+    ]
     if not live:
         return []
     launched = aws.launch_times(deps.ec2, live)
@@ -51,7 +60,7 @@ def _instance_marks(deps: Deps, record: StartRecord, asg_name: str, cluster: str
     ]
 
 
-def _task_marks(deps: Deps, record: StartRecord, cluster: str, service: str) -> tuple[list[Mark], dict[str, Any] | None]:
+def _task_marks(deps: Deps, record: StartRecord, cluster: str, service: str) -> tuple[list[Mark], TaskTypeDef | None]:
     """The newest live task of the service and its ECS timestamps."""
     tasks = aws.service_tasks(deps.ecs, cluster, service, "RUNNING")
     if not tasks:
@@ -69,11 +78,13 @@ def _from_task(name: str) -> bool:
     return name in dict(_TASK_TIMES) or name.startswith(("vllm_", "prefetch_"))
 
 
-def _streams(deps: Deps, record: StartRecord, task: dict[str, Any]) -> list[tuple[str, str, bool]]:
+def _streams(deps: Deps, record: StartRecord, task: TaskTypeDef) -> list[tuple[str, str, bool]]:
     """(log group, stream, is the prefetch container) of the task's awslogs containers, kept on the
     record (a task definition never changes: it is read once per task)."""
     if not record.log_streams:
-        containers = deps.ecs.describe_task_definition(taskDefinition=task["taskDefinitionArn"])["taskDefinition"]["containerDefinitions"]
+        containers = deps.ecs.describe_task_definition(taskDefinition=task["taskDefinitionArn"])["taskDefinition"][
+            "containerDefinitions"
+        ]
         task_id = task["taskArn"].rsplit("/", 1)[-1]
         record.log_streams = [
             (options["awslogs-group"], f"{options['awslogs-stream-prefix']}/{c['name']}/{task_id}", not c.get("essential", True))
@@ -84,7 +95,7 @@ def _streams(deps: Deps, record: StartRecord, task: dict[str, Any]) -> list[tupl
     return record.log_streams
 
 
-def _log_marks(deps: Deps, record: StartRecord, task: dict[str, Any]) -> list[Mark]:
+def _log_marks(deps: Deps, record: StartRecord, task: TaskTypeDef) -> list[Mark]:
     """vLLM's phases from the server container's stream, the prefetch run from its container's."""
     marks: list[Mark] = []
     since = task.get("createdAt")
@@ -124,7 +135,9 @@ def observe(deps: Deps, profile: str, pool: str, start_id: str, *extra: Mark) ->
     return record
 
 
-def finish(deps: Deps, profile: str, start_id: str, outcome: str, now: datetime, error: str | None = None, *extra: Mark) -> StartRecord | None:
+def finish(
+    deps: Deps, profile: str, start_id: str, outcome: str, now: datetime, error: str | None = None, *extra: Mark
+) -> StartRecord | None:
     """Record the start's outcome (READY or FAILED) with its last marks."""
     record = deps.store.get_start(profile, start_id)
     if record is None:

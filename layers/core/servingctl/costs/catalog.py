@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -75,7 +76,7 @@ class CatalogError(ValueError):
     """A price file is unreadable or invalid; the message names the entry and field."""
 
 
-def _merge(base: dict, override: dict) -> dict:
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for section in ("instances", "infrastructure", "managed_apis"):
         merged[section] = {**base.get(section, {}), **override.get(section, {})}
@@ -85,7 +86,7 @@ def _merge(base: dict, override: dict) -> dict:
     return merged
 
 
-def load_catalog(override_path: str | os.PathLike | None = None) -> PriceCatalog:
+def load_catalog(override_path: str | os.PathLike[str] | None = None) -> PriceCatalog:
     """Load the packaged catalog, overridden by override_path or $SERVINGCTL_PRICES when set."""
     data = json.loads(resources.files("servingctl.costs").joinpath("prices.json").read_text())
     path = override_path or os.environ.get(PRICES_ENV)

@@ -1,7 +1,8 @@
 """Self-hosted vs managed API: what the same tokens cost each way, per month and per 1M tokens.
 
 The model of the reference article: the measured aggregate throughput is sustained for `hours` a
-month (plus what stands all month, e.g. the volumes of warm instances), every request has the same input and output length, and the managed API bills the same
+month (plus what stands all month, e.g. the volumes of warm instances), every request has the same input and
+output length, and the managed API bills the same
 input and output tokens at its per-1M prices. cost_comparisons prices every scenario of a run.
 """
 
@@ -15,14 +16,15 @@ SECONDS_PER_HOUR = 3600
 
 def compare(inputs: CompareInput) -> Comparison:
     """Compute the monthly costs both ways, their ratio, cost per 1M output tokens and break-even."""
-    running = inputs.self_hosted_monthly_usd or inputs.hourly_usd * inputs.hours  # type: ignore[operator]
+    running = inputs.self_hosted_monthly_usd
+    if running is None:
+        assert inputs.hourly_usd is not None  # CompareInput holds exactly one of the two
+        running = inputs.hourly_usd * inputs.hours
     self_monthly = running + inputs.standing_monthly_usd
     output_tokens = inputs.aggregate_tok_s * inputs.hours * SECONDS_PER_HOUR
     requests = output_tokens / inputs.output_tokens
     input_tokens = requests * inputs.input_tokens
-    api_monthly = (
-        input_tokens / 1e6 * inputs.api_input_usd_per_m + output_tokens / 1e6 * inputs.api_output_usd_per_m
-    )
+    api_monthly = input_tokens / 1e6 * inputs.api_input_usd_per_m + output_tokens / 1e6 * inputs.api_output_usd_per_m
     return Comparison(
         inputs=inputs,
         output_tokens_per_month=output_tokens,
@@ -82,8 +84,14 @@ def slo_cost(
     slo = summary.slo
     if slo is None or slo.goodput_rps <= 0 or slo.goodput_tok_s <= 0:
         return None
-    inputs = SloCostInput(goodput_rps=slo.goodput_rps, goodput_tok_s=slo.goodput_tok_s, input_tokens=summary.input_tokens,
-                          hourly_usd=hourly_usd, api_input_usd_per_m=api_input_usd_per_m, api_output_usd_per_m=api_output_usd_per_m)
+    inputs = SloCostInput(
+        goodput_rps=slo.goodput_rps,
+        goodput_tok_s=slo.goodput_tok_s,
+        input_tokens=summary.input_tokens,
+        hourly_usd=hourly_usd,
+        api_input_usd_per_m=api_input_usd_per_m,
+        api_output_usd_per_m=api_output_usd_per_m,
+    )
     return slo_cost_of(inputs, day, scenario=summary.name, concurrency=summary.concurrency)
 
 
@@ -94,9 +102,16 @@ def slo_cost_of(inputs: SloCostInput, day: DayUse, *, scenario: str | None = Non
     serving_s = day.serving_hours * SECONDS_PER_HOUR
     api_per_request = (inputs.input_tokens * inputs.api_input_usd_per_m + output_tokens * inputs.api_output_usd_per_m) / 1e6
     return SloCost(
-        scenario=scenario, concurrency=concurrency, goodput_rps=inputs.goodput_rps, goodput_tok_s=inputs.goodput_tok_s,
-        input_tokens=inputs.input_tokens, output_tokens=output_tokens, hourly_usd=inputs.hourly_usd,
-        api_input_usd_per_m=inputs.api_input_usd_per_m, api_output_usd_per_m=inputs.api_output_usd_per_m, day=day,
+        scenario=scenario,
+        concurrency=concurrency,
+        goodput_rps=inputs.goodput_rps,
+        goodput_tok_s=inputs.goodput_tok_s,
+        input_tokens=inputs.input_tokens,
+        output_tokens=output_tokens,
+        hourly_usd=inputs.hourly_usd,
+        api_input_usd_per_m=inputs.api_input_usd_per_m,
+        api_output_usd_per_m=inputs.api_output_usd_per_m,
+        day=day,
         daily_usd=daily,
         capacity_requests_per_day=inputs.goodput_rps * serving_s,
         self_hosted_usd_per_m_output=daily / (inputs.goodput_tok_s * serving_s / 1e6) if serving_s > 0 else None,

@@ -86,7 +86,9 @@ def volume_monthly_usd(catalog: PriceCatalog, region: str, volume: PoolVolume) -
     )
 
 
-def warm_pool_monthly_usd(catalog: PriceCatalog, region: str, pool: ComputePool, running_hours: float = HOURS_PER_MONTH) -> float | None:
+def warm_pool_monthly_usd(
+    catalog: PriceCatalog, region: str, pool: ComputePool, running_hours: float = HOURS_PER_MONTH
+) -> float | None:
     """What a pool's warm pool adds to a month in which the server runs running_hours: the stopped
     instance's volume for the rest of the month (the running price already covers the volume in
     use), and with min_size 1 a spare's volume while it runs. 0 without a warm pool; None unpriced."""
@@ -113,15 +115,28 @@ def day_use(
     spans = [(start, end or now) for start, end in sessions]
     colds = list(cold_starts_s)
     cold = sum(colds) / len(colds) if colds else 0.0
-    cold_words = f"cold start {cold:.0f} s (mean of {len(colds)} start{'s' if len(colds) != 1 else ''})" if colds else "no start history: cold start 0 s"
+    cold_words = (
+        f"cold start {cold:.0f} s (mean of {len(colds)} start{'s' if len(colds) != 1 else ''})"
+        if colds
+        else "no start history: cold start 0 s"
+    )
     first = min((start for start, _ in spans), default=now)
     days = min(window_days, (now - first).total_seconds() / 86400)
     if days < 1.0:
-        return DayUse(running_hours=HOURS_PER_DAY, starts=1.0, cold_start_s=cold, idle_minutes=idle_minutes,
-                      source=f"assumed always on, one start a day (under a day of ledger history); {cold_words}")
+        return DayUse(
+            running_hours=HOURS_PER_DAY,
+            starts=1.0,
+            cold_start_s=cold,
+            idle_minutes=idle_minutes,
+            source=f"assumed always on, one start a day (under a day of ledger history); {cold_words}",
+        )
     since = now - timedelta(days=days)
     hours = sum(max(0.0, (end - max(start, since)).total_seconds()) for start, end in spans if end > since) / 3600
     starts = sum(1 for start, _ in spans if start >= since)
-    return DayUse(running_hours=min(HOURS_PER_DAY, max(hours / days, 1e-6)), starts=starts / days, cold_start_s=cold,
-                  idle_minutes=idle_minutes,
-                  source=f"ledger: {len(spans)} sessions over {days:.1f} days; {cold_words}")
+    return DayUse(
+        running_hours=min(HOURS_PER_DAY, max(hours / days, 1e-6)),
+        starts=starts / days,
+        cold_start_s=cold,
+        idle_minutes=idle_minutes,
+        source=f"ledger: {len(spans)} sessions over {days:.1f} days; {cold_words}",
+    )

@@ -61,8 +61,9 @@ class Principal:
 
 
 # The twin's user: the CLI, the demo and the tests sign with its key (servingctl.cli.sigv4).
-LOCAL_PRINCIPAL = Principal(f"arn:aws:iam::{ACCOUNT_ID}:user/local", TWIN_ACCESS_KEY_ID, TWIN_SECRET_ACCESS_KEY,
-                            "AIDATWINLOCALUSER")
+LOCAL_PRINCIPAL = Principal(
+    f"arn:aws:iam::{ACCOUNT_ID}:user/local", TWIN_ACCESS_KEY_ID, TWIN_SECRET_ACCESS_KEY, "AIDATWINLOCALUSER"
+)
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,15 @@ def _authorization(header: str) -> dict[str, str] | None:
     return parts if {"Credential", "SignedHeaders", "Signature"} <= parts.keys() else None
 
 
-def authenticate(method: str, raw_path: str, headers: Mapping[str, str], body: bytes, region: str,
-                 principals: Mapping[str, Principal], now: datetime) -> Principal | Refusal:
+def authenticate(
+    method: str,
+    raw_path: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    region: str,
+    principals: Mapping[str, Principal],
+    now: datetime,
+) -> Principal | Refusal:
     """The principal whose SigV4 signature (service execute-api, this region) the request carries,
     or API Gateway's refusal: recomputed with botocore's signer over the headers the caller signed."""
     lower = {k.lower(): v for k, v in headers.items()}
@@ -104,10 +112,17 @@ def authenticate(method: str, raw_path: str, headers: Mapping[str, str], body: b
         return MISSING_TOKEN
     parts = _authorization(lower["authorization"])
     if parts is None:
-        return Refusal(403, "IncompleteSignatureException", {"message": (
-            "Authorization header requires 'Credential' parameter. Authorization header requires 'Signature' parameter. "
-            "Authorization header requires 'SignedHeaders' parameter. Authorization header requires existence of either a "
-            f"'X-Amz-Date' or a 'Date' header. Authorization={lower['authorization']}")})
+        return Refusal(
+            403,
+            "IncompleteSignatureException",
+            {
+                "message": (
+                    "Authorization header requires 'Credential' parameter. Authorization header requires 'Signature' parameter. "
+                    "Authorization header requires 'SignedHeaders' parameter. Authorization header requires existence of "
+                    f"either a 'X-Amz-Date' or a 'Date' header. Authorization={lower['authorization']}"
+                )
+            },
+        )
     scope = parts["Credential"].split("/")
     if len(scope) != 5 or scope[4] != "aws4_request":
         return Refusal(403, "IncompleteSignatureException", {"message": f"Credential is malformed: {parts['Credential']}"})
@@ -123,15 +138,22 @@ def authenticate(method: str, raw_path: str, headers: Mapping[str, str], body: b
     try:
         signed_at = datetime.strptime(stamp, SIGV4_TIMESTAMP).replace(tzinfo=UTC)
     except ValueError:
-        return Refusal(403, "IncompleteSignatureException", {"message": (
-            "Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' header.")})
+        return Refusal(
+            403,
+            "IncompleteSignatureException",
+            {"message": ("Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' header.")},
+        )
     shown = now.strftime(SIGV4_TIMESTAMP)
     if signed_at < now - SIGNATURE_SKEW:
-        return _invalid_signature(f"Signature expired: {stamp} is now earlier than "
-                                  f"{(now - SIGNATURE_SKEW).strftime(SIGV4_TIMESTAMP)} ({shown} - 5 min.)")
+        return _invalid_signature(
+            f"Signature expired: {stamp} is now earlier than "
+            f"{(now - SIGNATURE_SKEW).strftime(SIGV4_TIMESTAMP)} ({shown} - 5 min.)"
+        )
     if signed_at > now + SIGNATURE_SKEW:
-        return _invalid_signature(f"Signature not yet current: {stamp} is still later than "
-                                  f"{(now + SIGNATURE_SKEW).strftime(SIGV4_TIMESTAMP)} ({shown} + 5 min.)")
+        return _invalid_signature(
+            f"Signature not yet current: {stamp} is still later than "
+            f"{(now + SIGNATURE_SKEW).strftime(SIGV4_TIMESTAMP)} ({shown} + 5 min.)"
+        )
     signed = {name: lower.get(name, "") for name in parts["SignedHeaders"].split(";")}
     request = AWSRequest(method=method, url=f"http://{lower.get('host', '')}{raw_path}", data=body, headers=signed)
     request.context["timestamp"] = stamp
@@ -140,7 +162,8 @@ def authenticate(method: str, raw_path: str, headers: Mapping[str, str], body: b
     if day != stamp[:8] or expected != parts["Signature"]:
         return _invalid_signature(
             "The request signature we calculated does not match the signature you provided. Check your AWS Secret "
-            "Access Key and signing method. Consult the service documentation for details.")
+            "Access Key and signing method. Consult the service documentation for details."
+        )
     return principal
 
 
@@ -241,11 +264,18 @@ def proxy_event(
             "requestTimeEpoch": int(now.timestamp() * 1000),
             "requestId": request_id,
             "identity": {
-                "cognitoIdentityPoolId": None, "accountId": principal.account, "cognitoIdentityId": None,
-                "caller": principal.user_id, "sourceIp": source_ip, "principalOrgId": principal.org_id,
-                "accessKey": principal.access_key_id, "cognitoAuthenticationType": None,
-                "cognitoAuthenticationProvider": None, "userArn": principal.arn,
-                "userAgent": headers.get("User-Agent") or headers.get("user-agent"), "user": principal.user_id,
+                "cognitoIdentityPoolId": None,
+                "accountId": principal.account,
+                "cognitoIdentityId": None,
+                "caller": principal.user_id,
+                "sourceIp": source_ip,
+                "principalOrgId": principal.org_id,
+                "accessKey": principal.access_key_id,
+                "cognitoAuthenticationType": None,
+                "cognitoAuthenticationProvider": None,
+                "userArn": principal.arn,
+                "userAgent": headers.get("User-Agent") or headers.get("user-agent"),
+                "user": principal.user_id,
             },
             "domainName": f"{API_ID}.execute-api.local",
             "deploymentId": "twin01",
@@ -276,8 +306,16 @@ class ApiGateway:
     would let through (routes of the OpenAPI document, signed by a known principal, admitted by the
     resource policy: its statements as template.yaml writes them, resolved)."""
 
-    def __init__(self, invoke: Invoke, openapi: Callable[[], dict[str, Any]], host: str = "127.0.0.1", port: int = 0,
-                 *, region: str = "us-east-1", resource_policy: Sequence[iam.Statement] = ()) -> None:
+    def __init__(
+        self,
+        invoke: Invoke,
+        openapi: Callable[[], dict[str, Any]],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        region: str = "us-east-1",
+        resource_policy: Sequence[iam.Statement] = (),
+    ) -> None:
         self.invoke = invoke
         self.openapi = openapi
         self.routes = {template: {method.upper() for method in operations} for template, operations in openapi()["paths"].items()}
@@ -295,7 +333,7 @@ class ApiGateway:
                     return lambda: gateway._handle(self)
                 raise AttributeError(name)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (quiet: the twin prints world events)
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib's name)
                 return
 
         self._server = _Server((host, port), Handler)
@@ -311,6 +349,7 @@ class ApiGateway:
     def url(self) -> str:
         """Base URL of the API."""
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server's address is (host, port)
         return f"http://{host}:{port}"
 
     def start(self) -> ApiGateway:
@@ -359,8 +398,16 @@ class ApiGateway:
         if refusal is not None:
             self._refuse(request, refusal)
             return
-        event = proxy_event(request.command, request.path, headers, body, list(self.routes),
-                            source_ip=request.client_address[0], now=now, principal=principal)
+        event = proxy_event(
+            request.command,
+            request.path,
+            headers,
+            body,
+            list(self.routes),
+            source_ip=request.client_address[0],
+            now=now,
+            principal=principal,
+        )
         answer, error = self.invoke(json.dumps(event).encode())
         if error is not None:
             # The caller gets no details; the operator does, like API Gateway's execution log.
@@ -386,4 +433,3 @@ class ApiGateway:
         request.end_headers()
         if request.command != "HEAD":
             request.wfile.write(data)
-

@@ -2,11 +2,13 @@
 
 Brings the local twin up in its own process (`servingctl local up`, real vLLM on CPU by default,
 its output in a log file), then runs the commands a person would type: status, start --wait
-(phases shown as they pass), starts (the start's timeline per phase, with a chart), bench --profile (2 input lengths x 2 concurrencies, measured by the
+(phases shown as they pass), starts (the start's timeline per phase, with a chart), bench --profile (2 input
+lengths x 2 concurrencies, measured by the
 worker "inside the VPC"; the report table, the cost comparison, report.md, vLLM-compatible files and
 charts, the server's metrics over time), one scenario measured again and `report --compare` of the
 two stored runs (intervals, verdicts, fingerprints), a saturation sweep with an SLO (the concurrency
-found, its goodput, the cost per 1M output tokens at the SLO), stop --wait, and the ledger. Whatever happens, it stops the twin (which stops every model
+found, its goodput, the cost per 1M output tokens at the SLO), stop --wait, and the ledger. Whatever happens, it
+stops the twin (which stops every model
 server), checks that none of its processes is left, and says where the files are.
 
     python -m servingctl.local.demo [--model-server vllm|sim] [--output DIR]
@@ -36,17 +38,58 @@ PROFILE = "deepseek-v4-flash"  # priced in the catalog: the run gets its cost co
 # The tiny model serves 2048 tokens of context: inputs and answers stay inside it. One worker per
 # scenario: here every worker shares this machine's cores with the model server, so splitting a
 # client-bound scenario cannot add client capacity (in AWS each Lambda worker has its own vCPU).
-MATRIX = ["--input-tokens", "256,1024", "--concurrency", "1,4", "--warmup", "1", "--rounds", "3", "--max-tokens", "128",
-          "--max-workers", "1"]
+MATRIX = [
+    "--input-tokens",
+    "256,1024",
+    "--concurrency",
+    "1,4",
+    "--warmup",
+    "1",
+    "--rounds",
+    "3",
+    "--max-tokens",
+    "128",
+    "--max-workers",
+    "1",
+]
 # The second run repeats the busiest scenario (12 requests a side: enough for intervals; its 3
 # rounds are too few for output tok/s, and the comparison says so).
-AGAIN = ["--input-tokens", "256", "--concurrency", "4", "--warmup", "1", "--rounds", "3", "--max-tokens", "128",
-         "--max-workers", "1"]
+AGAIN = [
+    "--input-tokens",
+    "256",
+    "--concurrency",
+    "4",
+    "--warmup",
+    "1",
+    "--rounds",
+    "3",
+    "--max-tokens",
+    "128",
+    "--max-workers",
+    "1",
+]
 # The saturation sweep: the highest concurrency (up to 16) at which 90 % of requests get their first
 # token within 1 s and finish within 10 s, and the p90 TTFT stays under 1 s; short answers keep it
 # under a minute on this machine's vLLM.
-SWEEP = ["--input-tokens", "256", "--sweep", "--slo", "ttft_ms=1000,e2e_s=10,ttft_ms:p90=1000", "--slo-share", "0.9",
-         "--sweep-max-concurrency", "16", "--warmup", "1", "--rounds", "2", "--max-tokens", "32", "--max-workers", "1"]
+SWEEP = [
+    "--input-tokens",
+    "256",
+    "--sweep",
+    "--slo",
+    "ttft_ms=1000,e2e_s=10,ttft_ms:p90=1000",
+    "--slo-share",
+    "0.9",
+    "--sweep-max-concurrency",
+    "16",
+    "--warmup",
+    "1",
+    "--rounds",
+    "2",
+    "--max-tokens",
+    "32",
+    "--max-workers",
+    "1",
+]
 UP_TIMEOUT_S = 180.0
 STOP_GRACE_S = 60.0
 
@@ -99,10 +142,23 @@ class TwinProcess:
         self.workdir = workdir
         self.log_path = workdir / "twin.log"
         self.api_port = free_port()
-        self.argv = [sys.executable, "-m", "servingctl.cli.main", "local", "up", "--model-server", model_server,
-                     "--time-scale", f"{time_scale:g}", "--port", str(free_port()), "--api-port", str(self.api_port),
-                     # The demo drives every stop itself; a sweep would race its scripted steps.
-                     "--no-sweep"]
+        self.argv = [
+            sys.executable,
+            "-m",
+            "servingctl.cli.main",
+            "local",
+            "up",
+            "--model-server",
+            model_server,
+            "--time-scale",
+            f"{time_scale:g}",
+            "--port",
+            str(free_port()),
+            "--api-port",
+            str(self.api_port),
+            # The demo drives every stop itself; a sweep would race its scripted steps.
+            "--no-sweep",
+        ]
         self.proc: subprocess.Popen[bytes] | None = None
         self.children: set[tuple[int, int | None]] = set()  # (pid, its start time)
 
@@ -114,7 +170,9 @@ class TwinProcess:
     def start(self) -> None:
         """Launch the twin and wait until its API answers (or it exits, showing its log)."""
         log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=os.environ.copy())
+        self.proc = subprocess.Popen(
+            self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=os.environ.copy()
+        )
         deadline = time.monotonic() + UP_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -178,11 +236,15 @@ def client_bound_why(results: Path) -> str | None:
     load = (host.load_average_end or host.load_average_start) if host else None
     where = f"load average {load[0]:.1f} on {host.cpus} CPUs" if host and load else "its load not recorded"
     if busiest < CPU_SHARE_LIMIT / 2:
-        return (f"{len(bound)} of {len(run.scenarios)} scenarios client-bound: the worker (a process of its own) used at most "
-                f"{busiest:.0%} of a core, yet its event loop woke up to {lag:.0f} ms late: this machine was busy ({where}), "
-                "not the client: measure on an idle machine (in AWS each worker has a vCPU of its own)")
-    return (f"{len(bound)} of {len(run.scenarios)} scenarios client-bound: the worker used up to {busiest:.0%} of a core "
-            f"(event-loop lag p99 up to {lag:.0f} ms; {where}): the client set the pace")
+        return (
+            f"{len(bound)} of {len(run.scenarios)} scenarios client-bound: the worker (a process of its own) used at most "
+            f"{busiest:.0%} of a core, yet its event loop woke up to {lag:.0f} ms late: this machine was busy ({where}), "
+            "not the client: measure on an idle machine (in AWS each worker has a vCPU of its own)"
+        )
+    return (
+        f"{len(bound)} of {len(run.scenarios)} scenarios client-bound: the worker used up to {busiest:.0%} of a core "
+        f"(event-loop lag p99 up to {lag:.0f} ms; {where}): the client set the pace"
+    )
 
 
 def run_demo(output: Path, *, model_server: str = "vllm", time_scale: float = 20.0, workdir: Path | None = None) -> int:
@@ -200,15 +262,19 @@ def run_demo(output: Path, *, model_server: str = "vllm", time_scale: float = 20
     steps: list[tuple[str, int]] = []
     left: list[int] = []
     try:
-        _say(f"starting the local twin (emulated AWS, the real state machines and Lambda handlers, "
-             f"model server: {model_server}, AWS's delays / {time_scale:g}); log: {twin.log_path}")
+        _say(
+            f"starting the local twin (emulated AWS, the real state machines and Lambda handlers, "
+            f"model server: {model_server}, AWS's delays / {time_scale:g}); log: {twin.log_path}"
+        )
         twin.start()
         steps.append(("status", _run("status")))
         _say(f"start {PROFILE}: lock, scale out, wait for capacity, task, ALB health, smoke test")
         steps.append(("start", _run("start", PROFILE, "--wait")))
         twin.remember_children()
-        _say("the start's timeline: each phase from its source (EC2, ECS, the containers' CloudWatch Logs with "
-             "vLLM's own lines, the ALB, the smoke test), with a chart")
+        _say(
+            "the start's timeline: each phase from its source (EC2, ECS, the containers' CloudWatch Logs with "
+            "vLLM's own lines, the ALB, the smoke test), with a chart"
+        )
         steps.append(("starts", _run("starts", PROFILE, "--chart", str(output / "starts.png"))))
         if steps[-1][1] == 0:
             _say("benchmark 2 input lengths x 2 concurrencies from inside the VPC (run_benchmark), then the report")
@@ -216,18 +282,24 @@ def run_demo(output: Path, *, model_server: str = "vllm", time_scale: float = 20
             if steps[-1][1] == 0 and (why := client_bound_why(output / "results.json")):
                 _say(f"why CLIENT-BOUND: {why}")
             if steps[-1][1] == 0:
-                _say("measure one scenario again and compare the two stored runs: each change with its 95 % interval, "
-                     "a verdict only when the interval says so, and both runs' fingerprints")
+                _say(
+                    "measure one scenario again and compare the two stored runs: each change with its 95 % interval, "
+                    "a verdict only when the interval says so, and both runs' fingerprints"
+                )
                 again = output / "again"
-                steps.append(("bench again", _run("bench", "--profile", PROFILE, *AGAIN, "--label", "demo again",
-                                                  "--output", str(again))))
+                steps.append(
+                    ("bench again", _run("bench", "--profile", PROFILE, *AGAIN, "--label", "demo again", "--output", str(again)))
+                )
                 if steps[-1][1] == 0:
                     first, second = (_run_id(path) for path in (output, again))
                     steps.append(("compare", _run("report", second, "--compare", first, "--output", str(output / "compare"))))
-            _say("saturation sweep with an SLO: the highest concurrency meeting it (doubling, then bisection, stopping "
-                 "once the server is over-saturated), its goodput and the cost per 1M output tokens at the SLO")
-            steps.append(("sweep", _run("bench", "--profile", PROFILE, *SWEEP, "--label", "demo sweep",
-                                        "--output", str(output / "sweep"))))
+            _say(
+                "saturation sweep with an SLO: the highest concurrency meeting it (doubling, then bisection, stopping "
+                "once the server is over-saturated), its goodput and the cost per 1M output tokens at the SLO"
+            )
+            steps.append(
+                ("sweep", _run("bench", "--profile", PROFILE, *SWEEP, "--label", "demo sweep", "--output", str(output / "sweep")))
+            )
         _say(f"stop {PROFILE}: drain, release the pool, wait for termination, close the ledger session")
         steps.append(("stop", _run("stop", PROFILE, "--wait")))
         _say("what the session cost (uptime x the instance's hourly price)")
@@ -243,9 +315,11 @@ def run_demo(output: Path, *, model_server: str = "vllm", time_scale: float = 20
     wall = time.monotonic() - began
     failed = [name for name, code in steps if code != 0]
     print(f"\nnothing left running: {'yes' if not left else f'no, killed {left}'}")
-    print(f"files: {output.resolve()} (report.md, results.json, vllm/*.json, aggregate_tok_s.png, ttft.png, "
-          f"server_metrics.png, starts.png; compare/: the second run against the first; sweep/: the saturation sweep); "
-          f"twin log: {twin.log_path}")
+    print(
+        f"files: {output.resolve()} (report.md, results.json, vllm/*.json, aggregate_tok_s.png, ttft.png, "
+        f"server_metrics.png, starts.png; compare/: the second run against the first; sweep/: the saturation sweep); "
+        f"twin log: {twin.log_path}"
+    )
     print(f"demo wall time: {wall:.0f} s; steps: " + ", ".join(f"{n} {'ok' if c == 0 else 'FAILED'}" for n, c in steps))
     (workdir / "demo.json").write_text(json.dumps({"wall_s": wall, "steps": dict(steps), "left_running": left}))
     return 1 if failed or left else 0
@@ -254,8 +328,12 @@ def run_demo(output: Path, *, model_server: str = "vllm", time_scale: float = 20
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line of the demo."""
     parser = argparse.ArgumentParser(prog="python -m servingctl.local.demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-server", choices=["vllm", "sim"], default="vllm",
-                        help="the model server the twin starts for the profile (default: real vLLM on CPU)")
+    parser.add_argument(
+        "--model-server",
+        choices=["vllm", "sim"],
+        default="vllm",
+        help="the model server the twin starts for the profile (default: real vLLM on CPU)",
+    )
     parser.add_argument("--output", default="demo-output", help="where the report files go (default ./demo-output)")
     parser.add_argument("--time-scale", type=float, default=20.0, help="divide AWS's delays by this (default 20)")
     args = parser.parse_args(argv)

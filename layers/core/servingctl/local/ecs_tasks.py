@@ -38,7 +38,7 @@ def image_command(dockerfile: Path) -> list[str]:
     """The ENTRYPOINT of a Dockerfile (exec form), with `python` as this interpreter."""
     found = re.search(r"^ENTRYPOINT\s+(\[.*\])\s*$", dockerfile.read_text(), re.M)
     if found is None:
-        raise ValueError(f"{dockerfile}: no ENTRYPOINT in exec form ([\"python\", ...])")
+        raise ValueError(f'{dockerfile}: no ENTRYPOINT in exec form (["python", ...])')
     command: list[str] = json.loads(found.group(1))
     return [sys.executable if command[0] == "python" else command[0], *command[1:]]
 

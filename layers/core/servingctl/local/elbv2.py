@@ -51,9 +51,24 @@ NAMESPACE = "AWS/ApplicationELB"
 TICK_S = 0.05
 FLUSH_S = 1.0
 # Hop-by-hop headers a proxy does not forward (RFC 9110 7.6.1), in lower case.
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-                        "transfer-encoding", "upgrade", "host", "content-length"})
-ELB_PAGE = "<html>\r\n<head><title>{code} {reason}</title></head>\r\n<body>\r\n<center><h1>{code} {reason}</h1></center>\r\n</body>\r\n</html>\r\n"
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+ELB_PAGE = (
+    "<html>\r\n<head><title>{code} {reason}</title></head>\r\n"
+    "<body>\r\n<center><h1>{code} {reason}</h1></center>\r\n</body>\r\n</html>\r\n"
+)
 REASONS = {502: "Bad Gateway", 503: "Service Temporarily Unavailable", 504: "Gateway Time-out"}
 
 
@@ -165,7 +180,7 @@ class LoadBalancers:
     def _run(self, sockets: Mapping[str, socket.socket]) -> None:
         try:
             asyncio.run(self._main(sockets))
-        except BaseException as exc:  # noqa: BLE001 (visible on the object: the twin stops, its tests check it)
+        except BaseException as exc:
             self.error = exc
             self._ready.set()
 
@@ -173,12 +188,16 @@ class LoadBalancers:
         self._loop = asyncio.get_running_loop()
         self._closing = asyncio.Event()
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
-        async with httpx.AsyncClient(limits=limits, trust_env=False) as client, \
-                httpx.AsyncClient(trust_env=False) as checker:
+        async with httpx.AsyncClient(limits=limits, trust_env=False) as client, httpx.AsyncClient(trust_env=False) as checker:
             serving = []
             for arn, sock in sockets.items():
-                config = uvicorn.Config(self._app(arn, client), log_level="error", lifespan="off", access_log=False,
-                                        timeout_keep_alive=int(self._idle_timeout(arn)))
+                config = uvicorn.Config(
+                    self._app(arn, client),
+                    log_level="error",
+                    lifespan="off",
+                    access_log=False,
+                    timeout_keep_alive=int(self._idle_timeout(arn)),
+                )
                 server = uvicorn.Server(config)
                 self._servers.append(server)
                 serving.append(asyncio.create_task(server.serve(sockets=[sock])))
@@ -204,7 +223,9 @@ class LoadBalancers:
                 return delay if target is not None else 0.0
             target.drain_until = time.monotonic() + delay
             target.state = "draining"
-        mp.set_target_health(group, target_id, "draining", "Target.DeregistrationInProgress", "Target deregistration is in progress")
+        mp.set_target_health(
+            group, target_id, "draining", "Target.DeregistrationInProgress", "Target deregistration is in progress"
+        )
         return delay
 
     def forget(self, group: str, target_id: str) -> None:
@@ -242,12 +263,14 @@ class LoadBalancers:
         if listener is None:
             return []
         rules = list(listener.rules.values())
-        return sorted((r for r in rules if r.priority != "default"), key=lambda r: int(r.priority)) + \
-            [r for r in rules if r.priority == "default"]
+        return sorted((r for r in rules if r.priority != "default"), key=lambda r: int(r.priority)) + [
+            r for r in rules if r.priority == "default"
+        ]
 
     # ---- the watcher: registrations, health checks, drains, metrics ----------------------------
     async def _watch(self, checker: httpx.AsyncClient) -> None:
         next_flush = time.monotonic() + FLUSH_S
+        checks: set[asyncio.Task[None]] = set()
         while True:
             now = time.monotonic()
             self._sync_registrations(now)
@@ -257,7 +280,9 @@ class LoadBalancers:
                     target.next_check = now + self._interval(target.group)
                 ended = [t for t in self._targets.values() if t.drain_until is not None and now >= t.drain_until]
             for target in due:
-                asyncio.create_task(self._check(checker, target))
+                check = asyncio.create_task(self._check(checker, target))
+                checks.add(check)  # the loop holds tasks weakly: one unreferenced may vanish mid-check
+                check.add_done_callback(checks.discard)
             for target in ended:
                 self.forget(target.group, target.target_id)
             if now >= next_flush:
@@ -279,7 +304,9 @@ class LoadBalancers:
                     seen.add(key)
                     if key not in self._targets:
                         self._targets[key] = _Target(arn, target_id, int(registered.get("Port") or tg.port), next_check=now)
-                        mp.set_target_health(arn, target_id, "initial", "Elb.InitialHealthChecking", "Initial health checks in progress")
+                        mp.set_target_health(
+                            arn, target_id, "initial", "Elb.InitialHealthChecking", "Initial health checks in progress"
+                        )
             for key, target in list(self._targets.items()):
                 if key not in seen and target.drain_until is None:
                     target.drain_until = now + self._deregistration_delay(target.group)
@@ -294,8 +321,9 @@ class LoadBalancers:
         matcher = (tg.matcher or {}).get("HttpCode", "200")
         reason = None
         try:
-            answer = await checker.get(f"http://{target.target_id}:{port}{tg.health_check_path or '/'}",
-                                       timeout=float(tg.health_check_timeout_seconds))
+            answer = await checker.get(
+                f"http://{target.target_id}:{port}{tg.health_check_path or '/'}", timeout=float(tg.health_check_timeout_seconds)
+            )
             if not _matches_code(answer.status_code, matcher):
                 reason = ("Target.ResponseCodeMismatch", f"Health checks failed with these codes: [{answer.status_code}]")
         except httpx.TimeoutException:
@@ -327,8 +355,9 @@ class LoadBalancers:
 
         return app
 
-    async def _handle(self, arn: str, client: httpx.AsyncClient, scope: dict[str, Any], receive: Callable[..., Any],
-                      send: Callable[..., Any]) -> None:
+    async def _handle(
+        self, arn: str, client: httpx.AsyncClient, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]
+    ) -> None:
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
         action = _first_match(self._rules(arn), scope, headers)
         if action is None or action.type != "forward":
@@ -361,8 +390,18 @@ class LoadBalancers:
                 return None
             return pool[next(self._turn[group]) % len(pool)]
 
-    async def _forward(self, arn: str, group: str, target: _Target, flight: _Flight, client: httpx.AsyncClient, scope: dict[str, Any],
-                       receive: Callable[..., Any], send: Callable[..., Any], headers: list[tuple[str, str]]) -> None:
+    async def _forward(
+        self,
+        arn: str,
+        group: str,
+        target: _Target,
+        flight: _Flight,
+        client: httpx.AsyncClient,
+        scope: dict[str, Any],
+        receive: Callable[..., Any],
+        send: Callable[..., Any],
+        headers: list[tuple[str, str]],
+    ) -> None:
         body = b""
         more = True
         while more:
@@ -370,7 +409,11 @@ class LoadBalancers:
             body += message.get("body", b"")
             more = message.get("more_body", False)
         path = scope.get("raw_path") or scope["path"].encode()
-        url = target.address + path.decode("latin-1") + (("?" + scope["query_string"].decode("latin-1")) if scope.get("query_string") else "")
+        url = (
+            target.address
+            + path.decode("latin-1")
+            + (("?" + scope["query_string"].decode("latin-1")) if scope.get("query_string") else "")
+        )
         client_ip = (scope.get("client") or ("127.0.0.1", 0))[0]
         forwarded = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP and not k.lower().startswith("x-forwarded-")]
         forwarded += [("X-Forwarded-For", client_ip), ("X-Forwarded-Proto", "http"), ("X-Forwarded-Port", "80")]
@@ -394,8 +437,11 @@ class LoadBalancers:
         self._response_time(arn, group, time.monotonic() - started)
         self._count(arn, group, f"HTTPCode_Target_{answer.status_code // 100}XX_Count")
         try:
-            out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers.multi_items()
-                   if k.lower() not in HOP_BY_HOP - {"content-length"}]
+            out = [
+                (k.encode("latin-1"), v.encode("latin-1"))
+                for k, v in answer.headers.multi_items()
+                if k.lower() not in HOP_BY_HOP - {"content-length"}
+            ]
             await send({"type": "http.response.start", "status": answer.status_code, "headers": out})
             try:
                 async for chunk in answer.aiter_raw():
@@ -448,14 +494,32 @@ class LoadBalancers:
             data = []
             balancer = arn.split(":loadbalancer/", 1)[-1]
             for (metric, group), value in counts.values.items():
-                data.append({"MetricName": metric, "Value": value, "Unit": "Count", "Timestamp": stamp,
-                             "Dimensions": _dimensions(balancer, group)})
+                data.append(
+                    {
+                        "MetricName": metric,
+                        "Value": value,
+                        "Unit": "Count",
+                        "Timestamp": stamp,
+                        "Dimensions": _dimensions(balancer, group),
+                    }
+                )
             for group, times in counts.response_times.items():
-                data.append({"MetricName": "TargetResponseTime", "Unit": "Seconds", "Timestamp": stamp,
-                             "StatisticValues": {"SampleCount": len(times), "Sum": sum(times), "Minimum": min(times), "Maximum": max(times)},
-                             "Dimensions": _dimensions(balancer, group)})
+                data.append(
+                    {
+                        "MetricName": "TargetResponseTime",
+                        "Unit": "Seconds",
+                        "Timestamp": stamp,
+                        "StatisticValues": {
+                            "SampleCount": len(times),
+                            "Sum": sum(times),
+                            "Minimum": min(times),
+                            "Maximum": max(times),
+                        },
+                        "Dimensions": _dimensions(balancer, group),
+                    }
+                )
             for start in range(0, len(data), 500):
-                self.cloudwatch.put_metric_data(Namespace=NAMESPACE, MetricData=data[start:start + 500])
+                self.cloudwatch.put_metric_data(Namespace=NAMESPACE, MetricData=data[start : start + 500])
 
 
 def _dimensions(balancer: str, group: str | None) -> list[dict[str, str]]:
@@ -504,8 +568,10 @@ def _holds(condition: Mapping[str, Any], scope: dict[str, Any], headers: list[tu
         return any(_wildcard(p, scope["path"], case=True) for p in values)
     if field_name == "http-request-method":
         return scope["method"] in (condition.get("HttpRequestMethodConfig") or {}).get("Values", [])
-    raise ValueError(f"listener rule condition {field_name!r}: the twin's ALB plays http-header, host-header, "
-                     "path-pattern and http-request-method")
+    raise ValueError(
+        f"listener rule condition {field_name!r}: the twin's ALB plays http-header, host-header, "
+        "path-pattern and http-request-method"
+    )
 
 
 def _forward_group(data: Mapping[str, Any]) -> str:
@@ -518,12 +584,16 @@ def _forward_group(data: Mapping[str, Any]) -> str:
 
 async def _answer(send: Callable[..., Any], code: int, body: str, content_type: str) -> None:
     payload = body.encode()
-    await send({"type": "http.response.start", "status": code,
-                "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(payload)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": code,
+            "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(payload)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": payload, "more_body": False})
 
 
 def dimensions_of(load_balancer_arn: str, target_group_arn: str) -> list[dict[str, str]]:
     """The (TargetGroup, LoadBalancer) dimensions AWS publishes a target group's metrics under."""
     return _dimensions(load_balancer_arn.split(":loadbalancer/", 1)[-1], target_group_arn)
-

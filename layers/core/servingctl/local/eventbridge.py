@@ -52,8 +52,10 @@ def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
         value: Any = loader.construct_scalar(node)
     elif isinstance(node, yaml.SequenceNode):
         value = loader.construct_sequence(node, deep=True)
-    else:
+    elif isinstance(node, yaml.MappingNode):
         value = loader.construct_mapping(node, deep=True)
+    else:  # yaml has no other kind of node
+        raise yaml.constructor.ConstructorError(None, None, f"!{suffix}: unexpected {type(node).__name__}", node.start_mark)
     if suffix == "Ref":
         return {"Ref": value}
     if suffix == "GetAtt" and isinstance(value, str):
@@ -94,7 +96,8 @@ def read_wiring(template: Path, machines: Mapping[str, str]) -> Wiring:
     resources = document["Resources"]
     by_logical_id = {
         name: machines[Path(r["Properties"]["DefinitionUri"]).name.removesuffix(".asl.json")]
-        for name, r in resources.items() if r["Type"] == "AWS::Serverless::StateMachine"
+        for name, r in resources.items()
+        if r["Type"] == "AWS::Serverless::StateMachine"
     }
 
     def resolve(value: Any) -> Any:
@@ -107,8 +110,12 @@ def read_wiring(template: Path, machines: Mapping[str, str]) -> Wiring:
         return value
 
     schedule = resources[SCHEDULE]["Properties"]
-    return Wiring(rate_s=rate_seconds(schedule["ScheduleExpression"]), schedule_input=json.loads(schedule["Target"]["Input"]),
-                  pattern=resolve(resources[RULE]["Properties"]["EventPattern"]), concurrency=reserved_concurrency(document))
+    return Wiring(
+        rate_s=rate_seconds(schedule["ScheduleExpression"]),
+        schedule_input=json.loads(schedule["Target"]["Input"]),
+        pattern=resolve(resources[RULE]["Properties"]["EventPattern"]),
+        concurrency=reserved_concurrency(document),
+    )
 
 
 def reserved_concurrency(document: Mapping[str, Any]) -> int | None:
@@ -140,14 +147,29 @@ def status_change(describe: Mapping[str, Any], region: str, account: str) -> dic
     """The event Step Functions puts on the default bus for the execution DescribeExecution describes."""
     arn = describe["executionArn"]
     detail = {
-        "executionArn": arn, "stateMachineArn": describe["stateMachineArn"], "name": describe["name"],
-        "status": describe["status"], "startDate": _millis(describe.get("startDate")), "stopDate": _millis(describe.get("stopDate")),
-        "input": describe.get("input"), "inputDetails": {"included": True},
-        "output": describe.get("output"), "outputDetails": {"included": True} if describe.get("output") is not None else None,
+        "executionArn": arn,
+        "stateMachineArn": describe["stateMachineArn"],
+        "name": describe["name"],
+        "status": describe["status"],
+        "startDate": _millis(describe.get("startDate")),
+        "stopDate": _millis(describe.get("stopDate")),
+        "input": describe.get("input"),
+        "inputDetails": {"included": True},
+        "output": describe.get("output"),
+        "outputDetails": {"included": True} if describe.get("output") is not None else None,
     }
     detail |= {k: describe[k] for k in ("error", "cause") if describe.get(k) is not None}
-    return {"version": "0", "id": str(uuid.uuid4()), "detail-type": STATUS_CHANGE, "source": "aws.states", "account": account,
-            "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "region": region, "resources": [arn], "detail": detail}
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": STATUS_CHANGE,
+        "source": "aws.states",
+        "account": account,
+        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": region,
+        "resources": [arn],
+        "detail": detail,
+    }
 
 
 @dataclass
@@ -166,8 +188,17 @@ class Delivery:
 class EventBridge:
     """The schedule, the rule and the parent-to-child aborts; start() / stop() (one thread each)."""
 
-    def __init__(self, sfn: Any, wiring: Wiring, invoke: Callable[[bytes], tuple[bytes, str | None]], *, region: str,
-                 account: str, time_scale: float, deliver: bool) -> None:
+    def __init__(
+        self,
+        sfn: Any,
+        wiring: Wiring,
+        invoke: Callable[[bytes], tuple[bytes, str | None]],
+        *,
+        region: str,
+        account: str,
+        time_scale: float,
+        deliver: bool,
+    ) -> None:
         self.sfn = sfn
         self.wiring = wiring
         self.invoke = invoke
@@ -175,7 +206,7 @@ class EventBridge:
         self.interval_s = wiring.rate_s / time_scale
         self.deliver = deliver  # False: only the child aborts (the twin's control loop is off)
         self.deliveries: list[Delivery] = []
-        self.machines = sorted({arn for arn in wiring.pattern.get("detail", {}).get("stateMachineArn", [])})
+        self.machines = sorted(set(wiring.pattern.get("detail", {}).get("stateMachineArn", [])))
         self._statuses: dict[str, str] = {}
         self._queue: queue.Queue[Delivery | None] = queue.Queue()
         self._stop = threading.Event()
@@ -272,7 +303,9 @@ class EventBridge:
 
     def _abort_children(self, parent: str) -> None:
         """Stop the executions the parent's startExecution.sync Tasks started and still wait for."""
-        history = [e for page in self.sfn.get_paginator("get_execution_history").paginate(executionArn=parent) for e in page["events"]]
+        history = [
+            e for page in self.sfn.get_paginator("get_execution_history").paginate(executionArn=parent) for e in page["events"]
+        ]
         for event in history:
             details = event.get("taskSubmittedEventDetails") or {}
             if details.get("resourceType") != "states" or not str(details.get("resource", "")).startswith("startExecution.sync"):
@@ -280,4 +313,6 @@ class EventBridge:
             output = json.loads(details.get("output") or "{}")
             child = output.get("ExecutionArn") or output.get("executionArn")
             if child and self.sfn.describe_execution(executionArn=child)["status"] == "RUNNING":
-                self.sfn.stop_execution(executionArn=child, error="States.Aborted", cause=f"parent execution {parent} was aborted")
+                self.sfn.stop_execution(
+                    executionArn=child, error="States.Aborted", cause=f"parent execution {parent} was aborted"
+                )

@@ -31,8 +31,10 @@ FAULTS: dict[str, str] = {
 }
 # Faults that may name what they apply to after "=": the pattern of the argument and what it is.
 FAULT_ARGUMENTS: dict[str, tuple[str, str]] = {
-    "capacity-unavailable": (r"^[a-z0-9-]+\.[a-z0-9]+(:(" + "|".join(LAUNCH_FAILURES) + "))?$",
-                             "an EC2 instance type, optionally :CLASS (" + ", ".join(LAUNCH_FAILURES) + "), e.g. g7e.2xlarge:vcpu-limit"),
+    "capacity-unavailable": (
+        r"^[a-z0-9-]+\.[a-z0-9]+(:(" + "|".join(LAUNCH_FAILURES) + "))?$",
+        "an EC2 instance type, optionally :CLASS (" + ", ".join(LAUNCH_FAILURES) + "), e.g. g7e.2xlarge:vcpu-limit",
+    ),
     "executions-lag": (r"^\d+(\.\d+)?$", "seconds, e.g. 5 or 2.5"),
 }
 # The executions-lag fault's lag when it names none (seconds of the twin's clock).

@@ -30,7 +30,7 @@ from typing import Any
 import boto3
 import botocore.handlers
 import botocore.session
-from botocore.awsrequest import AWSResponse
+from botocore.awsrequest import AWSResponse, HTTPHeaders
 
 # The twin function whose handler is running in this thread (None: the twin, a test, the CLI).
 CALLER: ContextVar[str | None] = ContextVar("servingctl_twin_caller", default=None)
@@ -64,8 +64,14 @@ DEPENDENT_ACTIONS = {
 # Calls IAM does not authorise (GetCallerIdentity works even under an explicit deny).
 UNAUTHORISED_CALLS = {("sts", "GetCallerIdentity")}
 # The error code each protocol family answers a refused call with.
-DENIED_CODE = {"ec2": "UnauthorizedOperation", "s3": "AccessDenied", "autoscaling": "AccessDenied",
-               "elbv2": "AccessDenied", "cloudwatch": "AccessDenied", "sts": "AccessDenied"}
+DENIED_CODE = {
+    "ec2": "UnauthorizedOperation",
+    "s3": "AccessDenied",
+    "autoscaling": "AccessDenied",
+    "elbv2": "AccessDenied",
+    "cloudwatch": "AccessDenied",
+    "sts": "AccessDenied",
+}
 
 Statement = dict[str, Any]
 
@@ -178,7 +184,9 @@ def _ecs(operation: str, params: Mapping[str, Any], names: Names) -> list[Reques
     action = f"ecs:{operation}"
 
     def under(kind: str, ids: Sequence[str]) -> list[Request]:
-        return [Request(action, i if i.startswith("arn:") else names.arn("ecs", f"{kind}/{cluster_name}/{i}"), context) for i in ids]
+        return [
+            Request(action, i if i.startswith("arn:") else names.arn("ecs", f"{kind}/{cluster_name}/{i}"), context) for i in ids
+        ]
 
     if operation == "UpdateService":
         return under("service", [params["service"]])
@@ -218,7 +226,9 @@ def _autoscaling(operation: str, params: Mapping[str, Any], names: Names) -> lis
     if template:
         # The group's next launch goes through this template: the caller must be allowed to launch
         # through it (the twin checks the launch itself; tagging and the role pass follow from it).
-        arn = names.asg_arn(group).split(":autoScalingGroup:")[0].replace(":autoscaling:", ":ec2:") + f":launch-template/{template}"
+        arn = (
+            names.asg_arn(group).split(":autoScalingGroup:")[0].replace(":autoscaling:", ":ec2:") + f":launch-template/{template}"
+        )
         requests.append(Request("ec2:RunInstances", "*", {"ec2:LaunchTemplate": (arn,)}))
     return requests
 
@@ -244,7 +254,9 @@ def _events(operation: str, params: Mapping[str, Any], names: Names) -> list[Req
     if operation != "PutEvents":
         raise UnknownCall(f"events:{operation}")
     buses = {entry.get("EventBusName") or "default" for entry in params["Entries"]}
-    return [Request("events:PutEvents", b if b.startswith("arn:") else names.arn("events", f"event-bus/{b}")) for b in sorted(buses)]
+    return [
+        Request("events:PutEvents", b if b.startswith("arn:") else names.arn("events", f"event-bus/{b}")) for b in sorted(buses)
+    ]
 
 
 def _ssm(operation: str, params: Mapping[str, Any], names: Names) -> list[Request]:
@@ -284,9 +296,18 @@ def _unscoped(service: str) -> Callable[[str, Mapping[str, Any], Names], list[Re
 
 
 _RESOURCES: dict[str, Callable[[str, Mapping[str, Any], Names], list[Request]]] = {
-    "dynamodb": _dynamodb, "ecs": _ecs, "autoscaling": _autoscaling, "stepfunctions": _states, "s3": _s3,
-    "events": _events, "ssm": _ssm, "logs": _logs, "sts": _sts,
-    "ec2": _unscoped("ec2"), "elbv2": _unscoped("elbv2"), "cloudwatch": _unscoped("cloudwatch"),
+    "dynamodb": _dynamodb,
+    "ecs": _ecs,
+    "autoscaling": _autoscaling,
+    "stepfunctions": _states,
+    "s3": _s3,
+    "events": _events,
+    "ssm": _ssm,
+    "logs": _logs,
+    "sts": _sts,
+    "ec2": _unscoped("ec2"),
+    "elbv2": _unscoped("elbv2"),
+    "cloudwatch": _unscoped("cloudwatch"),
 }
 
 
@@ -311,6 +332,7 @@ def with_variables(pattern: str, context: Mapping[str, tuple[str, ...]]) -> str 
     """pattern with its policy variables (${aws:PrincipalTag/run}) replaced by the request's single
     values, marked literal (\0 ... \0: a tag value's * is no wildcard); None when one is missing
     (the statement then matches nothing, as IAM treats a variable it cannot fill)."""
+
     def fill(match: re.Match[str]) -> str:
         values = context.get(match.group(1))
         if not values or len(values) != 1:
@@ -327,8 +349,10 @@ def _like(pattern: str, value: str, *, ignore_case: bool = False) -> bool:
     """IAM's wildcards: * any run of characters (across : and /), ? one character (not inside a
     filled-in variable's value, marked by \0)."""
     parts = pattern.split("\0")
-    regex = "".join(re.escape(part) if i % 2 else "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in part)
-                    for i, part in enumerate(parts))
+    regex = "".join(
+        re.escape(part) if i % 2 else "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in part)
+        for i, part in enumerate(parts)
+    )
     return re.fullmatch(regex, value, re.IGNORECASE | re.DOTALL if ignore_case else re.DOTALL) is not None
 
 
@@ -343,13 +367,24 @@ def _compare(base: str, policy_value: str, value: str) -> bool:
         return value.lower() == policy_value.lower()
     if base.startswith("Numeric"):
         a, b = float(value), float(policy_value)
-        return {"NumericEquals": a == b, "NumericLessThan": a < b, "NumericLessThanEquals": a <= b,
-                "NumericGreaterThan": a > b, "NumericGreaterThanEquals": a >= b}[base]
+        return {
+            "NumericEquals": a == b,
+            "NumericLessThan": a < b,
+            "NumericLessThanEquals": a <= b,
+            "NumericGreaterThan": a > b,
+            "NumericGreaterThanEquals": a >= b,
+        }[base]
     raise ValueError(f"condition operator {base}: not evaluated by the twin")
 
 
-_NEGATED = {"StringNotEquals": "StringEquals", "StringNotLike": "StringLike", "ArnNotEquals": "ArnEquals",
-            "ArnNotLike": "ArnLike", "NumericNotEquals": "NumericEquals", "StringNotEqualsIgnoreCase": "StringEqualsIgnoreCase"}
+_NEGATED = {
+    "StringNotEquals": "StringEquals",
+    "StringNotLike": "StringLike",
+    "ArnNotEquals": "ArnEquals",
+    "ArnNotLike": "ArnLike",
+    "NumericNotEquals": "NumericEquals",
+    "StringNotEqualsIgnoreCase": "StringEqualsIgnoreCase",
+}
 
 
 def _condition(operator: str, key: str, policy_values: Sequence[Any], context: Mapping[str, tuple[str, ...]]) -> bool:
@@ -381,6 +416,7 @@ def statement_applies(statement: Statement, request: Request) -> bool:
             return False
     elif any(_like(a, request.action, ignore_case=True) for a in _as_list(statement.get("NotAction", []))):
         return False
+
     def resources(key: str) -> list[str]:
         filled = (with_variables(r, request.context) for r in _as_list(statement.get(key, [])))
         return [r for r in filled if r is not None]
@@ -502,9 +538,11 @@ def function_policies(template: Mapping[str, Any], refs: Mapping[str, Any]) -> d
     resources = template["Resources"]
     conditions = evaluate_conditions(template, refs)
     return {
-        resource["Properties"]["Code"]["S3Key"].rstrip("/").rsplit("/", 1)[-1]:
-            role_policy(template, resource["Properties"]["Role"]["Fn::GetAtt"][0], refs, conditions)
-        for resource in resources.values() if resource["Type"] == "AWS::Lambda::Function"
+        resource["Properties"]["Code"]["S3Key"].rstrip("/").rsplit("/", 1)[-1]: role_policy(
+            template, resource["Properties"]["Role"]["Fn::GetAtt"][0], refs, conditions
+        )
+        for resource in resources.values()
+        if resource["Type"] == "AWS::Lambda::Function"
     }
 
 
@@ -515,8 +553,9 @@ def task_policies(template: Mapping[str, Any], refs: Mapping[str, Any]) -> dict[
     resources = template["Resources"]
     conditions = evaluate_conditions(template, refs)
     return {
-        resolve(resource["Properties"]["Family"], refs, conditions):
-            role_policy(template, resource["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0], refs, conditions)
+        resolve(resource["Properties"]["Family"], refs, conditions): role_policy(
+            template, resource["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0], refs, conditions
+        )
         for resource in resources.values()
         if resource["Type"] == "AWS::ECS::TaskDefinition" and conditions.get(resource.get("Condition", ""), True)
     }
@@ -564,7 +603,9 @@ class Call:
     role: str | None = None  # the ARN of the role the function assumed and signed this call with
 
     def __str__(self) -> str:
-        return f"{self.function}: {self.service}.{self.operation} " + ", ".join(f"{r.action} on {r.resource}" for r in self.requests)
+        return f"{self.function}: {self.service}.{self.operation} " + ", ".join(
+            f"{r.action} on {r.resource}" for r in self.requests
+        )
 
 
 @dataclass(frozen=True)
@@ -591,7 +632,9 @@ class Enforcer:
         self.sessions: dict[str, AssumedSession] = {}  # by access key id, made in this process
         self._lock = threading.Lock()
 
-    def decide(self, function: str, service: str, operation: str, params: Mapping[str, Any], access_key: str | None = None) -> Call:
+    def decide(
+        self, function: str, service: str, operation: str, params: Mapping[str, Any], access_key: str | None = None
+    ) -> Call:
         """Evaluate one call of function against its role, or against the role whose session's
         credentials (access_key) signed it; record it."""
         session = self.sessions.get(access_key or "")
@@ -601,14 +644,20 @@ class Enforcer:
             requests = tuple(replace(r, context={**r.context, **session.context()}) for r in requests)
         allowed_by = tuple(tuple(policy.allowing(r)) if self.trusted(r) else () for r in requests)
         denied = None
-        refused = next((r for r, by in zip(requests, allowed_by) if not by), None)
+        refused = next((r for r, by in zip(requests, allowed_by, strict=True) if not by), None)
         role = f"arn:aws:sts::{self.names.account}:assumed-role/servingctl-{function}/servingctl-{function}"
         if session is not None:
             role = f"arn:aws:sts::{self.names.account}:assumed-role/{session.role.rsplit('/', 1)[-1]}/{session.name}"
         if refused is not None:
-            denied = (f"User: {role} is not authorized to perform: {refused.action} on resource: {refused.resource} "
-                      f"because no identity-based policy allows the {refused.action} action")
-        elif service == "s3" and operation in ("GetObject", "HeadObject") and not self.object_exists(params["Bucket"], params["Key"]):
+            denied = (
+                f"User: {role} is not authorized to perform: {refused.action} on resource: {refused.resource} "
+                f"because no identity-based policy allows the {refused.action} action"
+            )
+        elif (
+            service == "s3"
+            and operation in ("GetObject", "HeadObject")
+            and not self.object_exists(params["Bucket"], params["Key"])
+        ):
             # S3 tells "no such key" only to a caller that may list the bucket. Which request context
             # that implicit check sees is not documented: the twin assumes none (no s3:prefix), the
             # reading under which a prefix-conditioned grant does not help.
@@ -625,7 +674,11 @@ class Enforcer:
         target = self.policies.get(request.resource) if request.action in ("sts:AssumeRole", "sts:TagSession") else None
         if target is None or not target.trust:
             return True
-        return bool(Policy(tuple((str(i), {k: v for k, v in st.items() if k != "Principal"}) for i, st in enumerate(target.trust))).allowing(request))
+        return bool(
+            Policy(
+                tuple((str(i), {k: v for k, v in st.items() if k != "Principal"}) for i, st in enumerate(target.trust))
+            ).allowing(request)
+        )
 
     def assumed(self, access_key: str, params: Mapping[str, Any]) -> None:
         """Note the session an allowed AssumeRole (params) answered with credentials access_key."""
@@ -659,7 +712,9 @@ def _note_call(params: dict[str, Any], model: Any, context: dict[str, Any], **_:
     context["servingctl_params"] = dict(params)
 
 
-def _refuse(model: Any, context: dict[str, Any], request_signer: Any = None, **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+def _refuse(
+    model: Any, context: dict[str, Any], request_signer: Any = None, **_: Any
+) -> tuple[AWSResponse, dict[str, Any]] | None:
     """before-call: decide the call (as the function, or as the role whose session signs it) and
     answer a refused one with AccessDenied instead of sending it."""
     function, enforcer, params = CALLER.get() or _process_caller, _active, context.get("servingctl_params")
@@ -674,7 +729,7 @@ def _refuse(model: Any, context: dict[str, Any], request_signer: Any = None, **_
     service = model.service_model.service_name
     code = DENIED_CODE.get(service, "AccessDeniedException")
     parsed = {"Error": {"Code": code, "Message": call.denied}, "ResponseMetadata": {"HTTPStatusCode": 403, "HTTPHeaders": {}}}
-    return AWSResponse("", 403, {}, None), parsed
+    return AWSResponse("", 403, HTTPHeaders(), None), parsed
 
 
 def _note_session(parsed: Mapping[str, Any], context: dict[str, Any], **_: Any) -> None:
@@ -685,8 +740,12 @@ def _note_session(parsed: Mapping[str, Any], context: dict[str, Any], **_: Any) 
     enforcer.assumed(parsed["Credentials"]["AccessKeyId"], params)
 
 
-_HOOKS = (("before-parameter-build", _note_call, botocore.handlers.REGISTER_LAST), ("before-call", _refuse, botocore.handlers.REGISTER_LAST),
-          ("after-call.sts.AssumeRole", _note_session, botocore.handlers.REGISTER_LAST))
+# (event, handler, position): a before-call handler may return a response, so handlers return Any.
+_HOOKS: tuple[tuple[str, Callable[..., Any], object], ...] = (
+    ("before-parameter-build", _note_call, botocore.handlers.REGISTER_LAST),
+    ("before-call", _refuse, botocore.handlers.REGISTER_LAST),
+    ("after-call.sts.AssumeRole", _note_session, botocore.handlers.REGISTER_LAST),
+)
 
 
 def _install_hooks() -> None:
@@ -726,4 +785,3 @@ def calling(function: str) -> Iterator[None]:
         yield
     finally:
         CALLER.reset(token)
-

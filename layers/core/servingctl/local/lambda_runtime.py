@@ -98,8 +98,9 @@ class LambdaContext:
 
 def error_payload(error_type: str, message: str, request_id: str, stack: list[str] | None = None) -> bytes:
     """Lambda's answer for a failed invocation (with X-Amz-Function-Error: Unhandled)."""
-    return json.dumps({"errorMessage": message, "errorType": error_type, "requestId": request_id,
-                       "stackTrace": stack or []}).encode()
+    return json.dumps(
+        {"errorMessage": message, "errorType": error_type, "requestId": request_id, "stackTrace": stack or []}
+    ).encode()
 
 
 def handler_error(exc: BaseException, request_id: str) -> tuple[bytes, str]:
@@ -162,13 +163,18 @@ class _WorkerEnforcer(iam.Enforcer):
 
     def __init__(self, setup: IamSetup, asker: _Asker) -> None:
         names = iam.Names(
-            account=setup.account, region=setup.region, partition_keys=setup.partition_keys,
-            asg_arn=lambda group: asker.ask("asg_arn", group), asg_tags=lambda group: asker.ask("asg_tags", group),
+            account=setup.account,
+            region=setup.region,
+            partition_keys=setup.partition_keys,
+            asg_arn=lambda group: asker.ask("asg_arn", group),
+            asg_tags=lambda group: asker.ask("asg_tags", group),
         )
         super().__init__(setup.policies, names, lambda bucket, key: bool(asker.ask("object_exists", bucket, key)))
         self.asker = asker
 
-    def decide(self, function: str, service: str, operation: str, params: Mapping[str, Any], access_key: str | None = None) -> iam.Call:
+    def decide(
+        self, function: str, service: str, operation: str, params: Mapping[str, Any], access_key: str | None = None
+    ) -> iam.Call:
         """Decide as the twin's Enforcer would and send the call to it."""
         call = super().decide(function, service, operation, params, access_key)
         self.asker.record(call)
@@ -178,13 +184,17 @@ class _WorkerEnforcer(iam.Enforcer):
 def _environment(spec: WorkerSpec) -> dict[str, str]:
     """The function's variables and the ones Lambda's runtime sets."""
     kept = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
-    return kept | dict(spec.config.environment) | {
-        "AWS_LAMBDA_FUNCTION_NAME": spec.deployed_name,
-        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.config.memory_mb),
-        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
-        "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{spec.deployed_name}",
-        "_HANDLER": "app.lambda_handler",
-    }
+    return (
+        kept
+        | dict(spec.config.environment)
+        | {
+            "AWS_LAMBDA_FUNCTION_NAME": spec.deployed_name,
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.config.memory_mb),
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{spec.deployed_name}",
+            "_HANDLER": "app.lambda_handler",
+        }
+    )
 
 
 def serve(conn: Connection, spec: WorkerSpec) -> None:
@@ -211,7 +221,9 @@ def serve(conn: Connection, spec: WorkerSpec) -> None:
         except EOFError:
             return
         context = LambdaContext(
-            function_name=spec.deployed_name, aws_request_id=request_id, memory_limit_in_mb=spec.config.memory_mb,
+            function_name=spec.deployed_name,
+            aws_request_id=request_id,
+            memory_limit_in_mb=spec.config.memory_mb,
             invoked_function_arn=f"arn:aws:lambda:{spec.region}:{spec.account}:function:{spec.deployed_name}",
             timeout_s=spec.config.timeout_s,
         )
@@ -253,7 +265,13 @@ class Worker:
         return self.process.pid
 
     def invoke(
-        self, payload: bytes, request_id: str, overrides: bytes, *, hang: bool, answer: Answerer,
+        self,
+        payload: bytes,
+        request_id: str,
+        overrides: bytes,
+        *,
+        hang: bool,
+        answer: Answerer,
         record: Callable[[iam.Call], None],
     ) -> tuple[bytes, str | None]:
         """Run one invocation: (payload, errorType or None); past the timeout the process is killed."""
@@ -264,7 +282,13 @@ class Worker:
             self.busy = False
 
     def _invoke(
-        self, payload: bytes, request_id: str, overrides: bytes, *, hang: bool, answer: Answerer,
+        self,
+        payload: bytes,
+        request_id: str,
+        overrides: bytes,
+        *,
+        hang: bool,
+        answer: Answerer,
         record: Callable[[iam.Call], None],
     ) -> tuple[bytes, str | None]:
         if not self.ready:
@@ -319,5 +343,10 @@ class Worker:
 
 def _signal_name(number: int) -> str:
     """killed, terminated, ... as Go's os/exec prints them (Lambda's runtime messages do)."""
-    names = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated", signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "aborted"}
+    names: dict[int, str] = {
+        signal.SIGKILL: "killed",
+        signal.SIGTERM: "terminated",
+        signal.SIGSEGV: "segmentation fault",
+        signal.SIGABRT: "aborted",
+    }
     return names.get(number, f"signal {number}")

@@ -7,6 +7,7 @@ process group (vLLM forks an engine process that must die with it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -144,10 +145,8 @@ class ModelServerProcess:
             return None
         pgid = self._proc.pid  # start_new_session: the leader's pid is the group id
         _signal_group(pgid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
         # Children (vLLM's engine core) may outlive a leader that exited or ignored SIGTERM.
         _signal_group(pgid, signal.SIGKILL)
         return self._proc.wait()
@@ -175,10 +174,8 @@ class ModelServerProcess:
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     """Send sig to a process group that may already be gone."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -207,9 +204,7 @@ def draft_model_dir() -> Path:
 def vllm_available() -> bool:
     """True when the vLLM venv's python and the tiny model (with its draft copy) are built."""
     return (
-        vllm_python().is_file()
-        and (tiny_model_dir() / "config.json").is_file()
-        and (draft_model_dir() / "config.json").is_file()
+        vllm_python().is_file() and (tiny_model_dir() / "config.json").is_file() and (draft_model_dir() / "config.json").is_file()
     )
 
 

@@ -15,7 +15,8 @@ atomically). Its Step Functions also lacks AWS's quotas and read consistency: no
 is never measured, a payload of exactly 256 KiB is refused, and ListExecutions/DescribeExecution
 always answer the latest state (the executions-lag fault makes them lag as AWS documents they may).
 The twin's world
-simulator plays those parts instead, through the accessors below. Nothing else in servingctl imports moto internals: when moto changes,
+simulator plays those parts instead, through the accessors below. Nothing else in servingctl imports moto
+internals: when moto changes,
 `check_moto()` (and tests/unit/local/test_moto_patches.py) fail loudly here, in one place.
 """
 
@@ -30,7 +31,7 @@ import uuid
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http import HTTPStatus
 from typing import Any
 
@@ -44,37 +45,38 @@ from moto.core.responses import ActionResult
 from moto.dynamodb.responses import DynamoHandler
 from moto.ec2.models import ec2_backends
 from moto.ec2.models.instances import InstanceBackend
+from moto.ec2.models.launch_templates import LaunchTemplate
 from moto.ecs.models import EC2ContainerServiceBackend, Service, Task, ecs_backends
 from moto.elbv2.models import ELBv2Backend, FakeHealthStatus, FakeTargetGroup, elbv2_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from moto.s3.models import S3Backend, s3_backends
-from moto.stepfunctions.parser.api import ExecutionFailedEventDetails, HistoryEventType, TaskFailedEventDetails
+from moto.stepfunctions.exceptions import ExecutionDoesNotExist
+from moto.stepfunctions.parser.api import ExecutionFailedEventDetails, ExecutionStatus, HistoryEventType, TaskFailedEventDetails
+from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
 from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
+from moto.stepfunctions.parser.asl.component.common.error_name.error_name import ErrorName
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent, FailureEventException
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import StatesErrorNameType
 from moto.stepfunctions.parser.asl.component.state import state as sfn_state
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import iteration_worker
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_lambda as sfn_state_task_lambda
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service as sfn_state_task_service
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task import StateTask
-from moto.stepfunctions.parser.asl.eval.event.event_manager import EventHistoryContext, EventManager
-from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
-from moto.stepfunctions.exceptions import ExecutionDoesNotExist
-from moto.stepfunctions.responses import StepFunctionResponse
-from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
-from moto.stepfunctions.parser.asl.component.common.error_name.error_name import ErrorName
-from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import iteration_worker
-from moto.stepfunctions.parser.asl.component.state.fail import state_fail
-from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent, FailureEventException
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import ResourceCondition
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_ecs import StateTaskServiceEcs
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import StateTaskServiceSfn
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task import StateTask
+from moto.stepfunctions.parser.asl.component.state.fail import state_fail
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
-from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
+from moto.stepfunctions.parser.asl.eval.event.event_manager import EventHistoryContext, EventManager
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
-from moto.stepfunctions.parser.api import ExecutionStatus
-from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication, Execution as SfnExecution
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
+from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
+from moto.stepfunctions.parser.backend.execution import Execution as SfnExecution
+from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+from moto.stepfunctions.responses import StepFunctionResponse
 from werkzeug.serving import make_server
 
 MOTO_VERSION = "5.2.5"
@@ -82,20 +84,34 @@ MOTO_VERSION = "5.2.5"
 # attribute -> the parameter names its signature must have; check_moto() compares both.
 PATCHED: dict[str, tuple[object, str, tuple[str, ...]]] = {
     "LambdaSimpleBackend.invoke": (
-        LambdaSimpleBackend, "invoke", ("self", "function_name", "qualifier", "body", "headers", "response_headers")
+        LambdaSimpleBackend,
+        "invoke",
+        ("self", "function_name", "qualifier", "body", "headers", "response_headers"),
     ),
     "FakeTargetGroup.health_for": (FakeTargetGroup, "health_for", ("self", "target", "ec2_backend")),
-    "EC2ContainerServiceBackend.update_service": (
-        EC2ContainerServiceBackend, "update_service", ("self", "service_properties")
-    ),
+    "EC2ContainerServiceBackend.update_service": (EC2ContainerServiceBackend, "update_service", ("self", "service_properties")),
     "EC2ContainerServiceBackend.run_task": (
         EC2ContainerServiceBackend,
         "run_task",
-        ("self", "cluster_str", "task_definition_str", "count", "overrides", "started_by", "tags", "launch_type",
-         "networking_configuration", "group", "platform_version", "capacity_provider_strategy"),
+        (
+            "self",
+            "cluster_str",
+            "task_definition_str",
+            "count",
+            "overrides",
+            "started_by",
+            "tags",
+            "launch_type",
+            "networking_configuration",
+            "group",
+            "platform_version",
+            "capacity_provider_strategy",
+        ),
     ),
     "StateTaskServiceEcs._build_sync_resolver": (
-        StateTaskServiceEcs, "_build_sync_resolver", ("self", "env", "resource_runtime_part", "normalised_parameters", "state_credentials")
+        StateTaskServiceEcs,
+        "_build_sync_resolver",
+        ("self", "env", "resource_runtime_part", "normalised_parameters", "state_credentials"),
     ),
     "EC2ContainerServiceBackend.list_tasks": (
         EC2ContainerServiceBackend,
@@ -107,20 +123,28 @@ PATCHED: dict[str, tuple[object, str, tuple[str, ...]]] = {
     "AutoScalingResponse.describe_warm_pool": (AutoScalingResponse, "describe_warm_pool", ("self",)),
     "AmazonStateLanguageParser.parse": (AmazonStateLanguageParser, "parse", ("definition",)),
     "StateTaskServiceSfn._normalise_parameters": (
-        StateTaskServiceSfn, "_normalise_parameters", ("self", "parameters", "boto_service_name", "service_action_name")
+        StateTaskServiceSfn,
+        "_normalise_parameters",
+        ("self", "parameters", "boto_service_name", "service_action_name"),
     ),
     "StateTaskServiceSfn._normalise_response": (
-        StateTaskServiceSfn, "_normalise_response", ("self", "response", "boto_service_name", "service_action_name")
+        StateTaskServiceSfn,
+        "_normalise_response",
+        ("self", "response", "boto_service_name", "service_action_name"),
     ),
     "StateTaskServiceEcs._eval_service_task": (
-        StateTaskServiceEcs, "_eval_service_task", ("self", "env", "resource_runtime_part", "normalised_parameters", "state_credentials")
+        StateTaskServiceEcs,
+        "_eval_service_task",
+        ("self", "env", "resource_runtime_part", "normalised_parameters", "state_credentials"),
     ),
     "SfnExecution.stop": (SfnExecution, "stop", ("self", "stop_date", "error", "cause")),
     "DynamoHandler.call_action": (DynamoHandler, "call_action", ("self",)),
     "state_fail.CustomErrorName": (state_fail, "CustomErrorName", ("error_name",)),
     "iteration_worker.CustomErrorName": (iteration_worker, "CustomErrorName", ("error_name",)),
     "BaseExecutionWorkerCommunication._reflect_execution_status": (
-        BaseExecutionWorkerCommunication, "_reflect_execution_status", ("self",)
+        BaseExecutionWorkerCommunication,
+        "_reflect_execution_status",
+        ("self",),
     ),
     "ExecutionWorker._get_evaluation_environment": (ExecutionWorker, "_get_evaluation_environment", ("self",)),
     "ErrorEqualsDecl._eval_body": (ErrorEqualsDecl, "_eval_body", ("self", "env")),
@@ -134,7 +158,9 @@ PATCHED: dict[str, tuple[object, str, tuple[str, ...]]] = {
 # Internals read or called (not replaced) by the accessors below.
 USED: dict[str, tuple[object, str, tuple[str, ...]]] = {
     "FakeAutoScalingGroup.replace_autoscaling_group_instances": (
-        FakeAutoScalingGroup, "replace_autoscaling_group_instances", ("self", "count_needed", "propagated_tags")
+        FakeAutoScalingGroup,
+        "replace_autoscaling_group_instances",
+        ("self", "count_needed", "propagated_tags"),
     ),
     "Activity.__init__": (
         Activity,
@@ -145,16 +171,31 @@ USED: dict[str, tuple[object, str, tuple[str, ...]]] = {
         Task,
         "__init__",
         (
-            "self", "cluster", "task_definition", "container_instance_arn", "resource_requirements", "backend",
-            "group", "launch_type", "overrides", "started_by", "tags", "networking_configuration",
-            "platform_version", "capacity_provider_name",
+            "self",
+            "cluster",
+            "task_definition",
+            "container_instance_arn",
+            "resource_requirements",
+            "backend",
+            "group",
+            "launch_type",
+            "overrides",
+            "started_by",
+            "tags",
+            "networking_configuration",
+            "platform_version",
+            "capacity_provider_name",
         ),
     ),
     "EC2ContainerServiceBackend._calculate_task_resource_requirements": (
-        EC2ContainerServiceBackend, "_calculate_task_resource_requirements", ("task_definition",)
+        EC2ContainerServiceBackend,
+        "_calculate_task_resource_requirements",
+        ("task_definition",),
     ),
     "FakeHealthStatus.__init__": (
-        FakeHealthStatus, "__init__", ("self", "instance_id", "port", "health_port", "status", "reason", "description")
+        FakeHealthStatus,
+        "__init__",
+        ("self", "instance_id", "port", "health_port", "status", "reason", "description"),
     ),
     "ThreadedMotoServer._server_entry": (ThreadedMotoServer, "_server_entry", ("self",)),
     # A warm pool's instances stop and start in EC2.
@@ -163,10 +204,14 @@ USED: dict[str, tuple[object, str, tuple[str, ...]]] = {
     "Preprocessor.visit": (Preprocessor, "visit", ("self", "tree")),
     "LambdaSimpleBackend.get_function": (LambdaSimpleBackend, "get_function", ("self", "function_name_or_arn", "qualifier")),
     "S3Backend.get_object": (
-        S3Backend, "get_object", ("self", "bucket_name", "key_name", "version_id", "part_number", "return_delete_marker")
+        S3Backend,
+        "get_object",
+        ("self", "bucket_name", "key_name", "version_id", "part_number", "return_delete_marker"),
     ),
     "EventManager.add_event": (
-        EventManager, "add_event", ("self", "context", "event_type", "event_details", "timestamp", "update_source_event_id")
+        EventManager,
+        "add_event",
+        ("self", "context", "event_type", "event_details", "timestamp", "update_source_event_id"),
     ),
     "EventHistoryContext.__init__": (EventHistoryContext, "__init__", ("self", "previous_event_id")),
 }
@@ -308,7 +353,7 @@ def _update_service(self: EC2ContainerServiceBackend, service_properties: dict[s
     result = _ORIGINALS["EC2ContainerServiceBackend.update_service"](self, service_properties)
     service.running_count, service.pending_count = running, pending
     if service_properties.get("health_check_grace_period_seconds") is not None:
-        service.health_check_grace_period_seconds = int(service_properties["health_check_grace_period_seconds"])
+        _set_missing(service, health_check_grace_period_seconds=int(service_properties["health_check_grace_period_seconds"]))
     for deployment in service.deployments:
         deployment["desiredCount"] = service.desired_count
     return result
@@ -321,7 +366,7 @@ def _list_tasks(
     family: str | None = None,
     started_by: str | None = None,
     service_name: str | None = None,
-    desiredStatus: str | None = None,  # noqa: N803 (moto's name)
+    desiredStatus: str | None = None,
 ) -> list[Task]:
     """Filter on serviceName (the task group) and default desiredStatus to RUNNING, like ECS."""
     tasks = _ORIGINALS["EC2ContainerServiceBackend.list_tasks"](
@@ -361,8 +406,13 @@ def _describe_warm_pool(self: AutoScalingResponse) -> ActionResult:
     with _lock:
         warm = list(_warm.get(name, {}).values())
     instances = [
-        {"InstanceId": state.instance.id, "InstanceType": state.instance.instance_type, "AvailabilityZone": state.availability_zone,
-         "LifecycleState": lifecycle, "HealthStatus": "Healthy"}
+        {
+            "InstanceId": state.instance.id,
+            "InstanceType": state.instance.instance_type,
+            "AvailabilityZone": state.availability_zone,
+            "LifecycleState": lifecycle,
+            "HealthStatus": "Healthy",
+        }
         for state, lifecycle in warm
     ]
     return ActionResult({"WarmPoolConfiguration": config, "Instances": instances})
@@ -385,7 +435,10 @@ def _sfn_operation(task: StateTaskServiceSfn, service: str | None, action: str |
 
 
 def _sfn_normalise_parameters(
-    self: StateTaskServiceSfn, parameters: dict[str, Any], boto_service_name: str | None = None, service_action_name: str | None = None
+    self: StateTaskServiceSfn,
+    parameters: dict[str, Any],
+    boto_service_name: str | None = None,
+    service_action_name: str | None = None,
 ) -> None:
     """AWS's PascalCase Parameters (StateMachineArn, Name, Input) to boto3's names, as Step Functions
     does: moto 5.2.5 left this step out, so `states:startExecution.sync:2` failed with KeyError."""
@@ -425,10 +478,12 @@ def _ecs_eval_service_task(
     the failures as the cause, as Step Functions does for the .sync and callback patterns."""
     is_run_task = self._get_boto_service_action() == "run_task"
     if not is_run_task or self.resource.condition not in (ResourceCondition.Sync, ResourceCondition.WaitForTaskToken):
-        return _ORIGINALS["StateTaskServiceEcs._eval_service_task"](
+        _ORIGINALS["StateTaskServiceEcs._eval_service_task"](
             self, env, resource_runtime_part, normalised_parameters, state_credentials
         )
-    ecs = boto_client_for(region=resource_runtime_part.region, service="ecs", state_credentials=state_credentials)
+        return
+    # A botocore client of ECS: its operations are made at run time.
+    ecs: Any = boto_client_for(region=resource_runtime_part.region, service="ecs", state_credentials=state_credentials)
     # AWS's PascalCase Parameters (Cluster, TaskDefinition, ...) to boto3's names, as for states: Tasks.
     self._to_boto_request(normalised_parameters, ecs.meta.service_model.operation_model("RunTask").input_shape)
     answer = ecs.run_task(**normalised_parameters)
@@ -447,9 +502,12 @@ def _fail_task(task: StateTaskServiceEcs, env: Any, error: str, cause: str) -> N
             env=env,
             error_name=CustomErrorName(error) if not error.startswith("States.") else _CarriedErrorName(error),
             event_type=HistoryEventType.TaskFailed,
-            event_details=EventDetails(
+            event_details=EventDetails(  # type: ignore[typeddict-item]  # moto requires every key; an event has one
                 taskFailedEventDetails=TaskFailedEventDetails(
-                    error=error, cause=cause, resource=task._get_sfn_resource(), resourceType=task._get_sfn_resource_type(),
+                    error=error,
+                    cause=cause,
+                    resource=task._get_sfn_resource(),
+                    resourceType=task._get_sfn_resource_type(),
                 )
             ),
         )
@@ -471,7 +529,7 @@ def _ecs_build_sync_resolver(
     """runTask.sync as Step Functions does it: the task's description (PascalCase) once it STOPPED; a
     container's non-zero exit code fails the state with States.TaskFailed and that description as
     the cause (moto would succeed whatever the exit code)."""
-    ecs = boto_client_for(service="ecs", region=resource_runtime_part.region, state_credentials=state_credentials)
+    ecs: Any = boto_client_for(service="ecs", region=resource_runtime_part.region, state_credentials=state_credentials)
     [submitted] = env.stack.pop()["Tasks"]
 
     def resolver() -> Any:
@@ -529,7 +587,9 @@ class Backends:
 
 def backends(account_id: str, region: str) -> Backends:
     """The ECS, Auto Scaling and ELBv2 backends of account_id/region."""
-    return Backends(ecs_backends[account_id][region], autoscaling_backends[account_id][region], elbv2_backends[account_id][region])
+    return Backends(
+        ecs_backends[account_id][region], autoscaling_backends[account_id][region], elbv2_backends[account_id][region]
+    )
 
 
 def asg(b: Backends, name: str) -> FakeAutoScalingGroup:
@@ -623,12 +683,20 @@ def terminate_warm_instance(b: Backends, name: str, instance_id: str) -> None:
 
 def launch_template_id(b: Backends, name: str) -> str:
     """Id of the launch template the group's next launch uses."""
-    return str(asg(b, name).ec2_launch_template.id)
+    return str(_launch_template(b, name).id)
 
 
 def launch_template_data(b: Backends, name: str) -> dict[str, Any]:
     """The LaunchTemplateData of the latest version of the group's launch template."""
-    return dict(asg(b, name).ec2_launch_template.latest_version().data or {})
+    return dict(_launch_template(b, name).latest_version().data or {})
+
+
+def _launch_template(b: Backends, name: str) -> LaunchTemplate:
+    """The group's launch template (the twin's groups are all made from one)."""
+    template = asg(b, name).ec2_launch_template
+    if template is None:
+        raise LookupError(f"Auto Scaling group {name} has no launch template")
+    return template
 
 
 def set_agent_connected(b: Backends, cluster: str, container_instance_arn: str, connected: bool) -> None:
@@ -656,13 +724,18 @@ def record_activity(
     b: Backends, name: str, *, description: str, cause: str, status_code: str, status_message: str | None = None
 ) -> None:
     """Add a scaling activity (Successful, Failed, InProgress...) to the group's history."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     activity = Activity(description, cause, asg(b, name), start_time=now, end_time=now, status_code=status_code)
-    activity.status_message = status_message  # serialised as StatusMessage
+    _set_missing(activity, status_message=status_message, details="{}")  # serialised as StatusMessage, Details
     activity.progress = 100
-    activity.details = "{}"
     with _lock:
         _activities.setdefault(name, []).insert(0, activity)
+
+
+def _set_missing(model: object, **attributes: Any) -> None:
+    """Set attributes AWS answers with and moto's model lacks (its responses serialise them)."""
+    for name, value in attributes.items():
+        setattr(model, name, value)
 
 
 def services(b: Backends) -> list[Service]:
@@ -679,6 +752,8 @@ def service_tasks(b: Backends, service: Service) -> list[Task]:
 def create_service_task(b: Backends, service: Service, container_instance_arn: str, capacity_provider: str) -> Task:
     """Place a new task of the service on the container instance, in PROVISIONING, with an awsvpc ENI."""
     cluster = b.ecs.clusters[service.cluster_name]
+    if service.task_definition is None:
+        raise LookupError(f"ECS service {service.name} has no task definition")
     task_definition = b.ecs.describe_task_definition(service.task_definition)
     network = getattr(service, "network_configuration", None)
     task = Task(
@@ -695,7 +770,7 @@ def create_service_task(b: Backends, service: Service, container_instance_arn: s
     )
     task.status = "PROVISIONING"
     task.desired_status = "RUNNING"
-    task.created_at = datetime.now(timezone.utc)
+    _set_missing(task, created_at=datetime.now(UTC))
     _address_in_subnet(task)
     b.ecs.tasks.setdefault(cluster.name, {})[task.task_arn] = task
     return task
@@ -704,7 +779,8 @@ def create_service_task(b: Backends, service: Service, container_instance_arn: s
 def _address_in_subnet(task: Task) -> None:
     """Give the task's ENI an address of its subnet, as AWS does (moto draws one from 10.0.0.0/8 at
     random): the twin's subnets are loopback ranges, so the task's model server can listen there."""
-    details = {d["name"]: d for a in task.attachments for d in a.get("details", [])}
+    attachments: list[dict[str, Any]] = task.attachments
+    details = {d["name"]: d for a in attachments for d in a.get("details", [])}
     if "networkInterfaceId" not in details:
         return
     ec2 = ec2_backends[task._account_id][task.region_name]
@@ -724,7 +800,8 @@ def task_container_definition(task: Task) -> dict[str, Any]:
 
 def task_ip(task: Task) -> str | None:
     """The private IPv4 address of the task's ENI (awsvpc), None without one."""
-    for attachment in task.attachments:
+    attachments: list[dict[str, Any]] = task.attachments
+    for attachment in attachments:
         for detail in attachment.get("details", []):
             if detail["name"] == "privateIPv4Address":
                 return str(detail["value"])
@@ -736,21 +813,21 @@ def set_task_status(
 ) -> None:
     """Move the task (and its container) to last_status; STOPPED records the reason like ECS."""
     task.status = last_status
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     for container in task.containers:
         container.last_status = last_status
         if exit_code is not None:
             container.exitCode = exit_code
     if last_status == "RUNNING":
-        task.started_at = now
+        _set_missing(task, started_at=now)
     if last_status in ("DEACTIVATING", "STOPPING", "DEPROVISIONING", "STOPPED"):
         task.desired_status = "STOPPED"
         if stopped_reason is not None:
             task.stopped_reason = stopped_reason
         if stop_code is not None:
-            task.stop_code = stop_code
+            _set_missing(task, stop_code=stop_code)
         if last_status == "STOPPED":
-            task.stopped_at = now
+            _set_missing(task, stopped_at=now)
 
 
 def set_service_counts(service: Service, *, running: int, pending: int) -> None:
@@ -761,7 +838,9 @@ def set_service_counts(service: Service, *, running: int, pending: int) -> None:
         deployment["desiredCount"] = service.desired_count
 
 
-def set_target_health(target_group_arn: str, target_id: str, state: str, reason: str | None = None, description: str | None = None) -> None:
+def set_target_health(
+    target_group_arn: str, target_id: str, state: str, reason: str | None = None, description: str | None = None
+) -> None:
     """Decide what DescribeTargetHealth reports for a registered target."""
     _target_health[(target_group_arn, target_id)] = (state, reason, description)
 
@@ -841,13 +920,16 @@ class _CappedEventManager(EventManager):
                 return int(super().add_event(context, event_type, event_details, timestamp, update_source_event_id))
             self._capped = True
             details = ExecutionFailedEventDetails(error=HISTORY_LIMIT_ERROR, cause=HISTORY_LIMIT_CAUSE)
-            event_id = int(super().add_event(
-                EventHistoryContext(previous_event_id=HISTORY_LIMIT - 1), HistoryEventType.ExecutionFailed,
-                EventDetails(executionFailedEventDetails=details),
-            ))
+            event_id = int(
+                super().add_event(
+                    EventHistoryContext(previous_event_id=HISTORY_LIMIT - 1),
+                    HistoryEventType.ExecutionFailed,
+                    EventDetails(executionFailedEventDetails=details),  # type: ignore[typeddict-item]  # moto requires every key; an event has one
+                )
+            )
         execution = self._execution
         execution.error, execution.cause = HISTORY_LIMIT_ERROR, HISTORY_LIMIT_CAUSE
-        execution.stop_date = datetime.now(timezone.utc)
+        execution.stop_date = datetime.now(UTC)
         execution.exec_status = ExecutionStatus.FAILED
         self._env.set_error(details)
         return event_id
@@ -857,7 +939,10 @@ def _evaluation_environment(self: ExecutionWorker) -> Any:
     """moto's evaluation environment of an execution, its history capped at HISTORY_LIMIT events (the
     Map iterations' frames share the root's event manager, so they count in the same history)."""
     env = _ORIGINALS["ExecutionWorker._get_evaluation_environment"](self)
-    execution = self._execution_communication.execution
+    communication = self._execution_communication
+    if not isinstance(communication, BaseExecutionWorkerCommunication):
+        raise TypeError(f"moto's execution worker talks through a {type(communication).__name__}, not an execution's")
+    execution = communication.execution
     env.event_manager = _CappedEventManager(env, execution, self._cloud_watch_logging_session)
     return env
 
@@ -888,7 +973,8 @@ def _task_parameters(self: StateTask, env: Any) -> dict[str, Any]:
             env=env,
             error_name=StatesErrorName(typ=StatesErrorNameType.StatesStatesDataLimitExceeded),
             event_type=HistoryEventType.TaskFailed,
-            event_details=EventDetails(taskFailedEventDetails=TaskFailedEventDetails(error=DATA_LIMIT_EXCEEDED, cause=cause)),
+            # moto's EventDetails requires every key; an event has one.
+            event_details=EventDetails(taskFailedEventDetails=TaskFailedEventDetails(error=DATA_LIMIT_EXCEEDED, cause=cause)),  # type: ignore[typeddict-item]
         )
     )
 
@@ -939,7 +1025,7 @@ def _public_lag() -> timedelta | None:
 
 def _utc(moment: datetime) -> datetime:
     """moto stamps StopExecution with a naive UTC time, everything else with an aware one."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _lagged(execution: Any, lag: timedelta, now: datetime) -> tuple[str, datetime | None] | None:
@@ -958,7 +1044,7 @@ def _describe_execution(self: StepFunctionResponse) -> ActionResult:
     if lag is None:
         return _ORIGINALS["StepFunctionResponse.describe_execution"](self)
     arn = self._get_param("executionArn")
-    seen = _lagged(self.stepfunction_backend.describe_execution(arn), lag, datetime.now(timezone.utc))
+    seen = _lagged(self.stepfunction_backend.describe_execution(arn), lag, datetime.now(UTC))
     if seen is None:
         raise ExecutionDoesNotExist("Execution Does Not Exist: '" + arn + "'")
     answer: ActionResult = _ORIGINALS["StepFunctionResponse.describe_execution"](self)
@@ -978,13 +1064,18 @@ def _list_executions(self: StepFunctionResponse) -> ActionResult:
         return _ORIGINALS["StepFunctionResponse.list_executions"](self)
     arn, wanted = self._get_param("stateMachineArn"), self._get_param("statusFilter")
     machine = self.stepfunction_backend.describe_state_machine(arn)
-    now, items = datetime.now(timezone.utc), []
+    now, items = datetime.now(UTC), []
     for execution in sorted(machine.executions, key=lambda e: e.start_date, reverse=True):
         seen = _lagged(execution, lag, now)
         if seen is None or (wanted and seen[0] != wanted):
             continue
-        item = {"executionArn": execution.execution_arn, "name": execution.name, "startDate": execution.start_date,
-                "stateMachineArn": machine.arn, "status": seen[0]}
+        item = {
+            "executionArn": execution.execution_arn,
+            "name": execution.name,
+            "startDate": execution.start_date,
+            "stateMachineArn": machine.arn,
+            "status": seen[0],
+        }
         if seen[1] is not None:
             item["stopDate"] = seen[1]
         items.append(item)

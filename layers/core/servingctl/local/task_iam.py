@@ -33,15 +33,15 @@ class TaskIam:
     """What a task process needs to decide its calls: its role's policy, the twin's names, where to record."""
 
     caller: str  # the task definition's family: the name its calls are recorded under
-    statements: tuple[tuple[str, Mapping[str, Any]], ...]
+    statements: tuple[tuple[str, iam.Statement], ...]
     account: str
     region: str
     partition_keys: Mapping[str, str]
     calls_path: str  # the file the process appends its calls to (the twin's runner sets one per task)
     # The roles the task may assume (role ARN -> its statements): calls signed with their sessions.
-    assumable: Mapping[str, tuple[tuple[str, Mapping[str, Any]], ...]] = field(default_factory=dict)
+    assumable: Mapping[str, tuple[tuple[str, dict[str, Any]], ...]] = field(default_factory=dict)
     # Their trust policies' statements (role ARN -> statements): the conditions an AssumeRole must meet.
-    trusts: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
+    trusts: Mapping[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
 
     def to_env(self) -> str:
         """The setup as the value of $SERVINGCTL_TWIN_TASK_IAM."""
@@ -51,9 +51,16 @@ class TaskIam:
     def from_env(cls, value: str) -> TaskIam:
         """The setup from $SERVINGCTL_TWIN_TASK_IAM."""
         given = json.loads(value)
-        return cls(**given | {"statements": tuple((name, statement) for name, statement in given["statements"]),
-                              "assumable": {arn: tuple((n, st) for n, st in statements) for arn, statements in given.get("assumable", {}).items()},
-                              "trusts": {arn: tuple(statements) for arn, statements in given.get("trusts", {}).items()}})
+        return cls(
+            **given
+            | {
+                "statements": tuple((name, statement) for name, statement in given["statements"]),
+                "assumable": {
+                    arn: tuple((n, st) for n, st in statements) for arn, statements in given.get("assumable", {}).items()
+                },
+                "trusts": {arn: tuple(statements) for arn, statements in given.get("trusts", {}).items()},
+            }
+        )
 
 
 def recorded_calls(path: Path) -> Iterator[iam.Call]:
@@ -75,10 +82,12 @@ class _TaskEnforcer(iam.Enforcer):
         def no_group(group: str) -> Any:
             raise LookupError(f"the twin's task processes know no Auto Scaling group ({group}): the task role names none")
 
-        names = iam.Names(account=setup.account, region=setup.region, partition_keys=setup.partition_keys,
-                          asg_arn=no_group, asg_tags=no_group)
+        names = iam.Names(
+            account=setup.account, region=setup.region, partition_keys=setup.partition_keys, asg_arn=no_group, asg_tags=no_group
+        )
         policies = {setup.caller: iam.Policy(setup.statements)} | {
-            arn: iam.Policy(st, tuple(setup.trusts.get(arn, ()))) for arn, st in setup.assumable.items()}
+            arn: iam.Policy(st, tuple(setup.trusts.get(arn, ()))) for arn, st in setup.assumable.items()
+        }
         super().__init__(policies, names, _object_exists)
         self.calls_path = setup.calls_path
 

@@ -48,16 +48,15 @@ from botocore.credentials import Credentials
 from servingctl.cli.sigv4 import SigV4
 from servingctl.local import ecs_tasks, iam, lambda_runtime, moto_patches
 from servingctl.local.apigw import LOCAL_PRINCIPAL, ApiGateway, Principal
-from servingctl.local.eventbridge import EventBridge, load_template, read_wiring
 from servingctl.local.elbv2 import LoadBalancers
+from servingctl.local.eventbridge import EventBridge, load_template, read_wiring
 from servingctl.local.faults import check_fault
-from servingctl.local.modelserver import free_port
-from servingctl.local.world import PREFETCH_CONTAINER, WORLD_AGENT, Delays, World, model_log_group
 from servingctl.local.task_iam import TaskIam
+from servingctl.local.world import PREFETCH_CONTAINER, WORLD_AGENT, Delays, World, model_log_group
 from servingctl.registry import layout
 from servingctl.registry.loader import parse_registry
-from servingctl.store.dynamodb import TABLE_SCHEMA
 from servingctl.registry.models import Registry
+from servingctl.store.dynamodb import TABLE_SCHEMA
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
 REFERENCE_REGISTRY = Path(__file__).with_name("reference_registry.json")
@@ -66,8 +65,15 @@ ACCOUNT_ID = "123456789012"
 FUNCTIONS = ("profile_steps", "smoke_test", "sweep", "api", "bench_worker")
 # Variables of every twin function that Lambda's runtime (credentials, region) or the twin's pacing
 # (SERVINGCTL_STOP_POLL) provides; each function also gets the ones template.yaml gives it.
-RUNTIME_VARIABLES = ("SERVINGCTL_STOP_POLL", "POWERTOOLS_TRACE_DISABLED", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
-                     "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_REGION")
+RUNTIME_VARIABLES = (
+    "SERVINGCTL_STOP_POLL",
+    "POWERTOOLS_TRACE_DISABLED",
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+)
 # The registry's SSM path: one parameter per pool and profile under it (servingctl.registry.layout),
 # as Terraform publishes it under /<name>/registry.
 SSM_PATH = "/servingctl/registry"
@@ -143,7 +149,7 @@ def _isolate_parameter_caches() -> None:
     for module in (parameters_constants, parameters_base, parameters_ssm, parameters_secrets, parameters_appconfig):
         # A Powertools upgrade that moved the dict fails here, not as a silently shared cache.
         assert getattr(module, "DEFAULT_PROVIDERS", None) is shared, f"{module.__name__}.DEFAULT_PROVIDERS moved"
-        module.DEFAULT_PROVIDERS = isolated  # type: ignore[attr-defined]
+        module.DEFAULT_PROVIDERS = isolated  # type: ignore[attr-defined]  # declared by constants only; the assert checks each has it
 
 
 class _HandlerGlobals:
@@ -268,14 +274,20 @@ class HandlerRouter:
         if worker is not None:
             return worker
         enforcer = self.enforcer
-        setup = None if enforcer is None else lambda_runtime.IamSetup(
-            enforcer.policies, enforcer.names.account, enforcer.names.region, enforcer.names.partition_keys
+        setup = (
+            None
+            if enforcer is None
+            else lambda_runtime.IamSetup(
+                enforcer.policies, enforcer.names.account, enforcer.names.region, enforcer.names.partition_keys
+            )
         )
         log_path = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log_path = self.log_dir / f"{name}.log"
-        spec = lambda_runtime.WorkerSpec(self.functions_dir, name, deployed_name, self.region, ACCOUNT_ID, config, setup, log_path)
+        spec = lambda_runtime.WorkerSpec(
+            self.functions_dir, name, deployed_name, self.region, ACCOUNT_ID, config, setup, log_path
+        )
         worker = lambda_runtime.Worker(spec)
         with self._lock:
             self._workers.add(worker)
@@ -306,7 +318,9 @@ class HandlerRouter:
         request_id = str(uuid.uuid4())
         if self._in_process:
             context = lambda_runtime.LambdaContext(
-                function_name=deployed_name, aws_request_id=request_id, memory_limit_in_mb=config.memory_mb,
+                function_name=deployed_name,
+                aws_request_id=request_id,
+                memory_limit_in_mb=config.memory_mb,
                 invoked_function_arn=f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{deployed_name}",
                 timeout_s=config.timeout_s,
             )
@@ -317,7 +331,9 @@ class HandlerRouter:
                 overrides = pickle.dumps(self._overrides.get(name, {}))
             hang = name == "smoke_test" and "smoke-test-hangs" in self.faults()
             try:
-                body, error_type = worker.invoke(payload, request_id, overrides, hang=hang, answer=self._answer, record=self._record)
+                body, error_type = worker.invoke(
+                    payload, request_id, overrides, hang=hang, answer=self._answer, record=self._record
+                )
             finally:
                 if worker.dead:
                     self._forget(worker)
@@ -364,9 +380,7 @@ class ExecutionResult:
 
     def states_entered(self) -> list[str]:
         """Names of the states entered, in order."""
-        return [
-            e["stateEnteredEventDetails"]["name"] for e in self.history if "stateEnteredEventDetails" in e
-        ]
+        return [e["stateEnteredEventDetails"]["name"] for e in self.history if "stateEnteredEventDetails" in e]
 
 
 class Twin:
@@ -465,12 +479,14 @@ class Twin:
         self._moto_api("reset", {})
         self._moto_api("config", {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}})
         # ECS tasks move only when the world moves them (moto would advance one state per describe).
-        self._moto_api("state-manager/set-transition", {"model_name": "ecs::task", "transition": {"progression": "manual", "times": 10**9}})
+        self._moto_api(
+            "state-manager/set-transition", {"model_name": "ecs::task", "transition": {"progression": "manual", "times": 10**9}}
+        )
         moto_patches.reset_world_state()
         document = json.loads(self.source_registry.read_text())
         self.region = document["region"]
         self._bootstrap(document)
-        assert self.load_balancers is not None
+        assert self.load_balancers is not None and self.registry is not None  # both made by _bootstrap
         self.world = World(
             moto_patches.backends(ACCOUNT_ID, self.region),
             self.registry,
@@ -490,17 +506,30 @@ class Twin:
             self.router.enforcer = self.iam
         if self.bench_ecs:
             family = self.bench_ecs["SERVINGCTL_BENCH_ECS_TASK_DEFINITION"]
-            roles = {} if self.iam is None else {family: TaskIam(
-                family, self.iam.policies[family].statements, ACCOUNT_ID, self.region, self.iam.names.partition_keys, calls_path="",
-                assumable={arn: p.statements for arn, p in self.iam.policies.items() if arn.startswith("arn:aws:iam::")},
-                trusts={arn: p.trust for arn, p in self.iam.policies.items() if arn.startswith("arn:aws:iam::")},
-            )}
+            roles = (
+                {}
+                if self.iam is None
+                else {
+                    family: TaskIam(
+                        family,
+                        self.iam.policies[family].statements,
+                        ACCOUNT_ID,
+                        self.region,
+                        self.iam.names.partition_keys,
+                        calls_path="",
+                        assumable={arn: p.statements for arn, p in self.iam.policies.items() if arn.startswith("arn:aws:iam::")},
+                        trusts={arn: p.trust for arn, p in self.iam.policies.items() if arn.startswith("arn:aws:iam::")},
+                    )
+                }
+            )
             self.tasks = ecs_tasks.TaskRunner(
                 {family: ecs_tasks.image_command(self.repo_root / BENCH_DOCKERFILE)},
                 {key: self.environment()[key] for key in RUNTIME_VARIABLES if key.startswith("AWS_")}
                 | {"PYTHONPATH": str(self.repo_root / "layers" / "core"), "PYTHONUNBUFFERED": "1"},
-                self.workdir / "logs" / "ecs", faults=lambda: self.world.faults if self.world is not None else frozenset(),
-                roles=roles, record=None if self.iam is None else self.iam.record,
+                self.workdir / "logs" / "ecs",
+                faults=lambda: self.world.faults if self.world is not None else frozenset(),
+                roles=roles,
+                record=None if self.iam is None else self.iam.record,
             )
             moto_patches.set_task_runner(self.tasks)
         self.world.start()
@@ -520,9 +549,13 @@ class Twin:
         assert router is not None
         self.eventbridge = EventBridge(
             # Status-change events come from Step Functions itself: they do not lag (executions-lag).
-            self.client("stepfunctions", internal=True), read_wiring(template, self.state_machines),
-            lambda payload: router(function_name("sweep"), payload), region=self.region, account=ACCOUNT_ID,
-            time_scale=self.time_scale, deliver=self.sweep,
+            self.client("stepfunctions", internal=True),
+            read_wiring(template, self.state_machines),
+            lambda payload: router(function_name("sweep"), payload),
+            region=self.region,
+            account=ACCOUNT_ID,
+            time_scale=self.time_scale,
+            deliver=self.sweep,
         )
         self.eventbridge.start()
 
@@ -587,8 +620,14 @@ class Twin:
 
         router = self.router
         assert router is not None
-        self.api = ApiGateway(lambda payload: router(function_name("api"), payload), openapi_document, self.host,
-                              self.api_port or 0, region=self.region, resource_policy=self.api_resource_policy())
+        self.api = ApiGateway(
+            lambda payload: router(function_name("api"), payload),
+            openapi_document,
+            self.host,
+            self.api_port or 0,
+            region=self.region,
+            resource_policy=self.api_resource_policy(),
+        )
         self.api.start()
         self.api_port = int(self.api.url.rsplit(":", 1)[1])
 
@@ -623,7 +662,8 @@ class Twin:
     def client(self, service: str, *, internal: bool = False) -> Any:
         """A boto3 client of service against the twin; internal: the twin's own (its harness, its AWS-side
         agents), which no fault touches (e.g. its reads of executions do not lag under executions-lag)."""
-        return boto3.client(
+        # types-boto3 overloads client() per literal service name; this one takes any name.
+        return boto3.client(  # type: ignore[call-overload]
             service,
             endpoint_url=self.endpoint_url,
             region_name=self.region,
@@ -639,7 +679,11 @@ class Twin:
 
     def scaled_poll(self) -> dict[str, float]:
         """The flows' default pacing (15 s, x1.5, max 60 s) divided by the time scale, in whole seconds."""
-        return {"interval_s": max(1, round(15 / self.time_scale)), "max_interval_s": max(1, round(60 / self.time_scale)), "backoff": 1.5}
+        return {
+            "interval_s": max(1, round(15 / self.time_scale)),
+            "max_interval_s": max(1, round(60 / self.time_scale)),
+            "backoff": 1.5,
+        }
 
     def environment(self) -> dict[str, str]:
         """Environment of every Lambda function (and of a shell that wants to talk to the twin)."""
@@ -680,7 +724,9 @@ class Twin:
         """Start statemachine/<machine>.asl.json with the input; return the execution ARN."""
         arn = self.state_machines[machine]
         answer = self.client("stepfunctions", internal=True).start_execution(
-            stateMachineArn=arn, name=name or f"{machine.replace('_', '-')}-{uuid.uuid4().hex[:12]}", input=json.dumps(execution_input)
+            stateMachineArn=arn,
+            name=name or f"{machine.replace('_', '-')}-{uuid.uuid4().hex[:12]}",
+            input=json.dumps(execution_input),
         )
         return str(answer["executionArn"])
 
@@ -699,7 +745,9 @@ class Twin:
             history.extend(page["events"])
         return ExecutionResult(execution_arn, describe["status"], describe, history)
 
-    def run(self, machine: str, execution_input: Mapping[str, Any], name: str | None = None, timeout_s: float = 120.0) -> ExecutionResult:
+    def run(
+        self, machine: str, execution_input: Mapping[str, Any], name: str | None = None, timeout_s: float = 120.0
+    ) -> ExecutionResult:
         """start_execution + wait_execution."""
         return self.wait_execution(self.start_execution(machine, execution_input, name), timeout_s)
 
@@ -716,7 +764,9 @@ class Twin:
         vpc = ec2.create_vpc(CidrBlock=f"127.{octet}.0.0/16")["Vpc"]["VpcId"]
         ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})  # awsvpc ENIs get DNS names
         subnets = [
-            ec2.create_subnet(VpcId=vpc, CidrBlock=f"127.{octet}.{i}.0/24", AvailabilityZone=f"{self.region}{az}")["Subnet"]["SubnetId"]
+            ec2.create_subnet(VpcId=vpc, CidrBlock=f"127.{octet}.{i}.0/24", AvailabilityZone=f"{self.region}{az}")["Subnet"][
+                "SubnetId"
+            ]
             for i, az in enumerate("ab")
         ]
         sg = ec2.create_security_group(GroupName="servingctl-tasks", Description="model server tasks", VpcId=vpc)["GroupId"]
@@ -738,13 +788,17 @@ class Twin:
                 DesiredCapacity=0,
                 VPCZoneIdentifier=",".join(subnets),
                 # servingctl:pool as Terraform tags every pool (the controller's IAM conditions key on it).
-                Tags=[{"Key": "AmazonECSManaged", "Value": "true", "PropagateAtLaunch": True},
-                      {"Key": "servingctl:pool", "Value": name, "PropagateAtLaunch": True}],
+                Tags=[
+                    {"Key": "AmazonECSManaged", "Value": "true", "PropagateAtLaunch": True},
+                    {"Key": "servingctl:pool", "Value": name, "PropagateAtLaunch": True},
+                ],
             )
             if pool.get("warm_pool"):
                 warm = pool["warm_pool"]
                 asg.put_warm_pool(
-                    AutoScalingGroupName=pool["asg_name"], PoolState=warm.get("pool_state", "Stopped"), MinSize=warm.get("min_size", 0),
+                    AutoScalingGroupName=pool["asg_name"],
+                    PoolState=warm.get("pool_state", "Stopped"),
+                    MinSize=warm.get("min_size", 0),
                     InstanceReusePolicy={"ReuseOnScaleIn": bool(warm.get("reuse_on_scale_in"))},
                 )
             group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[pool["asg_name"]])["AutoScalingGroups"][0]
@@ -753,8 +807,13 @@ class Twin:
                 name=pool["capacity_provider"],
                 autoScalingGroupProvider={
                     "autoScalingGroupArn": pool["asg_arn"],
-                    "managedScaling": {"status": "ENABLED", "targetCapacity": 100, "minimumScalingStepSize": 1,
-                                       "maximumScalingStepSize": 1, "instanceWarmupPeriod": 300},
+                    "managedScaling": {
+                        "status": "ENABLED",
+                        "targetCapacity": 100,
+                        "minimumScalingStepSize": 1,
+                        "maximumScalingStepSize": 1,
+                        "instanceWarmupPeriod": 300,
+                    },
                     "managedTerminationProtection": "DISABLED",
                     "managedDraining": "ENABLED",
                 },
@@ -763,36 +822,66 @@ class Twin:
         clusters = sorted({p["cluster"] for p in document["profiles"].values()})
         for cluster in clusters:
             ecs.create_cluster(clusterName=cluster)
-            providers = sorted({
-                document["pools"][p["pool"]]["capacity_provider"] for p in document["profiles"].values() if p["cluster"] == cluster
-            })
+            providers = sorted(
+                {
+                    document["pools"][p["pool"]]["capacity_provider"]
+                    for p in document["profiles"].values()
+                    if p["cluster"] == cluster
+                }
+            )
             ecs.put_cluster_capacity_providers(cluster=cluster, capacityProviders=providers, defaultCapacityProviderStrategy=[])
 
         balancers: dict[str, dict[str, str]] = {}
         for old_arn in sorted({p["load_balancer_arn"] for p in document["profiles"].values()}):
             lb = elbv2.create_load_balancer(
-                Name=_arn_name(old_arn, "loadbalancer/app/"), Subnets=subnets, SecurityGroups=[sg], Scheme="internal", Type="application"
+                Name=_arn_name(old_arn, "loadbalancer/app/"),
+                Subnets=subnets,
+                SecurityGroups=[sg],
+                Scheme="internal",
+                Type="application",
             )["LoadBalancers"][0]
             # As Terraform's alb module makes it: idle timeout 300 s, a JSON 404 for an unknown header.
             elbv2.modify_load_balancer_attributes(
-                LoadBalancerArn=lb["LoadBalancerArn"], Attributes=[{"Key": "idle_timeout.timeout_seconds", "Value": str(IDLE_TIMEOUT_S)}]
+                LoadBalancerArn=lb["LoadBalancerArn"],
+                Attributes=[{"Key": "idle_timeout.timeout_seconds", "Value": str(IDLE_TIMEOUT_S)}],
             )
             listener = elbv2.create_listener(
-                LoadBalancerArn=lb["LoadBalancerArn"], Protocol="HTTP", Port=80,
-                DefaultActions=[{"Type": "fixed-response", "FixedResponseConfig": {
-                    "StatusCode": "404", "ContentType": "application/json", "MessageBody": UNKNOWN_PROFILE_BODY}}],
+                LoadBalancerArn=lb["LoadBalancerArn"],
+                Protocol="HTTP",
+                Port=80,
+                DefaultActions=[
+                    {
+                        "Type": "fixed-response",
+                        "FixedResponseConfig": {
+                            "StatusCode": "404",
+                            "ContentType": "application/json",
+                            "MessageBody": UNKNOWN_PROFILE_BODY,
+                        },
+                    }
+                ],
             )["Listeners"][0]
             balancers[old_arn] = {"arn": lb["LoadBalancerArn"], "listener": listener["ListenerArn"]}
         self.load_balancers = LoadBalancers(
-            moto_patches.backends(ACCOUNT_ID, self.region).elbv2, self.client("cloudwatch"), host=self.host, time_scale=self.time_scale,
+            moto_patches.backends(ACCOUNT_ID, self.region).elbv2,
+            self.client("cloudwatch"),
+            host=self.host,
+            time_scale=self.time_scale,
         ).start()
 
         for priority, (name, profile) in enumerate(sorted(document["profiles"].items()), start=1):
             # As Terraform's serving-profile module makes it (health check and deregistration delay).
             tg = elbv2.create_target_group(
-                Name=_arn_name(profile["target_group_arn"], "targetgroup/"), Protocol="HTTP", Port=8000, VpcId=vpc, TargetType="ip",
-                HealthCheckPath="/health", HealthCheckIntervalSeconds=15, HealthCheckTimeoutSeconds=10,
-                HealthyThresholdCount=2, UnhealthyThresholdCount=4, Matcher={"HttpCode": "200"},
+                Name=_arn_name(profile["target_group_arn"], "targetgroup/"),
+                Protocol="HTTP",
+                Port=8000,
+                VpcId=vpc,
+                TargetType="ip",
+                HealthCheckPath="/health",
+                HealthCheckIntervalSeconds=15,
+                HealthCheckTimeoutSeconds=10,
+                HealthyThresholdCount=2,
+                UnhealthyThresholdCount=4,
+                Matcher={"HttpCode": "200"},
             )["TargetGroups"][0]
             elbv2.modify_target_group_attributes(
                 TargetGroupArn=tg["TargetGroupArn"], Attributes=[{"Key": "deregistration_delay.timeout_seconds", "Value": "30"}]
@@ -800,8 +889,11 @@ class Twin:
             balancer = balancers[profile["load_balancer_arn"]]
             header = profile["routing_header"]
             elbv2.create_rule(
-                ListenerArn=balancer["listener"], Priority=priority,
-                Conditions=[{"Field": "http-header", "HttpHeaderConfig": {"HttpHeaderName": header["name"], "Values": [header["value"]]}}],
+                ListenerArn=balancer["listener"],
+                Priority=priority,
+                Conditions=[
+                    {"Field": "http-header", "HttpHeaderConfig": {"HttpHeaderName": header["name"], "Values": [header["value"]]}}
+                ],
                 Actions=[{"Type": "forward", "TargetGroupArn": tg["TargetGroupArn"]}],
             )
             profile["target_group_arn"] = tg["TargetGroupArn"]
@@ -811,24 +903,47 @@ class Twin:
             # /ecs/<service>, stream prefix the profile's name); the world writes their lines there.
             group = model_log_group(profile["service"])
             logs.create_log_group(logGroupName=group)
-            awslogs = {"logDriver": "awslogs", "options": {"awslogs-group": group, "awslogs-region": self.region, "awslogs-stream-prefix": name}}
+            awslogs = {
+                "logDriver": "awslogs",
+                "options": {"awslogs-group": group, "awslogs-region": self.region, "awslogs-stream-prefix": name},
+            }
             ecs.register_task_definition(
-                family=profile["service"], networkMode="awsvpc", requiresCompatibilities=["EC2"],
+                family=profile["service"],
+                networkMode="awsvpc",
+                requiresCompatibilities=["EC2"],
                 # moto's container instances offer 4096 CPU units and 7482 MiB: the real sizes live in Terraform.
-                cpu="1024", memory="2048",
-                containerDefinitions=[{
-                    "name": "vllm", "image": profile["serving"]["image"], "essential": True, "cpu": 1024, "memory": 1920,
-                    "portMappings": [{"containerPort": 8000, "protocol": "tcp"}],
-                    "healthCheck": {"command": ["CMD-SHELL", "curl -fs localhost:8000/health || exit 1"]},
-                    "dependsOn": [{"containerName": PREFETCH_CONTAINER, "condition": "SUCCESS"}], "logConfiguration": awslogs,
-                }, {
-                    "name": PREFETCH_CONTAINER, "image": "public.ecr.aws/aws-cli/aws-cli", "essential": False, "cpu": 0, "memory": 128,
-                    "logConfiguration": awslogs,
-                }],
+                cpu="1024",
+                memory="2048",
+                containerDefinitions=[
+                    {
+                        "name": "vllm",
+                        "image": profile["serving"]["image"],
+                        "essential": True,
+                        "cpu": 1024,
+                        "memory": 1920,
+                        "portMappings": [{"containerPort": 8000, "protocol": "tcp"}],
+                        "healthCheck": {"command": ["CMD-SHELL", "curl -fs localhost:8000/health || exit 1"]},
+                        "dependsOn": [{"containerName": PREFETCH_CONTAINER, "condition": "SUCCESS"}],
+                        "logConfiguration": awslogs,
+                    },
+                    {
+                        "name": PREFETCH_CONTAINER,
+                        "image": "public.ecr.aws/aws-cli/aws-cli",
+                        "essential": False,
+                        "cpu": 0,
+                        "memory": 128,
+                        "logConfiguration": awslogs,
+                    },
+                ],
             )
             ecs.create_service(
-                cluster=profile["cluster"], serviceName=profile["service"], taskDefinition=profile["service"], desiredCount=0,
-                capacityProviderStrategy=[{"capacityProvider": document["pools"][profile["pool"]]["capacity_provider"], "weight": 1}],
+                cluster=profile["cluster"],
+                serviceName=profile["service"],
+                taskDefinition=profile["service"],
+                desiredCount=0,
+                capacityProviderStrategy=[
+                    {"capacityProvider": document["pools"][profile["pool"]]["capacity_provider"], "weight": 1}
+                ],
                 networkConfiguration={"awsvpcConfiguration": {"subnets": subnets, "securityGroups": [sg]}},
                 loadBalancers=[{"targetGroupArn": tg["TargetGroupArn"], "containerName": "vllm", "containerPort": 8000}],
                 healthCheckGracePeriodSeconds=int(self.delays.health_grace_s),
@@ -837,8 +952,7 @@ class Twin:
             )
             # moto's CreateService drops the grace period; UpdateService (patched) keeps it for the world.
             # In the twin's seconds (AWS's / time scale), the clock the controller measures starts with.
-            ecs.update_service(cluster=profile["cluster"], service=profile["service"],
-                               healthCheckGracePeriodSeconds=self.grace_s)
+            ecs.update_service(cluster=profile["cluster"], service=profile["service"], healthCheckGracePeriodSeconds=self.grace_s)
 
         self.registry = parse_registry(document)
         self._register_bench_task(ecs, subnets, sg)
@@ -854,8 +968,11 @@ class Twin:
         pool and profile and the index, Standard tier up to 4 KB, else Advanced) and delete the
         parameters under the path it no longer has; returns name -> value."""
         ssm = self.client("ssm")
-        present = [p["Name"] for page in ssm.get_paginator("get_parameters_by_path").paginate(Path=SSM_PATH, Recursive=True)
-                   for p in page["Parameters"]]
+        present = [
+            p["Name"]
+            for page in ssm.get_paginator("get_parameters_by_path").paginate(Path=SSM_PATH, Recursive=True)
+            for p in page["Parameters"]
+        ]
         wanted = publish_parameters(ssm, document, SSM_PATH)
         stale = [name for name in present if name not in wanted]
         for start in range(0, len(stale), 10):  # DeleteParameters takes at most 10 names
@@ -871,20 +988,34 @@ class Twin:
         template = load_template(template_path)
         refs = self.template_refs(template) | {"BenchImageUri": BENCH_IMAGE}
         conditions = iam.evaluate_conditions(template, refs) | {"HasBenchImage": True}
-        properties = {key: iam.resolve(value, refs, conditions) for key, value in template["Resources"][BENCH_TASK]["Properties"].items()
-                      if key in ("Family", "NetworkMode", "RequiresCompatibilities", "Cpu", "Memory")}
-        definitions = [{key: c[key] for key in ("Name", "Image", "Essential", "Environment") if key in c}
-                       for c in template["Resources"][BENCH_TASK]["Properties"]["ContainerDefinitions"]]
+        properties = {
+            key: iam.resolve(value, refs, conditions)
+            for key, value in template["Resources"][BENCH_TASK]["Properties"].items()
+            if key in ("Family", "NetworkMode", "RequiresCompatibilities", "Cpu", "Memory")
+        }
+        definitions = [
+            {key: c[key] for key in ("Name", "Image", "Essential", "Environment") if key in c}
+            for c in template["Resources"][BENCH_TASK]["Properties"]["ContainerDefinitions"]
+        ]
         containers = [
             # moto places a task by its containers' sizes: the one container gets the task's.
-            {"name": c["Name"], "image": c["Image"], "essential": c.get("Essential", True),
-             "cpu": int(properties["Cpu"]), "memory": int(properties["Memory"]),
-             "environment": [{"name": v["Name"], "value": v["Value"]} for v in c.get("Environment", [])]}
+            {
+                "name": c["Name"],
+                "image": c["Image"],
+                "essential": c.get("Essential", True),
+                "cpu": int(properties["Cpu"]),
+                "memory": int(properties["Memory"]),
+                "environment": [{"name": v["Name"], "value": v["Value"]} for v in c.get("Environment", [])],
+            }
             for c in iam.resolve(definitions, refs, conditions)
         ]
         registered = ecs.register_task_definition(
-            family=properties["Family"], networkMode=properties["NetworkMode"], requiresCompatibilities=properties["RequiresCompatibilities"],
-            cpu=properties["Cpu"], memory=properties["Memory"], containerDefinitions=containers,
+            family=properties["Family"],
+            networkMode=properties["NetworkMode"],
+            requiresCompatibilities=properties["RequiresCompatibilities"],
+            cpu=properties["Cpu"],
+            memory=properties["Memory"],
+            containerDefinitions=containers,
         )["taskDefinition"]
         self.bench_ecs = {
             "SERVINGCTL_BENCH_ECS_TASK_DEFINITION": registered["family"],
@@ -895,8 +1026,16 @@ class Twin:
 
     def _bootstrap_control_plane(self) -> None:
         iam, lam, sfn = self.client("iam"), self.client("lambda"), self.client("stepfunctions")
-        trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
-                                                          "Principal": {"Service": ["lambda.amazonaws.com", "states.amazonaws.com"]}}]}
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Action": "sts:AssumeRole",
+                    "Principal": {"Service": ["lambda.amazonaws.com", "states.amazonaws.com"]},
+                }
+            ],
+        }
         role = iam.create_role(RoleName="servingctl-twin", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
         stems = sorted(p.name.removesuffix(".asl.json") for p in (self.repo_root / "statemachine").glob("*.asl.json"))
         self.state_machines = {
@@ -911,8 +1050,13 @@ class Twin:
             timeout_s, memory_mb, variables = deployed[name]
             given = {key: environment[key] for key in (*variables, *RUNTIME_VARIABLES) if key in environment}
             self.functions[name] = lam.create_function(
-                FunctionName=function_name(name), Runtime="python3.12", Role=role, Handler="app.lambda_handler",
-                Code={"ZipFile": archive.getvalue()}, Timeout=timeout_s, MemorySize=memory_mb,
+                FunctionName=function_name(name),
+                Runtime="python3.12",
+                Role=role,
+                Handler="app.lambda_handler",
+                Code={"ZipFile": archive.getvalue()},
+                Timeout=timeout_s,
+                MemorySize=memory_mb,
                 Environment={"Variables": given},
             )["FunctionArn"]
         # The twin's shell and in-process handlers (HandlerRouter.in_process) see every variable.
@@ -924,7 +1068,9 @@ class Twin:
             return lambda_runtime.FunctionConfig(*moto_patches.function_configuration(ACCOUNT_ID, region, deployed_name))
 
         self.router = HandlerRouter(
-            self.repo_root / "functions", self.region, config_of,
+            self.repo_root / "functions",
+            self.region,
+            config_of,
             log_dir=None if self.lambda_logs_to_terminal else self.workdir / "logs" / "lambda",
             faults=lambda: self.world.faults if self.world is not None else frozenset(),
         )
@@ -944,10 +1090,15 @@ class Twin:
         registry = self.registry
         b = moto_patches.backends(ACCOUNT_ID, self.region)
         refs = self.template_refs(template)
-        policies = (iam.function_policies(template, refs) | iam.task_policies(template, refs | {"BenchImageUri": BENCH_IMAGE})
-                    | iam.assumable_policies(template, refs))
+        policies = (
+            iam.function_policies(template, refs)
+            | iam.task_policies(template, refs | {"BenchImageUri": BENCH_IMAGE})
+            | iam.assumable_policies(template, refs)
+        )
         names = iam.Names(
-            account=ACCOUNT_ID, region=self.region, partition_keys={self.table_name: "pk"},
+            account=ACCOUNT_ID,
+            region=self.region,
+            partition_keys={self.table_name: "pk"},
             asg_arn=lambda name: next(p.asg_arn for p in registry.pools.values() if p.asg_name == name),
             asg_tags=lambda name: moto_patches.asg_tags(b, name),
         )
@@ -963,18 +1114,29 @@ class Twin:
         refs: dict[str, Any] = {
             # A parameter the twin gives no value of its own takes its default, as a deploy without it does.
             **{name: p["Default"] for name, p in (template.get("Parameters") or {}).items() if "Default" in p},
-            "AWS::Partition": "aws", "AWS::Region": self.region, "AWS::AccountId": ACCOUNT_ID,
-            "AWS::StackName": "servingctl", "AWS::URLSuffix": "amazonaws.com",
-            "RegistryPath": SSM_PATH, "RegistryPathArn": arn("ssm", "parameter" + SSM_PATH),
+            "AWS::Partition": "aws",
+            "AWS::Region": self.region,
+            "AWS::AccountId": ACCOUNT_ID,
+            "AWS::StackName": "servingctl",
+            "AWS::URLSuffix": "amazonaws.com",
+            "RegistryPath": SSM_PATH,
+            "RegistryPathArn": arn("ssm", "parameter" + SSM_PATH),
             "ClusterArn": arn("ecs", f"cluster/{cluster}"),
             "ServiceArns": [arn("ecs", f"service/{p.cluster}/{p.service}") for p in registry.profiles.values()],
             "AsgArns": [p.asg_arn for p in registry.pools.values()],
             "ModelLogGroupArns": [arn("logs", f"log-group:{model_log_group(p.service)}:*") for p in registry.profiles.values()],
-            "LaunchTemplateArns": [arn("ec2", f"launch-template/{t}") for p in registry.pools.values() for _, t in p.options() if t],
+            "LaunchTemplateArns": [
+                arn("ec2", f"launch-template/{t}") for p in registry.pools.values() for _, t in p.options() if t
+            ],
             "InstanceRoleArn": f"arn:aws:iam::{ACCOUNT_ID}:role/servingctl-instance",
-            "PrivateSubnetIds": [], "LambdaSecurityGroupId": "", "BenchImageUri": "", "AlarmEmail": "",
-            "StateTable": self.table_name, "StateTable.Arn": arn("dynamodb", f"table/{self.table_name}"),
-            "RecordsBucket": self.bucket_name, "RecordsBucket.Arn": f"arn:aws:s3:::{self.bucket_name}",
+            "PrivateSubnetIds": [],
+            "LambdaSecurityGroupId": "",
+            "BenchImageUri": "",
+            "AlarmEmail": "",
+            "StateTable": self.table_name,
+            "StateTable.Arn": arn("dynamodb", f"table/{self.table_name}"),
+            "RecordsBucket": self.bucket_name,
+            "RecordsBucket.Arn": f"arn:aws:s3:::{self.bucket_name}",
             "SweepDeadLetterQueue.Arn": arn("sqs", "servingctl-sweep-dead-letters"),
         }
         for logical, resource in template["Resources"].items():
@@ -1010,9 +1172,14 @@ def function_settings(repo_root: Path) -> dict[str, tuple[int, int, list[str]]]:
         if resource["Type"] != "AWS::Serverless::Function":
             continue
         properties = resource["Properties"]
-        variables = [*defaults.get("Environment", {}).get("Variables", {}), *properties.get("Environment", {}).get("Variables", {})]
+        variables = [
+            *defaults.get("Environment", {}).get("Variables", {}),
+            *properties.get("Environment", {}).get("Variables", {}),
+        ]
         found[Path(properties["CodeUri"]).name] = (
-            int(properties.get("Timeout", defaults.get("Timeout", 3))), int(properties.get("MemorySize", defaults.get("MemorySize", 128))), variables
+            int(properties.get("Timeout", defaults.get("Timeout", 3))),
+            int(properties.get("MemorySize", defaults.get("MemorySize", 128))),
+            variables,
         )
     return found
 

@@ -24,6 +24,7 @@ compile_cache_s). Without reuse a scale-in terminates and the pool is refilled w
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -32,7 +33,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,29 +58,49 @@ THROTTLED = {
 WORLD_AGENT = "servingctl-world"
 # profile_steps actions failed by a fault (fault -> action), answered as Lambda answers a handler that raised.
 FAILED_STEPS = {"roll-back-fails": "roll_back", "prepare-stop-fails-once": "prepare_stop"}
-STEP_FAILURE = ("An error occurred (InternalServerError) when calling the {operation} operation (reached max retries: 4): "
-                "Internal server error")
+STEP_FAILURE = (
+    "An error occurred (InternalServerError) when calling the {operation} operation (reached max retries: 4): "
+    "Internal server error"
+)
 # A failed launch's StatusMessage per capacity-unavailable class, as Auto Scaling reports a group that
 # launches through EC2 Fleet: EC2's error code, then its text (Amazon EC2 Auto Scaling user guide,
 # troubleshooting launch failures, capacity limits, AMI issues; EC2 API error codes).
 _FLEET = "Could not launch On-Demand Instances. {code} - {text} Launching EC2 instance failed."
 _CONTACT = "Please visit http://aws.amazon.com/contact-us/ec2-request to request an adjustment to this limit."
 LAUNCH_FAILURE_MESSAGES: dict[str, str] = {
-    "insufficient-capacity": _FLEET.format(code="InsufficientInstanceCapacity", text=(
-        "We currently do not have sufficient {itype} capacity in the Availability Zone you requested ({az}). Our system will "
-        "be working on provisioning additional capacity. You can currently get {itype} capacity by not specifying an "
-        "Availability Zone in your request or choosing {others}.")),
-    "vcpu-limit": _FLEET.format(code="VcpuLimitExceeded", text=(
-        "You have requested more vCPU capacity than your current vCPU limit of 0 allows for the instance bucket that the "
-        "specified instance type belongs to. " + _CONTACT)),
-    "instance-limit": _FLEET.format(code="InstanceLimitExceeded", text=(
-        "You have requested more instances (1) than your current instance limit of 0 allows for the specified instance "
-        "type. " + _CONTACT)),
-    "unsupported": _FLEET.format(code="Unsupported", text=(
-        "Your requested instance type ({itype}) is not supported in your requested Availability Zone ({az}). Please retry "
-        "your request by not specifying an Availability Zone or choosing {others}.")),
-    "launch-template": _FLEET.format(code="InvalidParameterValue", text=(
-        "Value ({profile}) for parameter iamInstanceProfile.arn is invalid. Invalid IAM Instance Profile ARN.")),
+    "insufficient-capacity": _FLEET.format(
+        code="InsufficientInstanceCapacity",
+        text=(
+            "We currently do not have sufficient {itype} capacity in the Availability Zone you requested ({az}). Our system will "
+            "be working on provisioning additional capacity. You can currently get {itype} capacity by not specifying an "
+            "Availability Zone in your request or choosing {others}."
+        ),
+    ),
+    "vcpu-limit": _FLEET.format(
+        code="VcpuLimitExceeded",
+        text=(
+            "You have requested more vCPU capacity than your current vCPU limit of 0 allows for the instance bucket that the "
+            "specified instance type belongs to. " + _CONTACT
+        ),
+    ),
+    "instance-limit": _FLEET.format(
+        code="InstanceLimitExceeded",
+        text=(
+            "You have requested more instances (1) than your current instance limit of 0 allows for the specified instance "
+            "type. " + _CONTACT
+        ),
+    ),
+    "unsupported": _FLEET.format(
+        code="Unsupported",
+        text=(
+            "Your requested instance type ({itype}) is not supported in your requested Availability Zone ({az}). Please retry "
+            "your request by not specifying an Availability Zone or choosing {others}."
+        ),
+    ),
+    "launch-template": _FLEET.format(
+        code="InvalidParameterValue",
+        text=("Value ({profile}) for parameter iamInstanceProfile.arn is invalid. Invalid IAM Instance Profile ARN."),
+    ),
     "ami": _FLEET.format(code="InvalidAMIID.NotFound", text="The image id '[{image}]' does not exist."),
 }
 CRASH_REASON = "Essential container in task exited"
@@ -218,9 +239,14 @@ class World:
         self._t0 = time.monotonic()
         self.error: BaseException | None = None
         config = Config(user_agent_extra=WORLD_AGENT, retries={"mode": "standard", "max_attempts": 3})
-        kw = {"endpoint_url": endpoint_url, "region_name": registry.region, "config": config,
-              "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-        self.ecs, self.elbv2, self.logs = (boto3.client(s, **kw) for s in ("ecs", "elbv2", "logs"))
+        kw: dict[str, Any] = {
+            "endpoint_url": endpoint_url,
+            "region_name": registry.region,
+            "config": config,
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+        }
+        self.ecs, self.elbv2, self.logs = boto3.client("ecs", **kw), boto3.client("elbv2", **kw), boto3.client("logs", **kw)
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -311,9 +337,7 @@ class World:
     def _capacity_provider(self, pool_name: str, asg_name: str, now: float) -> None:
         """Managed scaling: a task waiting for an empty pool raises the ASG to 1 after the alarm delay."""
         group = mp.asg(self.b, asg_name)
-        waiting = any(
-            self._service(p).desired_count > len(self._live_tasks(p)) for p in self._pool_profiles(pool_name)
-        )
+        waiting = any(self._service(p).desired_count > len(self._live_tasks(p)) for p in self._pool_profiles(pool_name))
         if not waiting or group.desired_capacity or self._live_instances(asg_name):
             self._demand_since.pop(pool_name, None)
             return
@@ -321,7 +345,9 @@ class World:
         if now - since >= self.delays.scale_out_s / self.time_scale:
             group.desired_capacity = 1
             mp.record_activity(
-                self.b, asg_name, status_code="Successful",
+                self.b,
+                asg_name,
+                status_code="Successful",
                 description="Updating the desired capacity of the group",
                 cause=f"At {_stamp()} a monitor alarm in state ALARM triggered policy ECSManagedAutoScalingPolicy "
                 "changing the desired capacity from 0 to 1.",
@@ -342,9 +368,16 @@ class World:
         """AWS's StatusMessage of the failed launch, with the group's zones and launch template's values."""
         zones = [f"{self.registry.region}{z}" for z in "abc"]
         data = mp.launch_template_data(self.b, asg_name)
-        profile = (data.get("IamInstanceProfile") or {}).get("Arn") or f"arn:aws:iam::{self.b.autoscaling.account_id}:instance-profile/ecs-gpu"
-        return LAUNCH_FAILURE_MESSAGES[kind].format(itype=itype, az=zones[0], others=", ".join(zones[1:]),
-                                                    profile=profile, image=data.get("ImageId") or "ami-0123456789abcdef0")
+        profile = (data.get("IamInstanceProfile") or {}).get(
+            "Arn"
+        ) or f"arn:aws:iam::{self.b.autoscaling.account_id}:instance-profile/ecs-gpu"
+        return LAUNCH_FAILURE_MESSAGES[kind].format(
+            itype=itype,
+            az=zones[0],
+            others=", ".join(zones[1:]),
+            profile=profile,
+            image=data.get("ImageId") or "ami-0123456789abcdef0",
+        )
 
     def _launch_type(self, pool_name: str, asg_name: str) -> str:
         """The instance type of the launch template the group points at (the pool's options)."""
@@ -361,7 +394,7 @@ class World:
     def _auto_scaling(self, pool_name: str, asg_name: str, now: float) -> None:
         group = mp.asg(self.b, asg_name)
         live = self._live_instances(asg_name)
-        desired = min(group.desired_capacity or 0, group.max_size)
+        desired = min(group.desired_capacity or 0, group.max_size or 0)  # CreateAutoScalingGroup requires MaxSize
         if desired > len(live) and now >= self._next_launch_attempt.get(asg_name, 0.0):
             warm = self._takeable_warm(asg_name)
             # Starting a stopped instance needs capacity of its type as much as a launch does.
@@ -371,7 +404,10 @@ class World:
                 self._next_launch_attempt[asg_name] = self._after(self.delays.capacity_retry_s)
                 message = self._launch_failure_message(failure, itype, asg_name)
                 mp.record_activity(
-                    self.b, asg_name, status_code="Failed", status_message=message,
+                    self.b,
+                    asg_name,
+                    status_code="Failed",
+                    status_message=message,
                     description="Launching a new EC2 instance.  Status Reason: " + message,
                     cause=_launch_cause(len(live), desired),
                 )
@@ -380,17 +416,27 @@ class World:
                 mp.take_from_warm_pool(self.b, asg_name, warm)
                 self._instances[warm].state, self._instances[warm].due = "Pending", self._after(self.delays.warm_start_s)
                 mp.record_activity(
-                    self.b, asg_name, status_code="Successful",
+                    self.b,
+                    asg_name,
+                    status_code="Successful",
                     description=f"Launching a new EC2 instance from warm pool: {warm}",
                     cause=_launch_cause(len(live), desired),
                 )
                 self._log("launch-warm", f"{pool_name}: {warm} Warmed:Stopped -> Pending")
             else:
                 instance_id = mp.launch_instance(self.b, asg_name, protected="protected-instance" in self.faults)
-                self._instances[instance_id] = _Instance(pool_name, asg_name, self._cluster(pool_name), "Pending",
-                                                         self._after(self.delays.launch_s), instance_type=itype)
+                self._instances[instance_id] = _Instance(
+                    pool_name,
+                    asg_name,
+                    self._cluster(pool_name),
+                    "Pending",
+                    self._after(self.delays.launch_s),
+                    instance_type=itype,
+                )
                 mp.record_activity(
-                    self.b, asg_name, status_code="Successful",
+                    self.b,
+                    asg_name,
+                    status_code="Successful",
                     description=f"Launching a new EC2 instance: {instance_id}",
                     cause=_launch_cause(len(live), desired),
                 )
@@ -436,10 +482,15 @@ class World:
             elif info.state == "Terminating":
                 self._stop_tasks_on(instance_id, now)
                 if info.container_instance_arn:
-                    self.ecs.deregister_container_instance(cluster=info.cluster, containerInstance=info.container_instance_arn, force=True)
+                    self.ecs.deregister_container_instance(
+                        cluster=info.cluster, containerInstance=info.container_instance_arn, force=True
+                    )
                 mp.terminate_instance(self.b, asg_name, instance_id)
                 mp.record_activity(
-                    self.b, asg_name, status_code="Successful", description=f"Terminating EC2 instance: {instance_id}",
+                    self.b,
+                    asg_name,
+                    status_code="Successful",
+                    description=f"Terminating EC2 instance: {instance_id}",
                     cause=f"At {_stamp()} an instance was taken out of service in response to a difference between "
                     "desired and actual capacity, shrinking the capacity.",
                 )
@@ -460,7 +511,7 @@ class World:
             return
         group = mp.asg(self.b, asg_name)
         desired = group.desired_capacity or 0
-        prepared = config.max_group_prepared_capacity or group.max_size
+        prepared = config.max_group_prepared_capacity or group.max_size or 0
         wanted = max(int(config.min_size or 0), prepared - desired)
         warm = mp.warm_instances(asg_name)
         if len(warm) < wanted and now >= self._next_launch_attempt.get(asg_name, 0.0):
@@ -469,10 +520,14 @@ class World:
                 self._next_launch_attempt[asg_name] = self._after(self.delays.capacity_retry_s)
                 return
             instance_id = mp.launch_into_warm_pool(self.b, asg_name)
-            self._instances[instance_id] = _Instance(pool_name, asg_name, self._cluster(pool_name), "Warming",
-                                                     self._after(self.delays.launch_s), instance_type=itype)
+            self._instances[instance_id] = _Instance(
+                pool_name, asg_name, self._cluster(pool_name), "Warming", self._after(self.delays.launch_s), instance_type=itype
+            )
             mp.record_activity(
-                self.b, asg_name, status_code="Successful", description=f"Launching a new EC2 instance into warm pool: {instance_id}",
+                self.b,
+                asg_name,
+                status_code="Successful",
+                description=f"Launching a new EC2 instance into warm pool: {instance_id}",
                 cause=f"At {_stamp()} an instance was launched in response to a difference between desired and actual "
                 f"warm pool capacity, increasing the capacity from {len(warm)} to {wanted}.",
             )
@@ -491,21 +546,24 @@ class World:
         live = self._live_tasks(profile)
         pool = self.registry.profiles[profile].pool
         if service.desired_count > len(live):
-            instance = next(
-                (i for i, info in self._instances.items() if info.pool == pool and info.state == "Registered"), None
-            )
+            instance = next((i for i, info in self._instances.items() if info.pool == pool and info.state == "Registered"), None)
             if instance is not None:
                 info = self._instances[instance]
-                task = mp.create_service_task(
+                created = mp.create_service_task(
                     self.b, service, str(info.container_instance_arn), self.registry.pools[pool].capacity_provider
                 )
-                self._tasks[task.task_arn] = _Task(profile, task.task_arn, task, instance, "PROVISIONING",
-                                                   self._after(self.delays.provision_s))
-                self._log("task-provisioning", f"{profile}: {task.task_arn}")
+                self._tasks[created.task_arn] = _Task(
+                    profile, created.task_arn, created, instance, "PROVISIONING", self._after(self.delays.provision_s)
+                )
+                self._log("task-provisioning", f"{profile}: {created.task_arn}")
         elif service.desired_count < len(live):
             for task in sorted(live, key=lambda t: t.task.created_at, reverse=True)[: len(live) - service.desired_count]:
-                self._begin_stop(task, f"Scaling activity initiated by (deployment {service.deployments[0]['id']})",
-                                 "ServiceSchedulerInitiated", now)
+                self._begin_stop(
+                    task,
+                    f"Scaling activity initiated by (deployment {service.deployments[0]['id']})",
+                    "ServiceSchedulerInitiated",
+                    now,
+                )
         tasks = [t for t in self._tasks.values() if t.profile == profile]
         mp.set_service_counts(
             service,
@@ -521,9 +579,9 @@ class World:
             cached = instance is not None and task.profile in instance.cached
             task.phase, task.due = "PENDING", self._after(self.delays.warm_pull_s if cached else self.delays.pull_s)
             mp.set_task_status(task.task, "PENDING")
-            task.task.pull_started_at = datetime.now(timezone.utc)
+            task.task.pull_started_at = datetime.now(UTC)
         elif task.phase == "PENDING":
-            task.task.pull_stopped_at = datetime.now(timezone.utc)
+            task.task.pull_stopped_at = datetime.now(UTC)
             instance = self._instances.get(task.instance_id)
             # A warm volume holds the synced revision's marker: the prefetch says so and exits at once.
             warm = instance is not None and task.profile in instance.cached
@@ -557,7 +615,9 @@ class World:
         task.running_at = time.monotonic()  # the grace period runs from here (after the server process spawned)
         # The service's grace period as UpdateService last set it. It is in the twin's real seconds:
         # the twin sets it so, and a controller deriving it from past starts measured real seconds.
-        grace_s = getattr(self._service(task.profile), "health_check_grace_period_seconds", self.delays.health_grace_s / self.time_scale)
+        grace_s = getattr(
+            self._service(task.profile), "health_check_grace_period_seconds", self.delays.health_grace_s / self.time_scale
+        )
         task.grace_real_s = max(grace_s, REAL_SERVER_LOAD_S) if self.model_server == "vllm" else grace_s
         instance = self._instances.get(task.instance_id)
         warm = instance is not None and task.profile in instance.cached
@@ -565,8 +625,11 @@ class World:
         task.loaded_at = self._after(max(0.0, self.delays.load_s - saved))
         if instance is not None:
             instance.cached.add(task.profile)  # the prefetch and the compile write to the instance's volume
-        self._log("task-running", f"{task.profile}: {task.arn} ip {task.target_id} on {task.instance_id} "
-                  f"({'warm volume: weights and compile cache kept' if warm else 'cold volume'})")
+        self._log(
+            "task-running",
+            f"{task.profile}: {task.arn} ip {task.target_id} on {task.instance_id} "
+            f"({'warm volume: weights and compile cache kept' if warm else 'cold volume'})",
+        )
 
     def _begin_stop(self, task: _Task, reason: str, code: str, now: float, exit_code: int | None = None) -> None:
         if task.phase in ("DEACTIVATING", "STOPPING", "STOPPED"):
@@ -607,23 +670,33 @@ class World:
             server = vllm_server(tiny_model_dir(), CONTAINER_PORT, served_model_name=model, log_path=log, host=task.target_id)
         else:
             faults = ["models-fail=1"] if "smoke-fails-once" in self.faults else []
-            server = simulator_server(CONTAINER_PORT, served_model_name=model, speed=max(1.0, self.time_scale), faults=faults,
-                                      log_path=log, host=task.target_id)
+            server = simulator_server(
+                CONTAINER_PORT,
+                served_model_name=model,
+                speed=max(1.0, self.time_scale),
+                faults=faults,
+                log_path=log,
+                host=task.target_id,
+            )
         task.server = server.start()
         self._log("model-server-started", f"{task.profile}: {server.url} pid {server.pid}")
 
     def _container_log(self, task: _Task, container: str, lines: Sequence[str]) -> None:
         """Write lines to the container's stream as the awslogs driver of its task definition would."""
         definition = self.b.ecs.describe_task_definition(task.task.task_definition_arn)
-        settings = next(c for c in definition.container_definitions if c["name"] == container)["logConfiguration"]["options"]
-        group, stream = settings["awslogs-group"], f"{settings['awslogs-stream-prefix']}/{container}/{task.arn.rsplit('/', 1)[-1]}"
+        # moto types the definitions' values as objects: they are the JSON RegisterTaskDefinition took.
+        containers: list[Mapping[str, Any]] = list(definition.container_definitions)
+        settings = next(c for c in containers if c["name"] == container)["logConfiguration"]["options"]
+        group, stream = (
+            settings["awslogs-group"],
+            f"{settings['awslogs-stream-prefix']}/{container}/{task.arn.rsplit('/', 1)[-1]}",
+        )
         stamp = int(time.time() * 1000)
-        try:
+        with contextlib.suppress(self.logs.exceptions.ResourceAlreadyExistsException):
             self.logs.create_log_stream(logGroupName=group, logStreamName=stream)
-        except self.logs.exceptions.ResourceAlreadyExistsException:
-            pass
-        self.logs.put_log_events(logGroupName=group, logStreamName=stream,
-                                 logEvents=[{"timestamp": stamp, "message": line} for line in lines])
+        self.logs.put_log_events(
+            logGroupName=group, logStreamName=stream, logEvents=[{"timestamp": stamp, "message": line} for line in lines]
+        )
 
     def _ship_logs(self, task: _Task, now: float, final: bool = False) -> None:
         """The model server's new complete output lines to the vllm container's stream."""
@@ -650,8 +723,14 @@ class World:
     def _load(self, task: _Task, now: float) -> None:
         """The simulator's model is loaded at loaded_at: its server listens from then on (as vLLM
         listens once its weights are loaded); under never-healthy it never does."""
-        if (task.phase == "RUNNING" and task.server is None and task.target_id and self.model_server == "sim"
-                and now >= task.loaded_at and "never-healthy" not in self.faults):
+        if (
+            task.phase == "RUNNING"
+            and task.server is None
+            and task.target_id
+            and self.model_server == "sim"
+            and now >= task.loaded_at
+            and "never-healthy" not in self.faults
+        ):
             self._start_server(task)
 
     def _health(self, task: _Task, now: float) -> None:
@@ -697,15 +776,24 @@ class World:
         code = THROTTLED[key]
         request_id = str(uuid.uuid4())
         if key[0] == "lambda":
-            return 429, {"Content-Type": "application/json", "x-amzn-ErrorType": code, "x-amzn-RequestId": request_id}, \
-                json.dumps({"Type": "User", "message": "Rate Exceeded.", "Reason": "ReservedFunctionConcurrentInvocationLimitExceeded"}).encode()
+            return (
+                429,
+                {"Content-Type": "application/json", "x-amzn-ErrorType": code, "x-amzn-RequestId": request_id},
+                json.dumps(
+                    {"Type": "User", "message": "Rate Exceeded.", "Reason": "ReservedFunctionConcurrentInvocationLimitExceeded"}
+                ).encode(),
+            )
         if key[0] == "ecs":
-            return 400, {"Content-Type": "application/x-amz-json-1.1", "x-amzn-RequestId": request_id}, \
-                json.dumps({"__type": code, "message": "Rate exceeded"}).encode()
-        body = (f"<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code><Message>Rate exceeded</Message></Error>"
-                f"<RequestId>{request_id}</RequestId></ErrorResponse>")
+            return (
+                400,
+                {"Content-Type": "application/x-amz-json-1.1", "x-amzn-RequestId": request_id},
+                json.dumps({"__type": code, "message": "Rate exceeded"}).encode(),
+            )
+        body = (
+            f"<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code><Message>Rate exceeded</Message></Error>"
+            f"<RequestId>{request_id}</RequestId></ErrorResponse>"
+        )
         return 400, {"Content-Type": "text/xml", "x-amzn-RequestId": request_id}, body.encode()
-
 
     def _failed_step(self, environ: dict[str, Any]) -> tuple[int, dict[str, str], bytes] | None:
         """A profile_steps invoke of a step a fault fails: Lambda's answer for a handler that raised
@@ -724,10 +812,18 @@ class World:
                 self.faults = self.faults - {fault}
             self._log("step-failed", f"{action} ({fault})")
         operation = "UpdateItem" if action == "roll_back" else "GetItem"
-        error = {"errorMessage": STEP_FAILURE.format(operation=operation), "errorType": "ClientError",
-                 "requestId": str(uuid.uuid4()), "stackTrace": []}
-        headers = {"Content-Type": "application/json", "X-Amz-Function-Error": "Unhandled", "X-Amz-Executed-Version": "$LATEST",
-                   "x-amzn-RequestId": str(uuid.uuid4())}
+        error = {
+            "errorMessage": STEP_FAILURE.format(operation=operation),
+            "errorType": "ClientError",
+            "requestId": str(uuid.uuid4()),
+            "stackTrace": [],
+        }
+        headers = {
+            "Content-Type": "application/json",
+            "X-Amz-Function-Error": "Unhandled",
+            "X-Amz-Executed-Version": "$LATEST",
+            "x-amzn-RequestId": str(uuid.uuid4()),
+        }
         return 200, headers, json.dumps(error).encode()
 
     def _no_fargate_capacity(self, environ: dict[str, Any]) -> tuple[int, dict[str, str], bytes] | None:
@@ -784,9 +880,11 @@ def _operation(environ: dict[str, Any]) -> tuple[str, str]:
 
 def _launch_cause(current: int, desired: int) -> str:
     """The Cause text EC2 Auto Scaling writes on a scale-out activity."""
-    return (f"At {_stamp()} an instance was started in response to a difference between desired "
-            f"and actual capacity, increasing the capacity from {current} to {desired}.")
+    return (
+        f"At {_stamp()} an instance was started in response to a difference between desired "
+        f"and actual capacity, increasing the capacity from {current} to {desired}."
+    )
 
 
 def _stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

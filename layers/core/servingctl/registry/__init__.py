@@ -1,5 +1,6 @@
 """The registry: compute pools and serving profiles, the one source of names the controller uses."""
 
+from servingctl.registry.loader import Published, RegistryError, load_registry, parse_registry, read_registry
 from servingctl.registry.models import (
     AutoStopSettings,
     ComputePool,
@@ -12,7 +13,6 @@ from servingctl.registry.models import (
     ServingProfile,
     StartSettings,
 )
-from servingctl.registry.loader import Published, RegistryError, load_registry, parse_registry, read_registry
 
 __all__ = [
     "AutoStopSettings",

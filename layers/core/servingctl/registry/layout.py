@@ -81,8 +81,12 @@ def parameter_bytes(value: object) -> int:
 def parameters(document: Mapping[str, Any], path: str) -> dict[str, str]:
     """Full parameter name -> value of a registry document under path (what Terraform publishes)."""
     base = path.rstrip("/")
-    index = {"schema_version": document.get("schema_version", SCHEMA_VERSION), "region": document["region"],
-             "pools": sorted(document["pools"]), "profiles": sorted(document["profiles"])}
+    index = {
+        "schema_version": document.get("schema_version", SCHEMA_VERSION),
+        "region": document["region"],
+        "pools": sorted(document["pools"]),
+        "profiles": sorted(document["profiles"]),
+    }
     found = {f"{base}/{INDEX}": compact(index)}
     found |= {f"{base}/{POOLS}/{name}": compact(pool) for name, pool in document["pools"].items()}
     found |= {f"{base}/{PROFILES}/{name}": compact(profile) for name, profile in document["profiles"].items()}

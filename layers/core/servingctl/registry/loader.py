@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -55,7 +56,7 @@ def _errors(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '<document>'}: {err['msg']}" for err in exc.errors())
 
 
-def parse_registry(document: str | bytes | dict) -> Registry:
+def parse_registry(document: str | bytes | dict[str, Any]) -> Registry:
     """Validate a whole registry document and return the model, or raise RegistryError naming the field."""
     try:
         data = json.loads(document) if isinstance(document, (str, bytes)) else document
@@ -94,8 +95,11 @@ def read_ssm(path: str) -> Published:
         # Every part was checked on its own (e.g. one profile past the bound): keep them usable.
         problems = (*built.problems, Problem(base, _errors(exc)))
         parts = {key: built.document[key] for key in ("schema_version", "region")}
-        registry = Registry.model_construct(**parts, pools={n: ComputePool.model_validate(p) for n, p in built.document["pools"].items()},
-                                            profiles={n: ServingProfile.model_validate(p) for n, p in built.document["profiles"].items()})
+        registry = Registry.model_construct(
+            **parts,
+            pools={n: ComputePool.model_validate(p) for n, p in built.document["pools"].items()},
+            profiles={n: ServingProfile.model_validate(p) for n, p in built.document["profiles"].items()},
+        )
         return Published(registry, f"ssm:{base}", problems, built.listed, built.unusable)
     return Published(registry, f"ssm:{base}", built.problems, built.listed, built.unusable)
 

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 # The registry holds at most this many profiles and pools (one SSM parameter each, registry/layout.py).
 # The bound is what the controller is tested at: every sweep reconciles and decides each profile in
 # one Lambda run, and a cold start reads every parameter (GetParametersByPath, 10 a page).
@@ -22,7 +22,7 @@ MAX_POOLS = 50
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
 ClockTime = Annotated[str, StringConstraints(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
-WEEKDAYS: tuple[str, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+WEEKDAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
 class _Strict(BaseModel):
@@ -65,15 +65,14 @@ class ComputePool(_Strict):
     capacity_provider: str = Field(min_length=1, description="ECS capacity provider name")
     instance_type: str = Field(pattern=r"^[a-z0-9-]+\.[a-z0-9]+$", description="EC2 instance type, e.g. g7e.12xlarge")
     gpu_count: int = Field(ge=1, le=16)
-    price_key: str | None = Field(
-        default=None, description="key in the price catalog; the instance type when absent"
-    )
+    price_key: str | None = Field(default=None, description="key in the price catalog; the instance type when absent")
     gpu_memory_gib: int | None = Field(default=None, ge=1, description="total GPU memory of the instance type")
     launch_template_id: str | None = Field(
         default=None, pattern=r"^lt-[0-9a-z]+$", description="launch template of instance_type (the ASG's own)"
     )
     alternates: list[AlternateInstance] = Field(
-        default_factory=list, max_length=3,
+        default_factory=list,
+        max_length=3,
         description="instance types of the same GPU count and memory, tried in order when instance_type has no capacity",
     )
     volume: PoolVolume | None = Field(default=None, description="the instances' root volume (warm pool cost)")
@@ -90,7 +89,9 @@ class ComputePool(_Strict):
 
     def options(self) -> list[tuple[str, str | None]]:
         """(instance type, launch template id) in the order a start tries them."""
-        return [(self.instance_type, self.launch_template_id)] + [(a.instance_type, a.launch_template_id) for a in self.alternates]
+        return [(self.instance_type, self.launch_template_id)] + [
+            (a.instance_type, a.launch_template_id) for a in self.alternates
+        ]
 
 
 class RoutingHeader(_Strict):
@@ -122,9 +123,7 @@ class ServingOptions(_Strict):
         if self.cudagraph_capture_sizes:
             needed = self.max_num_seqs * (1 + self.speculative_tokens)
             if max(self.cudagraph_capture_sizes) < needed:
-                raise ValueError(
-                    f"cudagraph_capture_sizes must reach max_num_seqs x (1 + speculative_tokens) = {needed}"
-                )
+                raise ValueError(f"cudagraph_capture_sizes must reach max_num_seqs x (1 + speculative_tokens) = {needed}")
         return self
 
 
@@ -186,14 +185,21 @@ class AutoStopSettings(_Strict):
         default=15, ge=1, le=24 * 60, description='minutes before a planned stop that the sweep publishes "Profile stopping soon"'
     )
     drain_minutes: int = Field(
-        default=10, ge=0, le=120,
+        default=10,
+        ge=0,
+        le=120,
         description="after a hard limit, minutes running requests may still finish before the stop (0: stop at once)",
     )
     max_runtime_minutes: int | None = Field(
-        default=None, ge=5, le=31 * 24 * 60, description="hard limit: minutes READY after which the profile is stopped whatever runs"
+        default=None,
+        ge=5,
+        le=31 * 24 * 60,
+        description="hard limit: minutes READY after which the profile is stopped whatever runs",
     )
     max_session_usd: float | None = Field(
-        default=None, gt=0, le=1_000_000,
+        default=None,
+        gt=0,
+        le=1_000_000,
         description="hard limit: a session's accrued cost (uptime x the catalog's hourly price) at which it is stopped",
     )
 
@@ -273,7 +279,8 @@ class ServingProfile(_Strict):
         runtime = self.autostop.max_runtime_minutes
         if runtime is not None and runtime < self.default_lease_minutes:
             raise ValueError(
-                f"autostop.max_runtime_minutes ({runtime}) must not be below default_lease_minutes ({self.default_lease_minutes}): "
+                f"autostop.max_runtime_minutes ({runtime}) "
+                f"must not be below default_lease_minutes ({self.default_lease_minutes}): "
                 "every start would be cut before its lease"
             )
         return self
@@ -291,9 +298,7 @@ class Registry(_Strict):
     def _profiles_name_known_pools(self) -> Registry:
         for name, profile in self.profiles.items():
             if profile.pool not in self.pools:
-                raise ValueError(
-                    f"profiles.{name}.pool: unknown pool {profile.pool!r}; known pools: {sorted(self.pools)}"
-                )
+                raise ValueError(f"profiles.{name}.pool: unknown pool {profile.pool!r}; known pools: {sorted(self.pools)}")
         return self
 
     def profile(self, name: str) -> ServingProfile:
@@ -310,5 +315,3 @@ class Registry(_Strict):
     def profiles_on_pool(self, pool_name: str) -> list[str]:
         """Return the names of every profile that runs on pool_name."""
         return sorted(n for n, p in self.profiles.items() if p.pool == pool_name)
-
-

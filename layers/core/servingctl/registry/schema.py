@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from servingctl.registry.models import Registry
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 
-def registry_json_schema() -> dict:
+def registry_json_schema() -> dict[str, Any]:
     """Return the JSON Schema of the registry document."""
     schema = Registry.model_json_schema()
     schema["$id"] = "https://servingctl.dev/schemas/registry-v1.json"

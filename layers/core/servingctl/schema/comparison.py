@@ -61,13 +61,17 @@ class Comparison(BaseModel):
         """The break-even in words: the utilization at which self-hosting gets cheaper, or that the
         managed API stays cheaper at any utilization and at which API price or throughput that flips."""
         if self.breaks_even:
-            return (f"self-hosting is cheaper once more than {self.break_even_utilization:.0%} of the measured throughput "
-                    f"is used during the {self.inputs.hours:g} running hours")
-        return (f"the managed API stays cheaper at any utilization; self-hosting would win if the API cost more than "
-                f"{self.self_hosted_usd_per_m_output:,.2f} USD per 1M output tokens for these requests (now "
-                f"{self.api_usd_per_m_output:,.2f}), or if the server sustained more than "
-                f"{self.inputs.aggregate_tok_s * self.break_even_utilization:,.0f} output tok/s "
-                f"(measured {self.inputs.aggregate_tok_s:,.0f})")
+            return (
+                f"self-hosting is cheaper once more than {self.break_even_utilization:.0%} of the measured throughput "
+                f"is used during the {self.inputs.hours:g} running hours"
+            )
+        return (
+            f"the managed API stays cheaper at any utilization; self-hosting would win if the API cost more than "
+            f"{self.self_hosted_usd_per_m_output:,.2f} USD per 1M output tokens for these requests (now "
+            f"{self.api_usd_per_m_output:,.2f}), or if the server sustained more than "
+            f"{self.inputs.aggregate_tok_s * self.break_even_utilization:,.0f} output tok/s "
+            f"(measured {self.inputs.aggregate_tok_s:,.0f})"
+        )
 
 
 class DayUse(BaseModel):
@@ -140,15 +144,21 @@ class SloCost(BaseModel):
         """The cost at the SLO and the break-even line, in words."""
         per_m = "-" if self.self_hosted_usd_per_m_output is None else f"{self.self_hosted_usd_per_m_output:,.2f}"
         at = f"{self.scenario} (concurrency {self.concurrency}, goodput " if self.scenario else "at a goodput of "
-        head = (f"{at}{self.goodput_tok_s:,.1f} output tok/s{')' if self.scenario else ''}: "
-                f"self-hosting costs {per_m} USD per 1M output tokens, the managed API {self.api_usd_per_m_output:,.2f} "
-                f"({self.daily_usd:,.2f} USD a day for {self.day.running_hours:g} h, of which "
-                f"{self.day.overhead_hours:.2f} h cold starts and idle windows; {self.day.source})")
+        head = (
+            f"{at}{self.goodput_tok_s:,.1f} output tok/s{')' if self.scenario else ''}: "
+            f"self-hosting costs {per_m} USD per 1M output tokens, the managed API {self.api_usd_per_m_output:,.2f} "
+            f"({self.daily_usd:,.2f} USD a day for {self.day.running_hours:g} h, of which "
+            f"{self.day.overhead_hours:.2f} h cold starts and idle windows; {self.day.source})"
+        )
         if self.break_even_requests_per_day is None:
             return head + "; the managed API costs nothing for these requests: self-hosting never wins"
         need = f"{self.break_even_requests_per_day:,.0f} requests a day"
         if self.breaks_even:
-            return head + (f"; self-hosting is cheaper from {need} (it serves up to "
-                           f"{self.capacity_requests_per_day:,.0f} a day within the SLO)")
-        return head + (f"; the managed API stays cheaper: self-hosting would need {need}, more than the "
-                       f"{self.capacity_requests_per_day:,.0f} it serves within the SLO in {self.day.serving_hours:.1f} h")
+            return head + (
+                f"; self-hosting is cheaper from {need} (it serves up to "
+                f"{self.capacity_requests_per_day:,.0f} a day within the SLO)"
+            )
+        return head + (
+            f"; the managed API stays cheaper: self-hosting would need {need}, more than the "
+            f"{self.capacity_requests_per_day:,.0f} it serves within the SLO in {self.day.serving_hours:.1f} h"
+        )

@@ -9,13 +9,13 @@ tokens per second. Bump SCHEMA_VERSION on any incompatible change.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servingctl.schema.comparison import SloCost
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 
 Mode = Literal["burst", "sustained", "rate"]
 SaltMode = Literal["cache-salt", "prompt-nonce", "none"]
@@ -80,7 +80,9 @@ class RunConfig(_Model):
     timeout_s: float = Field(default=600.0, gt=0, description="per-request timeout")
     # Service-level objectives: goodput counts requests meeting every per-request SLO.
     slos: list[Slo] = Field(default_factory=list, description="latency objectives (empty: no goodput)")
-    slo_share: float = Field(default=1.0, gt=0, le=1, description="share of measured requests that must meet every per-request SLO")
+    slo_share: float = Field(
+        default=1.0, gt=0, le=1, description="share of measured requests that must meet every per-request SLO"
+    )
     # Saturation sweep: search the highest concurrency meeting the SLOs instead of a fixed grid.
     sweep: bool = False
     sweep_max_concurrency: int = Field(default=256, ge=1, le=4096, description="highest concurrency the sweep may try")
@@ -264,7 +266,9 @@ class ClientSelfCheck(_Model):
     cpu_share_limit: float
     client_bound: bool
     reasons: list[str] = Field(default_factory=list)
-    processes: int = Field(1, ge=1, description="client processes the scenario's streams were spread over (the busiest one's figures)")
+    processes: int = Field(
+        1, ge=1, description="client processes the scenario's streams were spread over (the busiest one's figures)"
+    )
 
 
 class SloCheck(_Model):
@@ -383,9 +387,11 @@ class RunMetadata(_Model):
     python_version: str
     hostname: str | None = None
     client_host: ClientHost | None = None
-    deployment: dict | None = Field(None, description="what was measured as the controller deployed it (a stored run's reproducibility record)")
-    server_version: dict | None = Field(None, description="GET /version as returned")
-    server_models: dict | None = Field(None, description="GET /v1/models as returned")
+    deployment: dict[str, Any] | None = Field(
+        None, description="what was measured as the controller deployed it (a stored run's reproducibility record)"
+    )
+    server_version: dict[str, Any] | None = Field(None, description="GET /version as returned")
+    server_models: dict[str, Any] | None = Field(None, description="GET /v1/models as returned")
     started_at: datetime
     finished_at: datetime | None = None
 

@@ -97,7 +97,7 @@ def action_of(event: Any, actions: Collection[str]) -> str:
     if not isinstance(event, dict):
         raise InvalidInput("event: expected an object with fields action, state, execution")
     action = event.get("action")
-    if action not in actions:
+    if not isinstance(action, str) or action not in actions:
         raise InvalidInput(f"action: unknown {action!r}; allowed: {', '.join(actions)}")
     return action
 

@@ -27,8 +27,9 @@ def enable(sock: socket.socket) -> None:
     sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
 
 
-def recv_stamped(sock: socket.socket, size: int, clock: Callable[[], int] = time.monotonic_ns,
-                 flags: int = 0) -> tuple[bytes, int]:
+def recv_stamped(
+    sock: socket.socket, size: int, clock: Callable[[], int] = time.monotonic_ns, flags: int = 0
+) -> tuple[bytes, int]:
     """One recvmsg: (bytes, the arrival of the last segment read, on `clock`; clock() when the
     kernel gave no stamp). Raises what recvmsg raises (BlockingIOError when nothing is there)."""
     data, wall_ns = _recv(sock, size, flags)

@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import Field
 
+from servingctl.schema.comparison import Comparison, SloCost
 from servingctl.schema.results import (
     Calibration,
     RoundResult,
@@ -26,7 +27,6 @@ from servingctl.schema.results import (
     ServerSample,
     SweepResult,
 )
-from servingctl.schema.comparison import Comparison, SloCost
 from servingctl.store.models import _Record
 from servingctl.store.records import RecordStore
 
@@ -161,7 +161,9 @@ class BenchmarkStore(Protocol):
         """One run, None when absent."""
         ...
 
-    def update_run(self, run_id: str, now: datetime, *, when: Collection[RunStatus] | None = None, **changes: Any) -> BenchmarkRun:
+    def update_run(
+        self, run_id: str, now: datetime, *, when: Collection[RunStatus] | None = None, **changes: Any
+    ) -> BenchmarkRun:
         """Set the given fields of a run (KeyError when absent), only while its status is one of
         `when` if given (RunEnded otherwise, nothing written); returns the new record."""
         ...
@@ -236,7 +238,5 @@ def run_result(run: BenchmarkRun, store: BenchmarkStore, records: RecordStore | 
         sweep=run.sweep,
         slo_cost=run.slo_cost,
     )
-    result.failed_scenarios = [
-        s.summary.name for s in scenarios if s.summary.failure_rate > run.config.max_failure_rate
-    ]
+    result.failed_scenarios = [s.summary.name for s in scenarios if s.summary.failure_rate > run.config.max_failure_rate]
     return result

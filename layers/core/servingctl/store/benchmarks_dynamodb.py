@@ -17,8 +17,9 @@ shard merge) only over the item whose records_key the merge read.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import boto3
@@ -58,6 +59,22 @@ def _comparison_key(run_id: str, scenario: str) -> dict[str, str]:
     return {"pk": _run_pk(run_id), "sk": f"comparison#{scenario}"}
 
 
+def _doc(item: Mapping[str, object]) -> str:
+    """The JSON document an item carries (written as a string)."""
+    doc = item["doc"]
+    if not isinstance(doc, str):
+        raise TypeError(f"item {item.get('pk')}/{item.get('sk')}: doc is a {type(doc).__name__}, not a string")
+    return doc
+
+
+def _number(item: Mapping[str, object], name: str) -> Decimal:
+    """A number attribute (the DynamoDB resource reads numbers as Decimal)."""
+    value = item[name]
+    if not isinstance(value, Decimal):
+        raise TypeError(f"item {item.get('pk')}/{item.get('sk')}: {name} is a {type(value).__name__}, not a number")
+    return value
+
+
 def _conditional_failure(exc: ClientError) -> bool:
     return exc.response["Error"]["Code"] == "ConditionalCheckFailedException"
 
@@ -86,7 +103,7 @@ class DynamoBenchmarkStore:
         item = self._table.get_item(Key=_run_key(run_id), ConsistentRead=True).get("Item")
         if not item:
             return None
-        return BenchmarkRun.model_validate_json(item["doc"]), int(item["version"])
+        return BenchmarkRun.model_validate_json(_doc(item)), int(_number(item, "version"))
 
     def create_run(self, run: BenchmarkRun) -> BenchmarkRun:
         """Record a new run; creating the same run_id again returns the stored one unchanged."""
@@ -104,7 +121,9 @@ class DynamoBenchmarkStore:
         found = self._read_run(run_id)
         return found[0] if found else None
 
-    def update_run(self, run_id: str, now: datetime, *, when: Collection[RunStatus] | None = None, **changes: Any) -> BenchmarkRun:
+    def update_run(
+        self, run_id: str, now: datetime, *, when: Collection[RunStatus] | None = None, **changes: Any
+    ) -> BenchmarkRun:
         """Set the given fields of a run (KeyError when absent), only while its status is one of
         `when` if given (RunEnded otherwise, nothing written); returns the new record."""
         for _ in range(UPDATE_ATTEMPTS):
@@ -127,7 +146,11 @@ class DynamoBenchmarkStore:
     def list_runs(self, profile: str | None = None, limit: int = 50) -> list[BenchmarkRun]:
         """Runs newest first (run ids sort by creation time), optionally of one profile (from the
         listing index: eventually consistent)."""
-        kwargs: dict[str, Any] = {"IndexName": LISTING_INDEX, "KeyConditionExpression": Key(LIST_PK).eq("run"), "ScanIndexForward": False}
+        kwargs: dict[str, Any] = {
+            "IndexName": LISTING_INDEX,
+            "KeyConditionExpression": Key(LIST_PK).eq("run"),
+            "ScanIndexForward": False,
+        }
         if profile is not None:
             kwargs["FilterExpression"] = Attr("profile").eq(profile)
         runs: list[BenchmarkRun] = []
@@ -148,9 +171,15 @@ class DynamoBenchmarkStore:
     # ---- scenarios and comparisons -------------------------------------------------------------
     def _put_result(self, run_id: str, item: dict[str, Any], what: str, replacing: str | None = None) -> None:
         """One transaction: the run still RUNNING, and the item new (or still the one replaced)."""
-        check = {"ConditionCheck": {"TableName": self._table.name, "Key": _run_key(run_id),
-                                    "ConditionExpression": "#status = :live", "ExpressionAttributeNames": {"#status": "status"},
-                                    "ExpressionAttributeValues": {":live": RunStatus.RUNNING.value}}}
+        check = {
+            "ConditionCheck": {
+                "TableName": self._table.name,
+                "Key": _run_key(run_id),
+                "ConditionExpression": "#status = :live",
+                "ExpressionAttributeNames": {"#status": "status"},
+                "ExpressionAttributeValues": {":live": RunStatus.RUNNING.value},
+            }
+        }
         put: dict[str, Any] = {"TableName": self._table.name, "Item": item, "ConditionExpression": "attribute_not_exists(pk)"}
         if replacing is not None:
             put |= {"ConditionExpression": "records_key = :replacing", "ExpressionAttributeValues": {":replacing": replacing}}
@@ -178,7 +207,7 @@ class DynamoBenchmarkStore:
     def get_scenario(self, run_id: str, name: str) -> StoredScenario | None:
         """One scenario result, None when not written."""
         item = self._table.get_item(Key=_scenario_key(run_id, name), ConsistentRead=True).get("Item")
-        return StoredScenario.model_validate_json(item["doc"]) if item else None
+        return StoredScenario.model_validate_json(_doc(item)) if item else None
 
     def list_scenarios(self, run_id: str) -> list[StoredScenario]:
         """The run's scenario results in run order."""
@@ -200,6 +229,9 @@ class DynamoBenchmarkStore:
     def list_comparisons(self, run_id: str) -> list[StoredComparison]:
         """The run's cost comparisons, by scenario name."""
         items = self._query(
-            {"KeyConditionExpression": Key("pk").eq(_run_pk(run_id)) & Key("sk").begins_with("comparison#"), "ConsistentRead": True}
+            {
+                "KeyConditionExpression": Key("pk").eq(_run_pk(run_id)) & Key("sk").begins_with("comparison#"),
+                "ConsistentRead": True,
+            }
         )
         return sorted((StoredComparison.model_validate_json(i["doc"]) for i in items), key=lambda c: c.scenario)

@@ -45,7 +45,9 @@ class MemoryBenchmarkStore:
         if found is None or found.status not in when:
             raise RunEnded(run_id, found.status if found else None, when)
 
-    def update_run(self, run_id: str, now: datetime, *, when: Collection[RunStatus] | None = None, **changes: Any) -> BenchmarkRun:
+    def update_run(
+        self, run_id: str, now: datetime, *, when: Collection[RunStatus] | None = None, **changes: Any
+    ) -> BenchmarkRun:
         """Set the given fields of a run (KeyError when absent), only while its status is one of
         `when` if given (RunEnded otherwise, nothing written); returns the new record."""
         with self._mutex:

@@ -30,7 +30,7 @@ from decimal import Decimal
 from typing import Any
 
 import boto3
-from boto3.dynamodb.conditions import Attr, Key
+from boto3.dynamodb.conditions import Attr, ConditionBase, Key
 from botocore.exceptions import ClientError
 
 from servingctl.store.base import LockConflict, LockLost, StoreBusy, TransitionRefused
@@ -71,7 +71,8 @@ def query_all(table: Any, kwargs: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _to_item(data: dict[str, Any]) -> dict[str, Any]:
     """JSON-mode values with floats as Decimal (what the DynamoDB resource accepts)."""
-    return json.loads(json.dumps(data), parse_float=Decimal)
+    item: dict[str, Any] = json.loads(json.dumps(data), parse_float=Decimal)
+    return item
 
 
 def _epoch(value: datetime) -> Decimal:
@@ -151,10 +152,10 @@ class DynamoStore:
     def update_profile_if(self, profile: str, now: datetime, expect: dict[str, Any], **changes: Any) -> ProfileState | None:
         """Like update_profile, but only while every field in expect has that value (one conditional
         write); None otherwise. Expecting phase STOPPED also matches a never-recorded profile."""
-        condition = None
+        condition: ConditionBase | None = None
         for name, value in checked_changes(expect).items():
             value = value.value if isinstance(value, Phase) else iso(value) if isinstance(value, datetime) else value
-            term = Attr(name).not_exists() if value is None else Attr(name).eq(value)
+            term: ConditionBase = Attr(name).not_exists() if value is None else Attr(name).eq(value)
             if name == "phase" and value == Phase.STOPPED.value:
                 term = term | Attr(name).not_exists()
             condition = term if condition is None else condition & term
@@ -173,7 +174,7 @@ class DynamoStore:
                 raise TransitionRefused(profile, current.phase, phase)
             since = current.phase_since if current.phase == phase else now
             # Optimistic: the phase must still be the one just read (an absent phase means STOPPED).
-            unchanged = Attr("phase").eq(current.phase.value)
+            unchanged: ConditionBase = Attr("phase").eq(current.phase.value)
             if current.phase == Phase.STOPPED:
                 unchanged = unchanged | Attr("phase").not_exists()
             fields = {"phase": phase, "execution": execution, "phase_since": since} | changes
@@ -189,11 +190,21 @@ class DynamoStore:
     def _lock_put(self, lock: Lock, condition: str, names: dict[str, str], values: dict[str, Any]) -> dict[str, Any]:
         # Plain expression strings: boto3's condition builder hoists names/values out of TransactItems.
         item = _to_item(lock.model_dump(mode="json")) | {
-            "pk": LOCK_PK, "sk": lock.name, "kind": "lock",
-            "expires_epoch": _epoch(lock.expires_at), "ttl": int(lock.expires_at.timestamp()) + LOCK_TTL_GRACE_S,
+            "pk": LOCK_PK,
+            "sk": lock.name,
+            "kind": "lock",
+            "expires_epoch": _epoch(lock.expires_at),
+            "ttl": int(lock.expires_at.timestamp()) + LOCK_TTL_GRACE_S,
         }
-        return {"Put": {"TableName": self._table.name, "Item": item, "ConditionExpression": condition,
-                        "ExpressionAttributeNames": names, "ExpressionAttributeValues": values}}
+        return {
+            "Put": {
+                "TableName": self._table.name,
+                "Item": item,
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+            }
+        }
 
     def _transact(self, writes: list[dict[str, Any]]) -> list[str] | None:
         return transact(self._client, writes)
@@ -230,7 +241,8 @@ class DynamoStore:
                 raise LockLost(name, owner, held.owner if held else None)
         renewed = [
             held.model_copy(update={"expires_at": now + timedelta(seconds=ttl_s)})
-            for held in current.values() if held is not None
+            for held in current.values()
+            if held is not None
         ]
         writes = [self._lock_put(lock, "#owner = :owner", {"#owner": "owner"}, {":owner": owner}) for lock in renewed]
         reasons = self._transact(writes)
@@ -295,8 +307,10 @@ class DynamoStore:
                 UpdateExpression="SET stopped_at = :s, uptime_s = :u, stop_execution = :e, close_reason = :r",
                 ConditionExpression=Attr("stopped_at").not_exists(),
                 ExpressionAttributeValues={
-                    ":s": values["stopped_at"], ":u": values["uptime_s"],
-                    ":e": values["stop_execution"], ":r": values["close_reason"],
+                    ":s": values["stopped_at"],
+                    ":u": values["uptime_s"],
+                    ":e": values["stop_execution"],
+                    ":r": values["close_reason"],
                 },
             )
         except ClientError as exc:
@@ -364,11 +378,13 @@ class DynamoStore:
 TABLE_SCHEMA: dict[str, Any] = {
     "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
     "AttributeDefinitions": [{"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk", LIST_PK, LIST_SK)],
-    "GlobalSecondaryIndexes": [{
-        "IndexName": LISTING_INDEX,
-        "KeySchema": [{"AttributeName": LIST_PK, "KeyType": "HASH"}, {"AttributeName": LIST_SK, "KeyType": "RANGE"}],
-        "Projection": {"ProjectionType": "ALL"},
-    }],
+    "GlobalSecondaryIndexes": [
+        {
+            "IndexName": LISTING_INDEX,
+            "KeySchema": [{"AttributeName": LIST_PK, "KeyType": "HASH"}, {"AttributeName": LIST_SK, "KeyType": "RANGE"}],
+            "Projection": {"ProjectionType": "ALL"},
+        }
+    ],
     "BillingMode": "PAY_PER_REQUEST",
 }
 

@@ -86,9 +86,7 @@ class MemoryStore:
                 held = self._locks.get(name)
                 if held is None or held.owner != owner:
                     raise LockLost(name, owner, held.owner if held else None)
-            renewed = [
-                self._locks[n].model_copy(update={"expires_at": now + timedelta(seconds=ttl_s)}) for n in names
-            ]
+            renewed = [self._locks[n].model_copy(update={"expires_at": now + timedelta(seconds=ttl_s)}) for n in names]
             self._locks.update({lock.name: lock for lock in renewed})
             return [lock.model_copy() for lock in renewed]
 
@@ -138,7 +136,9 @@ class MemoryStore:
             if session is None:
                 raise KeyError(f"no session {session_id!r} for profile {profile!r}")
             if session.open:
-                session = session.model_copy(update={"instance_type": instance_type, "price_key": price_key, "capacity_note": note})
+                session = session.model_copy(
+                    update={"instance_type": instance_type, "price_key": price_key, "capacity_note": note}
+                )
                 self._sessions[(profile, session_id)] = session
             return session.model_copy()
 
@@ -151,9 +151,7 @@ class MemoryStore:
     def list_sessions(self, profile: str) -> list[Session]:
         """The profile's sessions, oldest first."""
         with self._mutex:
-            return sorted(
-                (s.model_copy() for (p, _), s in self._sessions.items() if p == profile), key=lambda s: s.session_id
-            )
+            return sorted((s.model_copy() for (p, _), s in self._sessions.items() if p == profile), key=lambda s: s.session_id)
 
     def put_start(self, record: StartRecord) -> StartRecord:
         """Write the start record whole (only its own execution writes it)."""

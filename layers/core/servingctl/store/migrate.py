@@ -15,7 +15,7 @@ is in place, so an interrupted run is finished by the next one); a second run mo
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +27,8 @@ from servingctl.store.benchmarks_dynamodb import RUN_SK
 from servingctl.store.dynamodb import LIST_PK, LIST_SK, profile_key
 
 # The earlier layout's shared partitions -> the new key of one of their items.
-OLD_PARTITIONS = {
-    "profile": lambda name: profile_key(name),
+OLD_PARTITIONS: dict[str, Callable[[str], dict[str, str]]] = {
+    "profile": profile_key,
     "run": lambda run_id: {"pk": f"run#{run_id}", "sk": RUN_SK},
 }
 

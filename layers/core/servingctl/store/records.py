@@ -65,8 +65,9 @@ class S3RecordStore:
     def put_records(self, key: str, records: Sequence[RequestRecord]) -> str:
         """Write the records under key, once (RecordsExist when it holds an object); returns the key."""
         try:
-            self._s3.put_object(Bucket=self.bucket, Key=key, Body=encode_records(records), ContentType=CONTENT_TYPE,
-                                IfNoneMatch="*")
+            self._s3.put_object(
+                Bucket=self.bucket, Key=key, Body=encode_records(records), ContentType=CONTENT_TYPE, IfNoneMatch="*"
+            )
         except ClientError as exc:
             if exc.response["Error"]["Code"] in ("PreconditionFailed", "ConditionalRequestConflict"):
                 raise RecordsExist(f"s3://{self.bucket}/{key} is already written") from None

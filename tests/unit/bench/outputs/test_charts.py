@@ -5,8 +5,6 @@ from datetime import timedelta
 import matplotlib.image
 import pytest
 
-from servingctl.schema.results import ServerSample
-
 from servingctl.bench.outputs.charts import (
     CLIENT_BOUND_LABEL,
     aggregate_figure,
@@ -15,6 +13,7 @@ from servingctl.bench.outputs.charts import (
     ttft_figure,
     write_charts,
 )
+from servingctl.schema.results import ServerSample
 
 
 def _summaries(run):
@@ -77,9 +76,15 @@ def _with_timelines(run, *, spec: bool):
     for i, scenario in enumerate(run.scenarios):
         scenario.t0_wall = scenario.t0_wall + timedelta(seconds=3 * i)
         scenario.server_timeline = [
-            ServerSample(t_ns=int(k * 1e9), running=2, waiting=0, kv_cache_usage=0.5 if spec else None,
-                         generation_tokens=100 * i + 10 * k, spec_draft_tokens=30 * k if spec else None,
-                         spec_accepted_tokens=20 * k if spec else None)
+            ServerSample(
+                t_ns=int(k * 1e9),
+                running=2,
+                waiting=0,
+                kv_cache_usage=0.5 if spec else None,
+                generation_tokens=100 * i + 10 * k,
+                spec_draft_tokens=30 * k if spec else None,
+                spec_accepted_tokens=20 * k if spec else None,
+            )
             for k in range(3)
         ]
     return run

@@ -2,9 +2,9 @@
 
 import json
 
-from servingctl.schema.results import SCHEMA_VERSION
 from servingctl.bench.outputs import write_results
 from servingctl.cli.main import main
+from servingctl.schema.results import SCHEMA_VERSION
 
 
 def test_report_prints_the_table_and_writes_all_files(run, tmp_path, capsys):
@@ -15,15 +15,34 @@ def test_report_prints_the_table_and_writes_all_files(run, tmp_path, capsys):
     s = next(x.summary for x in run.scenarios if x.summary.name == "in256-c2")
     assert f"{s.aggregate_tok_s:.2f}" in out
     names = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file())
-    assert names == ["aggregate_tok_s.png", "report.md", "results.json", "ttft.png",
-                     "vllm/in2048-c1.json", "vllm/in2048-c2.json", "vllm/in256-c1.json", "vllm/in256-c2.json"]
+    assert names == [
+        "aggregate_tok_s.png",
+        "report.md",
+        "results.json",
+        "ttft.png",
+        "vllm/in2048-c1.json",
+        "vllm/in2048-c2.json",
+        "vllm/in256-c1.json",
+        "vllm/in256-c2.json",
+    ]
 
 
 def test_json_output_with_baseline_and_costs(run, baseline, tmp_path, capsys):
     write_results(run, tmp_path / "on")
     write_results(baseline, tmp_path / "off")
-    code = main(["report", str(tmp_path / "on"), "--compare", str(tmp_path / "off"), "--json",
-                 "--self-hosted-monthly-usd", "8887", "--api", "fireworks/deepseek-v4-flash"])
+    code = main(
+        [
+            "report",
+            str(tmp_path / "on"),
+            "--compare",
+            str(tmp_path / "off"),
+            "--json",
+            "--self-hosted-monthly-usd",
+            "8887",
+            "--api",
+            "fireworks/deepseek-v4-flash",
+        ]
+    )
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     assert data["run_id"] == "mtp-on" and data["baseline_run_id"] == "mtp-off"

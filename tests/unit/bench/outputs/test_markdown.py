@@ -8,11 +8,11 @@ import subprocess
 import pytest
 
 from servingctl.bench.outputs import read_results, write_all
-from servingctl.costs import cost_comparisons
 from servingctl.bench.outputs.markdown import render_report
 from servingctl.bench.slo import parse_slos
 from servingctl.cli.bench import config_from_args
 from servingctl.cli.main import build_parser
+from servingctl.costs import cost_comparisons
 from servingctl.schema.results import RunConfig
 
 
@@ -101,8 +101,13 @@ def _reproduced(run) -> tuple[RunConfig, int]:
 def test_reproduce_command_reads_a_redacted_header_from_the_environment_it_names(run):
     assert run.config.headers["Authorization"] == "<redacted>"
     header = next(word for word in shlex.split(_command(run).replace("\\\n", " "), posix=False) if "Authorization" in word)
-    shell = subprocess.run(["bash", "-c", f"printf %s {header}"], env={"AUTHORIZATION": "Bearer sk-1 'x'"},
-                           capture_output=True, text=True, check=True)
+    shell = subprocess.run(
+        ["bash", "-c", f"printf %s {header}"],
+        env={"AUTHORIZATION": "Bearer sk-1 'x'"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert shell.stdout == "Authorization:Bearer sk-1 'x'"
     assert "Set AUTHORIZATION in the environment first" in _section(render_report(run), "Run")
 
@@ -116,9 +121,16 @@ def test_reproduce_command_runs_the_same_config_over_the_same_processes(run, pro
 
 
 def test_reproduce_command_keeps_a_sweep_and_its_slos(run):
-    run.config = run.config.model_copy(update={
-        "input_tokens": [256], "slos": parse_slos("ttft_ms=500,itl_ms:p90=50"), "slo_share": 0.9, "sweep": True,
-        "sweep_max_concurrency": 64, "sweep_max_steps": 8})
+    run.config = run.config.model_copy(
+        update={
+            "input_tokens": [256],
+            "slos": parse_slos("ttft_ms=500,itl_ms:p90=50"),
+            "slo_share": 0.9,
+            "sweep": True,
+            "sweep_max_concurrency": 64,
+            "sweep_max_steps": 8,
+        }
+    )
     config, _ = _reproduced(run)
     assert config == run.config
 

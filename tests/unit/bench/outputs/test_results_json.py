@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from servingctl.schema.results import SCHEMA_VERSION
 from servingctl.bench.outputs import ResultsFileError, read_results, write_results
+from servingctl.schema.results import SCHEMA_VERSION
 
 
 def test_round_trip_from_file_and_directory(run, tmp_path):
@@ -43,7 +43,9 @@ def _with_version(run, tmp_path, version):
 
 def test_newer_schema_version_fails_naming_both_versions(run, tmp_path):
     path = _with_version(run, tmp_path, SCHEMA_VERSION + 1)
-    with pytest.raises(ResultsFileError, match=rf"schema_version {SCHEMA_VERSION + 1} is newer.*reads version {SCHEMA_VERSION}.*upgrade"):
+    with pytest.raises(
+        ResultsFileError, match=rf"schema_version {SCHEMA_VERSION + 1} is newer.*reads version {SCHEMA_VERSION}.*upgrade"
+    ):
         read_results(path)
 
 

@@ -25,8 +25,14 @@ def _printed(capsys: pytest.CaptureFixture[str], **kwargs: object) -> str:
 
 
 def test_scenarios_in_input_order_percentiles_only_when_resolved_and_everything_within_80_columns(runs_of, capsys) -> None:
-    run = runs_of("r", {(128, 1): {"ttft_ms": 100.0, "gap_ms": 10.0}, (64, 1): {"ttft_ms": 90.0, "gap_ms": 10.0},
-                         (64, 2): {"ttft_ms": 95.0, "gap_ms": 10.0, "rounds": 5, "client_bound": True}})
+    run = runs_of(
+        "r",
+        {
+            (128, 1): {"ttft_ms": 100.0, "gap_ms": 10.0},
+            (64, 1): {"ttft_ms": 90.0, "gap_ms": 10.0},
+            (64, 2): {"ttft_ms": 95.0, "gap_ms": 10.0, "rounds": 5, "client_bound": True},
+        },
+    )
     costs = cost_comparisons(run, api_input_usd_per_m=0.22, api_output_usd_per_m=0.66, hourly_usd=12.17)
     out = _printed(capsys, run=run, comparisons=costs, api=priced_api(costs))
     assert max(len(line) for line in out.splitlines()) <= 80, out
@@ -44,12 +50,12 @@ def test_scenarios_in_input_order_percentiles_only_when_resolved_and_everything_
 def test_a_comparison_says_which_side_lacks_a_scenario_and_when_too_few_to_compare(run, baseline, capsys) -> None:
     out = _printed(capsys, run=run, baseline=baseline)
     assert "spec-decode acceptance: in256-c1 66.0%, in256-c2 66.0%" in out  # the MTP run says how much of the draft was kept
-    only = next(line for line in out[out.index("(this run)"):].splitlines() if line.startswith("in2048-c2"))
+    only = next(line for line in out[out.index("(this run)") :].splitlines() if line.startswith("in2048-c2"))
     assert only.startswith("in2048-c2 (client-bound)") and only.endswith("only in this run") and "→" not in out
     # two rounds of one request a side: the change is said, no verdict is called
     ttft = next(line for line in out.splitlines() if line.strip().startswith("TTFT ms"))
     assert ttft.split()[2:] == ["90.0", "100.0", "too", "few", "to", "compare", "+11.1", "%,", "2", "vs", "2", "requests"]
-    table = out[out.index("(this run)"):out.index("medians (")].splitlines()
+    table = out[out.index("(this run)") : out.index("medians (")].splitlines()
     figures = [line for line in table if line.startswith("  ") and not line.startswith("   ")]
     assert len(figures) == 3 * 5 and all("too few to compare" in line for line in figures)
 
@@ -59,11 +65,11 @@ def _cells(out: str, scenario: str) -> dict[str, list[str]]:
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.split()[:1] == [scenario])
     cells = {}
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.startswith("  ") or line.startswith("   "):
             break
         label = next(lb for lb in ("output tok/s", "TTFT ms", "ITL ms", "E2E ms", "decode tok/s") if line.strip().startswith(lb))
-        cells[label] = line.strip()[len(label):].split()
+        cells[label] = line.strip()[len(label) :].split()
     return cells
 
 
@@ -91,12 +97,13 @@ class _Terminal(io.StringIO):
 def test_fingerprints_side_by_side_mark_what_differs(runs_of, capsys) -> None:
     base = runs_of("base", {(256, 1): {"ttft_ms": 100.0, "gap_ms": 10.0}})
     run = runs_of("run", {(256, 1): {"ttft_ms": 100.0, "gap_ms": 10.0}})
-    base.metadata.client_host = ClientHost(cpu_model="AMD EPYC 9R14", cpus=2, load_average_start=(0.2, 0.1, 0.1),
-                                           load_average_end=(0.9, 0.3, 0.1))
+    base.metadata.client_host = ClientHost(
+        cpu_model="AMD EPYC 9R14", cpus=2, load_average_start=(0.2, 0.1, 0.1), load_average_end=(0.9, 0.3, 0.1)
+    )
     run.metadata.client_host = base.metadata.client_host.model_copy(update={"load_average_start": (3.5, 2.0, 1.0)})
     run.metadata.server_version = {"version": "0.33.0"}
     out = _printed(capsys, run=run, baseline=base)
-    prints = out[out.index("fingerprints"):].splitlines()
+    prints = out[out.index("fingerprints") :].splitlines()
     assert all(len(line) <= 80 for line in prints)
     assert "  * vLLM version" in out and "baseline: 0.32.0" in out and "this run: 0.33.0" in out
     assert "  * client load (1 min)" in out and "this run: 3.50 -> 0.90" in out
@@ -105,8 +112,9 @@ def test_fingerprints_side_by_side_mark_what_differs(runs_of, capsys) -> None:
     terminal = _Terminal()
     print_run(run, baseline=base, file=terminal)
     coloured = [line for line in terminal.getvalue().splitlines() if "\x1b[" in line]
-    assert coloured and all("vLLM version" in line or "load" in line or "baseline:" in line or "this run:" in line
-                            for line in coloured)
+    assert coloured and all(
+        "vLLM version" in line or "load" in line or "baseline:" in line or "this run:" in line for line in coloured
+    )
     assert not any("client CPU" in line for line in coloured)
     assert "\x1b[" not in out  # piped: plain text
 

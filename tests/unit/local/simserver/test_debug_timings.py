@@ -16,8 +16,14 @@ from servingctl.local.simserver import SimConfig, running
 
 def _stream(client: httpx.Client, salt: str) -> tuple[int, int, int]:
     """Send one streaming request; return (sent ns, first content chunk ns, end ns) on our clock."""
-    body = {"model": "m", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 8,
-            "ignore_eos": True, "stream": True, "cache_salt": salt}
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hello there"}],
+        "max_tokens": 8,
+        "ignore_eos": True,
+        "stream": True,
+        "cache_salt": salt,
+    }
     sent = time.monotonic_ns()
     first = None
     with client.stream("POST", "/v1/chat/completions", json=body, headers={"x-request-id": f"req-{salt}"}) as r:
@@ -49,8 +55,16 @@ def test_debug_timings_route_is_off_by_default():
 
 
 def test_received_is_when_the_first_bytes_arrived_not_when_the_app_ran():
-    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
-                       "ignore_eos": True, "stream": True, "cache_salt": "split"}).encode()
+    body = json.dumps(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 2,
+            "ignore_eos": True,
+            "stream": True,
+            "cache_salt": "split",
+        }
+    ).encode()
     head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
     with running(SimConfig(model="m", speed=50, mtp_tokens=0, debug_timings=True)) as url:
         host, port = url.removeprefix("http://").split(":")
@@ -123,8 +137,7 @@ def test_a_paced_stream_counts_as_running_until_written_out():
         (line,) = [line for line in text.splitlines() if line.startswith("vllm:num_requests_running{")]
         return float(line.rsplit(" ", 1)[1])
 
-    body = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8, "ignore_eos": True,
-            "stream": True}
+    body = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8, "ignore_eos": True, "stream": True}
     with running(SimConfig(model="m", speed=1000, mtp_tokens=0, pace_ms=100)) as url, httpx.Client(base_url=url) as client:
         with client.stream("POST", "/v1/chat/completions", json=body) as response:
             lines = response.iter_lines()

@@ -7,8 +7,7 @@ from servingctl.local.simserver import FaultError, parse_faults
 
 def test_all_faults_parse_and_repeat():
     faults = parse_faults(["error-rate=0.1", "stream-cut=0.2", "stall=1.5", "malformed=1"], seed=7)
-    assert (faults.error_rate, faults.stream_cut, faults.stall_s, faults.malformed, faults.seed) == (
-        0.1, 0.2, 1.5, 1.0, 7)
+    assert (faults.error_rate, faults.stream_cut, faults.stall_s, faults.malformed, faults.seed) == (0.1, 0.2, 1.5, 1.0, 7)
 
 
 def test_no_faults_means_all_off():

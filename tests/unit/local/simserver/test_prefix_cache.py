@@ -26,7 +26,7 @@ def test_different_salts_never_share_blocks():
 def test_shared_prefix_hits_only_up_to_the_first_difference():
     cache = PrefixCache()
     cache.insert(cache.block_hashes(PROMPT, None))
-    changed = PROMPT[:40] + [7] + PROMPT[41:]
+    changed = [*PROMPT[:40], 7, *PROMPT[41:]]
     assert cache.lookup(cache.block_hashes(changed, None), len(changed)) == 32  # blocks 0 and 1
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from servingctl.schema.results import RunResult
 from servingctl.bench.outputs.charts import write_charts
 from servingctl.bench.outputs.markdown import render_report, write_report
 from servingctl.bench.outputs.results_json import ResultsFileError, read_results, write_results
 from servingctl.bench.outputs.rows import compare_runs, scenario_rows
 from servingctl.bench.outputs.vllm_compat import to_vllm, write_vllm
 from servingctl.schema.comparison import Comparison
+from servingctl.schema.results import RunResult
 
 __all__ = [
     "ResultsFileError",

@@ -24,13 +24,21 @@ def _missed(checks: list[SloCheck]) -> str:
 
 def goodput_rows(run: RunResult) -> list[tuple[str, ...]]:
     """Per scenario (by concurrency): met or which SLO missed, good share, goodput and all-ok throughput."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for s in sorted((sc.summary for sc in run.scenarios if sc.summary.slo), key=lambda s: (s.input_tokens, s.concurrency)):
         slo = s.slo
         assert slo is not None
         verdict = "met" if slo.met else "missed " + (_missed(slo.checks) or f"share < {slo.share_required:.0%}")
-        rows.append((s.name, verdict, f"{slo.good_share:.0%}", f"{slo.goodput_rps:,.2f}", f"{slo.goodput_tok_s:,.1f}",
-                     f"{slo.throughput_rps:,.2f}"))
+        rows.append(
+            (
+                s.name,
+                verdict,
+                f"{slo.good_share:.0%}",
+                f"{slo.goodput_rps:,.2f}",
+                f"{slo.goodput_tok_s:,.1f}",
+                f"{slo.throughput_rps:,.2f}",
+            )
+        )
     return rows
 
 
@@ -43,11 +51,15 @@ def sweep_lines(run: RunResult) -> list[str]:
     if sweep.found is None or at is None or at.slo is None:
         head = f"Saturation sweep: no concurrency met the SLOs ({sweep.reason})."
     else:
-        head = (f"Saturation sweep: highest concurrency meeting the SLOs = {sweep.found}, goodput "
-                f"{at.slo.goodput_rps:.2f} req/s ({at.slo.goodput_tok_s:,.1f} output tok/s); stopped: {sweep.reason}.")
-    steps = [f"c={s.concurrency}: {'met' if s.met else 'missed'}, goodput {s.goodput_rps:.2f} req/s, "
-             f"TTFT median {_one(s.ttft_median_ms)} ms, {_one(s.aggregate_tok_s)} tok/s"
-             + (", over-saturated" if s.saturated else "") for s in sweep.steps]
+        head = (
+            f"Saturation sweep: highest concurrency meeting the SLOs = {sweep.found}, goodput "
+            f"{at.slo.goodput_rps:.2f} req/s ({at.slo.goodput_tok_s:,.1f} output tok/s); stopped: {sweep.reason}."
+        )
+    steps = [
+        f"c={s.concurrency}: {'met' if s.met else 'missed'}, goodput {s.goodput_rps:.2f} req/s, "
+        f"TTFT median {_one(s.ttft_median_ms)} ms, {_one(s.aggregate_tok_s)} tok/s" + (", over-saturated" if s.saturated else "")
+        for s in sweep.steps
+    ]
     return [head, *steps]
 
 

@@ -7,14 +7,15 @@ Builders return the Figure so callers can inspect it."""
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from servingctl.schema.results import RunResult
 from servingctl.bench.outputs.rows import ScenarioRow, compare_runs, scenario_rows
+from servingctl.schema.results import RunResult, ServerSample
 
 AGGREGATE_PNG = "aggregate_tok_s.png"
 TTFT_PNG = "ttft.png"
@@ -33,7 +34,7 @@ def _figure(width: float = 7.0, height: float = 4.5) -> Figure:
 def _mark_client_bound(ax: Axes, points: list[tuple[float, float]]) -> None:
     """Overlay a red cross on figures the client limited, so nobody reads them as the server's."""
     if points:
-        xs, ys = zip(*points)
+        xs, ys = zip(*points, strict=True)
         ax.plot(xs, ys, linestyle="none", marker="x", color="red", markersize=12, label=CLIENT_BOUND_LABEL)
 
 
@@ -41,15 +42,16 @@ def aggregate_figure(run: RunResult) -> Figure:
     """Aggregate tok/s against concurrency, one line per input length."""
     fig = _figure()
     ax = fig.add_subplot()
-    by_input: dict[int, list[ScenarioRow]] = defaultdict(list)
+    # Each row with its throughput (rows without one are not drawn).
+    by_input: dict[int, list[tuple[ScenarioRow, float]]] = defaultdict(list)
     for row in scenario_rows(run):
         if row.aggregate_tok_s is not None:
-            by_input[row.input_tokens].append(row)
+            by_input[row.input_tokens].append((row, row.aggregate_tok_s))
     for input_tokens, rows in sorted(by_input.items()):
-        ax.plot([r.concurrency for r in rows], [r.aggregate_tok_s for r in rows], marker="o", label=f"{input_tokens} input tokens")
-    _mark_client_bound(ax, [(r.concurrency, r.aggregate_tok_s) for rows in by_input.values() for r in rows if r.client_bound])
+        ax.plot([r.concurrency for r, _ in rows], [tok_s for _, tok_s in rows], marker="o", label=f"{input_tokens} input tokens")
+    _mark_client_bound(ax, [(r.concurrency, tok_s) for rows in by_input.values() for r, tok_s in rows if r.client_bound])
     ax.set_xscale("log", base=2)
-    concurrencies = sorted({r.concurrency for rows in by_input.values() for r in rows})
+    concurrencies = sorted({r.concurrency for rows in by_input.values() for r, _ in rows})
     ax.set_xticks(concurrencies, [str(c) for c in concurrencies])
     ax.set_xlabel("concurrency (requests in flight)")
     ax.set_ylabel("aggregate output tok/s")
@@ -63,18 +65,23 @@ def ttft_figure(run: RunResult) -> Figure:
     """Median TTFT against input length, one line per concurrency, whiskers up to p90."""
     fig = _figure()
     ax = fig.add_subplot()
-    by_conc: dict[int, list[ScenarioRow]] = defaultdict(list)
+    # Each row with its median TTFT (rows without one are not drawn).
+    by_conc: dict[int, list[tuple[ScenarioRow, float]]] = defaultdict(list)
     for row in scenario_rows(run):
         if row.ttft_median_ms is not None:
-            by_conc[row.concurrency].append(row)
+            by_conc[row.concurrency].append((row, row.ttft_median_ms))
     for concurrency, rows in sorted(by_conc.items()):
-        medians = [r.ttft_median_ms for r in rows]
-        upper = [max((r.ttft_p90_ms if r.ttft_p90_ms is not None else r.ttft_median_ms) - r.ttft_median_ms, 0.0) for r in rows]
+        medians = [median for _, median in rows]
+        upper = [max((r.ttft_p90_ms if r.ttft_p90_ms is not None else median) - median, 0.0) for r, median in rows]
         ax.errorbar(
-            [r.input_tokens for r in rows], medians, yerr=[[0.0] * len(rows), upper],
-            marker="o", capsize=4, label=f"concurrency {concurrency}",
+            [r.input_tokens for r, _ in rows],
+            medians,
+            yerr=[[0.0] * len(rows), upper],
+            marker="o",
+            capsize=4,
+            label=f"concurrency {concurrency}",
         )
-    _mark_client_bound(ax, [(r.input_tokens, r.ttft_median_ms) for rows in by_conc.values() for r in rows if r.client_bound])
+    _mark_client_bound(ax, [(r.input_tokens, median) for rows in by_conc.values() for r, median in rows if r.client_bound])
     ax.set_xlabel("input tokens")
     ax.set_ylabel("TTFT ms (median, whisker to p90)")
     ax.set_title(f"Time to first token: {run.config.model} ({run.metadata.run_id})")
@@ -93,11 +100,21 @@ def compare_figure(baseline: RunResult, run: RunResult) -> Figure:
         ax = fig.add_subplot(1, 2, i + 1)
         figures = [next(f for f in c.figures if f.metric == metric) for c in compared]
         xs = range(len(compared))
-        ax.bar([x - width / 2 for x in xs], [f.baseline or 0.0 for f in figures], width, label=f"baseline {baseline.metadata.run_id}")
-        bars = ax.bar([x + width / 2 for x in xs], [f.run or 0.0 for f in figures], width, label=f"this run {run.metadata.run_id}")
-        for bar, f in zip(bars, figures):
+        ax.bar(
+            [x - width / 2 for x in xs], [f.baseline or 0.0 for f in figures], width, label=f"baseline {baseline.metadata.run_id}"
+        )
+        bars = ax.bar(
+            [x + width / 2 for x in xs], [f.run or 0.0 for f in figures], width, label=f"this run {run.metadata.run_id}"
+        )
+        for bar, f in zip(bars, figures, strict=True):
             if f.change_pct is not None:
-                ax.annotate(f"{f.change_pct:+.0f}%", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
+                ax.annotate(
+                    f"{f.change_pct:+.0f}%",
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                )
         ax.set_xticks(list(xs), names, rotation=45, ha="right")
         ax.set_ylabel(ylabel)
         ax.grid(True, axis="y", alpha=0.3)
@@ -109,23 +126,29 @@ def compare_figure(baseline: RunResult, run: RunResult) -> Figure:
 def _rates(times: list[float], totals: list[float | None]) -> tuple[list[float], list[float]]:
     """Per-second rates of a counter between consecutive samples (at the later sample's time)."""
     xs, ys = [], []
-    for (t0, a), (t1, b) in zip(zip(times, totals), zip(times[1:], totals[1:])):
+    for (t0, a), (t1, b) in pairwise(zip(times, totals, strict=True)):
         if a is not None and b is not None and t1 > t0:
             xs.append(t1)
             ys.append((b - a) / (t1 - t0))
     return xs, ys
 
 
-def _acceptance(times: list[float], samples: list) -> tuple[list[float], list[float]]:
+def _acceptance(times: list[float], samples: list[ServerSample]) -> tuple[list[float], list[float]]:
     """Accepted / draft tokens between consecutive samples that drafted anything."""
     xs, ys = [], []
-    for t, a, b in zip(times[1:], samples, samples[1:]):
-        if None in (a.spec_draft_tokens, b.spec_draft_tokens, a.spec_accepted_tokens, b.spec_accepted_tokens):
+    for t, (a, b) in zip(times[1:], pairwise(samples), strict=True):
+        a_drafted, b_drafted, a_accepted, b_accepted = (
+            a.spec_draft_tokens,
+            b.spec_draft_tokens,
+            a.spec_accepted_tokens,
+            b.spec_accepted_tokens,
+        )
+        if a_drafted is None or b_drafted is None or a_accepted is None or b_accepted is None:
             continue
-        drafted = b.spec_draft_tokens - a.spec_draft_tokens
+        drafted = b_drafted - a_drafted
         if drafted > 0:
             xs.append(t)
-            ys.append((b.spec_accepted_tokens - a.spec_accepted_tokens) / drafted)
+            ys.append((b_accepted - a_accepted) / drafted)
     return xs, ys
 
 
@@ -146,7 +169,7 @@ def server_figure(run: RunResult) -> Figure | None:
     panels = ["requests", *(["kv"] if kv else []), "tokens", *(["spec"] if spec else [])]
     fig = _figure(8.0, 1.9 * len(panels) + 1.0)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
-    for ax, panel in zip(axes, panels):
+    for ax, panel in zip(axes, panels, strict=True):
         for i, (name, start, end, times, samples) in enumerate(series):
             ax.axvspan(start, max(end, start + 0.5), color="grey", alpha=0.08 if i % 2 else 0.16, linewidth=0)
             first = i == 0
@@ -160,8 +183,10 @@ def server_figure(run: RunResult) -> Figure | None:
                 ax.plot(*_rates(times, [p.generation_tokens for p in samples]), color="C1", marker=".")
             else:
                 ax.plot(*_acceptance(times, samples), color="C4", marker=".")
-        ax.set_ylabel({"requests": "requests", "kv": "KV cache %", "tokens": "generated tok/s",
-                       "spec": "draft acceptance"}[panel], fontsize=8)
+        ax.set_ylabel(
+            {"requests": "requests", "kv": "KV cache %", "tokens": "generated tok/s", "spec": "draft acceptance"}[panel],
+            fontsize=8,
+        )
         ax.grid(True, alpha=0.3)
     axes[0].legend(fontsize=7, loc="upper right")
     axes[-1].set_xlabel("seconds since the first scenario started (server /metrics about once a second)")

@@ -25,14 +25,17 @@ class FingerprintRow:
         """True when the two runs disagree on this field."""
         return self.baseline != self.run
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, str | bool]:
         """Plain dict for JSON output."""
         return asdict(self) | {"differs": self.differs}
 
 
+def _load(load: tuple[float, float, float] | None) -> str:
+    return "-" if load is None else f"{load[0]:.2f}"  # the 1-minute average
+
+
 def _loads(start: tuple[float, float, float] | None, end: tuple[float, float, float] | None) -> str:
-    said = lambda load: "-" if load is None else f"{load[0]:.2f}"  # noqa: E731 (the 1-minute average)
-    return "-" if start is None and end is None else f"{said(start)} -> {said(end)}"
+    return "-" if start is None and end is None else f"{_load(start)} -> {_load(end)}"
 
 
 def fingerprint(run: RunResult) -> dict[str, str]:
@@ -52,12 +55,15 @@ def fingerprint(run: RunResult) -> dict[str, str]:
         "vLLM version": version,
     }
     # The serving options under their registry names (vLLM's flags in snake case; args: the command line).
-    fields |= {("vLLM args" if key == "args" else key): " ".join(map(str, value)) if isinstance(value, list) else str(value)
-               for key, value in sorted(serving.items()) if key not in SHOWN and value not in (None, [])}
+    fields |= {
+        ("vLLM args" if key == "args" else key): " ".join(map(str, value)) if isinstance(value, list) else str(value)
+        for key, value in sorted(serving.items())
+        if key not in SHOWN and value not in (None, [])
+    }
     fields |= {
         "load": f"{config.mode}, max_tokens {config.max_tokens}, warmup {config.warmup}"
-                + (f", rounds {config.rounds}" if config.mode == "burst" else "")
-                + f", seed {config.seed}, salts {config.salt_mode}",
+        + (f", rounds {config.rounds}" if config.mode == "burst" else "")
+        + f", seed {config.seed}, salts {config.salt_mode}",
         "engine": f"{meta.client} {meta.client_version}",
         "Python": meta.python_version or None,
         "client host": meta.hostname,

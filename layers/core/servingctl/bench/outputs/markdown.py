@@ -9,12 +9,12 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from servingctl.bench.outputs.capacity import GOODPUT_HEADER, cost_line, goodput_rows, slo_text, sweep_lines
-from servingctl.schema.results import REDACTED, RunResult, ScenarioSummary, ServerChecks
 from servingctl.bench.bootstrap import MIN_UNITS, RESAMPLES
+from servingctl.bench.outputs.capacity import GOODPUT_HEADER, cost_line, goodput_rows, slo_text, sweep_lines
 from servingctl.bench.outputs.fingerprint import FingerprintRow, compare_fingerprints
 from servingctl.bench.outputs.rows import ComparedFigure, ComparedScenario, compare_runs, scenario_rows
 from servingctl.schema.comparison import Comparison
+from servingctl.schema.results import REDACTED, RunResult, ScenarioSummary, ServerChecks
 
 DASH = "–"
 RESULTS_HEADER = (
@@ -60,10 +60,7 @@ def warnings(run: RunResult) -> list[str]:
                 "its figures are the client's limit, not the server's."
             )
     if run.failed_scenarios:
-        out.append(
-            f"**FAILURE RATE ABOVE {run.config.max_failure_rate:g}**: {', '.join(run.failed_scenarios)} "
-            "(exit code 1)."
-        )
+        out.append(f"**FAILURE RATE ABOVE {run.config.max_failure_rate:g}**: {', '.join(run.failed_scenarios)} (exit code 1).")
     for s in (sc.summary for sc in run.scenarios):
         for failure in s.server.failures:
             out.append(f"**SERVER CHECK FAILED: {s.name}**: {failure}")
@@ -218,8 +215,10 @@ def bench_command(run: RunResult) -> str:
     parts = ["servingctl bench", f"--endpoint {c.endpoint}", f"--model {c.model}"]
     if c.api_key_set:
         parts.append("--api-key $API_KEY")
-    parts += [f'--header "{k}:${secret_env(k)}"' if v == REDACTED else f"--header {shlex.quote(f'{k}:{v}')}"
-              for k, v in c.headers.items()]
+    parts += [
+        f'--header "{k}:${secret_env(k)}"' if v == REDACTED else f"--header {shlex.quote(f'{k}:{v}')}"
+        for k, v in c.headers.items()
+    ]
     parts += [
         f"--input-tokens {','.join(map(str, c.input_tokens))}",
         f"--concurrency {','.join(map(str, c.concurrencies))}",
@@ -267,7 +266,12 @@ def metadata_section(run: RunResult) -> list[str]:
         ("server version (/version)", server_version),
         ("server models (/v1/models)", server_models),
         ("mode", c.mode + (f" at {c.rate:g} req/s" if c.rate else "")),
-        ("load", f"{c.warmup} warm-up + {c.rounds} measured rounds" if c.mode == "burst" else f"{c.warmup} warm-up rounds, {c.requests or DASH} requests, duration {fmt(c.duration_s, 0)} s"),
+        (
+            "load",
+            f"{c.warmup} warm-up + {c.rounds} measured rounds"
+            if c.mode == "burst"
+            else f"{c.warmup} warm-up rounds, {c.requests or DASH} requests, duration {fmt(c.duration_s, 0)} s",
+        ),
         ("max tokens / seed / salt mode", f"{c.max_tokens} / {c.seed} / {c.salt_mode}"),
         ("started / finished", f"{m.started_at.isoformat()} / {m.finished_at.isoformat() if m.finished_at else DASH}"),
         ("client", f"{m.client} {m.client_version}, Python {m.python_version}" + (f", host {m.hostname}" if m.hostname else "")),
@@ -292,16 +296,22 @@ def metadata_section(run: RunResult) -> list[str]:
         bench_command(run),
         "```",
         "",
-        *([f"Set {', '.join(secrets)} in the environment first: secret values are not stored with a run.", ""]
-          if (secrets := secret_envs(run)) else []),
+        *(
+            [f"Set {', '.join(secrets)} in the environment first: secret values are not stored with a run.", ""]
+            if (secrets := secret_envs(run))
+            else []
+        ),
     ]
 
 
 def costs_section(comparison: Comparison | Mapping[str, Comparison], client_bound: frozenset[str] = frozenset()) -> list[str]:
     """Self-hosted vs managed API per scenario (or for one given comparison); client-bound ones marked."""
     # Input order (in64 before in128), as the results table: not the names' alphabetical order.
-    items = (sorted(comparison.items(), key=lambda kv: (kv[1].inputs.input_tokens, len(kv[0]), kv[0]))
-             if isinstance(comparison, Mapping) else [(DASH, comparison)])
+    items = (
+        sorted(comparison.items(), key=lambda kv: (kv[1].inputs.input_tokens, len(kv[0]), kv[0]))
+        if isinstance(comparison, Mapping)
+        else [(DASH, comparison)]
+    )
     header = (
         "scenario",
         "input tokens",
@@ -346,8 +356,9 @@ def _interval(f: ComparedFigure) -> str:
     return f"{fmt_pct(f.change_pct)} ({f.units[0]} vs {f.units[1]} {f.unit})"
 
 
-def comparison_section(compared: Sequence[ComparedScenario], baseline_id: str, run_id: str,
-                       fingerprints: Sequence[FingerprintRow] = ()) -> list[str]:
+def comparison_section(
+    compared: Sequence[ComparedScenario], baseline_id: str, run_id: str, fingerprints: Sequence[FingerprintRow] = ()
+) -> list[str]:
     """Side-by-side of a baseline and this run: per scenario and figure both values, the change with
     its bootstrap interval and the verdict; then both fingerprints, differing fields in bold."""
     confidence = f"{compared[0].confidence:.0%}" if compared else "95%"
@@ -369,9 +380,16 @@ def comparison_section(compared: Sequence[ComparedScenario], baseline_id: str, r
     )
     lines = [f"## Comparison with {baseline_id}", "", note, "", *table(header, rows, right_from=2), ""]
     if fingerprints:
-        marked = [(f"**{r.field}**", f"**{r.baseline}**", f"**{r.run}**") if r.differs else (r.field, r.baseline, r.run)
-                  for r in fingerprints]
-        lines += ["Fingerprints (fields that differ in bold):", "", *table(("field", "baseline", "this run"), marked, right_from=3), ""]
+        marked = [
+            (f"**{r.field}**", f"**{r.baseline}**", f"**{r.run}**") if r.differs else (r.field, r.baseline, r.run)
+            for r in fingerprints
+        ]
+        lines += [
+            "Fingerprints (fields that differ in bold):",
+            "",
+            *table(("field", "baseline", "this run"), marked, right_from=3),
+            "",
+        ]
     return lines
 
 
@@ -380,8 +398,13 @@ def capacity_section(run: RunResult) -> list[str]:
     if not run.config.slos:
         return []
     sweep = sweep_lines(run)
-    lines = ["## Goodput at the SLO", "", f"SLOs: {slo_text(run)}. Goodput: requests meeting every per-request SLO "
-             "(and their output tokens) per second of the measured duration, as `vllm bench serve --goodput`.", ""]
+    lines = [
+        "## Goodput at the SLO",
+        "",
+        f"SLOs: {slo_text(run)}. Goodput: requests meeting every per-request SLO "
+        "(and their output tokens) per second of the measured duration, as `vllm bench serve --goodput`.",
+        "",
+    ]
     lines += [*table([h.replace("\n", " ") for h in GOODPUT_HEADER], goodput_rows(run), right_from=2), ""]
     if sweep:
         lines += [sweep[0], "", *(f"- {line}" for line in sweep[1:]), ""]
@@ -403,20 +426,36 @@ def render_report(
     if alerts := warnings(run):
         lines += ["## Warnings", "", *(f"- {a}" for a in alerts), ""]
     lines += ["## Results", ""]
-    lines += ["Aggregate: " + ("median over measured rounds of completion tokens / round wall time." if run.config.mode == "burst" else "completion tokens in the steady window / its length (ramp and drain excluded).")]
-    lines += ["Per-request figures are medians over successful measured requests; TTFT counts from the first content or reasoning chunk.", ""]
+    lines += [
+        "Aggregate: "
+        + (
+            "median over measured rounds of completion tokens / round wall time."
+            if run.config.mode == "burst"
+            else "completion tokens in the steady window / its length (ramp and drain excluded)."
+        )
+    ]
+    lines += [
+        "Per-request figures are medians over successful measured requests; "
+        "TTFT counts from the first content or reasoning chunk.",
+        "",
+    ]
     lines += [*results_table(run), ""]
     lines += capacity_section(run)
     if baseline is not None:
-        lines += comparison_section(compare_runs(baseline, run), baseline.metadata.run_id, run.metadata.run_id,
-                                    compare_fingerprints(baseline, run))
+        lines += comparison_section(
+            compare_runs(baseline, run), baseline.metadata.run_id, run.metadata.run_id, compare_fingerprints(baseline, run)
+        )
     if comparison:
         lines += costs_section(comparison, frozenset(s.name for s in summaries if s.client_bound))
     lines += ["## Latency detail", "", *latency_table(summaries), ""]
     lines += ["## Charts", "", "![TTFT by input length](ttft.png)", ""]
     if any(s.server_timeline for s in run.scenarios):
-        lines += ["The server's /metrics, sampled about once a second during each scenario (shaded bands):", "",
-                  "![server metrics over time](server_metrics.png)", ""]
+        lines += [
+            "The server's /metrics, sampled about once a second during each scenario (shaded bands):",
+            "",
+            "![server metrics over time](server_metrics.png)",
+            "",
+        ]
     lines += ["## Checks", "", *checks_table(summaries), ""]
     lines += failures_section(summaries)
     lines += metadata_section(run)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from servingctl.bench import bootstrap
 from servingctl.bench.metrics import itl_samples_ms
@@ -36,7 +37,7 @@ class ScenarioRow:
     failed: int
     client_bound: bool
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
         return asdict(self)
 
@@ -160,7 +161,7 @@ class ComparedScenario:
     client_bound: bool
     confidence: float = field(default=bootstrap.CONFIDENCE)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
         return asdict(self)
 
@@ -172,20 +173,39 @@ def change_pct(baseline: float | None, value: float | None) -> float | None:
     return (value - baseline) / baseline * 100.0
 
 
-def _figure(c: Compared, name: str, base: ScenarioRow | None, this: ScenarioRow | None,
-            base_sc: ScenarioResult | None, run_sc: ScenarioResult | None) -> ComparedFigure:
+def _figure(
+    c: Compared,
+    name: str,
+    base: ScenarioRow | None,
+    this: ScenarioRow | None,
+    base_sc: ScenarioResult | None,
+    run_sc: ScenarioResult | None,
+) -> ComparedFigure:
     """Both headline values and, when both runs have the scenario, the bootstrap interval."""
     b = getattr(base, c.metric) if base else None
     r = getattr(this, c.metric) if this else None
-    mode = (this or base).mode if (this or base) else "burst"
+    shown = this or base
+    mode = shown.mode if shown else "burst"
     unit = "windows" if c.unit == "rounds" and mode != "burst" else c.unit
     kind: bootstrap.Statistic = "mean" if unit == "windows" else c.kind
     if base_sc is None or run_sc is None:
         return ComparedFigure(c.metric, c.label, b, r, change_pct(b, r), c.higher_is_better, unit=unit)
-    change = bootstrap.compare(c.units(base_sc), c.units(run_sc), higher_is_better=c.higher_is_better,
-                               seed=bootstrap.seed_for(name, c.metric), kind=kind)
-    return ComparedFigure(c.metric, c.label, b, r, change_pct(b, r), c.higher_is_better, change.low_pct,
-                          change.high_pct, change.verdict, change.units, unit)
+    change = bootstrap.compare(
+        c.units(base_sc), c.units(run_sc), higher_is_better=c.higher_is_better, seed=bootstrap.seed_for(name, c.metric), kind=kind
+    )
+    return ComparedFigure(
+        c.metric,
+        c.label,
+        b,
+        r,
+        change_pct(b, r),
+        c.higher_is_better,
+        change.low_pct,
+        change.high_pct,
+        change.verdict,
+        change.units,
+        unit,
+    )
 
 
 def compare_runs(baseline: RunResult, run: RunResult) -> list[ComparedScenario]:

@@ -14,20 +14,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.text import Text
 
 from servingctl import render
-from servingctl.schema.results import RunResult
-from servingctl.bench.outputs.markdown import fmt, fmt_pct, warnings
 from servingctl.bench.bootstrap import MIN_UNITS, RESAMPLES
 from servingctl.bench.outputs.capacity import GOODPUT_HEADER, cost_line, goodput_rows, slo_text, sweep_lines
 from servingctl.bench.outputs.fingerprint import compare_fingerprints
+from servingctl.bench.outputs.markdown import fmt, fmt_pct, warnings
 from servingctl.bench.outputs.rows import ComparedFigure, ScenarioRow, compare_runs, scenario_rows
 from servingctl.bench.stats import min_samples
 from servingctl.schema.comparison import Comparison
+from servingctl.schema.results import RunResult
 
 PERCENTILE_OF = {"ttft_p90_ms": 0.90, "ttft_p99_ms": 0.99}  # TTFT tail cells resolved only with enough samples
 CLIENT_BOUND = "   ^ CLIENT-BOUND: the client was the bottleneck, not the server (see below)"
@@ -39,28 +39,57 @@ def _input(r: ScenarioRow) -> str:
 
 def _tail(r: ScenarioRow) -> str:
     """p90 / p99 TTFT where the sample count resolves them, else the count."""
-    cells = [fmt(value, 1) if r.ttft_samples >= min_samples(q) else f"n={r.ttft_samples}"
-             for value, q in ((r.ttft_p90_ms, PERCENTILE_OF["ttft_p90_ms"]), (r.ttft_p99_ms, PERCENTILE_OF["ttft_p99_ms"]))]
+    cells = [
+        fmt(value, 1) if r.ttft_samples >= min_samples(q) else f"n={r.ttft_samples}"
+        for value, q in ((r.ttft_p90_ms, PERCENTILE_OF["ttft_p90_ms"]), (r.ttft_p99_ms, PERCENTILE_OF["ttft_p99_ms"]))
+    ]
     return cells[0] if cells[0] == cells[1] else " / ".join(cells)
 
 
 def results_table(run: RunResult) -> str:
     """The reference's columns (plus TTFT tail and outcome counts), one row per scenario."""
-    header = ("input\ntokens", "conc.", "aggregate\ntok/s", "E2E tok/s\nper req", "TTFT ms\nmedian",
-              "TTFT ms\np90 / p99", "decode\ntok/s", "ok /\nfailed")
-    lines = [render.note(f"run {run.metadata.run_id}: {run.config.model} ({run.config.mode}, max_tokens {run.config.max_tokens})")]
+    header = (
+        "input\ntokens",
+        "conc.",
+        "aggregate\ntok/s",
+        "E2E tok/s\nper req",
+        "TTFT ms\nmedian",
+        "TTFT ms\np90 / p99",
+        "decode\ntok/s",
+        "ok /\nfailed",
+    )
+    lines = [
+        render.note(f"run {run.metadata.run_id}: {run.config.model} ({run.config.mode}, max_tokens {run.config.max_tokens})")
+    ]
     rows = scenario_rows(run)
-    table = render.columns(header, [
-        (_input(r), str(r.concurrency), fmt(r.aggregate_tok_s), fmt(r.e2e_tok_s), fmt(r.ttft_median_ms, 1), _tail(r),
-         fmt(r.decode_tok_s), f"{r.ok} / {r.failed}") for r in rows
-    ], right=range(1, 7), upper=False).split("\n")
+    table = render.columns(
+        header,
+        [
+            (
+                _input(r),
+                str(r.concurrency),
+                fmt(r.aggregate_tok_s),
+                fmt(r.e2e_tok_s),
+                fmt(r.ttft_median_ms, 1),
+                _tail(r),
+                fmt(r.decode_tok_s),
+                f"{r.ok} / {r.failed}",
+            )
+            for r in rows
+        ],
+        right=range(1, 7),
+        upper=False,
+    ).split("\n")
     lines += table[:2]
-    for r, line in zip(rows, table[2:]):
+    for r, line in zip(rows, table[2:], strict=False):
         lines.append(line)
         if r.client_bound:
             lines.append(CLIENT_BOUND)
-    accepted = [(s.summary.name, s.summary.server.spec_decode_acceptance_rate) for s in run.scenarios
-                if s.summary.server.spec_decode_acceptance_rate is not None]
+    accepted = [
+        (s.summary.name, s.summary.server.spec_decode_acceptance_rate)
+        for s in run.scenarios
+        if s.summary.server.spec_decode_acceptance_rate is not None
+    ]
     if accepted:  # speculative decoding (MTP): how much of the draft the model kept
         lines.append(render.note("spec-decode acceptance: " + ", ".join(f"{name} {rate:.1%}" for name, rate in accepted)))
     if any(_input(r) != str(r.input_tokens_target) for r in rows):
@@ -68,8 +97,13 @@ def results_table(run: RunResult) -> str:
     return "\n".join(lines)
 
 
-VERDICT_WORDS = {"faster": "faster", "slower": "slower", "no change detected": "no change detected",
-                 "too few": "too few to compare", "baseline 0": "baseline is 0"}
+VERDICT_WORDS = {
+    "faster": "faster",
+    "slower": "slower",
+    "no change detected": "no change detected",
+    "too few": "too few to compare",
+    "baseline 0": "baseline is 0",
+}
 
 
 def _interval(f: ComparedFigure) -> str:
@@ -106,10 +140,13 @@ def comparison_table(baseline: RunResult, run: RunResult) -> str:
             row += 1
         lines.append(line)
     lines += [line for rest in headings.values() for line in rest]  # scenarios after the last figure
-    lines.append(render.note(
-        f"medians (output tok/s: of the rounds; sustained and rate: the steady window); change = this run / baseline - 1, "
-        f"its {confidence} bootstrap interval resampling requests (rounds, window slices) {RESAMPLES} times; faster or "
-        f"slower only when the interval excludes 0; too few: under {MIN_UNITS} on a side"))
+    lines.append(
+        render.note(
+            f"medians (output tok/s: of the rounds; sustained and rate: the steady window); change = this run / baseline - 1, "
+            f"its {confidence} bootstrap interval resampling requests (rounds, window slices) {RESAMPLES} times; faster or "
+            f"slower only when the interval excludes 0; too few: under {MIN_UNITS} on a side"
+        )
+    )
     return "\n".join(lines)
 
 
@@ -137,16 +174,31 @@ def costs_table(comparisons: Mapping[str, Comparison], run: RunResult | None = N
     order = [r.name for r in scenario_rows(run)] if run is not None else []
     names = sorted(comparisons, key=lambda n: (order.index(n) if n in order else len(order), n))
     first = comparisons[names[0]]
-    lines = [render.note(f"Self-hosted vs managed API (per month, {first.inputs.hours:g} h at the measured throughput)"),
-             render.note(f"priced against {_api_name(first, api)}")]
+    lines = [
+        render.note(f"Self-hosted vs managed API (per month, {first.inputs.hours:g} h at the measured throughput)"),
+        render.note(f"priced against {_api_name(first, api)}"),
+    ]
     rows = [
-        (n, fmt(c.inputs.aggregate_tok_s), fmt(c.self_hosted_monthly_usd, 0), fmt(c.api_monthly_usd, 0),
-         fmt(c.ratio_self_hosted_to_api), fmt(c.self_hosted_usd_per_m_output),
-         f"{c.break_even_utilization:.0%}" if c.breaks_even else "never")
+        (
+            n,
+            fmt(c.inputs.aggregate_tok_s),
+            fmt(c.self_hosted_monthly_usd, 0),
+            fmt(c.api_monthly_usd, 0),
+            fmt(c.ratio_self_hosted_to_api),
+            fmt(c.self_hosted_usd_per_m_output),
+            f"{c.break_even_utilization:.0%}" if c.breaks_even else "never",
+        )
         for n, c in ((n, comparisons[n]) for n in names)
     ]
-    header = ("scenario", "aggregate\ntok/s", "self-hosted\nUSD", "API\nUSD", "self-hosted\n/ API", "USD per 1M\noutput",
-              "break-\neven")
+    header = (
+        "scenario",
+        "aggregate\ntok/s",
+        "self-hosted\nUSD",
+        "API\nUSD",
+        "self-hosted\n/ API",
+        "USD per 1M\noutput",
+        "break-\neven",
+    )
     lines.append(render.columns(header, rows, right=range(1, 6), upper=False))
     best = min(names, key=lambda n: comparisons[n].break_even_utilization)
     lines.append(render.note(f"break-even, best scenario ({best}): {comparisons[best].break_even_words()}"))
@@ -198,9 +250,9 @@ def run_json(
     *,
     baseline: RunResult | None = None,
     comparisons: Mapping[str, Comparison] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The same content as print_run, as a JSON-ready dict."""
-    out: dict = {
+    out: dict[str, Any] = {
         "run_id": run.metadata.run_id,
         "failed_scenarios": run.failed_scenarios,
         "warnings": [w.replace("**", "") for w in warnings(run)],
@@ -219,4 +271,3 @@ def run_json(
     if comparisons:
         out["costs"] = {name: c.model_dump(mode="json") | {"breaks_even": c.breaks_even} for name, c in comparisons.items()}
     return out
-

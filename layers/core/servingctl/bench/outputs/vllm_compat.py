@@ -29,8 +29,8 @@ from typing import Any
 
 from servingctl.bench.metrics import NS_PER_S, chunk_gaps_ms, itl_samples_ms
 from servingctl.bench.slo import measured_duration_s
-from servingctl.schema.results import RequestRecord, RunResult, ScenarioResult
 from servingctl.bench.stats import percentile
+from servingctl.schema.results import RequestRecord, RunResult, ScenarioResult
 
 BACKEND = "openai-chat"
 PERCENTILES: tuple[int, ...] = (90, 95, 99)

@@ -15,10 +15,17 @@ from typing import Any
 
 # exported name -> the module that defines it
 _EXPORTS = {
-    "SIMULATOR_VERSION": "app", "create_app": "app",
-    "FaultError": "config", "Faults": "config", "SimConfig": "config", "parse_faults": "config",
-    "run_in_thread": "server", "running": "server", "serve": "server",
-    "REFERENCE_TIMING": "timing", "TimingModel": "timing",
+    "SIMULATOR_VERSION": "app",
+    "create_app": "app",
+    "FaultError": "config",
+    "Faults": "config",
+    "SimConfig": "config",
+    "parse_faults": "config",
+    "run_in_thread": "server",
+    "running": "server",
+    "serve": "server",
+    "REFERENCE_TIMING": "timing",
+    "TimingModel": "timing",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -10,8 +10,9 @@ from servingctl.local.simserver.command import add_arguments, run
 
 def main() -> int:
     """Parse the flags and serve."""
-    parser = argparse.ArgumentParser(prog="python -m servingctl.local.simserver",
-                                     description="OpenAI-compatible simulator of a vLLM server.")
+    parser = argparse.ArgumentParser(
+        prog="python -m servingctl.local.simserver", description="OpenAI-compatible simulator of a vLLM server."
+    )
     add_arguments(parser)
     return run(parser.parse_args())
 

@@ -64,7 +64,7 @@ class TextPart(_Strict):
 
 
 class Message(_Strict):
-    role: Literal[tokenizer.ROLES]  # type: ignore[valid-type]
+    role: tokenizer.Role
     content: str | list[TextPart]
 
     def text(self) -> str:
@@ -177,8 +177,13 @@ class SimServer:
             raise ApiError(503, "injected fault: models-fail")
         model = self.config.model
         card = {
-            "id": model, "object": "model", "created": self.created, "owned_by": "servingctl-simulator",
-            "root": model, "parent": None, "max_model_len": self.config.max_model_len,
+            "id": model,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "servingctl-simulator",
+            "root": model,
+            "parent": None,
+            "max_model_len": self.config.max_model_len,
         }
         await _json(send, 200, {"object": "list", "data": [card]})
 
@@ -206,8 +211,9 @@ class SimServer:
             tokens = tokenizer.apply_chat_template(msgs, req.add_generation_prompt)
         else:
             tokens = tokenizer.encode_prompt(req.prompt or "", req.add_special_tokens)
-        await _json(send, 200, {"count": len(tokens), "max_model_len": self.config.max_model_len,
-                                "tokens": tokens, "token_strs": None})
+        await _json(
+            send, 200, {"count": len(tokens), "max_model_len": self.config.max_model_len, "tokens": tokens, "token_strs": None}
+        )
 
     async def _debug_timings(self, scope: Scope, receive: Receive, send: Send) -> None:
         await _json(send, 200, {"clock": "CLOCK_MONOTONIC ns", "streams": list(self.timings or ())})
@@ -215,7 +221,7 @@ class SimServer:
     # ---- chat -----------------------------------------------------------------------------------
     async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The request's first bytes arrived then (server.py stamps them); the app's own clock otherwise.
-        received_ns = (scope.get("extensions") or {}).get(ARRIVAL_NS) or time.monotonic_ns()
+        received_ns = ((scope.get("extensions") or {}).get(ARRIVAL_NS) or {}).get("ns") or time.monotonic_ns()
         try:
             req = ChatRequest.model_validate(await _read_json(receive))
         except ValidationError as exc:
@@ -226,7 +232,11 @@ class SimServer:
         faults = self.config.faults
         # One draw per fault per request, in a fixed order, so a seeded run is reproducible.
         rng = self._fault_rng
-        error, cut, malformed = rng.random() < faults.error_rate, rng.random() < faults.stream_cut, rng.random() < faults.malformed
+        error, cut, malformed = (
+            rng.random() < faults.error_rate,
+            rng.random() < faults.stream_cut,
+            rng.random() < faults.malformed,
+        )
         if error:
             raise ApiError(500, "injected fault: error-rate")
         msgs = [{"role": m.role, "content": m.text()} for m in req.messages]
@@ -261,14 +271,16 @@ class SimServer:
             await stream.run(receive, send)
             if self.timings is not None:
                 headers = dict(scope.get("headers") or [])
-                self.timings.append({
-                    "cache_salt": req.cache_salt,
-                    "x_request_id": headers.get(b"x-request-id", b"").decode() or None,
-                    "received_ns": received_ns,
-                    "first_chunk_sent_ns": stream.first_chunk_ns,
-                    "first_content_sent_ns": stream.first_content_ns,
-                    "completion_tokens": seq.generated,
-                })
+                self.timings.append(
+                    {
+                        "cache_salt": req.cache_salt,
+                        "x_request_id": headers.get(b"x-request-id", b"").decode() or None,
+                        "received_ns": received_ns,
+                        "first_chunk_sent_ns": stream.first_chunk_ns,
+                        "first_content_sent_ns": stream.first_content_ns,
+                        "completion_tokens": seq.generated,
+                    }
+                )
         else:
             await self._complete(seq, request_id, offset, send)
 
@@ -279,21 +291,34 @@ class SimServer:
         except asyncio.CancelledError:
             self.engine.abort(seq)
             raise
-        usage = {"prompt_tokens": seq.prompt_len, "total_tokens": seq.prompt_len + seq.generated,
-                 "completion_tokens": seq.generated, "prompt_tokens_details": None}
-        message = {"role": "assistant", "content": tokenizer.generated_text(offset, 0, seq.generated),
-                   "tool_calls": []}
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": seq.finish_reason,
-                  "stop_reason": None}
-        await _json(send, 200, {"id": request_id, "object": "chat.completion", "created": int(time.time()),
-                                "model": self.config.model, "choices": [choice], "usage": usage})
+        usage = {
+            "prompt_tokens": seq.prompt_len,
+            "total_tokens": seq.prompt_len + seq.generated,
+            "completion_tokens": seq.generated,
+            "prompt_tokens_details": None,
+        }
+        message = {"role": "assistant", "content": tokenizer.generated_text(offset, 0, seq.generated), "tool_calls": []}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": seq.finish_reason, "stop_reason": None}
+        await _json(
+            send,
+            200,
+            {
+                "id": request_id,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": self.config.model,
+                "choices": [choice],
+                "usage": usage,
+            },
+        )
 
 
 class _Stream:
     """One SSE stream: a chunk per engine step that produced text, vLLM's chunk shapes."""
 
-    def __init__(self, server: SimServer, seq: Seq, request_id: str, offset: int,
-                 opts: StreamOptions | None, cut: bool, malformed: bool) -> None:
+    def __init__(
+        self, server: SimServer, seq: Seq, request_id: str, offset: int, opts: StreamOptions | None, cut: bool, malformed: bool
+    ) -> None:
         self.server, self.seq, self.offset = server, seq, offset
         self.include_usage = bool(opts and opts.include_usage)
         self.continuous = bool(opts and opts.include_usage and opts.continuous_usage_stats)
@@ -321,8 +346,7 @@ class _Stream:
     def _chunk(self, delta: str, finish: str | None, completion: int) -> bytes:
         finish_json = f'"{finish}","stop_reason":null' if finish else "null"
         tail = f",{self._usage(completion)}" if self.continuous else ""
-        return (f'{self.head}[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{finish_json}}}]'
-                f"{tail}}}\n\n").encode()
+        return (f'{self.head}[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{finish_json}}}]{tail}}}\n\n').encode()
 
     def _stamp(self, content: bool) -> None:
         """Note the write time of the first body and of the first body carrying content (called
@@ -373,7 +397,7 @@ class _Stream:
                     text = tokenizer.generated_text(self.offset, sent, new)
                     sent += new
                     if finished:
-                        body += self._chunk('{"content":%s}' % json.dumps(text), seq.finish_reason, sent)
+                        body += self._chunk('{"content":' + json.dumps(text) + "}", seq.finish_reason, sent)
                         if self.include_usage:
                             body += f"{self.head}[],{self._usage(sent)}}}\n\n".encode()
                         body += b"data: [DONE]\n\n"
@@ -381,7 +405,7 @@ class _Stream:
                         self._stamp(True)
                         return
                     if text:  # a step whose tokens decode to no text sends nothing (like vLLM)
-                        body += self._chunk('{"content":%s}' % json.dumps(text), None, sent)
+                        body += self._chunk('{"content":' + json.dumps(text) + "}", None, sent)
                         content = True
                     if sent >= half:
                         if self.malformed:

@@ -86,7 +86,9 @@ class SimConfig(BaseModel):
         description="record when each stream's first chunks were sent (GET /debug/timings), for client benchmarks",
     )
     pace_ms: float = Field(
-        default=0.0, ge=0, le=1000,
+        default=0.0,
+        ge=0,
+        le=1000,
         description="at least this long between a stream's writes, one event per write (a GPU server's "
         "one event per read) unless batch_writes; 0 = as fast as the engine steps",
     )
@@ -106,9 +108,7 @@ class SimConfig(BaseModel):
     @model_validator(mode="after")
     def _budget_covers_decodes(self) -> SimConfig:
         if self.max_num_batched_tokens < self.max_num_seqs * (1 + self.mtp_tokens):
-            raise ValueError(
-                "max_num_batched_tokens must cover max_num_seqs x (1 + mtp_tokens) decode tokens"
-            )
+            raise ValueError("max_num_batched_tokens must cover max_num_seqs x (1 + mtp_tokens) decode tokens")
         return self
 
     def expected_ttft_s(self, prompt_tokens: int, cached_tokens: int = 0) -> float:

@@ -43,8 +43,7 @@ def burst(
     for rnd in range(rounds):
         sched = Scheduler(timing, max_num_seqs, max_num_batched_tokens, mtp_tokens, mtp_acceptance, PrefixCache())
         seqs = [
-            Seq(input_tokens, max_tokens, "length", [], random.Random(seed * 1000 + rnd * 64 + i))
-            for i in range(concurrency)
+            Seq(input_tokens, max_tokens, "length", [], random.Random(seed * 1000 + rnd * 64 + i)) for i in range(concurrency)
         ]
         now = timing.frontend_ms
         first: dict[int, float] = {}

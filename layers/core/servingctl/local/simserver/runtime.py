@@ -7,6 +7,7 @@ not drift when the event loop is late; a late loop catches up by running the ove
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections import deque
 
@@ -18,7 +19,7 @@ from servingctl.local.simserver.scheduler import Scheduler, Seq, Step
 class Sink:
     """Per-request mailbox of (new tokens, finished) events, one per engine step."""
 
-    __slots__ = ("events", "_waiter")
+    __slots__ = ("_waiter", "events")
 
     def __init__(self) -> None:
         """Start empty."""
@@ -75,10 +76,8 @@ class Engine:
         """Stop the step loop."""
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
 
     def new_seq(self, prompt_len: int, target_len: int, finish_reason: str, block_hashes: list[int], seed: int) -> Seq:

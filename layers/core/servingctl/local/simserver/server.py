@@ -46,7 +46,7 @@ class _StampingProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         """A new request: carry the arrival stamp in its scope."""
         super().on_message_begin()
-        self.scope["extensions"] = {ARRIVAL_NS: self.arrival_ns}  # type: ignore[typeddict-unknown-key]
+        self.scope["extensions"] = {ARRIVAL_NS: {"ns": self.arrival_ns}}
 
 
 _READ_SIZE = 65536
@@ -163,11 +163,14 @@ class _KernelStampingProtocol(_StampingProtocol):
     _reads: _KernelReads | None = None
     _waiting_ns: int | None = None
 
+    # uvicorn's protocol takes a Transport where asyncio's declares a BaseTransport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Set up the kernel-stamped reader; it takes over once the transport has started reading."""
         super().connection_made(transport)
         self._reads = _KernelReads(self, transport)
-        self.flow = FlowControl(self._reads)  # type: ignore[arg-type]  # pauses go to the reader
+        # Both stand in for the transport by duck typing: FlowControl only pauses and resumes reading
+        # (the reader's to do now), and _WriteNow delegates all but write().
+        self.flow = FlowControl(self._reads)  # type: ignore[arg-type]
         self.transport = _WriteNow(transport, self._reads.sock)  # type: ignore[assignment]
         # Until take() runs (the loop's next turn) the transport reads: a busy server accepts late,
         # when the first request may already be waiting, so its kernel stamp is peeked now.
@@ -215,14 +218,16 @@ def _bind(host: str, port: int, config: SimConfig) -> socket.socket:
     return sock
 
 
-def serve(host: str = "127.0.0.1", port: int = 8000, config: SimConfig | None = None,
-          log_level: str = "info") -> None:
+def serve(host: str = "127.0.0.1", port: int = 8000, config: SimConfig | None = None, log_level: str = "info") -> None:
     """Serve in the foreground until interrupted."""
     config = config or SimConfig()
     sock = _bind(host, port, config)
     server = _server(config, log_level)
-    print(f"servingctl simulator serving {config.model!r} on http://{host}:{sock.getsockname()[1]} "
-          f"(speed x{config.speed}, max-num-seqs {config.max_num_seqs}, mtp {config.mtp_tokens})", flush=True)
+    print(
+        f"servingctl simulator serving {config.model!r} on http://{host}:{sock.getsockname()[1]} "
+        f"(speed x{config.speed}, max-num-seqs {config.max_num_seqs}, mtp {config.mtp_tokens})",
+        flush=True,
+    )
     server.run(sockets=[sock])
 
 
@@ -236,14 +241,14 @@ def running(config: SimConfig | None = None, host: str = "127.0.0.1", port: int 
         stop()
 
 
-def run_in_thread(config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0,
-                  timeout: float = 10.0) -> tuple[str, Callable[[], None]]:
+def run_in_thread(
+    config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0, timeout: float = 10.0
+) -> tuple[str, Callable[[], None]]:
     """Start the simulator in a daemon thread; return (base URL, stop function)."""
     config = config or SimConfig()
     sock = _bind(host, port, config)
     server = _server(config, "warning")
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
-                              name="simserver", daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="simserver", daemon=True)
     thread.start()
     for _ in range(int(timeout / 0.01)):
         if server.started or not thread.is_alive():

@@ -29,11 +29,22 @@ tests/unit/local/simserver checks these bounds.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class _Timing(TypedDict):
+    frontend_ms: float
+    eager_step_ms: float
+    prefill_ms_per_token: float
+    decode_step_ms: dict[int, float]
+    decode_step_ms_mtp: dict[int, float]
+
 
 # The parameter table (milliseconds), derived above. Batch sizes beyond the table extrapolate
 # linearly from its last two rows.
-REFERENCE_TIMING: dict[str, object] = {
+REFERENCE_TIMING: _Timing = {
     "frontend_ms": 12.879,
     "eager_step_ms": 90.141,
     "prefill_ms_per_token": 0.038895,
@@ -68,9 +79,7 @@ class TimingModel(BaseModel):
     eager_step_ms: float = Field(default=REFERENCE_TIMING["eager_step_ms"], ge=0)
     prefill_ms_per_token: float = Field(default=REFERENCE_TIMING["prefill_ms_per_token"], ge=0)
     decode_step_ms: dict[int, float] = Field(default_factory=lambda: dict(REFERENCE_TIMING["decode_step_ms"]))
-    decode_step_ms_mtp: dict[int, float] = Field(
-        default_factory=lambda: dict(REFERENCE_TIMING["decode_step_ms_mtp"])
-    )
+    decode_step_ms_mtp: dict[int, float] = Field(default_factory=lambda: dict(REFERENCE_TIMING["decode_step_ms_mtp"]))
 
     @field_validator("decode_step_ms", "decode_step_ms_mtp")
     @classmethod

@@ -14,21 +14,64 @@ import random
 import re
 import zlib
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 VOCAB_SIZE = 32000
 BOS = 1
 EOT = 2
 ASSISTANT = 3
-ROLE_IDS = {"system": 4, "user": 5, "assistant": 6, "tool": 7, "developer": 8}
+Role = Literal["system", "user", "assistant", "tool", "developer"]
+ROLE_IDS: dict[str, int] = {role: 4 + i for i, role in enumerate(get_args(Role))}  # system 4 ... developer 8
 SPECIAL = 16  # ids below this are special tokens
-ROLES = tuple(ROLE_IDS)
 
-_WORDS = (
-    "the model answers with plain words while the simulator keeps time like a real engine on two "
-    "GPUs and every step streams one chunk of text to the client so benchmarks can count tokens "
-    "exactly serving cost latency throughput cache batch decode prefill draft accepted"
-).split()
+_WORDS = [
+    "the",
+    "model",
+    "answers",
+    "with",
+    "plain",
+    "words",
+    "while",
+    "the",
+    "simulator",
+    "keeps",
+    "time",
+    "like",
+    "a",
+    "real",
+    "engine",
+    "on",
+    "two",
+    "GPUs",
+    "and",
+    "every",
+    "step",
+    "streams",
+    "one",
+    "chunk",
+    "of",
+    "text",
+    "to",
+    "the",
+    "client",
+    "so",
+    "benchmarks",
+    "can",
+    "count",
+    "tokens",
+    "exactly",
+    "serving",
+    "cost",
+    "latency",
+    "throughput",
+    "cache",
+    "batch",
+    "decode",
+    "prefill",
+    "draft",
+    "accepted",
+]
 _PUNCT = (",", ".", ";", ":", "!", "?")
 EMPTY_TOKEN_RATE = 0.04
 _POOL_SIZE = 8192
