@@ -6,7 +6,8 @@ convenience, unsigned), and what API Gateway refuses before the function runs, w
 a body over the 10 MB payload quota (413), a route the API does not define and an unsigned request
 (403 Missing Authentication Token), an unknown key, a wrongly scoped, expired or wrong SigV4
 signature (403, verified with botocore's signer), and a caller the resource policy does not admit
-(403, template.yaml's statements evaluated by servingctl.local.iam). The routes themselves live only
+(403, template.yaml's statements evaluated by servingctl.local.iam), and a request its method's
+validator rejects (400 as the template's gateway response renders it, servingctl.local.validators). The routes themselves live only
 in servingctl.api (the handler is invoked through the twin's HandlerRouter, like every other
 function), so there is no second implementation of them.
 """
@@ -32,6 +33,7 @@ from botocore.credentials import Credentials
 
 from servingctl.cli.sigv4 import TWIN_ACCESS_KEY_ID, TWIN_SECRET_ACCESS_KEY
 from servingctl.local import iam
+from servingctl.local.validators import Validators, check
 
 logger = logging.getLogger("servingctl.local.apigw")
 ACCOUNT_ID = "123456789012"
@@ -274,15 +276,18 @@ class _Server(ThreadingHTTPServer):
 class ApiGateway:
     """A threaded HTTP server on host:port invoking the api function for every request API Gateway
     would let through (routes of the OpenAPI document, signed by a known principal, admitted by the
-    resource policy: its statements as template.yaml writes them, resolved)."""
+    resource policy: its statements as template.yaml writes them, resolved; accepted by the method's
+    request validator)."""
 
     def __init__(self, invoke: Invoke, openapi: Callable[[], dict[str, Any]], host: str = "127.0.0.1", port: int = 0,
-                 *, region: str = "us-east-1", resource_policy: Sequence[iam.Statement] = ()) -> None:
+                 *, region: str = "us-east-1", resource_policy: Sequence[iam.Statement] = (),
+                 validators: Validators | None = None) -> None:
         self.invoke = invoke
         self.openapi = openapi
         self.routes = {template: {method.upper() for method in operations} for template, operations in openapi()["paths"].items()}
         self.region = region
         self.resource_policy = render_resource_policy(resource_policy, region, ACCOUNT_ID)
+        self.validators = validators or Validators()
         self.principals: dict[str, Principal] = {LOCAL_PRINCIPAL.access_key_id: LOCAL_PRINCIPAL}
         gateway = self
 
@@ -358,6 +363,14 @@ class ApiGateway:
         refusal = authorize(principal, resource_arn, self.resource_policy, ACCOUNT_ID)
         if refusal is not None:
             self._refuse(request, refusal)
+            return
+        # The request validator runs after authorization, before the integration.
+        query = parse_qs(urlsplit(request.path).query, keep_blank_values=True)
+        invalid = check(self.validators, request.command, matched[0], headers, query, body)
+        if invalid is not None:
+            logger.info("refused %s %s: %s %s", request.command, request.path, *invalid)
+            self._send(request, invalid[0], {"Content-Type": "application/json", "x-amzn-ErrorType": "BadRequestException"},
+                       invalid[1])
             return
         event = proxy_event(request.command, request.path, headers, body, list(self.routes),
                             source_ip=request.client_address[0], now=now, principal=principal)

@@ -54,6 +54,7 @@ from servingctl.local.faults import check_fault
 from servingctl.local.modelserver import free_port
 from servingctl.local.world import PREFETCH_CONTAINER, WORLD_AGENT, Delays, World, model_log_group
 from servingctl.local.task_iam import TaskIam
+from servingctl.local.validators import Validators, load_validators
 from servingctl.registry import layout
 from servingctl.registry.loader import parse_registry
 from servingctl.registry.models import Registry
@@ -585,7 +586,8 @@ class Twin:
         router = self.router
         assert router is not None
         self.api = ApiGateway(lambda payload: router(function_name("api"), payload), openapi_document, self.host,
-                              self.api_port or 0, region=self.region, resource_policy=self.api_resource_policy())
+                              self.api_port or 0, region=self.region, resource_policy=self.api_resource_policy(),
+                              validators=self.api_validators())
         self.api.start()
         self.api_port = int(self.api.url.rsplit(":", 1)[1])
 
@@ -600,6 +602,11 @@ class Twin:
         statements = template["Resources"][API_RESOURCE]["Properties"]["Auth"]["ResourcePolicy"]["CustomStatements"]
         resolved = iam.resolve(statements, refs, iam.evaluate_conditions(template, refs))
         return resolved if isinstance(resolved, list) else [resolved]
+
+    def api_validators(self) -> Validators:
+        """template.yaml's request validators and gateway responses of the API; none without template.yaml."""
+        path = self.repo_root / "template.yaml"
+        return load_validators(load_template(path), API_RESOURCE) if path.is_file() else Validators()
 
     def api_auth(self, principal: Principal | None = None) -> SigV4:
         """An httpx auth signing requests to the twin's API as principal (default the twin's user)."""
