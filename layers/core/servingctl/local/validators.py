@@ -100,7 +100,7 @@ def _message(error: ValidationError) -> str:
     """One error in the words of API Gateway's validator (json-schema-validator's report messages)."""
     keyword, value, instance = error.validator, error.validator_value, error.instance
     if keyword == "type":
-        allowed = [value] if isinstance(value, str) else value
+        allowed = sorted([value] if isinstance(value, str) else value)  # the validator lists them in name order
         return f"instance type ({_json_type(instance)}) does not match any allowed primitive type (allowed: {_listed(allowed)})"
     if keyword == "required":
         return f"object has missing required properties ({_listed(p for p in value if p not in instance)})"
