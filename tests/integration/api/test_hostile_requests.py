@@ -2,7 +2,9 @@
 types, coercible strings, unknown and misspelled fields, duplicate keys, invalid JSON, an oversized
 body, values one past each bound, wrong methods, unsigned and wrongly signed calls, another
 account's principal. Each is a 4xx naming the input at fault (its location: body, query, path,
-header) or giving API Gateway's own answer, and nothing stored changes: the table's items and the
+header) or giving API Gateway's own answer (a body the API's model refuses: its request validator's
+400, whose detail names a property not allowed or missing, or the type or bound broken), and nothing
+stored changes: the table's items and the
 flows' executions are the same after all of them. The same values at their bounds are accepted.
 
 Prints the figure: how many hostile requests were tried and their answers by status."""
@@ -33,6 +35,11 @@ MAX_RUNS = 200  # GET /benchmarks?limit=
 FAST = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}  # wait-loop pacing on the twin's clock
 OTHER_ACCOUNT = Principal("arn:aws:iam::210987654321:user/mallory", "AKIAOTHERACCOUNT0001", "other-secret", "AIDAMALLORY")
 NOT_SIGNED = {"message": "Missing Authentication Token"}
+# API Gateway's request validator (json-schema-validator) in the detail of its BAD_REQUEST_BODY answer.
+TYPE = "instance type ({}) does not match any allowed primitive type (allowed: [{}])"
+INTEGER_OR_NULL = TYPE.replace("{}]", '"integer","null"]')
+BOOLEAN = TYPE.replace("{}]", '"boolean"]')
+NOT_ALLOWED = "object instance has properties which are not allowed by the schema: "
 MISMATCH = (
     "The request signature we calculated does not match the signature you provided. Check your AWS Secret "
     "Access Key and signing method. Consult the service documentation for details."
@@ -52,6 +59,7 @@ class Hostile:
     fields: list[str] | None = None
     says: str | None = None  # in the message
     answer: dict[str, str] | None = None  # the whole body (API Gateway's refusals)
+    detail: str | None = None  # a body the model refuses: in API Gateway's validator detail
     headers: dict[str, str] = field(default_factory=dict)
     auth: str = "signed"  # signed | unsigned | wrong-secret | unknown-key | wrong-region | expired | tampered | other-account
 
@@ -71,45 +79,39 @@ def _cases(twin: Twin) -> list[Hostile]:
     start, keepalive = f"/profiles/{PROFILE}/start", f"/profiles/{PROFILE}/keepalive"
     return [
         # wrong types
-        Hostile(
-            "lease as a word", "POST", start, {"lease_minutes": "thirty"}, fields=["body.lease_minutes"], says="whole number"
-        ),
-        Hostile(
-            "flag as a word", "POST", start, {"allow_shared_pool": "yes"}, fields=["body.allow_shared_pool"], says="true or false"
-        ),
-        Hostile("poll as text", "POST", start, {"poll": "fast"}, fields=["body.poll"], says="JSON object"),
-        Hostile("body as a list", "POST", start, [1, 2], fields=["body"]),
-        Hostile(
-            "keepalive minutes as a list", "POST", keepalive, {"minutes": [30]}, fields=["body.minutes"], says="whole number"
-        ),
+        Hostile("lease as a word", "POST", start, {"lease_minutes": "thirty"}, detail=INTEGER_OR_NULL.format("string")),
+        Hostile("flag as a word", "POST", start, {"allow_shared_pool": "yes"}, detail=BOOLEAN.format("string")),
+        Hostile("poll as text", "POST", start, {"poll": "fast"}, detail=TYPE.format("string", '"null","object"')),
+        Hostile("body as a list", "POST", start, [1, 2], detail=TYPE.format("array", '"object"')),
+        Hostile("keepalive minutes as a list", "POST", keepalive, {"minutes": [30]}, detail=INTEGER_OR_NULL.format("array")),
         Hostile("benchmark rounds as text", "POST", "/benchmarks", {"profile": PROFILE, "rounds": "3"}, says="rounds"),
         # coercible strings and values
-        Hostile(
-            "lease as a numeric string",
-            "POST",
-            start,
-            {"lease_minutes": "30"},
-            fields=["body.lease_minutes"],
-            says="whole number",
-        ),
-        Hostile("lease as true", "POST", start, {"lease_minutes": True}, fields=["body.lease_minutes"], says="whole number"),
-        Hostile("lease as 30.0", "POST", start, {"lease_minutes": 30.0}, fields=["body.lease_minutes"], says="whole number"),
-        Hostile("flag as 1", "POST", start, {"allow_shared_pool": 1}, fields=["body.allow_shared_pool"], says="true or false"),
-        Hostile("flag as 'true'", "POST", start, {"allow_shared_pool": "true"}, fields=["body.allow_shared_pool"]),
-        Hostile("keepalive minutes as true", "POST", keepalive, {"minutes": True}, fields=["body.minutes"], says="whole number"),
-        Hostile("keepalive minutes as '30'", "POST", keepalive, {"minutes": "30"}, fields=["body.minutes"]),
+        Hostile("lease as a numeric string", "POST", start, {"lease_minutes": "30"}, detail=INTEGER_OR_NULL.format("string")),
+        Hostile("lease as true", "POST", start, {"lease_minutes": True}, detail=INTEGER_OR_NULL.format("boolean")),
+        Hostile("lease as 30.0", "POST", start, {"lease_minutes": 30.0}, detail=INTEGER_OR_NULL.format("number")),
+        Hostile("flag as 1", "POST", start, {"allow_shared_pool": 1}, detail=BOOLEAN.format("integer")),
+        Hostile("flag as 'true'", "POST", start, {"allow_shared_pool": "true"}, detail=BOOLEAN.format("string")),
+        Hostile("keepalive minutes as true", "POST", keepalive, {"minutes": True}, detail=INTEGER_OR_NULL.format("boolean")),
+        Hostile("keepalive minutes as '30'", "POST", keepalive, {"minutes": "30"}, detail=INTEGER_OR_NULL.format("string")),
         Hostile(
             "stop poll as '5'",
             "POST",
             f"/profiles/{PROFILE}/stop",
             {"poll": {"interval_s": "5"}},
-            fields=["body.poll.interval_s"],
+            detail=TYPE.format("string", '"integer"'),
         ),
         # unknown and misspelled fields
-        Hostile("unknown field", "POST", start, {"colour": "red"}, fields=["body.colour"], says="not a known field"),
-        Hostile("misspelled lease", "POST", start, {"lease_minute": 60}, fields=["body.lease_minute"], says="not a known field"),
-        Hostile("misspelled keepalive", "POST", keepalive, {"minute": 60}, fields=["body.minute"]),
-        Hostile("misspelled nested", "POST", start, {"poll": {"interval": 5}}, fields=["body.poll.interval"]),
+        Hostile("unknown field", "POST", start, {"colour": "red"}, detail=NOT_ALLOWED + '["colour"]'),
+        Hostile("misspelled lease", "POST", start, {"lease_minute": 60}, detail=NOT_ALLOWED + '["lease_minute"]'),
+        Hostile("misspelled keepalive", "POST", keepalive, {"minute": 60}, detail=NOT_ALLOWED + '["minute"]'),
+        Hostile("misspelled nested", "POST", start, {"poll": {"interval": 5}}, detail=NOT_ALLOWED + '["interval"]'),
+        Hostile(
+            "benchmark without a profile",
+            "POST",
+            "/benchmarks",
+            {"rounds": 1},
+            detail='object has missing required properties (["profile"])',
+        ),
         Hostile("unknown benchmark field", "POST", "/benchmarks", {"profile": PROFILE, "concurency": [1]}, says="concurency"),
         Hostile(
             "unknown query parameter", "GET", f"/profiles/{PROFILE}/starts?limt=5", fields=["query.limt"], says="allowed: limit"
@@ -127,9 +129,9 @@ def _cases(twin: Twin) -> list[Hostile]:
             fields=["body"],
             says="'interval_s'",
         ),
-        Hostile("invalid JSON", "POST", start, b'{\n  "lease_minutes": 60,\n}', fields=["body"], says="line 3, column 1"),
-        Hostile("truncated JSON", "POST", keepalive, b'{"minutes": ', fields=["body"], says="line 1, column 13"),
-        Hostile("not UTF-8", "POST", start, b'{"lease_minutes": "\xff"}', fields=["body"], says="not UTF-8"),
+        Hostile("invalid JSON", "POST", start, b'{\n  "lease_minutes": 60,\n}', detail="line 3, column 1"),
+        Hostile("truncated JSON", "POST", keepalive, b'{"minutes": ', detail="line 1, column 13"),
+        Hostile("not UTF-8", "POST", start, b'{"lease_minutes": "\xff"}', detail="Invalid UTF-8"),
         Hostile(
             "not JSON at all",
             "POST",
@@ -148,7 +150,13 @@ def _cases(twin: Twin) -> list[Hostile]:
             answer={"message": "Request Too Long"},
         ),
         # one past each bound
-        Hostile("lease below its minimum", "POST", start, {"lease_minutes": 4}, fields=["body.lease_minutes"], says="at least 5"),
+        Hostile(
+            "lease below its minimum",
+            "POST",
+            start,
+            {"lease_minutes": 4},
+            detail="numeric instance is lower than the required minimum (minimum: 5, found: 4)",
+        ),
         Hostile(
             "lease above the profile's maximum",
             "POST",
@@ -170,8 +178,7 @@ def _cases(twin: Twin) -> list[Hostile]:
             "POST",
             start,
             {"poll": {"interval_s": 0}},
-            fields=["body.poll.interval_s"],
-            says="at least 1",
+            detail="numeric instance is lower than the required minimum (minimum: 1, found: 0)",
         ),
         Hostile(
             "deadline above the registry's limit",
@@ -181,7 +188,13 @@ def _cases(twin: Twin) -> list[Hostile]:
             fields=["body.deadlines.capacity_s"],
             says=f"between 1 and {deadline_max}",
         ),
-        Hostile("keepalive of zero minutes", "POST", keepalive, {"minutes": 0}, fields=["body.minutes"], says="at least 1"),
+        Hostile(
+            "keepalive of zero minutes",
+            "POST",
+            keepalive,
+            {"minutes": 0},
+            detail="numeric instance is lower than the required minimum (minimum: 1, found: 0)",
+        ),
         Hostile("keepalive above the maximum lease", "POST", keepalive, {"minutes": lease_max + 1}, fields=["body.minutes"]),
         Hostile("starts limit of zero", "GET", f"/profiles/{PROFILE}/starts?limit=0", fields=["query.limit"], says="at least 1"),
         Hostile(
@@ -328,6 +341,10 @@ def test_hostile_requests_are_refused_naming_the_input_and_change_nothing(twin: 
             problems.append(f"answer {body}, expected {case.answer}")
         if case.fields is not None and body.get("fields") != case.fields:
             problems.append(f"fields {body.get('fields')}, expected {case.fields}")
+        if case.detail is not None and (
+            body.get("message") != "Invalid request body" or case.detail not in body.get("detail", "")
+        ):
+            problems.append(f"answer {body}, expected API Gateway's invalid body with {case.detail!r}")
         if case.says is not None and case.says not in (body.get("message") or body.get("Message") or ""):
             problems.append(f"message {body} lacks {case.says!r}")
         if problems:

@@ -57,6 +57,15 @@ def test_api_gateways_access_refusal_is_read_for_its_message() -> None:
     assert (raised.value.status, raised.value.message, raised.value.field) == (403, said, None)
 
 
+def test_api_gateways_request_validator_refusal_shows_its_detail() -> None:
+    detail = '[object instance has properties which are not allowed by the schema: ["colour"]]'
+    transport = httpx.MockTransport(lambda r: httpx.Response(400, json={"message": "Invalid request body", "detail": detail}))
+    api = client.Client("http://127.0.0.1:1", local=True, transport=transport)
+    with pytest.raises(client.ApiError) as raised:
+        api.post("/profiles/x/start", {"colour": "red"})
+    assert (raised.value.status, raised.value.message) == (400, f"Invalid request body: {detail}")
+
+
 def test_the_region_comes_from_the_api_url(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKID")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")

@@ -1,10 +1,12 @@
 """The twin's API Gateway checks without a twin: SigV4 signatures recomputed with botocore (the CLI's
 signer accepted; another secret, region, key, an old signature or a changed body refused with AWS's
 answers) and template.yaml's resource policy (this account; another only through the organization
-parameter; anyone outside the VPC endpoint when that parameter is set)."""
+parameter; anyone outside the VPC endpoint when that parameter is set), and a body template.yaml's
+model refuses answered 400 without calling the function."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from servingctl.local import iam
 from servingctl.local.apigw import (
     LOCAL_PRINCIPAL,
     MISSING_TOKEN,
+    ApiGateway,
     Principal,
     Refusal,
     authenticate,
@@ -25,6 +28,7 @@ from servingctl.local.apigw import (
     render_resource_policy,
 )
 from servingctl.local.eventbridge import load_template
+from servingctl.local.validators import load_validators
 
 TEMPLATE = Path(__file__).resolve().parents[3] / "template.yaml"
 ACCOUNT, REGION = "123456789012", "us-east-1"
@@ -128,3 +132,27 @@ def test_the_organization_parameter_admits_its_principals_only() -> None:
 def test_the_vpc_endpoint_parameter_denies_every_request_from_elsewhere() -> None:
     refusal = authorize(LOCAL_PRINCIPAL, RESOURCE, _policy(ApiVpcEndpointId="vpce-0123456789abcdef0"), ACCOUNT)
     assert refusal is not None and refusal.body["Message"].endswith(" with an explicit deny")
+
+
+def test_a_body_the_model_refuses_never_reaches_the_function() -> None:
+    calls: list[bytes] = []
+
+    def invoke(payload: bytes) -> tuple[bytes, str | None]:
+        calls.append(payload)
+        return json.dumps({"statusCode": 202, "body": "{}"}).encode(), None
+
+    openapi = {"paths": {"/profiles/{name}/start": {"post": {}}}}
+    gateway = ApiGateway(invoke, lambda: openapi, validators=load_validators(load_template(TEMPLATE), "ServingApi")).start()
+    try:
+        with httpx.Client(base_url=gateway.url, auth=twin_signer(), timeout=30) as client:
+            refused = client.post("/profiles/x/start", json={"lease_minute": 60})
+            assert refused.status_code == 400 and refused.headers["x-amzn-ErrorType"] == "BadRequestException"
+            assert refused.json() == {
+                "message": "Invalid request body",
+                "detail": ('[object instance has properties which are not allowed by the schema: ["lease_minute"]]'),
+            }
+            assert calls == []
+            assert client.post("/profiles/x/start", json={"lease_minutes": 60}).status_code == 202
+            assert len(calls) == 1
+    finally:
+        gateway.stop()

@@ -1,6 +1,7 @@
 """The API's guards in template.yaml: the request validators' models say what the handler's strict
-models say (fields, types, bounds, nothing unknown), each body route is validated, and the resource
-policy admits this account only by default, an organization or a VPC endpoint by parameter."""
+models say (fields, types, bounds, nothing unknown), each body route is validated and a refusal is
+answered with the validator's detail, and the resource policy admits this account only by default, an
+organization or a VPC endpoint by parameter."""
 
 from __future__ import annotations
 
@@ -71,3 +72,14 @@ def test_the_resource_policy_admits_this_account_and_widens_or_narrows_only_by_p
     assert deny["Effect"] == "Deny" and deny["Condition"] == {"StringNotEquals": {"aws:SourceVpce": {"Ref": "ApiVpcEndpointId"}}}
     for name in ("ApiOrganizationId", "ApiVpcEndpointId"):
         assert template["Parameters"][name]["Default"] == ""
+
+
+@pytest.mark.parametrize("kind", ["BAD_REQUEST_BODY", "BAD_REQUEST_PARAMETERS"])
+def test_a_refused_body_or_parameter_is_answered_with_the_validators_detail(cfn: dict, kind: str) -> None:
+    [api] = [r for r in cfn["Resources"].values() if r["Type"] == "AWS::ApiGateway::RestApi"]
+    response = api["Properties"]["Body"]["x-amazon-apigateway-gateway-responses"][kind]
+    assert response["statusCode"] == "400"
+    # A gateway response template is simple substitution (no VTL): messageString is already quoted.
+    assert response["responseTemplates"]["application/json"] == (
+        '{"message": $context.error.messageString, "detail": "$context.error.validationErrorString"}'
+    )

@@ -90,6 +90,13 @@ GATEWAY_REFUSALS: dict[int, OpenAPIResponse] = {
     },
     413: {"description": "API Gateway: the body is over its 10 MB payload quota (Request Too Long)", "content": _GATEWAY_BODY},
 }
+# API Gateway's request validator refusing a body its model (template.yaml's Models) does not admit, as
+# the BAD_REQUEST_BODY gateway response renders it: the detail lists the validator's errors.
+INVALID_BODY = {
+    "type": "object",
+    "required": ["message", "detail"],
+    "properties": {"message": {"type": "string", "enum": ["Invalid request body"]}, "detail": {"type": "string"}},
+}
 
 
 def _ok(model: Any, description: str = "Success") -> dict[int, OpenAPIResponse]:
@@ -439,6 +446,10 @@ def openapi_document() -> dict[str, Any]:
             operation["responses"]["403"] = GATEWAY_REFUSALS[403]
             if method == "post":
                 operation["responses"]["413"] = GATEWAY_REFUSALS[413]
+                refused = operation["responses"]["400"]
+                refused["description"] += "; or API Gateway's request validator: Invalid request body, with its detail"
+                body = refused["content"]["application/json"]
+                body["schema"] = {"anyOf": [body["schema"], INVALID_BODY]}
     components = document.setdefault("components", {})
     for unused in ("HTTPValidationError", "ValidationError", "ResponseValidationError"):
         components.get("schemas", {}).pop(unused, None)

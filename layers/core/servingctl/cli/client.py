@@ -132,10 +132,16 @@ class Client:
         except ValueError:
             body = None
         if response.status_code >= 400:
-            # API Gateway's access refusals say "Message"; every other answer, "message".
+            # API Gateway's access refusals say "Message"; every other answer, "message". Its request
+            # validator's refusal adds the detail (template.yaml's BAD_REQUEST_BODY gateway response).
             message = (body.get("message") or body.get("Message")) if isinstance(body, dict) else None
             if message:
-                raise ApiError(response.status_code, str(message), body.get("field") if isinstance(body, dict) else None)
+                detail = body.get("detail") if isinstance(body, dict) else None
+                raise ApiError(
+                    response.status_code,
+                    f"{message}: {detail}" if detail else str(message),
+                    body.get("field") if isinstance(body, dict) else None,
+                )
             raise ApiError(response.status_code, response.text[:300] or response.reason_phrase)
         return body
 

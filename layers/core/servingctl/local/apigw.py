@@ -6,8 +6,9 @@ convenience, unsigned), and what API Gateway refuses before the function runs, w
 a body over the 10 MB payload quota (413), a route the API does not define and an unsigned request
 (403 Missing Authentication Token), an unknown key, a wrongly scoped, expired or wrong SigV4
 signature (403, verified with botocore's signer), and a caller the resource policy does not admit
-(403, template.yaml's statements evaluated by servingctl.local.iam). The routes themselves live only
-in servingctl.api (the handler is invoked through the twin's HandlerRouter, like every other
+(403, template.yaml's statements evaluated by servingctl.local.iam), and a request its method's
+validator rejects (400 as the template's gateway response renders it, servingctl.local.validators).
+The routes themselves live only in servingctl.api (the handler is invoked through the twin's HandlerRouter, like every other
 function), so there is no second implementation of them.
 """
 
@@ -32,6 +33,7 @@ from botocore.credentials import Credentials
 
 from servingctl.cli.sigv4 import TWIN_ACCESS_KEY_ID, TWIN_SECRET_ACCESS_KEY
 from servingctl.local import iam
+from servingctl.local.validators import Validators, check
 
 logger = logging.getLogger("servingctl.local.apigw")
 ACCOUNT_ID = "123456789012"
@@ -304,7 +306,8 @@ class _Server(ThreadingHTTPServer):
 class ApiGateway:
     """A threaded HTTP server on host:port invoking the api function for every request API Gateway
     would let through (routes of the OpenAPI document, signed by a known principal, admitted by the
-    resource policy: its statements as template.yaml writes them, resolved)."""
+    resource policy: its statements as template.yaml writes them, resolved; accepted by the method's
+    request validator)."""
 
     def __init__(
         self,
@@ -315,12 +318,14 @@ class ApiGateway:
         *,
         region: str = "us-east-1",
         resource_policy: Sequence[iam.Statement] = (),
+        validators: Validators | None = None,
     ) -> None:
         self.invoke = invoke
         self.openapi = openapi
         self.routes = {template: {method.upper() for method in operations} for template, operations in openapi()["paths"].items()}
         self.region = region
         self.resource_policy = render_resource_policy(resource_policy, region, ACCOUNT_ID)
+        self.validators = validators or Validators()
         self.principals: dict[str, Principal] = {LOCAL_PRINCIPAL.access_key_id: LOCAL_PRINCIPAL}
         gateway = self
 
@@ -333,7 +338,7 @@ class ApiGateway:
                     return lambda: gateway._handle(self)
                 raise AttributeError(name)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib's name)
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (quiet: the twin prints world events)
                 return
 
         self._server = _Server((host, port), Handler)
@@ -397,6 +402,15 @@ class ApiGateway:
         refusal = authorize(principal, resource_arn, self.resource_policy, ACCOUNT_ID)
         if refusal is not None:
             self._refuse(request, refusal)
+            return
+        # The request validator runs after authorization, before the integration.
+        query = parse_qs(urlsplit(request.path).query, keep_blank_values=True)
+        invalid = check(self.validators, request.command, matched[0], headers, query, body)
+        if invalid is not None:
+            logger.info("refused %s %s: %s %s", request.command, request.path, *invalid)
+            self._send(
+                request, invalid[0], {"Content-Type": "application/json", "x-amzn-ErrorType": "BadRequestException"}, invalid[1]
+            )
             return
         event = proxy_event(
             request.command,

@@ -52,6 +52,7 @@ from servingctl.local.elbv2 import LoadBalancers
 from servingctl.local.eventbridge import EventBridge, load_template, read_wiring
 from servingctl.local.faults import check_fault
 from servingctl.local.task_iam import TaskIam
+from servingctl.local.validators import Validators, load_validators
 from servingctl.local.world import PREFETCH_CONTAINER, WORLD_AGENT, Delays, World, model_log_group
 from servingctl.registry import layout
 from servingctl.registry.loader import parse_registry
@@ -627,6 +628,7 @@ class Twin:
             self.api_port or 0,
             region=self.region,
             resource_policy=self.api_resource_policy(),
+            validators=self.api_validators(),
         )
         self.api.start()
         self.api_port = int(self.api.url.rsplit(":", 1)[1])
@@ -642,6 +644,11 @@ class Twin:
         statements = template["Resources"][API_RESOURCE]["Properties"]["Auth"]["ResourcePolicy"]["CustomStatements"]
         resolved = iam.resolve(statements, refs, iam.evaluate_conditions(template, refs))
         return resolved if isinstance(resolved, list) else [resolved]
+
+    def api_validators(self) -> Validators:
+        """template.yaml's request validators and gateway responses of the API; none without template.yaml."""
+        path = self.repo_root / "template.yaml"
+        return load_validators(load_template(path), API_RESOURCE) if path.is_file() else Validators()
 
     def api_auth(self, principal: Principal | None = None) -> SigV4:
         """An httpx auth signing requests to the twin's API as principal (default the twin's user)."""
