@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from servingctl.local.lambda_runtime import FunctionConfig
+from servingctl.local.awslambda.runtime import FunctionConfig
 from servingctl.local.twin import HandlerRouter
 
 HANDLER = textwrap.dedent(

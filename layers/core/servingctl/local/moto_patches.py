@@ -178,7 +178,7 @@ _parse_trees: dict[str, Any] = {}
 # Lambda invoke router: (function_name, payload bytes) -> (payload bytes, function error or None).
 LambdaRouter = Callable[[str, bytes], tuple[bytes, str | None]]
 _lambda_router: LambdaRouter | None = None
-# Called with each task RunTask placed (servingctl.local.ecs_tasks runs the ones it knows).
+# Called with each task RunTask placed (servingctl.local.ecs.tasks runs the ones it knows).
 TaskRunner = Callable[[Task], None]
 _task_runner: TaskRunner | None = None
 # (target group ARN, target id) -> (state, reason, description), written by the world simulator.

@@ -3,9 +3,9 @@
 Owns the moto server harness (in-process, 127.0.0.1), the bootstrap of every AWS resource the
 registry names (ECS, Auto Scaling, ELBv2, SSM, DynamoDB, S3, Lambda, Step Functions), the routing
 of Lambda invokes to the real handlers in functions/<name>/app.py, each run in an execution
-environment of its function (servingctl.local.lambda_runtime) configured as template.yaml deploys it,
-the benchmark task definition whose tasks servingctl.local.ecs_tasks runs, and helpers to run executions.
-The world simulator (servingctl.local.world) plays AWS's part over time; servingctl.local.eventbridge
+environment of its function (servingctl.local.awslambda.runtime) configured as template.yaml deploys it,
+the benchmark task definition whose tasks servingctl.local.ecs.tasks runs, and helpers to run executions.
+The world simulator (servingctl.local.world) plays AWS's part over time; servingctl.local.eventbridge.rules
 plays the sweep's schedule and the status-change rule of template.yaml (with sweep=True) and aborts
 a .sync child with its parent. One twin per process:
 moto's backends and the Step Functions interpreter's endpoint (MOTO_PORT) are process-wide.
@@ -44,14 +44,16 @@ from aws_lambda_powertools.utilities.parameters import secrets as parameters_sec
 from aws_lambda_powertools.utilities.parameters import ssm as parameters_ssm
 from botocore.config import Config
 
-from servingctl.local import ecs_tasks, iam, lambda_runtime, moto_patches
-from servingctl.local.apigw import ApiGateway
-from servingctl.local.eventbridge import EventBridge, load_template, read_wiring
-from servingctl.local.elbv2 import LoadBalancers
+from servingctl.local import iam, moto_patches
+from servingctl.local.awslambda import runtime as lambda_runtime
+from servingctl.local.ecs import tasks as ecs_tasks
+from servingctl.local.apigateway.apigw import ApiGateway
+from servingctl.local.eventbridge.rules import EventBridge, load_template, read_wiring
+from servingctl.local.elbv2.load_balancers import LoadBalancers
 from servingctl.local.faults import check_fault
 from servingctl.local.modelserver import free_port
 from servingctl.local.world import PREFETCH_CONTAINER, WORLD_AGENT, Delays, World, model_log_group
-from servingctl.local.task_iam import TaskIam
+from servingctl.local.iam.task_iam import TaskIam
 from servingctl.registry import layout
 from servingctl.registry.loader import parse_registry
 from servingctl.registry.models import Registry
@@ -158,7 +160,7 @@ class _HandlerGlobals:
 
 class HandlerRouter:
     """Runs functions/<name>/app.py:lambda_handler like Lambda: each invocation in an execution
-    environment of the function (a worker process, servingctl.local.lambda_runtime), warm ones reused.
+    environment of the function (a worker process, servingctl.local.awslambda.runtime), warm ones reused.
 
     Inside in_process(), invocations run in the twin's own process instead, each loaded handler module
     (a "container") serving one at a time: for tests that replace code a handler calls (monkeypatch),
@@ -408,12 +410,12 @@ class Twin:
         self.registry: Registry | None = None
         self.state_machines: dict[str, str] = {}  # file stem -> ARN
         self.functions: dict[str, str] = {}  # contract name -> ARN
-        # The ALBs' data plane (servingctl.local.elbv2): every profile's endpoint_url is its load balancer's address.
+        # The ALBs' data plane (servingctl.local.elbv2.load_balancers): every profile's endpoint_url is its load balancer's address.
         self.load_balancers: LoadBalancers | None = None
         self.router: HandlerRouter | None = None
         self.world: World | None = None
         self._server: moto_patches.MotoServer | None = None
-        # The REST API over HTTP (servingctl.local.apigw) when api_port is given (0 picks a free port).
+        # The REST API over HTTP (servingctl.local.apigateway.apigw) when api_port is given (0 picks a free port).
         self.api_port = api_port
         self.api: ApiGateway | None = None
         # The control loop of the deployed stack: the scheduled sweep and the status-change events.

@@ -6,7 +6,7 @@ launch template the group points at), the ASG's warm pool (see below), container
 registration, the ECS service scheduler placing and stopping tasks (PROVISIONING -> PENDING ->
 RUNNING -> ... -> STOPPED, and replacing a task whose target stays unhealthy past the service's
 health check grace period), ALB target registration and deregistration (what the load balancer
-does with them, its health checks, draining and metrics, is servingctl.local.elbv2's), and a real
+does with them, its health checks, draining and metrics, is servingctl.local.elbv2.load_balancers's), and a real
 model server process per RUNNING task, listening at the task's ENI address (the twin's VPC is a
 loopback range), and injects faults. Reads and writes go through the public APIs where
 they can express it, and through servingctl.local.moto_patches where they cannot.
@@ -40,7 +40,7 @@ import boto3
 from botocore.config import Config
 
 from servingctl.local import moto_patches as mp
-from servingctl.local.elbv2 import LoadBalancers
+from servingctl.local.elbv2.load_balancers import LoadBalancers
 from servingctl.local.faults import check_fault, execution_lag_s
 from servingctl.local.modelserver import ModelServerProcess, simulator_server, tiny_model_dir, vllm_server
 from servingctl.registry.models import Registry

@@ -6,7 +6,7 @@ ENTRYPOINT, with this interpreter and the servingctl package as the image holds 
 definition's environment with the RunTask container overrides applied, and the task moving
 PROVISIONING -> RUNNING -> STOPPED with the container's exit code and ECS's stop reason. The output
 goes to the task's log file (its awslogs stream). With IAM on, the process runs under its task
-role (servingctl.local.task_iam): a call the role does not allow is refused as AWS would, and every
+role (servingctl.local.iam.task_iam): a call the role does not allow is refused as AWS would, and every
 call goes to the twin's recorder once the task stops.
 """
 
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from servingctl.local import iam, moto_patches
-from servingctl.local.task_iam import ENV as TASK_IAM_ENV
-from servingctl.local.task_iam import TaskIam, recorded_calls
+from servingctl.local.iam.task_iam import ENV as TASK_IAM_ENV
+from servingctl.local.iam.task_iam import TaskIam, recorded_calls
 
 # What ECS reports when the essential container exits (whatever its code).
 STOPPED_REASON = "Essential container in task exited"
@@ -103,7 +103,7 @@ class TaskRunner:
         elif role is not None:  # `python -m MODULE ...` run under the task role
             if command[1:2] != ["-m"]:
                 raise ValueError(f"{family}: the twin runs a task under its role as `python -m MODULE` only, not {command}")
-            command = [command[0], "-m", "servingctl.local.task_iam", *command[1:]]
+            command = [command[0], "-m", "servingctl.local.iam.task_iam", *command[1:]]
             env[TASK_IAM_ENV] = replace(role, calls_path=str(calls)).to_env()
         with open(self.logdir / f"{definition['name']}-{task.id}.log", "ab") as log:
             with self._lock:

@@ -1,0 +1,1 @@
+"""Lambda as the twin plays it: execution environments of the real handlers (runtime)."""

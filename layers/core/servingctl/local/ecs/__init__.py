@@ -1,0 +1,1 @@
+"""ECS as the twin plays it: the benchmark task's process (tasks)."""
