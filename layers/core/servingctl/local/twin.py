@@ -7,8 +7,11 @@ environment of its function (servingctl.local.awslambda.runtime) configured as t
 the benchmark task definition whose tasks servingctl.local.ecs.tasks runs, and helpers to run executions.
 The world simulator (servingctl.local.world) plays AWS's part over time; servingctl.local.eventbridge.rules
 plays the sweep's schedule and the status-change rule of template.yaml (with sweep=True) and aborts
-a .sync child with its parent. One twin per process:
-moto's backends and the Step Functions interpreter's endpoint (MOTO_PORT) are process-wide.
+a .sync child with its parent. Each AWS service the twin plays has its folder (autoscaling, awslambda,
+apigateway, cloudwatch, dynamodb, ecs, elbv2, eventbridge, iam, s3, stepfunctions), which owns its state
+and its moto patches (servingctl.local.patching). Twins of one process play different regions (moto's
+backends are the process's, one per region): each claims its registry's region, and nothing of one is
+seen by another but what AWS shares between regions too (IAM roles).
 """
 
 from __future__ import annotations
@@ -44,15 +47,22 @@ from aws_lambda_powertools.utilities.parameters import secrets as parameters_sec
 from aws_lambda_powertools.utilities.parameters import ssm as parameters_ssm
 from botocore.config import Config
 
-from servingctl.local import iam, moto_patches
+from servingctl.local import iam, patching
+from servingctl.local.autoscaling.patches import asg_tags
 from servingctl.local.awslambda import runtime as lambda_runtime
+from servingctl.local.awslambda.patches import Invoker, function_configuration
+from servingctl.local.cloudwatch.logs import model_log_group
 from servingctl.local.ecs import tasks as ecs_tasks
+from servingctl.local.ecs.patches import Placement
+from servingctl.local.ecs.scheduler import PREFETCH_CONTAINER
+from servingctl.local.elbv2.patches import TargetHealth
 from servingctl.local.apigateway.apigw import ApiGateway
 from servingctl.local.eventbridge.rules import EventBridge, load_template, read_wiring
 from servingctl.local.elbv2.load_balancers import LoadBalancers
-from servingctl.local.faults import check_fault
+from servingctl.local.faults import WORLD_AGENT, check_fault
 from servingctl.local.modelserver import free_port
-from servingctl.local.world import PREFETCH_CONTAINER, WORLD_AGENT, Delays, World, model_log_group
+from servingctl.local.s3.patches import object_exists
+from servingctl.local.world import Delays, World
 from servingctl.local.iam.task_iam import TaskIam
 from servingctl.registry import layout
 from servingctl.registry.loader import parse_registry
@@ -80,8 +90,6 @@ BENCH_IMAGE = "servingctl-bench:twin"  # BenchImageUri on the twin: the task run
 TABLE = "servingctl"
 BUCKET = "servingctl-bench-records"
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-_active: Twin | None = None
-_active_lock = threading.Lock()
 
 
 def function_name(name: str) -> str:
@@ -405,7 +413,7 @@ class Twin:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="servingctl-twin-"))
         self.table_name = TABLE
-        self.bucket_name = BUCKET
+        self.bucket_name = ""  # named at start(), by region
         self.region = ""
         self.registry: Registry | None = None
         self.state_machines: dict[str, str] = {}  # file stem -> ARN
@@ -414,7 +422,9 @@ class Twin:
         self.load_balancers: LoadBalancers | None = None
         self.router: HandlerRouter | None = None
         self.world: World | None = None
-        self._server: moto_patches.MotoServer | None = None
+        self._server: patching.MotoServer | None = None
+        # This twin's region of moto's backends, claimed at start (servingctl.local.patching).
+        self.site: patching.Site | None = None
         # The REST API over HTTP (servingctl.local.apigateway.apigw) when api_port is given (0 picks a free port).
         self.api_port = api_port
         self.api: ApiGateway | None = None
@@ -439,11 +449,6 @@ class Twin:
     # ---- lifecycle --------------------------------------------------------------------------
     def start(self) -> Twin:
         """Start moto, bootstrap every resource and start the world simulator."""
-        global _active
-        with _active_lock:
-            if _active is not None:
-                raise RuntimeError("a twin is already running in this process (moto's state is process-wide)")
-            _active = self
         try:
             self._start()
         except BaseException:
@@ -452,26 +457,32 @@ class Twin:
         return self
 
     def _start(self) -> None:
-        moto_patches.apply()
+        patching.apply()
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        self._server = moto_patches.MotoServer(self.host, self.port)
+        document = json.loads(self.source_registry.read_text())
+        self.region = document["region"]
+        self.site = patching.claim(self.region)
+        self.bucket_name = f"{BUCKET}-{self.region}"  # S3's names are global: one bucket per region's twin
+        self._server = patching.MotoServer(self.host, self.port)
         self._server.start()
         self.port = self._server.get_host_and_port()[1]
-        # The Step Functions interpreter calls Lambda at http://localhost:$MOTO_PORT.
+        # The Step Functions interpreter calls Lambda at http://localhost:$MOTO_PORT (any live twin's
+        # server reaches every region's backends).
         self._saved_moto_port = os.environ.get("MOTO_PORT")
         os.environ["MOTO_PORT"] = str(self.port)
-        self._moto_api("reset", {})
+        if patching.claimed_regions() == [self.region]:
+            self._moto_api("reset", {})
+        else:
+            patching.reset_region(ACCOUNT_ID, self.region)  # the other twins' regions stay as they are
         self._moto_api("config", {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}})
         # ECS tasks move only when the world moves them (moto would advance one state per describe).
         self._moto_api("state-manager/set-transition", {"model_name": "ecs::task", "transition": {"progression": "manual", "times": 10**9}})
-        moto_patches.reset_world_state()
-        document = json.loads(self.source_registry.read_text())
-        self.region = document["region"]
         self._bootstrap(document)
         assert self.load_balancers is not None
         self.world = World(
-            moto_patches.backends(ACCOUNT_ID, self.region),
+            patching.backends(ACCOUNT_ID, self.region),
             self.registry,
+            site=self.site,
             endpoint_url=self.endpoint_url,
             load_balancers=self.load_balancers,
             model_server=self.model_server,
@@ -480,7 +491,6 @@ class Twin:
             delays=self.delays,
             logdir=self.workdir / "logs",
         )
-        self._server.request_hook = self.world.request_hook
         if self.iam_template is not None:
             self.iam = self._enforcer(self.iam_template)
             iam.activate(self.iam)
@@ -498,7 +508,7 @@ class Twin:
                 self.workdir / "logs" / "ecs", faults=lambda: self.world.faults if self.world is not None else frozenset(),
                 roles=roles, record=None if self.iam is None else self.iam.record,
             )
-            moto_patches.set_task_runner(self.tasks)
+            self._claimed().part(Placement).runner = self.tasks
         self.world.start()
         self._start_eventbridge()
         if self.api_port is not None:
@@ -524,7 +534,6 @@ class Twin:
 
     def stop(self) -> None:
         """Stop running executions, the world (and every model server) and moto; remove the workdir."""
-        global _active
         try:
             if self.api is not None:
                 self.api.stop()
@@ -534,7 +543,8 @@ class Twin:
                 self.eventbridge = None
             if self._server is not None and self.state_machines:
                 self._stop_executions()
-            moto_patches.set_task_runner(None)
+            if self.site is not None:
+                self.site.part(Placement).runner = None
             if self.tasks is not None:
                 self.tasks.stop()
             if self.world is not None:
@@ -544,7 +554,8 @@ class Twin:
                 self.load_balancers = None
             if self.iam is not None:
                 iam.activate(None)
-            moto_patches.set_lambda_router(None)
+            if self.site is not None:
+                self.site.part(Invoker).router = None
             if self.router is not None:
                 self.router.close()
             if self._server is not None:
@@ -559,9 +570,9 @@ class Twin:
             if self._own_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
         finally:
-            with _active_lock:
-                if _active is self:
-                    _active = None
+            if self.site is not None:
+                patching.release(self.site)
+                self.site = None
 
     def __enter__(self) -> Twin:
         """Start the twin."""
@@ -588,6 +599,11 @@ class Twin:
         self.api_port = int(self.api.url.rsplit(":", 1)[1])
 
     # ---- access -----------------------------------------------------------------------------
+    def _claimed(self) -> patching.Site:
+        """This twin's site (start() claimed it)."""
+        assert self.site is not None, "start() the twin first"
+        return self.site
+
     @property
     def api_url(self) -> str | None:
         """Base URL of the REST API, None when the twin serves none."""
@@ -760,7 +776,8 @@ class Twin:
             )["Listeners"][0]
             balancers[old_arn] = {"arn": lb["LoadBalancerArn"], "listener": listener["ListenerArn"]}
         self.load_balancers = LoadBalancers(
-            moto_patches.backends(ACCOUNT_ID, self.region).elbv2, self.client("cloudwatch"), host=self.host, time_scale=self.time_scale,
+            patching.backends(ACCOUNT_ID, self.region).elbv2, self.client("cloudwatch"), host=self.host, time_scale=self.time_scale,
+            target_health=self._claimed().part(TargetHealth),
         ).start()
 
         for priority, (name, profile) in enumerate(sorted(document["profiles"].items()), start=1):
@@ -826,7 +843,9 @@ class Twin:
             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
         )
         dynamodb.update_time_to_live(TableName=self.table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
-        self.client("s3").create_bucket(Bucket=self.bucket_name)
+        # S3 refuses a bucket outside us-east-1 without its LocationConstraint.
+        location = {} if self.region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": self.region}}
+        self.client("s3").create_bucket(Bucket=self.bucket_name, **location)
         self._bootstrap_control_plane()
 
     def publish_registry(self, document: Mapping[str, Any]) -> dict[str, str]:
@@ -877,7 +896,10 @@ class Twin:
         iam, lam, sfn = self.client("iam"), self.client("lambda"), self.client("stepfunctions")
         trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
                                                           "Principal": {"Service": ["lambda.amazonaws.com", "states.amazonaws.com"]}}]}
-        role = iam.create_role(RoleName="servingctl-twin", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+        try:
+            role = iam.create_role(RoleName="servingctl-twin", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+        except iam.exceptions.EntityAlreadyExistsException:  # IAM is account-wide: a twin of another region made it
+            role = iam.get_role(RoleName="servingctl-twin")["Role"]["Arn"]
         stems = sorted(p.name.removesuffix(".asl.json") for p in (self.repo_root / "statemachine").glob("*.asl.json"))
         self.state_machines = {
             stem: f"arn:aws:states:{self.region}:{ACCOUNT_ID}:stateMachine:{machine_name(stem)}" for stem in stems
@@ -901,14 +923,14 @@ class Twin:
         region = self.region
 
         def config_of(deployed_name: str) -> lambda_runtime.FunctionConfig:
-            return lambda_runtime.FunctionConfig(*moto_patches.function_configuration(ACCOUNT_ID, region, deployed_name))
+            return lambda_runtime.FunctionConfig(*function_configuration(ACCOUNT_ID, region, deployed_name))
 
         self.router = HandlerRouter(
             self.repo_root / "functions", self.region, config_of,
             log_dir=None if self.lambda_logs_to_terminal else self.workdir / "logs" / "lambda",
             faults=lambda: self.world.faults if self.world is not None else frozenset(),
         )
-        moto_patches.set_lambda_router(self.router)
+        self._claimed().part(Invoker).router = self.router
         substitutions = {substitution_key("Function", n): arn for n, arn in self.functions.items()}
         substitutions |= {substitution_key("StateMachine", s): arn for s, arn in self.state_machines.items()}
         for stem in stems:
@@ -922,15 +944,15 @@ class Twin:
         """The functions' roles from the translated template, rendered with the twin's names."""
         assert self.registry is not None
         registry = self.registry
-        b = moto_patches.backends(ACCOUNT_ID, self.region)
+        b = patching.backends(ACCOUNT_ID, self.region)
         refs = self.template_refs(template)
         policies = iam.function_policies(template, refs) | iam.task_policies(template, refs | {"BenchImageUri": BENCH_IMAGE})
         names = iam.Names(
             account=ACCOUNT_ID, region=self.region, partition_keys={self.table_name: "pk"},
             asg_arn=lambda name: next(p.asg_arn for p in registry.pools.values() if p.asg_name == name),
-            asg_tags=lambda name: moto_patches.asg_tags(b, name),
+            asg_tags=lambda name: asg_tags(b, name),
         )
-        return iam.Enforcer(policies, names, lambda bucket, key: moto_patches.object_exists(ACCOUNT_ID, bucket, key))
+        return iam.Enforcer(policies, names, lambda bucket, key: object_exists(ACCOUNT_ID, bucket, key))
 
     def template_refs(self, template: Mapping[str, Any]) -> dict[str, Any]:
         """What template.yaml's Ref and Fn::GetAtt name on the twin: its parameters as

@@ -23,7 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from servingctl.local import iam, moto_patches
+from servingctl.local import iam
+from servingctl.local.ecs.patches import set_task_status, task_container_definition
 from servingctl.local.iam.task_iam import ENV as TASK_IAM_ENV
 from servingctl.local.iam.task_iam import TaskIam, recorded_calls
 
@@ -82,7 +83,7 @@ class TaskRunner:
         family = task.task_definition_arn.rsplit("/", 1)[1].split(":")[0]
         if family not in self.commands:
             return
-        moto_patches.set_task_status(task, "PROVISIONING")
+        set_task_status(task, "PROVISIONING")
         thread = threading.Thread(target=self._run, args=(task, family), name=f"ecs-task-{task.id[:8]}", daemon=True)
         with self._lock:
             if self._stopping:
@@ -91,7 +92,7 @@ class TaskRunner:
         thread.start()
 
     def _run(self, task: Any, family: str) -> None:
-        definition = moto_patches.task_container_definition(task)
+        definition = task_container_definition(task)
         command = self.commands[family]
         env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ} | self.runtime_env
         env |= container_environment(definition, task.overrides)
@@ -111,7 +112,7 @@ class TaskRunner:
                     return
                 process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
                 self._processes[task.task_arn] = process
-            moto_patches.set_task_status(task, "RUNNING")
+            set_task_status(task, "RUNNING")
             code = process.wait()
         if self.record is not None:
             for call in recorded_calls(calls):
@@ -119,7 +120,7 @@ class TaskRunner:
         with self._lock:
             self._processes.pop(task.task_arn, None)
             self.exit_codes[task.task_arn] = code
-        moto_patches.set_task_status(task, "STOPPED", stopped_reason=STOPPED_REASON, stop_code=STOP_CODE, exit_code=code)
+        set_task_status(task, "STOPPED", stopped_reason=STOPPED_REASON, stop_code=STOP_CODE, exit_code=code)
 
     def stop(self) -> None:
         """Kill every running task's process and wait for their threads."""
