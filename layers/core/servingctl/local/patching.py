@@ -120,6 +120,7 @@ class Site:
 
     def __init__(self, region: str) -> None:
         self.region = region
+        self.port: int | None = None  # of the twin's moto server, once it listens
         self.request_hook: RequestHook | None = None
         self._parts: dict[type, Any] = {}
         self._lock = threading.Lock()
@@ -178,18 +179,26 @@ def claimed_regions() -> list[str]:
         return sorted(_sites.by_region)
 
 
-# The moto services whose regional backends a twin fills (reset_region empties them).
-TWIN_SERVICES = ("autoscaling", "cloudwatch", "dynamodb", "ec2", "ecs", "elbv2", "events", "lambda", "lambda_simple", "logs", "ssm", "stepfunctions")
+# The moto services whose regional backends a twin fills (reset_region empties them, and Lambda's
+# simple backend, which the twin's moto runs without Docker).
+TWIN_SERVICES = ("autoscaling", "cloudwatch", "dynamodb", "ec2", "ecs", "elbv2", "events", "lambda", "logs", "ssm", "stepfunctions")
 
 
 def reset_region(account_id: str, region: str) -> None:
     """Empty moto's backends of account_id/region that a twin fills (moto's reset empties every region)."""
+    from moto.awslambda_simple.models import lambda_simple_backends
     from moto.backends import get_backend
 
-    for service in TWIN_SERVICES:
-        backends_of = get_backend(service)[account_id]  # type: ignore[call-overload]
+    for backend_dict in [*(get_backend(s) for s in TWIN_SERVICES), lambda_simple_backends]:  # type: ignore[call-overload]
+        backends_of = backend_dict[account_id]
         if region in backends_of:
             backends_of[region].reset()
+
+
+def claimed_ports() -> list[int]:
+    """The ports of the live twins' moto servers (any of them reaches every region's backends)."""
+    with _sites.lock:
+        return [site.port for site in _sites.by_region.values() if site.port is not None]
 
 
 def request_region(environ: dict[str, Any]) -> str:

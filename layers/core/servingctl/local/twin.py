@@ -433,7 +433,7 @@ class Twin:
         self.eventbridge: EventBridge | None = None
         # State machine stem -> TimeoutSeconds put in its definition (an execution then times out).
         self.execution_timeouts_s = dict(execution_timeouts_s or {})
-        self._saved_moto_port: str | None = None
+        # The process's environment variables this twin set, as they were before (restored at stop).
         self._saved_environment: dict[str, str | None] = {}
         # template.yaml after the SAM transform: when given, each function's role decides its calls
         # (servingctl.local.iam) and self.iam records every call.
@@ -468,8 +468,9 @@ class Twin:
         self.port = self._server.get_host_and_port()[1]
         # The Step Functions interpreter calls Lambda at http://localhost:$MOTO_PORT (any live twin's
         # server reaches every region's backends).
-        self._saved_moto_port = os.environ.get("MOTO_PORT")
+        self._saved_environment["MOTO_PORT"] = os.environ.get("MOTO_PORT")
         os.environ["MOTO_PORT"] = str(self.port)
+        self.site.port = self.port
         if patching.claimed_regions() == [self.region]:
             self._moto_api("reset", {})
         else:
@@ -561,7 +562,7 @@ class Twin:
             if self._server is not None:
                 self._server.stop()
                 self._server = None
-            for key, value in {**self._saved_environment, "MOTO_PORT": self._saved_moto_port}.items():
+            for key, value in self._saved_environment.items():
                 if value is None:
                     os.environ.pop(key, None)
                 else:
@@ -573,6 +574,10 @@ class Twin:
             if self.site is not None:
                 patching.release(self.site)
                 self.site = None
+                # The interpreter of a twin still running must keep reaching a live server.
+                ports = patching.claimed_ports()
+                if ports and os.environ.get("MOTO_PORT") not in {str(p) for p in ports}:
+                    os.environ["MOTO_PORT"] = str(ports[0])
 
     def __enter__(self) -> Twin:
         """Start the twin."""
@@ -918,7 +923,7 @@ class Twin:
                 Environment={"Variables": given},
             )["FunctionArn"]
         # The twin's shell and in-process handlers (HandlerRouter.in_process) see every variable.
-        self._saved_environment = {key: os.environ.get(key) for key in environment}
+        self._saved_environment |= {key: os.environ.get(key) for key in environment}
         os.environ.update(environment)
         region = self.region
 
