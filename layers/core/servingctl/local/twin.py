@@ -668,7 +668,7 @@ class Twin:
         }
 
     def set_faults(self, *faults: str) -> None:
-        """Replace the active faults of the world (see servingctl.local.world.FAULTS)."""
+        """Replace the active faults of the world (see servingctl.local.faults.FAULTS)."""
         assert self.world is not None, "start() the twin first"
         self.world.set_faults(faults)
 

@@ -1,1 +1,2 @@
-"""Lambda as the twin plays it: execution environments of the real handlers (runtime)."""
+"""Lambda as the twin plays it: Invoke runs the real handler (patches) in an execution environment of
+its function (runtime)."""
