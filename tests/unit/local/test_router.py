@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from servingctl.local.awslambda.runtime import FunctionConfig
-from servingctl.local.twin import HandlerRouter
+from servingctl.local.awslambda.router import HandlerRouter
 
 HANDLER = textwrap.dedent(
     '''

@@ -34,6 +34,8 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoReque
 from werkzeug.serving import make_server
 
 MOTO_VERSION = "5.2.5"
+# The account every twin plays (moto's default: what unsigned-for-an-account requests reach).
+ACCOUNT_ID = "123456789012"
 # The service folders whose `patches` module declares PATCHES (in the order apply() installs them).
 SERVICES = ("awslambda", "autoscaling", "dynamodb", "ecs", "elbv2", "s3", "stepfunctions")
 T = TypeVar("T")
