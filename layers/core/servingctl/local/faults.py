@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from servingctl.local.world import World
 
+# The User-Agent token of the twin's own agents (its world, its harness): never faulted, never lagged.
 WORLD_AGENT = "servingctl-world"
 
 # The launch failures capacity-unavailable=TYPE:CLASS plays, each worded as AWS does (servingctl.local.autoscaling.groups).
@@ -30,7 +31,6 @@ LAUNCH_FAILURES: dict[str, str] = {
     "launch-template": "the launch template's instance profile is invalid",
     "ami": "the launch template's AMI does not exist",
 }
-
 FAULTS: dict[str, str] = {
     "capacity-unavailable": "every instance launch fails with InsufficientInstanceCapacity; Fargate RunTask places nothing "
     "(capacity-unavailable=TYPE: only launches and warm starts of that instance type fail; =TYPE:CLASS: with AWS's "
@@ -48,12 +48,14 @@ FAULTS: dict[str, str] = {
     "started less than 5 s ago is missing (DescribeExecution: ExecutionDoesNotExist), one closed less than that ago "
     "still RUNNING; Step Functions' own reads (.sync) and status-change events do not lag (executions-lag=SECONDS: that lag)",
 }
+
 # Faults that may name what they apply to after "=": the pattern of the argument and what it is.
 FAULT_ARGUMENTS: dict[str, tuple[str, str]] = {
     "capacity-unavailable": (r"^[a-z0-9-]+\.[a-z0-9]+(:(" + "|".join(LAUNCH_FAILURES) + "))?$",
                              "an EC2 instance type, optionally :CLASS (" + ", ".join(LAUNCH_FAILURES) + "), e.g. g7e.2xlarge:vcpu-limit"),
     "executions-lag": (r"^\d+(\.\d+)?$", "seconds, e.g. 5 or 2.5"),
 }
+
 # The executions-lag fault's lag when it names none (seconds of the twin's clock).
 EXECUTIONS_LAG_S = 5.0
 
@@ -84,8 +86,6 @@ def check_faults(faults: Sequence[str], model_server: str) -> None:
         check_fault(fault)
     if "smoke-fails-once" in faults and model_server != "sim":
         raise ValueError("fault: smoke-fails-once needs the simulator model server (model_server 'sim')")
-
-
 # (service signing name, operation) throttled once under throttle-once; each maps to its error shape.
 THROTTLED = {
     ("lambda", "Invoke"): "TooManyRequestsException",
@@ -95,6 +95,7 @@ THROTTLED = {
     ("autoscaling", "SetDesiredCapacity"): "Throttling",
     ("elasticloadbalancing", "DescribeTargetHealth"): "Throttling",
 }
+
 # profile_steps actions failed by a fault (fault -> action), answered as Lambda answers a handler that raised.
 FAILED_STEPS = {"roll-back-fails": "roll_back", "prepare-stop-fails-once": "prepare_stop"}
 STEP_FAILURE = ("An error occurred (InternalServerError) when calling the {operation} operation (reached max retries: 4): "

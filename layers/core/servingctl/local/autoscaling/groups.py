@@ -56,6 +56,8 @@ LAUNCH_FAILURE_MESSAGES: dict[str, str] = {
 
 
 @dataclass
+
+
 class _Instance:
     """One instance of a pool as the world moves it."""
 

@@ -30,13 +30,11 @@ CRASH_REASON = "Essential container in task exited"
 # ECS's stopped reason for a task its service replaced after failed ELB health checks.
 ELB_UNHEALTHY_REASON = "Task failed ELB health checks in (target-group {target_group})"
 
-
 # PREFETCHING: the world's name for PENDING while the prefetch container syncs the weights.
 _PENDING_TASK = ("PROVISIONING", "PENDING", "PREFETCHING", "ACTIVATING")
 
 # The init container of Terraform's serving-profile module and its lines (its prefetch_command).
 PREFETCH_CONTAINER = "prefetch-weights"
-
 PREFETCH_LINES = ("servingctl prefetch: syncing {model}", "servingctl prefetch: done")
 
 # A real vLLM loads in real seconds, which the time scale does not shorten: its grace period is at
@@ -48,6 +46,8 @@ CONTAINER_PORT = 8000
 
 
 @dataclass
+
+
 class _Task:
     """One service task as the world moves it."""
 
