@@ -18,7 +18,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 from servingctl.api.routes import OPENAPI_PATH
-from servingctl.local.apigw import LOCAL_PRINCIPAL
+from servingctl.local.apigateway.apigw import LOCAL_PRINCIPAL
 from servingctl.local.twin import Twin
 from servingctl.local.world import Delays
 

@@ -25,7 +25,7 @@ import pytest
 from botocore.credentials import Credentials
 
 from servingctl.cli.sigv4 import SigV4
-from servingctl.local.apigw import MAX_PAYLOAD_BYTES, Principal
+from servingctl.local.apigateway.apigw import MAX_PAYLOAD_BYTES, Principal
 from servingctl.local.twin import Twin
 from servingctl.local.world import Delays
 

@@ -1,4 +1,4 @@
-"""The twin's ALB (servingctl.local.elbv2) with real clients: routing by the listener's rules, ALB's
+"""The twin's ALB (servingctl.local.elbv2.load_balancers) with real clients: routing by the listener's rules, ALB's
 own answers, fail-open, draining, and the AWS/ApplicationELB metrics it publishes from what it proxied.
 
 Targets here are small HTTP servers of the test, registered in a profile's target group through
@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from servingctl.local.elbv2 import dimensions_of
+from servingctl.local.elbv2.load_balancers import dimensions_of
 from servingctl.local.twin import Twin
 from servingctl.local.world import Delays
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from servingctl.control.history import EXECUTION_EVENTS, state_events, worst_case_events
-from servingctl.local.moto_patches import HISTORY_LIMIT, PAYLOAD_LIMIT_BYTES
+from servingctl.local.stepfunctions.quotas import HISTORY_LIMIT, PAYLOAD_LIMIT_BYTES
 from servingctl.local.twin import Twin
 
 # ExecutionStarted, Pass "Begin" (entered, exited), then per round Choice "Loop" + Pass "Count" (2 + 2),

@@ -11,8 +11,9 @@ from pathlib import Path
 import boto3
 import pytest
 
+from servingctl.local.ecs.scheduler import ELB_UNHEALTHY_REASON
 from servingctl.local.twin import REFERENCE_REGISTRY, Twin
-from servingctl.local.world import ELB_UNHEALTHY_REASON, Delays
+from servingctl.local.world import Delays
 from servingctl.store import DynamoStore
 from servingctl.store.models import Phase
 

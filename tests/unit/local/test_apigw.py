@@ -17,7 +17,7 @@ from botocore.credentials import Credentials
 
 from servingctl.cli.sigv4 import SigV4, twin_signer
 from servingctl.local import iam
-from servingctl.local.apigw import (
+from servingctl.local.apigateway.apigw import (
     LOCAL_PRINCIPAL,
     MISSING_TOKEN,
     ApiGateway,
@@ -27,8 +27,8 @@ from servingctl.local.apigw import (
     authorize,
     render_resource_policy,
 )
-from servingctl.local.eventbridge import load_template
-from servingctl.local.validators import load_validators
+from servingctl.local.apigateway.validators import load_validators
+from servingctl.local.eventbridge.rules import load_template
 
 TEMPLATE = Path(__file__).resolve().parents[3] / "template.yaml"
 ACCOUNT, REGION = "123456789012", "us-east-1"

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from servingctl.local.eventbridge import EventBridge, Wiring, load_template, matches, rate_seconds, read_wiring, status_change
+from servingctl.local.eventbridge.rules import (
+    EventBridge,
+    Wiring,
+    load_template,
+    matches,
+    rate_seconds,
+    read_wiring,
+    status_change,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 ARN = "arn:aws:states:us-east-1:123456789012:stateMachine:servingctl-{}"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from servingctl.local.lambda_runtime import FunctionConfig
-from servingctl.local.twin import HandlerRouter
+from servingctl.local.awslambda.router import HandlerRouter
+from servingctl.local.awslambda.runtime import FunctionConfig
 
 HANDLER = textwrap.dedent(
     '''

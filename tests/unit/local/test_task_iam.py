@@ -1,4 +1,4 @@
-"""An ECS task's process under its task role on the twin (servingctl.local.task_iam): the role's
+"""An ECS task's process under its task role on the twin (servingctl.local.iam.task_iam): the role's
 policy decides every call the task's own code makes, once, from any thread, and the twin reads the
 decided calls back; the roles come from the translated template's task definitions."""
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from servingctl.local import iam
-from servingctl.local.task_iam import ENV, TaskIam, recorded_calls
+from servingctl.local.iam.task_iam import ENV, TaskIam, recorded_calls
 
 ROOT = Path(__file__).resolve().parents[3]
 TABLE = "arn:aws:dynamodb:us-east-1:123456789012:table/servingctl"
@@ -37,7 +37,7 @@ def _run_task(tmp_path: Path, statements: tuple) -> subprocess.CompletedProcess[
     setup = TaskIam("servingctl-bench", statements, "123456789012", "us-east-1", {"servingctl": "pk"}, str(tmp_path / "calls"))
     env = {**os.environ, ENV: setup.to_env(), "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT / 'layers/core'}"}
     return subprocess.run(
-        [sys.executable, "-m", "servingctl.local.task_iam", "-m", "task_code"],
+        [sys.executable, "-m", "servingctl.local.iam.task_iam", "-m", "task_code"],
         env=env,
         capture_output=True,
         text=True,

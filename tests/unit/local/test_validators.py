@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from servingctl.local.eventbridge import load_template
-from servingctl.local.validators import MethodValidation, Validators, check, load_validators
+from servingctl.local.apigateway.validators import MethodValidation, Validators, check, load_validators
+from servingctl.local.eventbridge.rules import load_template
 
 TEMPLATE = Path(__file__).resolve().parents[3] / "template.yaml"
 START, KEEPALIVE, BENCHMARKS = "/profiles/{name}/start", "/profiles/{name}/keepalive", "/benchmarks"

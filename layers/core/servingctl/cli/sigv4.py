@@ -1,5 +1,5 @@
 """SigV4 signing of the CLI's requests to the deployed API (API Gateway with IAM auth) and to the
-local twin's, which checks signatures as API Gateway does (servingctl.local.apigw) and knows one
+local twin's, which checks signatures as API Gateway does (servingctl.local.apigateway.apigw) and knows one
 user: the twin's own access key below, as moto knows its "testing" credentials."""
 
 from __future__ import annotations

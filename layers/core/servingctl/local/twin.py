@@ -1,59 +1,64 @@
 """The local twin of AWS: moto in server mode running the real state machines and Lambda handlers.
 
 Owns the moto server harness (in-process, 127.0.0.1), the bootstrap of every AWS resource the
-registry names (ECS, Auto Scaling, ELBv2, SSM, DynamoDB, S3, Lambda, Step Functions), the routing
-of Lambda invokes to the real handlers in functions/<name>/app.py, each run in an execution
-environment of its function (servingctl.local.lambda_runtime) configured as template.yaml deploys it,
-the benchmark task definition whose tasks servingctl.local.ecs_tasks runs, and helpers to run executions.
-The world simulator (servingctl.local.world) plays AWS's part over time; servingctl.local.eventbridge
+registry names (ECS, Auto Scaling, ELBv2, SSM, DynamoDB, S3, Lambda, Step Functions), the Lambda
+functions configured as template.yaml deploys them (their invokes run the real handlers through
+servingctl.local.awslambda.router),
+the benchmark task definition whose tasks servingctl.local.ecs.tasks runs, and helpers to run executions.
+The world simulator (servingctl.local.world) plays AWS's part over time; servingctl.local.eventbridge.rules
 plays the sweep's schedule and the status-change rule of template.yaml (with sweep=True) and aborts
-a .sync child with its parent. One twin per process:
-moto's backends and the Step Functions interpreter's endpoint (MOTO_PORT) are process-wide.
+a .sync child with its parent. Each AWS service the twin plays has its folder (autoscaling, awslambda,
+apigateway, cloudwatch, dynamodb, ecs, elbv2, eventbridge, iam, s3, stepfunctions), which owns its state
+and its moto patches (servingctl.local.patching). Twins of one process play different regions (moto's
+backends are the process's, one per region): each claims its registry's region, and nothing of one is
+seen by another but what AWS shares between regions too (IAM roles).
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import logging
 import math
 import os
-import pickle
 import random
 import re
 import shutil
 import tempfile
-import threading
 import time
 import uuid
 import zipfile
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
-from contextvars import ContextVar
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType, TracebackType
+from types import TracebackType
 from typing import Any
 
 import boto3
 import httpx
-from aws_lambda_powertools.utilities.parameters import appconfig as parameters_appconfig
-from aws_lambda_powertools.utilities.parameters import base as parameters_base
-from aws_lambda_powertools.utilities.parameters import constants as parameters_constants
-from aws_lambda_powertools.utilities.parameters import secrets as parameters_secrets
-from aws_lambda_powertools.utilities.parameters import ssm as parameters_ssm
 from botocore.config import Config
 from botocore.credentials import Credentials
 
 from servingctl.cli.sigv4 import SigV4
-from servingctl.local import ecs_tasks, iam, lambda_runtime, moto_patches
-from servingctl.local.apigw import LOCAL_PRINCIPAL, ApiGateway, Principal
-from servingctl.local.elbv2 import LoadBalancers
-from servingctl.local.eventbridge import EventBridge, load_template, read_wiring
-from servingctl.local.faults import check_fault
-from servingctl.local.task_iam import TaskIam
-from servingctl.local.validators import Validators, load_validators
-from servingctl.local.world import PREFETCH_CONTAINER, WORLD_AGENT, Delays, World, model_log_group
+from servingctl.local import iam, patching
+from servingctl.local.apigateway.apigw import LOCAL_PRINCIPAL, ApiGateway, Principal
+from servingctl.local.apigateway.validators import Validators, load_validators
+from servingctl.local.autoscaling.patches import asg_tags
+from servingctl.local.awslambda import runtime as lambda_runtime
+from servingctl.local.awslambda.patches import Invoker, function_configuration
+from servingctl.local.awslambda.router import FUNCTIONS, HandlerRouter, function_name
+from servingctl.local.cloudwatch.logs import model_log_group
+from servingctl.local.ecs import tasks as ecs_tasks
+from servingctl.local.ecs.patches import Placement
+from servingctl.local.ecs.scheduler import PREFETCH_CONTAINER
+from servingctl.local.elbv2.load_balancers import LoadBalancers
+from servingctl.local.elbv2.patches import TargetHealth
+from servingctl.local.eventbridge.rules import EventBridge, load_template, read_wiring
+from servingctl.local.faults import WORLD_AGENT, check_fault
+from servingctl.local.iam.task_iam import TaskIam
+from servingctl.local.patching import ACCOUNT_ID
+from servingctl.local.s3.patches import object_exists
+from servingctl.local.world import Delays, World
 from servingctl.registry import layout
 from servingctl.registry.loader import parse_registry
 from servingctl.registry.models import Registry
@@ -61,9 +66,6 @@ from servingctl.store.dynamodb import TABLE_SCHEMA
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
 REFERENCE_REGISTRY = Path(__file__).with_name("reference_registry.json")
-ACCOUNT_ID = "123456789012"
-# Every Lambda function of the control-plane contract: name -> in a VPC (documentation only here).
-FUNCTIONS = ("profile_steps", "smoke_test", "sweep", "api", "bench_worker")
 # Variables of every twin function that Lambda's runtime (credentials, region) or the twin's pacing
 # (SERVINGCTL_STOP_POLL) provides; each function also gets the ones template.yaml gives it.
 RUNTIME_VARIABLES = (
@@ -83,19 +85,12 @@ IDLE_TIMEOUT_S = 300
 UNKNOWN_PROFILE_BODY = '{"error":"unknown or missing X-LLM-Profile header"}'
 # template.yaml's benchmark task (BenchTaskDefinition) and the image whose command it runs.
 BENCH_TASK = "BenchTaskDefinition"
-API_RESOURCE = "ServingApi"  # template.yaml's REST API: its resource policy is the twin's API Gateway's
 BENCH_DOCKERFILE = Path("infra/bench/Dockerfile")
 BENCH_IMAGE = "servingctl-bench:twin"  # BenchImageUri on the twin: the task runs the image's command locally
 TABLE = "servingctl"
 BUCKET = "servingctl-bench-records"
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-_active: Twin | None = None
-_active_lock = threading.Lock()
-
-
-def function_name(name: str) -> str:
-    """The deployed Lambda name of a contract function (profile_steps -> servingctl-profile-steps)."""
-    return "servingctl-" + name.replace("_", "-")
+API_RESOURCE = "ServingApi"  # template.yaml's REST API: its resource policy is the twin's API Gateway's
 
 
 def machine_name(stem: str) -> str:
@@ -106,252 +101,6 @@ def machine_name(stem: str) -> str:
 def substitution_key(kind: str, stem: str) -> str:
     """DefinitionSubstitutions key of a function or state machine (profile_steps -> ProfileStepsFunctionArn)."""
     return "".join(part.capitalize() for part in stem.split("_")) + kind + "Arn"
-
-
-# The twin container whose handler runs in this thread (None: the twin itself, a test, the CLI).
-_CONTAINER: ContextVar[str | None] = ContextVar("servingctl_twin_container", default=None)
-
-
-class _ProvidersPerContainer(MutableMapping[str, Any]):
-    """Powertools' DEFAULT_PROVIDERS (the parameter providers with their caches), one set per
-    in-process container (see HandlerRouter.in_process), as each Lambda container is a process of its
-    own: a read of the registry in SSM is made under the reading function's role and cached for that
-    container alone. (Clearing the one shared cache at each invocation raced with reads in flight.)"""
-
-    def __init__(self) -> None:
-        self._sets: dict[str | None, dict[str, Any]] = {}
-        self._lock = threading.Lock()
-
-    def _mine(self) -> dict[str, Any]:
-        with self._lock:
-            return self._sets.setdefault(_CONTAINER.get(), {})
-
-    def __getitem__(self, key: str) -> Any:
-        return self._mine()[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self._mine()[key] = value
-
-    def __delitem__(self, key: str) -> None:
-        del self._mine()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self._mine()))
-
-    def __len__(self) -> int:
-        return len(self._mine())
-
-
-def _isolate_parameter_caches() -> None:
-    """Give every Powertools parameters module the per-container providers (once per process)."""
-    if isinstance(parameters_constants.DEFAULT_PROVIDERS, _ProvidersPerContainer):
-        return
-    shared, isolated = parameters_constants.DEFAULT_PROVIDERS, _ProvidersPerContainer()
-    for module in (parameters_constants, parameters_base, parameters_ssm, parameters_secrets, parameters_appconfig):
-        # A Powertools upgrade that moved the dict fails here, not as a silently shared cache.
-        assert getattr(module, "DEFAULT_PROVIDERS", None) is shared, f"{module.__name__}.DEFAULT_PROVIDERS moved"
-        module.DEFAULT_PROVIDERS = isolated  # type: ignore[attr-defined]  # declared by constants only; the assert checks each has it
-
-
-class _HandlerGlobals:
-    """Writes to a function's handler module in every execution environment, now and later
-    (tests move the sweep's CLOCK with `router.module("sweep").CLOCK = ...`); values must pickle."""
-
-    def __init__(self, router: HandlerRouter, name: str) -> None:
-        object.__setattr__(self, "_router", router)
-        object.__setattr__(self, "_name", name)
-
-    def __setattr__(self, attribute: str, value: Any) -> None:
-        router: HandlerRouter = object.__getattribute__(self, "_router")
-        with router._lock:
-            router._overrides.setdefault(object.__getattribute__(self, "_name"), {})[(None, attribute)] = value
-
-
-class HandlerRouter:
-    """Runs functions/<name>/app.py:lambda_handler like Lambda: each invocation in an execution
-    environment of the function (a worker process, servingctl.local.lambda_runtime), warm ones reused.
-
-    Inside in_process(), invocations run in the twin's own process instead, each loaded handler module
-    (a "container") serving one at a time: for tests that replace code a handler calls (monkeypatch),
-    which a worker process would not see.
-    """
-
-    def __init__(
-        self,
-        functions_dir: Path,
-        region: str,
-        config_of: Callable[[str], lambda_runtime.FunctionConfig],
-        *,
-        log_dir: Path | None = None,
-        faults: Callable[[], frozenset[str]] = frozenset,
-    ) -> None:
-        _isolate_parameter_caches()
-        self.functions_dir = functions_dir
-        self.region = region
-        self.config_of = config_of
-        self.log_dir = log_dir
-        self.faults = faults
-        # The twin's Enforcer when IAM is on: workers decide with its policies and record into it.
-        self.enforcer: iam.Enforcer | None = None
-        self.invocations: list[tuple[str, str | None]] = []  # (function, errorType or None)
-        self._idle: dict[str, list[ModuleType]] = {}
-        self._idle_workers: dict[str, list[lambda_runtime.Worker]] = {}
-        self._workers: set[lambda_runtime.Worker] = set()
-        self._overrides: dict[str, dict[tuple[str | None, str], Any]] = {}
-        self._in_process = 0
-        self._loaded = 0
-        self._closed = False
-        self._lock = threading.Lock()
-        self._tag = uuid.uuid4().hex[:8]
-
-    # ---- in-process containers ------------------------------------------------------------------
-    @contextlib.contextmanager
-    def in_process(self) -> Iterator[None]:
-        """Invocations made meanwhile run in this process (tests that monkeypatch handler code)."""
-        with self._lock:
-            self._in_process += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._in_process -= 1
-
-    def _container(self, name: str) -> ModuleType:
-        """An idle in-process container of the function, or a freshly loaded one."""
-        with self._lock:
-            if self._idle.get(name):
-                return self._idle[name].pop()
-            self._loaded += 1
-            serial = self._loaded
-        return lambda_runtime.load_handler(self.functions_dir, name, f"_servingctl_twin_{self._tag}_{name}_{serial}")
-
-    def _release(self, name: str, container: ModuleType) -> None:
-        with self._lock:
-            self._idle.setdefault(name, []).append(container)
-
-    def _call_in_process(self, name: str, context: lambda_runtime.LambdaContext, payload: bytes) -> tuple[bytes, str | None]:
-        container = None
-        try:
-            event = json.loads(payload or b"{}")
-            container = self._container(name)
-            with self._lock:
-                lambda_runtime.set_attributes(container, self._overrides.get(name, {}))
-            token = _CONTAINER.set(container.__name__)
-            try:
-                with iam.calling(name):
-                    result = container.lambda_handler(event, context)
-            finally:
-                _CONTAINER.reset(token)
-            return json.dumps(result).encode(), None
-        except Exception as exc:  # the handler's failure is the invocation's answer, like Lambda
-            return lambda_runtime.handler_error(exc, context.aws_request_id)
-        finally:
-            if container is not None:
-                self._release(name, container)
-
-    # ---- execution environments -------------------------------------------------------------------
-    def module(self, name: str) -> _HandlerGlobals:
-        """The function's handler globals: attributes set on it apply in every environment."""
-        return _HandlerGlobals(self, name)
-
-    def workers(self, name: str) -> list[lambda_runtime.Worker]:
-        """The function's live execution environments, busy or idle."""
-        with self._lock:
-            return [w for w in self._workers if w.spec.name == name and not w.dead]
-
-    def _acquire(self, name: str, deployed_name: str, config: lambda_runtime.FunctionConfig) -> lambda_runtime.Worker:
-        """A warm environment of this configuration, or a new one (a cold start)."""
-        key = config.key()
-        stale: list[lambda_runtime.Worker] = []
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("the twin's Lambda service is stopped")
-            idle = self._idle_workers.setdefault(name, [])
-            stale = [w for w in idle if w.config_key != key or not w.process.is_alive()]
-            idle[:] = [w for w in idle if w not in stale]
-            worker = idle.pop() if idle else None
-        for old in stale:  # a configuration change retires the old environments, as on Lambda
-            self._forget(old)
-        if worker is not None:
-            return worker
-        enforcer = self.enforcer
-        setup = (
-            None
-            if enforcer is None
-            else lambda_runtime.IamSetup(
-                enforcer.policies, enforcer.names.account, enforcer.names.region, enforcer.names.partition_keys
-            )
-        )
-        log_path = None
-        if self.log_dir is not None:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            log_path = self.log_dir / f"{name}.log"
-        spec = lambda_runtime.WorkerSpec(
-            self.functions_dir, name, deployed_name, self.region, ACCOUNT_ID, config, setup, log_path
-        )
-        worker = lambda_runtime.Worker(spec)
-        with self._lock:
-            self._workers.add(worker)
-        return worker
-
-    def _forget(self, worker: lambda_runtime.Worker) -> None:
-        worker.kill()
-        with self._lock:
-            self._workers.discard(worker)
-
-    def _answer(self, question: str, args: tuple[Any, ...]) -> Any:
-        """A worker's question about the twin's state for an IAM decision."""
-        enforcer = self.enforcer
-        assert enforcer is not None, f"a worker asked {question} with IAM off"
-        if question == "object_exists":
-            return enforcer.object_exists(*args)
-        return getattr(enforcer.names, question)(*args)
-
-    def _record(self, call: iam.Call) -> None:
-        enforcer = self.enforcer
-        if enforcer is not None:
-            enforcer.record(call)
-
-    def __call__(self, deployed_name: str, payload: bytes) -> tuple[bytes, str | None]:
-        """Invoke the handler behind deployed_name; a failure becomes Lambda's error payload."""
-        name = next((f for f in FUNCTIONS if function_name(f) == deployed_name), deployed_name)
-        config = self.config_of(deployed_name)
-        request_id = str(uuid.uuid4())
-        if self._in_process:
-            context = lambda_runtime.LambdaContext(
-                function_name=deployed_name,
-                aws_request_id=request_id,
-                memory_limit_in_mb=config.memory_mb,
-                invoked_function_arn=f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{deployed_name}",
-                timeout_s=config.timeout_s,
-            )
-            body, error_type = self._call_in_process(name, context, payload)
-        else:
-            worker = self._acquire(name, deployed_name, config)
-            with self._lock:
-                overrides = pickle.dumps(self._overrides.get(name, {}))
-            hang = name == "smoke_test" and "smoke-test-hangs" in self.faults()
-            try:
-                body, error_type = worker.invoke(
-                    payload, request_id, overrides, hang=hang, answer=self._answer, record=self._record
-                )
-            finally:
-                if worker.dead:
-                    self._forget(worker)
-                else:
-                    with self._lock:
-                        self._idle_workers.setdefault(name, []).append(worker)
-        self.invocations.append((name, error_type))
-        return body, ("Unhandled" if error_type else None)
-
-    def close(self) -> None:
-        """End every execution environment (an invocation in flight answers Runtime.ExitError)."""
-        with self._lock:
-            self._closed = True
-            workers = list(self._workers)
-            self._idle_workers.clear()
-        for worker in workers:
-            self._forget(worker)
 
 
 @dataclass(frozen=True)
@@ -422,17 +171,20 @@ class Twin:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="servingctl-twin-"))
         self.table_name = TABLE
-        self.bucket_name = BUCKET
+        self.bucket_name = ""  # named at start(), by region
         self.region = ""
         self.registry: Registry | None = None
         self.state_machines: dict[str, str] = {}  # file stem -> ARN
         self.functions: dict[str, str] = {}  # contract name -> ARN
-        # The ALBs' data plane (servingctl.local.elbv2): every profile's endpoint_url is its load balancer's address.
+        # The ALBs' data plane (servingctl.local.elbv2.load_balancers): every profile's endpoint_url is its
+        # load balancer's address.
         self.load_balancers: LoadBalancers | None = None
         self.router: HandlerRouter | None = None
         self.world: World | None = None
-        self._server: moto_patches.MotoServer | None = None
-        # The REST API over HTTP (servingctl.local.apigw) when api_port is given (0 picks a free port).
+        self._server: patching.MotoServer | None = None
+        # This twin's region of moto's backends, claimed at start (servingctl.local.patching).
+        self.site: patching.Site | None = None
+        # The REST API over HTTP (servingctl.local.apigateway.apigw) when api_port is given (0 picks a free port).
         self.api_port = api_port
         self.api: ApiGateway | None = None
         # The control loop of the deployed stack: the scheduled sweep and the status-change events.
@@ -440,7 +192,7 @@ class Twin:
         self.eventbridge: EventBridge | None = None
         # State machine stem -> TimeoutSeconds put in its definition (an execution then times out).
         self.execution_timeouts_s = dict(execution_timeouts_s or {})
-        self._saved_moto_port: str | None = None
+        # The process's environment variables this twin set, as they were before (restored at stop).
         self._saved_environment: dict[str, str | None] = {}
         # template.yaml after the SAM transform: when given, each function's role decides its calls
         # (servingctl.local.iam) and self.iam records every call.
@@ -456,11 +208,6 @@ class Twin:
     # ---- lifecycle --------------------------------------------------------------------------
     def start(self) -> Twin:
         """Start moto, bootstrap every resource and start the world simulator."""
-        global _active
-        with _active_lock:
-            if _active is not None:
-                raise RuntimeError("a twin is already running in this process (moto's state is process-wide)")
-            _active = self
         try:
             self._start()
         except BaseException:
@@ -469,28 +216,35 @@ class Twin:
         return self
 
     def _start(self) -> None:
-        moto_patches.apply()
+        patching.apply()
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        self._server = moto_patches.MotoServer(self.host, self.port)
+        document = json.loads(self.source_registry.read_text())
+        self.region = document["region"]
+        self.site = patching.claim(self.region)
+        self.bucket_name = f"{BUCKET}-{self.region}"  # S3's names are global: one bucket per region's twin
+        self._server = patching.MotoServer(self.host, self.port)
         self._server.start()
         self.port = self._server.get_host_and_port()[1]
-        # The Step Functions interpreter calls Lambda at http://localhost:$MOTO_PORT.
-        self._saved_moto_port = os.environ.get("MOTO_PORT")
+        # The Step Functions interpreter calls Lambda at http://localhost:$MOTO_PORT (any live twin's
+        # server reaches every region's backends).
+        self._saved_environment["MOTO_PORT"] = os.environ.get("MOTO_PORT")
         os.environ["MOTO_PORT"] = str(self.port)
-        self._moto_api("reset", {})
+        self.site.port = self.port
+        if patching.claimed_regions() == [self.region]:
+            self._moto_api("reset", {})
+        else:
+            patching.reset_region(ACCOUNT_ID, self.region)  # the other twins' regions stay as they are
         self._moto_api("config", {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}})
         # ECS tasks move only when the world moves them (moto would advance one state per describe).
         self._moto_api(
             "state-manager/set-transition", {"model_name": "ecs::task", "transition": {"progression": "manual", "times": 10**9}}
         )
-        moto_patches.reset_world_state()
-        document = json.loads(self.source_registry.read_text())
-        self.region = document["region"]
         self._bootstrap(document)
         assert self.load_balancers is not None and self.registry is not None  # both made by _bootstrap
         self.world = World(
-            moto_patches.backends(ACCOUNT_ID, self.region),
+            patching.backends(ACCOUNT_ID, self.region),
             self.registry,
+            site=self.site,
             endpoint_url=self.endpoint_url,
             load_balancers=self.load_balancers,
             model_server=self.model_server,
@@ -499,7 +253,6 @@ class Twin:
             delays=self.delays,
             logdir=self.workdir / "logs",
         )
-        self._server.request_hook = self.world.request_hook
         if self.iam_template is not None:
             self.iam = self._enforcer(self.iam_template)
             iam.activate(self.iam)
@@ -532,7 +285,7 @@ class Twin:
                 roles=roles,
                 record=None if self.iam is None else self.iam.record,
             )
-            moto_patches.set_task_runner(self.tasks)
+            self._claimed().part(Placement).runner = self.tasks
         self.world.start()
         self._start_eventbridge()
         if self.api_port is not None:
@@ -562,7 +315,6 @@ class Twin:
 
     def stop(self) -> None:
         """Stop running executions, the world (and every model server) and moto; remove the workdir."""
-        global _active
         try:
             if self.api is not None:
                 self.api.stop()
@@ -572,7 +324,8 @@ class Twin:
                 self.eventbridge = None
             if self._server is not None and self.state_machines:
                 self._stop_executions()
-            moto_patches.set_task_runner(None)
+            if self.site is not None:
+                self.site.part(Placement).runner = None
             if self.tasks is not None:
                 self.tasks.stop()
             if self.world is not None:
@@ -582,13 +335,14 @@ class Twin:
                 self.load_balancers = None
             if self.iam is not None:
                 iam.activate(None)
-            moto_patches.set_lambda_router(None)
+            if self.site is not None:
+                self.site.part(Invoker).router = None
             if self.router is not None:
                 self.router.close()
             if self._server is not None:
                 self._server.stop()
                 self._server = None
-            for key, value in {**self._saved_environment, "MOTO_PORT": self._saved_moto_port}.items():
+            for key, value in self._saved_environment.items():
                 if value is None:
                     os.environ.pop(key, None)
                 else:
@@ -597,9 +351,13 @@ class Twin:
             if self._own_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
         finally:
-            with _active_lock:
-                if _active is self:
-                    _active = None
+            if self.site is not None:
+                patching.release(self.site)
+                self.site = None
+                # The interpreter of a twin still running must keep reaching a live server.
+                ports = patching.claimed_ports()
+                if ports and os.environ.get("MOTO_PORT") not in {str(p) for p in ports}:
+                    os.environ["MOTO_PORT"] = str(ports[0])
 
     def __enter__(self) -> Twin:
         """Start the twin."""
@@ -656,6 +414,11 @@ class Twin:
         return SigV4(Credentials(principal.access_key_id, principal.secret_access_key), self.region)
 
     # ---- access -----------------------------------------------------------------------------
+    def _claimed(self) -> patching.Site:
+        """This twin's site (start() claimed it)."""
+        assert self.site is not None, "start() the twin first"
+        return self.site
+
     @property
     def api_url(self) -> str | None:
         """Base URL of the REST API, None when the twin serves none."""
@@ -703,8 +466,6 @@ class Twin:
             "POWERTOOLS_PARAMETERS_MAX_AGE": str(max(1, round(60 / self.time_scale))),
             "SERVINGCTL_TABLE": self.table_name,
             "SERVINGCTL_BUCKET": self.bucket_name,
-            # template.yaml's BenchRunRole.Arn on the twin (template_refs), assumed per benchmark run.
-            "SERVINGCTL_BENCH_RUN_ROLE": f"arn:aws:iam::{ACCOUNT_ID}:role/servingctl-BenchRunRole",
             "POWERTOOLS_SERVICE_NAME": "servingctl",
             "POWERTOOLS_METRICS_NAMESPACE": "servingctl",
             "POWERTOOLS_TRACE_DISABLED": "true",
@@ -713,6 +474,8 @@ class Twin:
             "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
             "AWS_DEFAULT_REGION": self.region,
             "AWS_REGION": self.region,
+            # template.yaml's BenchRunRole.Arn on the twin (template_refs), assumed per benchmark run.
+            "SERVINGCTL_BENCH_RUN_ROLE": f"arn:aws:iam::{ACCOUNT_ID}:role/servingctl-BenchRunRole",
             **self.bench_ecs,
             **{
                 # START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, RUN_BENCHMARK_STATE_MACHINE_ARN (template.yaml's names)
@@ -722,7 +485,7 @@ class Twin:
         }
 
     def set_faults(self, *faults: str) -> None:
-        """Replace the active faults of the world (see servingctl.local.world.FAULTS)."""
+        """Replace the active faults of the world (see servingctl.local.faults.FAULTS)."""
         assert self.world is not None, "start() the twin first"
         self.world.set_faults(faults)
 
@@ -869,10 +632,11 @@ class Twin:
             )["Listeners"][0]
             balancers[old_arn] = {"arn": lb["LoadBalancerArn"], "listener": listener["ListenerArn"]}
         self.load_balancers = LoadBalancers(
-            moto_patches.backends(ACCOUNT_ID, self.region).elbv2,
+            patching.backends(ACCOUNT_ID, self.region).elbv2,
             self.client("cloudwatch"),
             host=self.host,
             time_scale=self.time_scale,
+            target_health=self._claimed().part(TargetHealth),
         ).start()
 
         for priority, (name, profile) in enumerate(sorted(document["profiles"].items()), start=1):
@@ -967,7 +731,9 @@ class Twin:
         dynamodb = self.client("dynamodb")
         dynamodb.create_table(TableName=self.table_name, **TABLE_SCHEMA)
         dynamodb.update_time_to_live(TableName=self.table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
-        self.client("s3").create_bucket(Bucket=self.bucket_name)
+        # S3 refuses a bucket outside us-east-1 without its LocationConstraint.
+        location = {} if self.region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": self.region}}
+        self.client("s3").create_bucket(Bucket=self.bucket_name, **location)
         self._bootstrap_control_plane()
 
     def publish_registry(self, document: Mapping[str, Any]) -> dict[str, str]:
@@ -1043,7 +809,10 @@ class Twin:
                 }
             ],
         }
-        role = iam.create_role(RoleName="servingctl-twin", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+        try:
+            role = iam.create_role(RoleName="servingctl-twin", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+        except iam.exceptions.EntityAlreadyExistsException:  # IAM is account-wide: a twin of another region made it
+            role = iam.get_role(RoleName="servingctl-twin")["Role"]["Arn"]
         stems = sorted(p.name.removesuffix(".asl.json") for p in (self.repo_root / "statemachine").glob("*.asl.json"))
         self.state_machines = {
             stem: f"arn:aws:states:{self.region}:{ACCOUNT_ID}:stateMachine:{machine_name(stem)}" for stem in stems
@@ -1067,12 +836,12 @@ class Twin:
                 Environment={"Variables": given},
             )["FunctionArn"]
         # The twin's shell and in-process handlers (HandlerRouter.in_process) see every variable.
-        self._saved_environment = {key: os.environ.get(key) for key in environment}
+        self._saved_environment |= {key: os.environ.get(key) for key in environment}
         os.environ.update(environment)
         region = self.region
 
         def config_of(deployed_name: str) -> lambda_runtime.FunctionConfig:
-            return lambda_runtime.FunctionConfig(*moto_patches.function_configuration(ACCOUNT_ID, region, deployed_name))
+            return lambda_runtime.FunctionConfig(*function_configuration(ACCOUNT_ID, region, deployed_name))
 
         self.router = HandlerRouter(
             self.repo_root / "functions",
@@ -1081,7 +850,7 @@ class Twin:
             log_dir=None if self.lambda_logs_to_terminal else self.workdir / "logs" / "lambda",
             faults=lambda: self.world.faults if self.world is not None else frozenset(),
         )
-        moto_patches.set_lambda_router(self.router)
+        self._claimed().part(Invoker).router = self.router
         substitutions = {substitution_key("Function", n): arn for n, arn in self.functions.items()}
         substitutions |= {substitution_key("StateMachine", s): arn for s, arn in self.state_machines.items()}
         for stem in stems:
@@ -1095,7 +864,7 @@ class Twin:
         """The functions' roles from the translated template, rendered with the twin's names."""
         assert self.registry is not None
         registry = self.registry
-        b = moto_patches.backends(ACCOUNT_ID, self.region)
+        b = patching.backends(ACCOUNT_ID, self.region)
         refs = self.template_refs(template)
         policies = (
             iam.function_policies(template, refs)
@@ -1107,9 +876,9 @@ class Twin:
             region=self.region,
             partition_keys={self.table_name: "pk"},
             asg_arn=lambda name: next(p.asg_arn for p in registry.pools.values() if p.asg_name == name),
-            asg_tags=lambda name: moto_patches.asg_tags(b, name),
+            asg_tags=lambda name: asg_tags(b, name),
         )
-        return iam.Enforcer(policies, names, lambda bucket, key: moto_patches.object_exists(ACCOUNT_ID, bucket, key))
+        return iam.Enforcer(policies, names, lambda bucket, key: object_exists(ACCOUNT_ID, bucket, key))
 
     def template_refs(self, template: Mapping[str, Any]) -> dict[str, Any]:
         """What template.yaml's Ref and Fn::GetAtt name on the twin: its parameters as

@@ -1,4 +1,4 @@
-"""An ECS task's process on the twin under its task role: `python -m servingctl.local.task_iam -m
+"""An ECS task's process on the twin under its task role: `python -m servingctl.local.iam.task_iam -m
 MODULE ARG...` runs MODULE as `python -m` would, every AWS call it makes (from any thread) decided
 by the task role's policy as IAM would, a refusal answered with AccessDenied, and each decided call
 appended to a file the twin reads into its recorder when the task stops.
@@ -107,7 +107,7 @@ def _object_exists(bucket: str, key: str) -> bool:
 def main(argv: list[str]) -> None:
     """Decide every call of this process as the task role would, then run `-m MODULE ARG...`."""
     if len(argv) < 2 or argv[0] != "-m":
-        raise SystemExit("usage: python -m servingctl.local.task_iam -m MODULE [ARG...]")
+        raise SystemExit("usage: python -m servingctl.local.iam.task_iam -m MODULE [ARG...]")
     setup = TaskIam.from_env(os.environ.pop(ENV))
     iam.activate(_TaskEnforcer(setup))
     iam.run_as(setup.caller)

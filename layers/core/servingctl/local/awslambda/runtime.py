@@ -36,7 +36,7 @@ from typing import Any
 from servingctl.local import iam
 
 # The modules every worker needs, imported once by the forkserver so a cold start forks them in.
-PRELOAD = ("boto3", "botocore.session", "httpx", "pydantic", "aws_lambda_powertools", "servingctl.local.lambda_runtime")
+PRELOAD = ("boto3", "botocore.session", "httpx", "pydantic", "aws_lambda_powertools", "servingctl.local.awslambda.runtime")
 # What a worker keeps of the twin's own environment (the interpreter's; Lambda's runtime sets the rest).
 INHERITED_ENV = ("PATH", "PYTHONPATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "VIRTUAL_ENV")
 # Lambda's Init phase limit is 10 s; the twin's first cold start on a shared 2-core machine also waits

@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from servingctl.local import moto_patches as mp
+from servingctl.local.elbv2.patches import TargetHealth
 
 # ALB's connection timeout to a target (not configurable on AWS): past it the client gets a 504.
 CONNECT_TIMEOUT_S = 10.0
@@ -127,8 +127,11 @@ class LoadBalancers:
         host: str = "127.0.0.1",
         time_scale: float = 1.0,
         clock: Callable[[], datetime] | None = None,
+        target_health: TargetHealth | None = None,
     ) -> None:
         self.backend = backend
+        # What DescribeTargetHealth answers for this backend's targets (the twin's site's).
+        self.target_health = target_health or TargetHealth()
         self.cloudwatch = cloudwatch
         self.host = host
         self.time_scale = time_scale
@@ -223,7 +226,7 @@ class LoadBalancers:
                 return delay if target is not None else 0.0
             target.drain_until = time.monotonic() + delay
             target.state = "draining"
-        mp.set_target_health(
+        self.target_health.set(
             group, target_id, "draining", "Target.DeregistrationInProgress", "Target deregistration is in progress"
         )
         return delay
@@ -235,7 +238,7 @@ class LoadBalancers:
             tg.deregister([{"Id": target_id}])
         with self._lock:
             target = self._targets.pop((group, target_id), None)
-        mp.clear_target_health(group, target_id)
+        self.target_health.clear(group, target_id)
         if target is not None and self._loop is not None:
             for flight in list(target.inflight):
                 asyncio.run_coroutine_threadsafe(flight.close(), self._loop)
@@ -304,7 +307,7 @@ class LoadBalancers:
                     seen.add(key)
                     if key not in self._targets:
                         self._targets[key] = _Target(arn, target_id, int(registered.get("Port") or tg.port), next_check=now)
-                        mp.set_target_health(
+                        self.target_health.set(
                             arn, target_id, "initial", "Elb.InitialHealthChecking", "Initial health checks in progress"
                         )
             for key, target in list(self._targets.items()):
@@ -339,12 +342,12 @@ class LoadBalancers:
                 needed = 1 if target.state == "initial" else int(tg.healthy_threshold_count)
                 if target.state != "healthy" and target.passes >= needed:
                     target.state = "healthy"
-                    mp.set_target_health(target.group, target.target_id, "healthy")
+                    self.target_health.set(target.group, target.target_id, "healthy")
             else:
                 target.passes, target.failures = 0, target.failures + 1
                 if target.state != "unhealthy" and target.failures >= int(tg.unhealthy_threshold_count):
                     target.state = "unhealthy"
-                    mp.set_target_health(target.group, target.target_id, "unhealthy", *reason)
+                    self.target_health.set(target.group, target.target_id, "unhealthy", *reason)
 
     # ---- the proxy ---------------------------------------------------------------------------
     def _app(self, arn: str, client: httpx.AsyncClient) -> Callable[..., Any]:

@@ -7,7 +7,7 @@ a body over the 10 MB payload quota (413), a route the API does not define and a
 (403 Missing Authentication Token), an unknown key, a wrongly scoped, expired or wrong SigV4
 signature (403, verified with botocore's signer), and a caller the resource policy does not admit
 (403, template.yaml's statements evaluated by servingctl.local.iam), and a request its method's
-validator rejects (400 as the template's gateway response renders it, servingctl.local.validators).
+validator rejects (400 as the template's gateway response renders it, servingctl.local.apigateway.validators).
 The routes themselves live only in servingctl.api (the handler is invoked through the twin's HandlerRouter, like every other
 function), so there is no second implementation of them.
 """
@@ -33,9 +33,9 @@ from botocore.credentials import Credentials
 
 from servingctl.cli.sigv4 import TWIN_ACCESS_KEY_ID, TWIN_SECRET_ACCESS_KEY
 from servingctl.local import iam
-from servingctl.local.validators import Validators, check
+from servingctl.local.apigateway.validators import Validators, check
 
-logger = logging.getLogger("servingctl.local.apigw")
+logger = logging.getLogger("servingctl.local.apigateway.apigw")
 ACCOUNT_ID = "123456789012"
 API_ID = "twinapi001"
 STAGE = "local"

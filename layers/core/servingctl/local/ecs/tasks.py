@@ -6,7 +6,7 @@ ENTRYPOINT, with this interpreter and the servingctl package as the image holds 
 definition's environment with the RunTask container overrides applied, and the task moving
 PROVISIONING -> RUNNING -> STOPPED with the container's exit code and ECS's stop reason. The output
 goes to the task's log file (its awslogs stream). With IAM on, the process runs under its task
-role (servingctl.local.task_iam): a call the role does not allow is refused as AWS would, and every
+role (servingctl.local.iam.task_iam): a call the role does not allow is refused as AWS would, and every
 call goes to the twin's recorder once the task stops.
 """
 
@@ -23,9 +23,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from servingctl.local import iam, moto_patches
-from servingctl.local.task_iam import ENV as TASK_IAM_ENV
-from servingctl.local.task_iam import TaskIam, recorded_calls
+from servingctl.local import iam
+from servingctl.local.ecs.patches import set_task_status, task_container_definition
+from servingctl.local.iam.task_iam import ENV as TASK_IAM_ENV
+from servingctl.local.iam.task_iam import TaskIam, recorded_calls
 
 # What ECS reports when the essential container exits (whatever its code).
 STOPPED_REASON = "Essential container in task exited"
@@ -82,7 +83,7 @@ class TaskRunner:
         family = task.task_definition_arn.rsplit("/", 1)[1].split(":")[0]
         if family not in self.commands:
             return
-        moto_patches.set_task_status(task, "PROVISIONING")
+        set_task_status(task, "PROVISIONING")
         thread = threading.Thread(target=self._run, args=(task, family), name=f"ecs-task-{task.id[:8]}", daemon=True)
         with self._lock:
             if self._stopping:
@@ -91,7 +92,7 @@ class TaskRunner:
         thread.start()
 
     def _run(self, task: Any, family: str) -> None:
-        definition = moto_patches.task_container_definition(task)
+        definition = task_container_definition(task)
         command = self.commands[family]
         env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ} | self.runtime_env
         env |= container_environment(definition, task.overrides)
@@ -103,7 +104,7 @@ class TaskRunner:
         elif role is not None:  # `python -m MODULE ...` run under the task role
             if command[1:2] != ["-m"]:
                 raise ValueError(f"{family}: the twin runs a task under its role as `python -m MODULE` only, not {command}")
-            command = [command[0], "-m", "servingctl.local.task_iam", *command[1:]]
+            command = [command[0], "-m", "servingctl.local.iam.task_iam", *command[1:]]
             env[TASK_IAM_ENV] = replace(role, calls_path=str(calls)).to_env()
         with open(self.logdir / f"{definition['name']}-{task.id}.log", "ab") as log:
             with self._lock:
@@ -111,7 +112,7 @@ class TaskRunner:
                     return
                 process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
                 self._processes[task.task_arn] = process
-            moto_patches.set_task_status(task, "RUNNING")
+            set_task_status(task, "RUNNING")
             code = process.wait()
         if self.record is not None:
             for call in recorded_calls(calls):
@@ -119,7 +120,7 @@ class TaskRunner:
         with self._lock:
             self._processes.pop(task.task_arn, None)
             self.exit_codes[task.task_arn] = code
-        moto_patches.set_task_status(task, "STOPPED", stopped_reason=STOPPED_REASON, stop_code=STOP_CODE, exit_code=code)
+        set_task_status(task, "STOPPED", stopped_reason=STOPPED_REASON, stop_code=STOP_CODE, exit_code=code)
 
     def stop(self) -> None:
         """Kill every running task's process and wait for their threads."""
