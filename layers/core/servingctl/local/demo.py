@@ -92,6 +92,9 @@ SWEEP = [
 ]
 UP_TIMEOUT_S = 180.0
 STOP_GRACE_S = 60.0
+# Orphans that end on their own once the twin is gone (multiprocessing's resource tracker exits when its
+# last client's pipe closes, after its cleanup) get this long before they count as left running.
+ORPHAN_GRACE_S = 10.0
 
 
 def _say(text: str) -> None:
@@ -203,6 +206,9 @@ class TwinProcess:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+        deadline = time.monotonic() + ORPHAN_GRACE_S
+        while any(_alive(pid, started) for pid, started in self.children) and time.monotonic() < deadline:
+            time.sleep(0.1)
         killed = []
         for pid, started in sorted(self.children):
             if _alive(pid, started):
