@@ -1,5 +1,5 @@
 # IAM linter: cloudsplaining in its own venv (its policy_sentry pins boto3 and click versions of its
-# own), run by tests/unit/template/test_iam_lint.py over the template's and Terraform's policies.
+# own), run by tests/infra/template/test_iam_lint.py over the template's and Terraform's policies.
 # requirements/cloudsplaining.txt pins cloudsplaining (0.9.1) and every transitive package.
 CLOUDSPLAINING_VENV := .venv-cloudsplaining
 CLOUDSPLAINING_REQUIREMENTS := requirements/cloudsplaining.txt
@@ -17,6 +17,6 @@ $(CLOUDSPLAINING_STAMP): $(CLOUDSPLAINING_REQUIREMENTS) $(VENV)/.stamp
 
 .PHONY: iam-lint
 iam-lint: setup $(CLOUDSPLAINING_STAMP) ## IAM linter (cloudsplaining) over the template's and Terraform's policies
-	$(VENV)/bin/pytest -q -s tests/unit/template/test_iam_lint.py $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -s tests/infra/template/test_iam_lint.py $(PYTEST_ARGS)
 
 TEST_DEPS += $(CLOUDSPLAINING_STAMP)

@@ -1,10 +1,10 @@
 # Terraform data plane checks: terraform fmt / validate / test (mock AWS provider, no credentials)
-# run by tests/unit/terraform, plus checkov in its own venv (checkov ships bc-python-hcl2, which
+# run by tests/infra/terraform, plus checkov in its own venv (checkov ships bc-python-hcl2, which
 # overwrites python-hcl2). requirements/checkov.txt pins checkov (3.3.30) and every transitive package.
 CHECKOV_REQUIREMENTS := requirements/checkov.txt
 CHECKOV_STAMP := $(CHECKOV_VENV)/.stamp
 
-# tests/unit/terraform runs this binary (and fails, not skips, when it is missing).
+# tests/infra/terraform runs this binary (and fails, not skips, when it is missing).
 export SERVINGCTL_CHECKOV := $(abspath $(CHECKOV_VENV))/bin/checkov
 
 $(CHECKOV_STAMP): $(CHECKOV_REQUIREMENTS) $(VENV)/.stamp
@@ -38,6 +38,6 @@ $(TF_STAMP): $(wildcard $(TF_ROOT)/*.tf) $(TF_ROOT)/.terraform.lock.hcl
 checkov: $(CHECKOV_STAMP) ## checkov in its own venv
 tf-init: $(TF_STAMP) ## terraform init of infra/terraform (local provider mirror when present)
 tf-check: setup $(CHECKOV_STAMP) $(TF_STAMP) ## Terraform tests: fmt, validate, terraform test, registry contract, checkov
-	$(VENV)/bin/pytest -q tests/unit/terraform $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q tests/infra/terraform $(PYTEST_ARGS)
 
 TEST_DEPS += $(CHECKOV_STAMP) $(TF_STAMP)

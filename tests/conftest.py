@@ -27,7 +27,7 @@ def _tool(env_name: str, default: Path, make_target: str) -> Path:
 def cfn() -> dict:
     """template.yaml after the SAM transform: the roles, policies and functions AWS would get."""
     python = _tool("SERVINGCTL_SAM_PYTHON", ROOT / ".venv-sam/bin/python", "sam-validate")
-    script = ROOT / "tests/unit/template/sam_translate.py"
+    script = ROOT / "tests/infra/template/sam_translate.py"
     result = subprocess.run([str(python), str(script), str(TEMPLATE)], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)

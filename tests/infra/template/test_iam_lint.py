@@ -5,7 +5,7 @@ wildcard or write access on Resource "*" (infrastructure modification), except w
 why, on a comment of its own in the statement's file:
     # iam-lint: <Risk> <action>: <why>
 Every finding needs such a line and every such line a finding (a stale exception fails too).
-`pytest -q -s tests/unit/template/test_iam_lint.py` prints the findings per policy.
+`pytest -q -s tests/infra/template/test_iam_lint.py` prints the findings per policy.
 """
 
 from __future__ import annotations

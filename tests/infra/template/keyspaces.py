@@ -1,5 +1,5 @@
 """Print, per role of a template, the item key spaces (partition keys) and record keys it may write:
-`.venv/bin/python tests/unit/template/keyspaces.py [template.yaml]` (the figure of issue 28; a
+`.venv/bin/python tests/infra/template/keyspaces.py [template.yaml]` (the figure of issue 28; a
 template of the shared-partition layout, such as `git show eb8f96b:template.yaml`, is probed with
 that layout's keys). Translated with the SAM venv, decided by the twin's IAM evaluator;
 BenchRunRole as a session tagged run=r1, profile=p.
@@ -36,7 +36,7 @@ class _Placeholders(dict):
 def main(template: str) -> None:
     """Translate template, probe each role's writes, print one line per role."""
     out = subprocess.run(
-        [str(ROOT / ".venv-sam/bin/python"), str(ROOT / "tests/unit/template/sam_translate.py"), template],
+        [str(ROOT / ".venv-sam/bin/python"), str(ROOT / "tests/infra/template/sam_translate.py"), template],
         capture_output=True,
         text=True,
         check=True,
