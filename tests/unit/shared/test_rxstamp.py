@@ -1,6 +1,9 @@
 """Kernel receive stamps: when a read's bytes reached the socket, on the caller's clock."""
 
+import fcntl
 import socket
+import struct
+import termios
 import time
 
 import pytest
@@ -22,16 +25,26 @@ def _tcp_pair() -> tuple[socket.socket, socket.socket]:
     return sender, receiver
 
 
+def _wait_queued(sock: socket.socket, size: int) -> None:
+    """Until size bytes wait in the socket's receive queue (FIONREAD), at most 10 s."""
+    deadline = time.monotonic() + 10
+    while struct.unpack("i", fcntl.ioctl(sock, termios.FIONREAD, b"\0\0\0\0"))[0] < size:
+        assert time.monotonic() < deadline, f"{size} bytes did not arrive in 10 s"
+        time.sleep(0.001)
+
+
 def test_a_read_is_stamped_when_its_bytes_arrived_not_when_it_ran():
     sender, receiver = _tcp_pair()
     with sender, receiver:
         written = time.monotonic_ns()
         sender.sendall(b"first token")
+        # On a busy machine loopback delivery itself can lag: wait until the bytes are there, then read late.
+        _wait_queued(receiver, len(b"first token"))
         time.sleep(0.1)
         read = time.monotonic_ns()
         data, arrived = rxstamp.recv_stamped(receiver, 100)
-    # Stamped between the write and the read that came 100 ms later: bounds that hold however long a
-    # busy machine preempts either side (a stamp taken at the read would be at or after `read`).
+    # Stamped between the write and the read that came 100 ms after the bytes arrived: bounds that hold
+    # however long a busy machine preempts either side (a stamp taken at the read would be at or after `read`).
     assert data == b"first token" and written <= arrived < read
 
 
@@ -43,6 +56,7 @@ def test_segments_that_waited_together_read_as_one_with_the_last_ones_time():
         last = time.monotonic_ns()
         sender.sendall(b"two")
         time.sleep(0.05)
+        _wait_queued(receiver, len(b"one two"))
         read = time.monotonic_ns()
         data, arrived = rxstamp.recv_stamped(receiver, 100)
     # the kernel merged the waiting segments and kept the newest stamp: the earlier one's is gone
