@@ -30,14 +30,14 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 # ---- environments -----------------------------------------------------------------------------
-$(VENV)/.stamp: pyproject.toml constraints.txt
+$(VENV)/.stamp: pyproject.toml cli/pyproject.toml twin/pyproject.toml constraints.txt
 	@test -n "$(PY312)" || { echo "python3.12 not found (pyenv or PATH): it is the Lambda runtime"; exit 1; }
 	$(PY312) -m venv $(VENV)
 	$(VENV)/bin/pip install -q uv==$(UV_VERSION)
-	$(UV) pip install --python $(VENV)/bin/python -q -c constraints.txt -e '.[dev]'
+	$(UV) pip install --python $(VENV)/bin/python -q -c constraints.txt -e '.[client,dev]' -e ./cli -e ./twin
 	touch $@
 
-setup: $(VENV)/.stamp ## main venv (package, AWS emulation, test tools)
+setup: $(VENV)/.stamp ## main venv (the product, the command line and the twin, editable; test tools)
 
 clean: ## remove every venv, build and cache
 	rm -rf $(VENV) $(VLLM_VENV) $(SAM_VENV) $(CHECKOV_VENV) $(CLOUDSPLAINING_VENV) node_modules .cache .aws-sam
@@ -79,4 +79,4 @@ test: lint $(TEST_DEPS) ## everything: lint (ruff, mypy, import contracts), unit
 	SERVINGCTL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q tests/e2e $(PYTEST_ARGS)
 
 demo: setup $(DEMO_DEPS) ## the main path on the local twin with the real vLLM: start, benchmark, report, stop, ledger
-	$(VENV)/bin/python -m servingctl.local.demo --output demo-output
+	$(VENV)/bin/python -m servingctl_twin.demo --output demo-output

@@ -33,7 +33,7 @@ PROFILE = "deepseek-v4-flash"
 def servingctl() -> list[str]:
     """The console script next to this interpreter, else the module."""
     script = Path(sys.executable).with_name("servingctl")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "servingctl.cli.main"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "servingctl_cli.main"]
 
 
 def median_s(command: list[str], runs: int, env: dict[str, str]) -> float:

@@ -1,6 +1,6 @@
 """Client overhead of `servingctl bench` against `vllm bench serve`, measured in the same run.
 
-Both clients stream from the same fast simulator (`servingctl.local.simserver`, high speed factor,
+Both clients stream from the same fast simulator (`servingctl_twin.simserver`, high speed factor,
 max-num-seqs twice the largest concurrency, no MTP so every chunk carries one token: the most
 chunks per token, a client's worst case), one client process each (all concurrencies in it), one
 client at a time, on loopback only, under two load shapes, the goals' (issue 13):
@@ -36,8 +36,13 @@ and two reported but not a goal's:
 
 The load average before and after each shape is printed next to its ratios: the machine may be shared.
 
+`--user-run` measures instead what a user's run costs against a real vLLM on CPU (measure_user_run):
+servingctl bench's defaults against as many requests of vllm bench serve, whole process tree and
+load phase CPU per 1M tokens.
+
 Usage (repository root, main venv; the vLLM venv and the tiny model come from `make vllm`):
     .venv/bin/python benchmarks/client_overhead.py --output .cache/bench/client_overhead.json
+    .venv/bin/python benchmarks/client_overhead.py --user-run --concurrency 64 --max-tokens 128 --input-tokens 128
 """
 
 from __future__ import annotations
@@ -54,13 +59,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from servingctl.bench.metrics import per_read
-from servingctl.bench.outputs import read_results
-from servingctl.bench.outputs.vllm_compat import to_vllm
-from servingctl.bench.stats import summarize
+from servingctl.loadgen.metrics import per_read
+from servingctl.loadgen.outputs import read_results
+from servingctl.loadgen.outputs.vllm_compat import to_vllm
+from servingctl.loadgen.stats import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASE_CPU = ROOT / "benchmarks" / "phase_cpu.py"
@@ -128,8 +134,8 @@ def run_ours(
     timeout_s: float,
     cpus: set[int] | None,
 ) -> tuple[dict[int, dict], float]:
-    """`servingctl bench` in sustained mode (no warm-up; `load` = --requests N or --duration S),
-    every concurrency in one process."""
+    """`servingctl bench` with `load` (the flags of its load shape; [] is a user's defaults), every
+    concurrency in one process; returns its phases and its whole process tree's CPU seconds."""
     log = out.with_suffix(".phases.jsonl")
     cmd = [
         sys.executable,
@@ -144,11 +150,7 @@ def run_ours(
         str(input_tokens),
         "--concurrency",
         ",".join(map(str, concurrencies)),
-        "--mode",
-        "sustained",
         *load,
-        "--warmup",
-        "0",
         "--max-tokens",
         str(max_tokens),
         "--max-failure-rate",
@@ -321,7 +323,7 @@ def start_simulator(
     cmd = [
         sys.executable,
         "-m",
-        "servingctl.local.simserver",
+        "servingctl_twin.simserver",
         "--port",
         str(port),
         "--model",
@@ -387,7 +389,15 @@ def run_both(
         with httpx.Client(base_url=url, timeout=60) as client:
             print(f"{work.name}: servingctl bench, concurrency {concurrencies} ...", file=sys.stderr, flush=True)
             ours, ours_cpu = run_ours(
-                url, model, concurrencies, ours_load, max_tokens, args.input_tokens, work / "ours", args.timeout, client_cpus
+                url,
+                model,
+                concurrencies,
+                ["--mode", "sustained", *ours_load, "--warmup", "0"],
+                max_tokens,
+                args.input_tokens,
+                work / "ours",
+                args.timeout,
+                client_cpus,
             )
             by_salt, _ = fetch_timings(client, work / "timings-ours.json")
             print(f"{work.name}: vllm bench serve, the same ...", file=sys.stderr, flush=True)
@@ -624,6 +634,94 @@ def print_table(report: dict) -> None:
     print(f"vLLM result keys missing in our vLLM-compatible export: {missing or 'none'}")
 
 
+def measure_user_run(args: argparse.Namespace, concurrency: int, model: str, work: Path) -> dict:
+    """What a user's run costs (`--user-run`): one real vLLM on CPU (the tiny model, on every core but
+    the last), `servingctl bench` with its defaults (burst, 2 warm-up and 5 measured rounds, report
+    and charts written) and `vllm bench serve` sending as many requests of the same prompt length
+    and output length at the same concurrency, each client on the last core. Per client: the whole
+    process tree's CPU (os.wait4: start-up, calibration, outputs, any child process) and the load
+    phase's, per 1M streamed tokens, and the output tok/s each client saw (the server's pace sets
+    how far per-second costs spread). Repeated --repeat times, the clients in turn."""
+    from servingctl_twin.modelserver import model_server_cpus, vllm_server
+
+    requests = (2 + 5) * concurrency  # servingctl bench's default warm-up and measured rounds
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    client_cpus = set(sorted(os.sched_getaffinity(0))[-1:]) if model_server_cpus() else None
+    pairs = []
+    server = vllm_server(
+        model, port, served_model_name=model, extra_args=["--max-num-seqs", str(max(concurrency, 8))], log_path=work / "vllm.log"
+    )
+    with server:
+        server.wait_healthy(timeout_s=900)
+        for repeat in range(args.repeat):
+            run_dir = work / f"user-run-{repeat + 1}"
+            run_dir.mkdir(parents=True, exist_ok=True)
+            load_before = os.getloadavg()
+            print(f"{run_dir.name}: servingctl bench (defaults), concurrency {concurrency} ...", file=sys.stderr, flush=True)
+            ours, ours_cpu = run_ours(
+                url, model, [concurrency], [], args.max_tokens, args.input_tokens, run_dir / "ours", args.timeout, client_cpus
+            )
+            dataset = sharegpt_file(run_dir / "sharegpt.json", requests, max(1, args.input_tokens // 8))
+            print(f"{run_dir.name}: vllm bench serve, {requests} requests ...", file=sys.stderr, flush=True)
+            vllm, results, vllm_cpu = run_vllm(
+                args.vllm_python,
+                url,
+                model,
+                [concurrency],
+                {concurrency: requests},
+                args.max_tokens,
+                dataset,
+                run_dir / "vllm",
+                args.timeout,
+                client_cpus,
+            )
+            summary = read_results(run_dir / "ours").scenarios[0].summary
+            row: dict[str, Any] = {"load_avg": {"before": load_before, "after": os.getloadavg()}}
+            for name, phase, cpu, tok_s in (
+                ("ours", ours[concurrency], ours_cpu, summary.aggregate_tok_s),
+                ("vllm", vllm[concurrency], vllm_cpu, results[concurrency]["output_throughput"]),
+            ):
+                row[name] = {
+                    "tokens": phase["tokens"],
+                    "whole_cpu_s": cpu,
+                    "phase_cpu_s": phase["cpu_s"],
+                    "whole_per_1m": cpu / phase["tokens"] * 1e6,
+                    "phase_per_1m": phase["cpu_s"] / phase["tokens"] * 1e6,
+                    "output_tok_s": tok_s,
+                }
+            pairs.append(row)
+    median = {key: statistics.median(p["ours"][key] / p["vllm"][key] for p in pairs) for key in ("whole_per_1m", "phase_per_1m")}
+    return {
+        "benchmark": "client_overhead --user-run",
+        "command": " ".join([".venv/bin/python", "benchmarks/client_overhead.py", *sys.argv[1:]]),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "settings": {
+            "concurrency": concurrency,
+            "requests": requests,
+            "max_tokens": args.max_tokens,
+            "input_tokens": args.input_tokens,
+        },
+        "runs": pairs,
+        "ratio_ours_to_vllm": median,
+    }
+
+
+def print_user_run(report: dict) -> None:
+    """The user-run table: per repeat, both clients' CPU per 1M tokens (whole tree, load phase) and pace."""
+    print(f"CPU s per 1M streamed tokens, concurrency {report['settings']['concurrency']} against a real vLLM on CPU")
+    print("run  client   whole tree  load phase  tokens  output tok/s  load avg")
+    for i, row in enumerate(report["runs"], 1):
+        for name in ("ours", "vllm"):
+            r = row[name]
+            print(
+                f"{i:<4} {name:<8} {r['whole_per_1m']:>10.1f} {r['phase_per_1m']:>11.1f} {r['tokens']:>7} "
+                f"{r['output_tok_s'] or 0:>13.1f}  {row['load_avg']['before'][0]:.1f} -> {row['load_avg']['after'][0]:.1f}"
+            )
+    ratio = report["ratio_ours_to_vllm"]
+    print(f"ours / vLLM (median): whole tree {ratio['whole_per_1m']:.2f}, load phase {ratio['phase_per_1m']:.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison, print the table, write the JSON."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -672,6 +770,12 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="the simulator on the first core, the clients on the others, as a server host of its own (default on)",
     )
+    p.add_argument(
+        "--user-run",
+        action="store_true",
+        help="instead: what a user's run costs against a real vLLM on CPU (servingctl bench's defaults at the one "
+        "--concurrency given, whole process tree and load phase; see measure_user_run)",
+    )
     p.add_argument("--work-dir", help="keep client outputs here (default: a new temporary directory)")
     p.add_argument("--output", default=str(ROOT / ".cache/bench/client_overhead.json"), help="JSON results path")
     args = p.parse_args(argv)
@@ -682,11 +786,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"needs the vLLM venv ({args.vllm_python}) and the tiny model ({model}): run `make vllm`")
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="client-overhead-"))
     work.mkdir(parents=True, exist_ok=True)
-    report = measure(args, concurrencies, model, work)
+    if args.user_run and len(concurrencies) != 1:
+        raise SystemExit(f"--concurrency: --user-run measures one concurrency; got {args.concurrency}")
+    report = measure_user_run(args, concurrencies[0], model, work) if args.user_run else measure(args, concurrencies, model, work)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
-    print_table(report)
+    (print_user_run if args.user_run else print_table)(report)
     print(f"JSON: {out}   client outputs: {work}")
     return 0
 

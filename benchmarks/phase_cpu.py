@@ -42,7 +42,7 @@ def wrap_phase(module: Any, name: str, log_path: str, describe: Callable[[Any, d
 
 def run_servingctl(log_path: str, argv: list[str]) -> int:
     """`servingctl bench ARG...` with each scenario timed."""
-    runner = importlib.import_module("servingctl.bench.runner")
+    runner = importlib.import_module("servingctl.loadgen.runner")
     wrap_phase(
         runner,
         "run_scenario",
@@ -54,7 +54,7 @@ def run_servingctl(log_path: str, argv: list[str]) -> int:
             "requests": len(result.records),
         },
     )
-    from servingctl.cli.main import main  # after the patch: the CLI imports run_benchmark's module
+    from servingctl_cli.main import main  # after the patch: the CLI imports run_benchmark's module
 
     return main(["bench", *argv])
 

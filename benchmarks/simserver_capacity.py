@@ -25,7 +25,7 @@ proc = subprocess.Popen(
     [
         sys.executable,
         "-m",
-        "servingctl.local.simserver",
+        "servingctl_twin.simserver",
         "--port",
         str(port),
         "--speed",

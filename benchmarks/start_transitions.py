@@ -24,8 +24,8 @@ from typing import Any
 
 import boto3
 
-from servingctl.local.twin import Twin
 from servingctl.store import DynamoStore
+from servingctl_twin.twin import Twin
 
 # Production defaults (the contract's poll settings, the registry's StartSettings deadlines).
 POLL = {"interval_s": 15, "max_interval_s": 60, "backoff": 1.5}

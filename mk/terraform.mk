@@ -28,7 +28,8 @@ export TF_PLUGIN_CACHE_DIR := $(abspath .cache/terraform-plugins)
 export TF_IN_AUTOMATION := 1
 TF_STAMP = $(TF_DATA_DIR)/servingctl-init.stamp
 
-$(TF_STAMP): $(wildcard $(TF_ROOT)/*.tf) $(TF_ROOT)/.terraform.lock.hcl
+# A test file with `module` blocks (tests/egress.tftest.hcl) needs init to install them too.
+$(TF_STAMP): $(wildcard $(TF_ROOT)/*.tf) $(wildcard $(TF_ROOT)/tests/*.tftest.hcl) $(TF_ROOT)/.terraform.lock.hcl
 	@command -v terraform >/dev/null || { echo "terraform not found on PATH: install Terraform 1.11 or later"; exit 1; }
 	mkdir -p $(TF_PLUGIN_CACHE_DIR)
 	cd $(TF_ROOT) && terraform init -backend=false -input=false -lockfile=readonly $(TF_INIT_SOURCE)

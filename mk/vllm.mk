@@ -1,7 +1,7 @@
 # The real vLLM on CPU (own venv, python 3.11) and the tiny random Llama it serves, both built
 # locally: the e2e tests, the demo and the local twin run against them.
 TINY_MODEL_DRAFT := $(TINY_MODEL)-draft
-TINY_MODEL_SCRIPT := layers/core/servingctl/local/tinymodel.py
+TINY_MODEL_SCRIPT := twin/servingctl_twin/tinymodel.py
 
 # torch 2.13.0+cpu (pinned in requirements/vllm.txt) is on no index PyPI-only uv sees. uv takes it
 # from a wheel directory (--find-links): the machine's own (TORCH_WHEELS) when it holds that wheel,

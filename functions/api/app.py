@@ -1,13 +1,11 @@
 """api Lambda: the REST API behind API Gateway (IAM auth); routes in servingctl.api.routes.
 
-Event: an API Gateway REST proxy event. Env: SERVINGCTL_REGISTRY, SERVINGCTL_TABLE,
-START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, POWERTOOLS_SERVICE_NAME; for the benchmark routes
-RUN_BENCHMARK_STATE_MACHINE_ARN, SERVINGCTL_BUCKET and SERVINGCTL_BENCH_ECS_TASK_DEFINITION.
+Event: an API Gateway REST proxy event. Env: ApiSettings (servingctl.shared.environment),
+POWERTOOLS_SERVICE_NAME.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
@@ -22,10 +20,12 @@ from servingctl.api.routes import build_app, handle
 from servingctl.api.service import ApiDeps
 from servingctl.control.known import Known, known
 from servingctl.costs import load_catalog
+from servingctl.shared.environment import ApiSettings
 from servingctl.store import DynamoStore
 from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 from servingctl.tracing import PATCH_MODULES
 
+SETTINGS = ApiSettings.from_env()  # at cold start: a missing variable fails the Init phase
 logger = Logger()
 tracer = Tracer(patch_modules=PATCH_MODULES)
 _clients: dict[str, Any] = {}
@@ -48,7 +48,7 @@ def _stop_deps() -> ApiDeps:
 def _stopping() -> Known:
     """The registry as published (what parses) with the copies the records keep."""
     _build_clients()
-    return known(_clients["store"])
+    return known(_clients["store"], SETTINGS.registry, SETTINGS.region)
 
 
 def _build_clients() -> None:
@@ -60,9 +60,9 @@ def _build_clients() -> None:
         if not _clients:
             built: dict[str, Any] = {name: boto3.client(name) for name in ("ecs", "autoscaling", "elbv2", "cloudwatch", "s3")}
             built["sfn"] = boto3.client("stepfunctions")
-            built["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
+            built["store"] = DynamoStore(SETTINGS.table)
             built["catalog"] = load_catalog()
-            built["runs"] = DynamoBenchmarkStore(os.environ["SERVINGCTL_TABLE"])
+            built["runs"] = DynamoBenchmarkStore(SETTINGS.table)
             _clients.update(built)
 
 
@@ -72,16 +72,16 @@ def _built_deps(found: Known) -> ApiDeps:
         **_clients,
         registry=found.registry,
         retired=found.retired,
-        start_machine_arn=os.environ["START_STATE_MACHINE_ARN"],
-        stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"],
-        bench_machine_arn=os.environ.get("RUN_BENCHMARK_STATE_MACHINE_ARN", ""),
-        records_bucket=os.environ.get("SERVINGCTL_BUCKET", ""),
-        bench_ecs=bool(os.environ.get("SERVINGCTL_BENCH_ECS_TASK_DEFINITION")),
+        start_machine_arn=SETTINGS.start_machine_arn,
+        stop_machine_arn=SETTINGS.stop_machine_arn,
+        bench_machine_arn=SETTINGS.bench_machine_arn,
+        records_bucket=SETTINGS.records_bucket,
+        bench_ecs=bool(SETTINGS.bench_task_definition),
     )
 
 
 def _app() -> APIGatewayRestResolver:
-    """The resolver, built on the first request (the environment is complete by then)."""
+    """The resolver, built on the first request (its persistence layer makes a DynamoDB client)."""
     with _init_lock:
         return _build_app()
 
@@ -90,7 +90,7 @@ def _build_app() -> APIGatewayRestResolver:
     if "app" not in _built:
         # Idempotency records share the state table: pk "idempotency#api", sk the hashed key, expiry in `ttl`.
         persistence = DynamoDBPersistenceLayer(
-            table_name=os.environ["SERVINGCTL_TABLE"],
+            table_name=SETTINGS.table,
             key_attr="pk",
             sort_key_attr="sk",
             static_pk_value="idempotency#api",

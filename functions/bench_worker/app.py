@@ -1,9 +1,9 @@
 """bench_worker Lambda (in the VPC): every run_benchmark step that talks to the model server or to
-benchmark storage, dispatched on event["action"] (servingctl.benchmarks.worker lists them).
+benchmark storage, dispatched on event["action"] (servingctl.runs.worker lists them).
 
 Event (the lambda:invoke Payload): {"action": "<step>", "state": <state>, "execution": <ARN>}.
-Env: SERVINGCTL_REGISTRY, SERVINGCTL_TABLE, SERVINGCTL_BUCKET, SERVINGCTL_BENCH_ECS_* (optional),
-POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE.
+Env: BenchWorkerSettings (servingctl.shared.environment), POWERTOOLS_SERVICE_NAME,
+POWERTOOLS_METRICS_NAMESPACE.
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from servingctl.benchmarks.worker import WorkerDeps, deps_from_env, run_action
 from servingctl.registry import load_registry
+from servingctl.runs.worker import WorkerDeps, deps_from_settings, run_action
+from servingctl.shared.environment import BenchWorkerSettings
 from servingctl.tracing import PATCH_MODULES
 
+SETTINGS = BenchWorkerSettings.from_env()  # at cold start: a missing variable fails the Init phase
 logger = Logger()
 tracer = Tracer(patch_modules=PATCH_MODULES)
 metrics = Metrics()
@@ -41,8 +43,10 @@ def _emit(action: str, result: dict[str, Any]) -> None:
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Run one step and return its JSON-safe result; a raised error's class name is the ASL error."""
     if not _deps:  # clients are built once per container
-        _deps.append(deps_from_env())
-    deps = replace(_deps[0], registry=load_registry())  # the loader caches the registry for a minute
+        _deps.append(deps_from_settings(SETTINGS))
+    deps = replace(
+        _deps[0], registry=load_registry(SETTINGS.registry, SETTINGS.region)
+    )  # the loader caches the registry for a minute
     action = event.get("action") if isinstance(event, dict) else None
     logger.append_keys(action=action)
     try:

@@ -1,12 +1,11 @@
 """profile_steps Lambda: every AWS-API step of start_profile / stop_profile, dispatched on event["action"].
 
 Event (the lambda:invoke Payload): {"action": "<step>", "state": <execution state>, "execution": <ARN>}.
-Env: SERVINGCTL_REGISTRY, SERVINGCTL_TABLE, POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE.
+Env: ProfileStepsSettings (servingctl.shared.environment), POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import boto3
@@ -18,9 +17,11 @@ from servingctl.control import events
 from servingctl.control.deps import Deps
 from servingctl.control.known import known
 from servingctl.control.steps import lifecycle_event, run_step, step_metrics, step_profile
+from servingctl.shared.environment import ProfileStepsSettings
 from servingctl.store import DynamoStore
 from servingctl.tracing import PATCH_MODULES
 
+SETTINGS = ProfileStepsSettings.from_env()  # at cold start: a missing variable fails the Init phase
 logger = Logger()
 tracer = Tracer(patch_modules=PATCH_MODULES)
 metrics = Metrics()
@@ -36,8 +37,9 @@ def _deps(context: LambdaContext) -> Deps:
     what parses of it plus the copies the records keep: a stop never depends on it whole."""
     if not _clients:
         _clients.update({name: boto3.client(name) for name in ("ecs", "autoscaling", "elbv2", "ec2", "stepfunctions", "logs")})
-        _clients["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
-    found = known(_clients["store"])
+        _clients["appautoscaling"] = boto3.client("application-autoscaling")
+        _clients["store"] = DynamoStore(SETTINGS.table)
+    found = known(_clients["store"], SETTINGS.registry, SETTINGS.region)
     return Deps(
         **_clients,
         registry=found.registry,

@@ -14,8 +14,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from servingctl.control.smoke import smoke_test
+from servingctl.control.state import StartState, parse_state
 from servingctl.shared.errors import InvalidInput
-from servingctl.shared.settings import SmokeTarget
+from servingctl.shared.flow_inputs import SmokeTarget
 from servingctl.tracing import PATCH_MODULES
 
 logger = Logger()
@@ -28,10 +29,10 @@ _http = httpx.Client(follow_redirects=False)
 def _target(event: Any) -> SmokeTarget:
     if not isinstance(event, dict) or event.get("action") != "smoke_test":
         raise InvalidInput("action: expected 'smoke_test'; allowed: smoke_test")
-    smoke = ((event.get("state") or {}).get("config") or {}).get("smoke")
-    if not isinstance(smoke, dict):
+    config = parse_state(StartState, event.get("state")).config
+    if config is None:
         raise InvalidInput("state.config.smoke: missing; prepare_start puts the target there")
-    return SmokeTarget.model_validate(smoke)
+    return config.smoke
 
 
 @metrics.log_metrics
@@ -46,5 +47,5 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     except Exception:
         metrics.add_metric(name="SmokeTestFailed", unit=MetricUnit.Count, value=1)
         raise
-    logger.info("smoke test passed", extra={"models": result["models"]})
-    return result
+    logger.info("smoke test passed", extra={"models": result.models})
+    return result.model_dump(mode="json")

@@ -4,20 +4,16 @@ ABORTED, TIMED_OUT or FAILED (EventBridge's "Step Functions Execution Status Cha
 
 Both first end the benchmark runs whose run_benchmark execution died without recording it (the
 run FAILED, its hold released, its profile stopped when the run asked for a stop:
-servingctl.benchmarks.ended); a dry run leaves them alone.
+servingctl.runs.ended); a dry run leaves them alone.
 
 Scheduled event: {"dry_run": false} (dry_run true reports without stopping; "poll" optionally
-paces the stop executions the auto-stop starts). Env: SERVINGCTL_REGISTRY, SERVINGCTL_TABLE,
-START_STATE_MACHINE_ARN, STOP_STATE_MACHINE_ARN, RUN_BENCHMARK_STATE_MACHINE_ARN, POWERTOOLS_SERVICE_NAME,
-POWERTOOLS_METRICS_NAMESPACE;
-SERVINGCTL_STOP_POLL (optional, JSON): the pacing of the stops it starts when the event gives none
-(the local twin sets it to its scaled clock; unset, stop_profile's defaults apply).
+paces the stop executions the auto-stop starts). Env: SweepSettings (servingctl.shared.environment;
+its SERVINGCTL_STOP_POLL, optional JSON, paces the stops it starts when the event gives none: the
+local twin sets it to its scaled clock; unset, stop_profile's defaults apply), POWERTOOLS_SERVICE_NAME.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 import boto3
@@ -27,19 +23,21 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import BotoCoreError, ClientError
 
-from servingctl.benchmarks.ended import EndDeps, end_dead_runs
 from servingctl.control.autostop import GAUGE_TIMEOUT_S, SweepDeps, SweepInput, sweep
 from servingctl.control.deps import Deps
 from servingctl.control.known import Known, merge
 from servingctl.control.reconcile import STATUS_CHANGE, ReconcileDeps, Repair, on_status_change, reconcile, undescribed_capacity
 from servingctl.control.tags import TaggedCapacity, tagged_capacity
 from servingctl.registry import read_registry
+from servingctl.runs.ended import EndDeps, end_dead_runs
 from servingctl.shared.clock import Clock, SystemClock
-from servingctl.shared.settings import Poll, parse_input
+from servingctl.shared.environment import SweepSettings
+from servingctl.shared.flow_inputs import Poll, parse_input
 from servingctl.store import DynamoStore
 from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 from servingctl.tracing import PATCH_MODULES
 
+SETTINGS = SweepSettings.from_env()  # at cold start: a missing variable fails the Init phase
 logger = Logger()
 tracer = Tracer(patch_modules=PATCH_MODULES)
 metrics = Metrics()
@@ -52,8 +50,8 @@ def _client(name: str) -> Any:
     """Clients and the store are built once per container."""
     if not _clients:
         _clients.update({s: boto3.client(s) for s in ("stepfunctions", "cloudwatch", "events", "ecs", "autoscaling", "elbv2")})
-        _clients["store"] = DynamoStore(os.environ["SERVINGCTL_TABLE"])
-        _clients["runs"] = DynamoBenchmarkStore(os.environ["SERVINGCTL_TABLE"])
+        _clients["store"] = DynamoStore(SETTINGS.table)
+        _clients["runs"] = DynamoBenchmarkStore(SETTINGS.table)
         # Who did it: the stops the sweep starts carry its own role's ARN (GetCallerIdentity needs no permission).
         _clients["identity"] = boto3.client("sts").get_caller_identity()["Arn"]
         _clients["http"] = httpx.Client(timeout=GAUGE_TIMEOUT_S)
@@ -64,7 +62,7 @@ def _known() -> tuple[Known, TaggedCapacity | None]:
     """The registry as published (what parses; the loader caches it) with the copies the records
     keep, and the capacity found by its tags (None when it could not be read: logged, counted)."""
     store = _client("store")
-    published = read_registry()
+    published = read_registry(SETTINGS.registry, SETTINGS.region)
     for problem in published.problems:
         logger.error("registry parameter unusable", extra={"parameter": problem.parameter, "problem": problem.detail})
     found = merge(published, store)
@@ -87,7 +85,7 @@ def _sweep_deps(known: Known) -> SweepDeps:
         elbv2=_client("elbv2"),
         store=_client("store"),
         registry=known.registry,
-        stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"],
+        stop_machine_arn=SETTINGS.stop_machine_arn,
         clock=CLOCK,
         identity=_client("identity"),
         http=_client("http"),
@@ -107,7 +105,7 @@ def _reconcile_deps(known: Known) -> ReconcileDeps:
         clock=CLOCK,
         retired=known.retired,
     )
-    machines = {"start": os.environ["START_STATE_MACHINE_ARN"], "stop": os.environ["STOP_STATE_MACHINE_ARN"]}
+    machines = {"start": SETTINGS.start_machine_arn, "stop": SETTINGS.stop_machine_arn}
     return ReconcileDeps(
         steps=steps,
         sfn=_client("stepfunctions"),
@@ -124,7 +122,7 @@ def _end_runs(execution_arn: str | None, poll: Poll | None) -> list[dict[str, An
         runs=_client("runs"),
         profiles=_client("store"),
         sfn=_client("stepfunctions"),
-        stop_machine_arn=os.environ["STOP_STATE_MACHINE_ARN"],
+        stop_machine_arn=SETTINGS.stop_machine_arn,
         clock=CLOCK,
         identity=_client("identity"),
     )
@@ -137,9 +135,7 @@ def _end_runs(execution_arn: str | None, poll: Poll | None) -> list[dict[str, An
 
 def _count(name: str, reason: str, dry_run: bool) -> None:
     """One metric per decision with its reason as the dimension (idle, lease-expired, phase-stuck, ...)."""
-    with single_metric(
-        name=name, unit=MetricUnit.Count, value=1, namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "servingctl")
-    ) as metric:
+    with single_metric(name=name, unit=MetricUnit.Count, value=1, namespace=SETTINGS.metrics_namespace) as metric:
         metric.add_dimension(name="reason", value=reason)
         metric.add_dimension(name="dry_run", value=str(dry_run).lower())
 
@@ -148,12 +144,6 @@ def _report(repairs: list[Repair], dry_run: bool) -> None:
     for repair in repairs:
         logger.info("reconcile decision", extra=repair.model_dump() | {"dry_run": dry_run})
         _count("Reconciled", repair.reason, dry_run)
-
-
-def _stop_poll() -> Poll | None:
-    """SERVINGCTL_STOP_POLL, validated like an execution input's poll (None when unset)."""
-    raw = os.environ.get("SERVINGCTL_STOP_POLL")
-    return parse_input(Poll, json.loads(raw)) if raw else None
 
 
 @metrics.log_metrics
@@ -166,15 +156,15 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         known, _ = _known()
         detail = event.get("detail") or {}
         runs = []
-        if detail.get("stateMachineArn") == os.environ.get("RUN_BENCHMARK_STATE_MACHINE_ARN"):
-            runs = _end_runs(str(detail.get("executionArn")), _stop_poll())
-        repairs = on_status_change(_reconcile_deps(known), event, poll=_stop_poll())
+        if SETTINGS.bench_machine_arn and detail.get("stateMachineArn") == SETTINGS.bench_machine_arn:
+            runs = _end_runs(str(detail.get("executionArn")), SETTINGS.stop_poll)
+        repairs = on_status_change(_reconcile_deps(known), event, poll=SETTINGS.stop_poll)
         _report(repairs, False)
         errors = sum(r.action == "error" for r in repairs) + sum(r["action"] == "error" for r in runs)
         metrics.add_metric(name="SweepErrors", unit=MetricUnit.Count, value=errors)
         return {"trigger": "status-change", "runs_ended": runs, "repairs": [r.model_dump(mode="json") for r in repairs]}
     request = parse_input(SweepInput, event if event is not None else {})
-    poll = request.poll or _stop_poll()
+    poll = request.poll or SETTINGS.stop_poll
     runs = [] if request.dry_run else _end_runs(None, poll)
     known, tagged = _known()
     repairs = reconcile(_reconcile_deps(known), dry_run=request.dry_run, poll=poll)

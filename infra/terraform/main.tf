@@ -30,6 +30,7 @@ module "network" {
   region             = var.region
   cidr               = var.vpc_cidr
   availability_zones = var.availability_zones
+  egress             = var.egress
 }
 
 module "alb" {
@@ -40,6 +41,8 @@ module "alb" {
   vpc_cidr     = module.network.vpc_cidr
   subnet_ids   = module.network.private_subnet_ids
   client_cidrs = var.client_cidrs
+  region       = var.region
+  access_logs  = var.alb_access_logs
 }
 
 module "cluster" {
@@ -72,6 +75,20 @@ module "pool" {
   model_cache_path               = local.model_cache_path
   alternate_instance_types       = each.value.alternate_instance_types
   warm_pool                      = each.value.warm_pool
+  # The warm pool's prepare step readies every profile of the pool (image and command read from
+  # its task definition at boot: the profiles depend on the pools, not the other way round).
+  prepare_profiles = [for name, p in var.profiles : {
+    name        = name
+    family      = coalesce(p.service_name, "${var.name}-${name}")
+    weights_key = p.weights_source == "s3" && p.load_format == "sync" ? "${trim(var.model_weights_prefix, "/")}/models--${replace(p.model_id, "/", "--")}" : null
+    cache_dir   = "${local.model_cache_path}/hub/models--${replace(p.model_id, "/", "--")}"
+    marker      = "${local.model_cache_path}/hub/models--${replace(p.model_id, "/", "--")}/.servingctl-synced-${coalesce(p.revision, "unpinned")}"
+    gpus        = p.vllm.tensor_parallel_size
+  } if p.pool == each.key]
+  instance_role_name = module.cluster.instance_role_name
+  weights_bucket     = var.model_weights_bucket
+  # One instance per replica: the most replicas any profile of the pool may run.
+  max_size = max(1, [for p in values(var.profiles) : p.max_replicas if p.pool == each.key]...)
 }
 
 # A cluster's capacity providers are one resource: it needs every pool, so it lives here.
@@ -107,10 +124,45 @@ module "profile" {
   model_load_s            = local.load[each.key].health_check_grace_s
   model_cache_path        = local.model_cache_path
   weights_source          = each.value.weights_source
+  load_format             = each.value.load_format
   weights_bucket          = var.model_weights_bucket
   weights_prefix          = var.model_weights_prefix
   hub_token_secret_arn    = var.hub_token_secret_arn
   log_retention_days      = var.log_retention_days
+  min_replicas            = each.value.min_replicas
+  max_replicas            = each.value.max_replicas
+  scaling_metric          = each.value.scaling_metric
+  scaling_target          = coalesce(each.value.scaling_target, each.value.vllm.max_num_seqs)
+  scale_in_cooldown_s     = each.value.scale_in_cooldown_s
+  scale_out_cooldown_s    = each.value.scale_out_cooldown_s
+  alb_arn_suffix          = module.alb.arn_suffix
+  wake_on_request         = each.value.wake_on_request
+  waker_target_group_arn  = one(aws_lb_target_group.waker[*].arn)
 
   depends_on = [aws_ecs_cluster_capacity_providers.this]
+}
+
+# The waker (template.yaml's WakerFunction): the Lambda target group a sleeping wake-on-request
+# profile's rule forwards to. ELB may invoke the function for this group only, before it targets it.
+resource "aws_lb_target_group" "waker" {
+  count       = var.waker_function_arn == null ? 0 : 1
+  name        = "${var.name}-waker"
+  target_type = "lambda"
+}
+
+resource "aws_lambda_permission" "waker" {
+  count         = var.waker_function_arn == null ? 0 : 1
+  statement_id  = "AllowInvokeFromWakerTargetGroup"
+  action        = "lambda:InvokeFunction"
+  function_name = var.waker_function_arn
+  principal     = "elasticloadbalancing.amazonaws.com"
+  source_arn    = aws_lb_target_group.waker[0].arn
+}
+
+resource "aws_lb_target_group_attachment" "waker" {
+  count            = var.waker_function_arn == null ? 0 : 1
+  target_group_arn = aws_lb_target_group.waker[0].arn
+  target_id        = var.waker_function_arn
+  # RegisterTargets of a Lambda function fails until ELB may invoke it.
+  depends_on = [aws_lambda_permission.waker]
 }

@@ -37,6 +37,11 @@ output "service_arns" {
   value       = [for p in module.profile : p.service_arn]
 }
 
+output "listener_rule_arns" {
+  description = "Every profile's header rule (template.yaml ListenerRuleArns: the controller's ModifyRule scoping)."
+  value       = [for p in module.profile : p.listener_rule_arn]
+}
+
 output "asg_arns" {
   description = "Auto Scaling group ARNs of every pool (SetDesiredCapacity, UpdateAutoScalingGroup, SetInstanceProtection scoping)."
   value       = [for p in module.pool : p.asg_arn]
@@ -75,4 +80,14 @@ output "launch_template_arns" {
 output "instance_role_arn" {
   description = "Role of the GPU container instances, which the controller passes when it switches a pool's launch template (SAM parameter InstanceRoleArn)."
   value       = module.cluster.instance_role_arn
+}
+
+output "alb_access_logs_bucket" {
+  description = "S3 bucket of the ALB's access logs (null unless alb_access_logs): `servingctl costs simulate --format alb` reads its objects."
+  value       = module.alb.access_logs_bucket
+}
+
+output "egress" {
+  description = "The egress option deployed and what it runs while idle (NAT gateways, interface endpoints per AZ): `servingctl costs idle --terraform-dir` reads it."
+  value       = module.network.egress
 }

@@ -62,7 +62,16 @@ locals {
         default_lease_minutes = profile.default_lease_minutes
         max_lease_minutes     = profile.max_lease_minutes
         load                  = local.load[name]
-        start                 = merge(local.start_deadlines[name], { max_task_failures = profile.start.max_task_failures })
+        min_replicas          = profile.min_replicas
+        max_replicas          = profile.max_replicas
+        wake_on_request       = profile.wake_on_request
+        # Where the controller points the rule (ModifyRule); published once the waker is deployed.
+        wake = var.waker_function_arn == null ? null : {
+          listener_rule_arn      = module.profile[name].listener_rule_arn
+          waker_target_group_arn = aws_lb_target_group.waker[0].arn
+          monthly_budget_usd     = profile.wake_monthly_budget_usd
+        }
+        start = merge(local.start_deadlines[name], { max_task_failures = profile.start.max_task_failures })
         # The controller refuses deadlines past these: a model whose derived load takes longer than
         # the controller's default 2 h raises the start limit to its own deadlines (at most 24 h).
         limits = {

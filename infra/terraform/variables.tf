@@ -42,6 +42,21 @@ variable "vpc_cidr" {
   }
 }
 
+variable "egress" {
+  description = "How the private subnets reach the outside: nat (a NAT gateway, about 33 USD a month plus 0.045 USD/GB: images from Docker Hub, weights from the hub) or endpoints (no NAT: interface endpoints for ECR, CloudWatch Logs, SSM, ECS and STS, gateway endpoints for S3 and DynamoDB; images must come from ECR and weights from S3). `servingctl costs idle` prices either."
+  type        = string
+  default     = "nat"
+
+  validation {
+    condition     = contains(["nat", "endpoints"], var.egress)
+    error_message = "egress must be nat or endpoints."
+  }
+  validation {
+    condition     = var.egress == "nat" || alltrue([for p in values(var.profiles) : p.weights_source == "s3" && can(regex("^[0-9]{12}\\.dkr\\.ecr\\.[a-z0-9-]+\\.amazonaws\\.com/", p.image))])
+    error_message = "egress = \"endpoints\" has no route to the internet: every one of profiles needs weights_source = \"s3\" and an image in ECR (ACCOUNT.dkr.ecr.REGION.amazonaws.com/..., e.g. an ECR pull-through cache of Docker Hub)."
+  }
+}
+
 variable "client_cidrs" {
   description = "Extra CIDRs inside the VPC (e.g. a bastion or VPN subnet) allowed to call the ALB on port 80."
   type        = list(string)
@@ -120,9 +135,16 @@ variable "pools" {
     # the group in itself, so a pool may opt in: the stopped instance then keeps the image layers,
     # weights and compile cache. Without it a stop terminates, and the group refills the pool with
     # a new Stopped instance (a start then skips the EC2 launch and boot only).
+    # prepare: a launch lifecycle hook holds each new warm-pool instance in Warmed:Pending:Wait while
+    # its user data pulls the pool's images, syncs their weights and runs vLLM once to fill the
+    # compile cache, then completes the hook; a start from it skips pull, download and compile.
+    # max_group_prepared_capacity bounds group + pool (each stopped instance pays for its volume).
     warm_pool = optional(object({
-      min_size          = optional(number, 0)
-      reuse_on_scale_in = optional(bool, false)
+      min_size                    = optional(number, 0)
+      reuse_on_scale_in           = optional(bool, false)
+      prepare                     = optional(bool, false)
+      prepare_timeout_s           = optional(number, 3600)
+      max_group_prepared_capacity = optional(number)
     }))
   }))
 
@@ -167,6 +189,14 @@ variable "pools" {
       && alltrue([for t in p.alternate_instance_types : try(var.gpu_shapes[t] == var.gpu_shapes[p.instance_type], false)])
     )])
     error_message = "pools.*.alternate_instance_types must list at most 3 distinct instance types other than pools.*.instance_type, each in gpu_shapes with the same GPU count and GPU memory as pools.*.instance_type (which must be in gpu_shapes too)."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.pools) : p.warm_pool == null || try(coalesce(p.warm_pool.max_group_prepared_capacity, 1) >= 1 && coalesce(p.warm_pool.max_group_prepared_capacity, 1) <= 16 && floor(coalesce(p.warm_pool.max_group_prepared_capacity, 1)) == coalesce(p.warm_pool.max_group_prepared_capacity, 1), false)])
+    error_message = "pools.*.warm_pool.max_group_prepared_capacity must be null (the group's MaxSize) or an integer from 1 to 16 (instances in the group and the warm pool together)."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.pools) : p.warm_pool == null || try(p.warm_pool.prepare_timeout_s >= 30 && p.warm_pool.prepare_timeout_s <= 7200, false)])
+    error_message = "pools.*.warm_pool.prepare_timeout_s must be 30..7200 seconds (the prepare hook's heartbeat timeout)."
   }
   validation {
     condition     = alltrue([for p in values(var.pools) : p.warm_pool == null || try(contains([0, 1], p.warm_pool.min_size), false)])
@@ -228,6 +258,8 @@ variable "profiles" {
     load_allowance_s = optional(number, 600)
     model_load_s     = optional(number)
     weights_source   = optional(string, "s3")
+    # sync: prefetch to the volume, then load; runai_streamer: vLLM streams from S3 (no prefetch).
+    load_format = optional(string, "sync")
     vllm = object({
       tensor_parallel_size    = optional(number, 1)
       max_num_seqs            = optional(number, 4)
@@ -270,12 +302,30 @@ variable "profiles" {
     }), {})
     default_lease_minutes = optional(number, 120)
     max_lease_minutes     = optional(number, 720)
+    # Scale to zero: while not READY, requests reach the waker (503 with Retry-After) and the first starts it.
+    wake_on_request = optional(bool, false)
+    # No wake once the profile's ledger cost this month reaches it (null: no budget).
+    wake_monthly_budget_usd = optional(number)
     start = optional(object({
       capacity_timeout_s = optional(number, 900)
       task_timeout_s     = optional(number)
       health_timeout_s   = optional(number)
       max_task_failures  = optional(number, 3)
     }), {})
+    # Replicas: a start brings min_replicas up; ECS service auto scaling (target tracking) moves
+    # between min and max on scaling_metric while READY. One task per instance (its GPUs).
+    min_replicas = optional(number, 1)
+    max_replicas = optional(number, 1)
+    # requests-per-replica: running + waiting requests of vLLM's /metrics per replica, which the
+    # controller's sweep publishes (namespace servingctl, metric RequestsPerReplica, dimension
+    # Profile); alb-request-count: ALBRequestCountPerTarget (requests per target per minute).
+    scaling_metric = optional(string, "requests-per-replica")
+    # The metric's value per replica that target tracking holds; null: vllm.max_num_seqs for
+    # requests-per-replica (a full batch), required for alb-request-count.
+    scaling_target = optional(number)
+    # Seconds target tracking waits after a scale-in before the next (a replica's drain).
+    scale_in_cooldown_s  = optional(number, 300)
+    scale_out_cooldown_s = optional(number, 60)
   }))
 
   validation {
@@ -293,6 +343,14 @@ variable "profiles" {
   validation {
     condition     = alltrue([for k, p in var.profiles : contains(keys(var.pools), p.pool)])
     error_message = "profiles.*.pool must name a key of pools."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : !p.wake_on_request || var.waker_function_arn != null])
+    error_message = "profiles.*.wake_on_request needs waker_function_arn (the SAM stack's WakerFunctionArn output): deploy the stack, then apply again with it."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.wake_monthly_budget_usd == null || try(p.wake_monthly_budget_usd > 0 && p.wake_monthly_budget_usd <= 1000000, false)])
+    error_message = "profiles.*.wake_monthly_budget_usd must be null or above 0 up to 1000000 (USD)."
   }
   # A profile on an unknown pool gets the rule above's message only.
   validation {
@@ -385,7 +443,48 @@ variable "profiles" {
     error_message = "profiles.*.schedule: periods must hold at least one period, each with begin_time and end_time as HH:MM (00:00..23:59) or null, weekdays from mon, tue, wed, thu, fri, sat, sun, month_days from 1 to 31; override must be null, running or stopped."
   }
   validation {
+    condition     = alltrue([for p in values(var.profiles) : p.min_replicas >= 1 && floor(p.min_replicas) == p.min_replicas && p.max_replicas <= 16 && floor(p.max_replicas) == p.max_replicas && p.min_replicas <= p.max_replicas])
+    error_message = "profiles.*.min_replicas and profiles.*.max_replicas must be integers with 1 <= min_replicas <= max_replicas <= 16 (MAX_REPLICAS in the controller's registry models)."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.max_replicas <= 1 || try(var.pools[p.pool].managed_termination_protection, true)])
+    error_message = "profiles.*.max_replicas above 1 needs managed_termination_protection = true on the profile's pool: ECS then protects the instances that run tasks, so the capacity provider's scale-in takes only an empty instance, never one serving a replica."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : contains(["requests-per-replica", "alb-request-count"], p.scaling_metric)])
+    error_message = "profiles.*.scaling_metric must be requests-per-replica (vLLM's running + waiting requests per replica, published by the sweep) or alb-request-count (ALBRequestCountPerTarget)."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.scaling_target == null ? p.scaling_metric == "requests-per-replica" : try(p.scaling_target > 0, false)])
+    error_message = "profiles.*.scaling_target must be above 0, and is required with scaling_metric = \"alb-request-count\" (requests per target per minute)."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : p.scale_in_cooldown_s >= 0 && p.scale_in_cooldown_s <= 3600 && p.scale_out_cooldown_s >= 0 && p.scale_out_cooldown_s <= 3600])
+    error_message = "profiles.*.scale_in_cooldown_s and profiles.*.scale_out_cooldown_s must be 0..3600 seconds."
+  }
+  validation {
+    condition     = alltrue([for p in values(var.profiles) : contains(["sync", "runai_streamer"], p.load_format) && (p.load_format == "sync" || (p.weights_source == "s3" && p.revision != null))])
+    error_message = "profiles.*.load_format must be sync or runai_streamer; runai_streamer streams the pinned revision's snapshot from the weights bucket, so it needs weights_source = \"s3\" and a revision."
+  }
+  validation {
     condition     = alltrue([for p in values(var.profiles) : p.revision == null || can(regex("^[0-9a-f]{40}$", coalesce(p.revision, "x")))])
     error_message = "profiles.*.revision must be a full 40-character commit hash (pin the model) or null."
+  }
+}
+
+variable "alb_access_logs" {
+  description = "Write the ALB's access logs to an S3 bucket of their own (off by default): the traffic trace `servingctl costs simulate --format alb` replays."
+  type        = bool
+  default     = false
+}
+
+variable "waker_function_arn" {
+  description = "The SAM stack's WakerFunctionArn output: its Lambda target group and ELB's permission to invoke it are made here. Required once a profile has wake_on_request (deploy the stack, then apply again with it)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.waker_function_arn == null || can(regex("^arn:aws[a-z-]*:lambda:[a-z0-9-]+:[0-9]{12}:function:[A-Za-z0-9_-]+$", var.waker_function_arn))
+    error_message = "waker_function_arn must be a Lambda function ARN (the SAM stack's WakerFunctionArn output), or null."
   }
 }

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from servingctl.local import modelserver
-from servingctl.local.modelserver import ModelServerProcess, draft_model_dir, free_port, tiny_model_dir, vllm_available
+from servingctl_twin import modelserver
+from servingctl_twin.modelserver import ModelServerProcess, draft_model_dir, free_port, tiny_model_dir, vllm_available
 
 E2E_DIR = Path(__file__).resolve().parent
 TINY_MODEL_NAME = "tiny-llama"

@@ -7,12 +7,12 @@ import asyncio
 
 import pytest
 
-from servingctl.bench.metrics import per_read
-from servingctl.bench.outputs import read_results
-from servingctl.bench.runner import run_benchmark
-from servingctl.cli.main import main
-from servingctl.local.modelserver import ModelServerProcess
+from servingctl.loadgen.metrics import per_read
+from servingctl.loadgen.outputs import read_results
+from servingctl.loadgen.runner import run_benchmark
 from servingctl.schema.results import RunConfig, RunResult
+from servingctl_cli.main import main
+from servingctl_twin.modelserver import ModelServerProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -11,10 +11,11 @@ import httpx
 import pytest
 
 from servingctl.control.timeline import VLLM_SOURCE
-from servingctl.local.modelserver import tiny_model_dir, vllm_available
-from servingctl.local.twin import Twin
-from servingctl.local.world import Delays
 from servingctl.store import DynamoStore
+from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
+from servingctl_twin.modelserver import tiny_model_dir, vllm_available
+from servingctl_twin.twin import Twin
+from servingctl_twin.world import Delays
 
 PROFILE = "nemotron-nano"
 POLL = {"interval_s": 1, "max_interval_s": 3, "backoff": 1.5}
@@ -80,8 +81,24 @@ def test_twin_starts_serves_and_stops_a_real_vllm(twin: Twin) -> None:
     ]
     assert record.mark("task_started").at <= record.mark("vllm_load_started").at <= record.mark("target_healthy").at
     print(f"vLLM phases read from the real vLLM CPU log on the twin: {len(vllm_phases)} ({', '.join(vllm_phases)})")
+    # The README's quick tour benchmark through run_benchmark: vLLM on CPU is busy for its whole
+    # length, and the ALB's health checks (the target group's 15 s interval, scaled; 10 s timeout in
+    # real seconds; 4 failures) must not call it unhealthy, nor ECS replace the task.
+    bench = twin.run(
+        "run_benchmark",
+        {"profile": PROFILE, "input_tokens": [256], "concurrencies": [1, 2], "rounds": 2, "max_tokens": 64},
+        name="bench-nemotron-nano-e2e",
+        timeout_s=900,
+    )
+    assert bench.status == "SUCCEEDED", (bench.error, bench.cause)
+    runs = DynamoBenchmarkStore(twin.table_name, resource=_dynamodb(twin))
+    [run] = [r for r in runs.list_runs() if r.execution == bench.arn]
+    scenarios = runs.list_scenarios(run.run_id)
+    assert run.status.value == "SUCCEEDED" and [s.name for s in scenarios] == ["in256-c1", "in256-c2"]
+    assert all(s.summary.failed == 0 and s.summary.ok == 2 * s.summary.concurrency for s in scenarios)
+    assert twin.world.events_of("task-unhealthy") == []  # the busy server stayed healthy
     [server_started] = [e for e in twin.world.events_of("model-server-started") if e.detail.startswith(PROFILE)]
-    pid = int(server_started.detail.rsplit(" ", 1)[-1])
+    pid = int(server_started.detail.rsplit(" ", 1)[-1])  # one server: never replaced
 
     stop = twin.run("stop_profile", {"profile": PROFILE, "poll": POLL}, name="stop-nemotron-nano-e2e", timeout_s=600)
     assert stop.status == "SUCCEEDED", (stop.error, stop.cause)

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from servingctl.bench.sse import SSEParser
-from servingctl.local.modelserver import ModelServerProcess
+from servingctl.loadgen.sse import SSEParser
+from servingctl_twin.modelserver import ModelServerProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -137,7 +137,7 @@ run "reference" {
     error_message = "the registry must list g7e-1gpu's alternates in order: ${jsonencode(local.registry.pools["g7e-1gpu"].alternates)}"
   }
   assert {
-    condition     = local.registry.pools["g7e-2gpu"].warm_pool == { min_size = 0, reuse_on_scale_in = false, pool_state = "Stopped" } && local.registry.pools["g7e-2gpu"].volume == { size_gib = 400, throughput_mibps = 1000, iops = 16000 } && local.registry.pools["g7e-2gpu"].gpu_memory_gib == 192
+    condition     = jsonencode(local.registry.pools["g7e-2gpu"].warm_pool) == jsonencode({ max_group_prepared_capacity = null, min_size = 0, pool_state = "Stopped", prepare = false, prepare_timeout_s = 3600, reuse_on_scale_in = false }) && local.registry.pools["g7e-2gpu"].volume == { size_gib = 400, throughput_mibps = 1000, iops = 16000 } && local.registry.pools["g7e-2gpu"].gpu_memory_gib == 192
     error_message = "the registry must publish g7e-2gpu's warm pool, volume and GPU memory: ${jsonencode(local.registry.pools["g7e-2gpu"])}"
   }
   assert {

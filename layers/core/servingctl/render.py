@@ -63,13 +63,18 @@ def details(rows: Sequence[tuple[str, str]], columns: int | None = None) -> str:
 def columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = (), *, upper: bool = True) -> str:
     """An aligned table, two spaces between columns. A header cell may hold several lines
     ("E2E tok/s\nper req"); the last column holds free text and wraps under itself."""
+    return "\n".join(line for group in _groups(header, rows, right, upper) for line in group)
+
+
+def _groups(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int], upper: bool) -> list[list[str]]:
+    """columns() as lists of lines: the header's first, then each row's (its last cell wrapped)."""
     heads = [cell.split("\n") for cell in header]
     depth = max(len(h) for h in heads)
     head_rows = [[h[i] if i < len(h) else "" for h in heads] for i in range(depth)]
     cells = head_rows + [list(r) for r in rows]
     sizes = [max(len(row[i]) for row in cells) for i in range(len(header) - 1)]
     start = sum(sizes) + 2 * len(sizes)
-    out = []
+    groups: list[list[str]] = [[]]
     for n, row in enumerate(cells):
         fixed = "  ".join(
             cell.rjust(size) if i in right else cell.ljust(size) for i, (cell, size) in enumerate(zip(row, sizes, strict=False))
@@ -77,20 +82,55 @@ def columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequenc
         last = wrap(row[-1], width() - start) if row[-1] else [""]
         heading = n < depth and upper
         line = (fixed + "  " + last[0]).rstrip()
-        out.append(line.upper() if heading else line)
-        out += [" " * start + (extra.upper() if heading else extra) for extra in last[1:]]
+        group = [line.upper() if heading else line] + [" " * start + (extra.upper() if heading else extra) for extra in last[1:]]
+        if n < depth:
+            groups[0] += group
+        else:
+            groups.append(group)
+    return groups
+
+
+def _fits(header: Sequence[str], rows: Sequence[Sequence[str]]) -> bool:
+    """Whether the columns before the last, and room for the last's longest word (10 at least, as
+    wrap() keeps), fit the terminal."""
+    fixed = [
+        max(len(part) for cell in [header[i], *(row[i] for row in rows)] for part in cell.split("\n"))
+        for i in range(len(header) - 1)
+    ]
+    word = max((len(w) for cell in [header[-1], *(row[-1] for row in rows)] for w in cell.split()), default=0)
+    return sum(fixed) + 2 * len(fixed) + max(10, word) <= width()
+
+
+def records(header: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str | None] = ()) -> str:
+    """Each row as its first cell on a line, then 'name  value' lines under it (a table too wide for
+    the terminal), each followed by its note."""
+    labels = [" ".join(cell.split("\n")) for cell in header[1:]]
+    out = []
+    for n, row in enumerate(rows):
+        out.append(row[0])
+        out.append(details(list(zip(labels, row[1:], strict=True))))
+        text = notes[n] if n < len(notes) else None
+        if text:
+            out.append(note(text, prefix="  "))
     return "\n".join(out)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
+    """columns() when they fit the terminal, records() (one row per record) when they do not."""
+    return columns_with_notes(header, rows, [None] * len(rows), right)
 
 
 def columns_with_notes(
     header: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str | None], right: Sequence[int] = ()
 ) -> str:
-    """columns() of one-line header and short cells, each row followed by its note (free text such
-    as an error, wrapped to the terminal and indented) when it has one."""
-    lines = columns(header, rows, right).split("\n")
-    out = lines[:1]
-    for line, text in zip(lines[1:], notes, strict=True):
-        out.append(line)
+    """columns() of short cells, each row followed by its note (free text such as an error, wrapped
+    to the terminal and indented) when it has one; records() when the columns do not fit."""
+    if not _fits(header, rows):
+        return records(header, rows, notes)
+    groups = _groups(header, rows, right, upper=True)
+    out = groups[0]
+    for group, text in zip(groups[1:], notes, strict=True):
+        out += group
         if text:
             out.append(note(text, prefix="  "))
     return "\n".join(out)

@@ -93,3 +93,16 @@ def for_flags(errors: Iterable[Mapping[str, Any]], flags: Mapping[str, str]) -> 
                 text = text.replace(name, flag)
         parts.append(f"{' or '.join(names)}{sep}{text}" if names else text)
     return "; ".join(parts)
+
+
+def port_number(text: str) -> int:
+    """A TCP port typed on a command line, 0 to 65535 (0: the OS picks a free one); argparse's type."""
+    import argparse  # only the command lines use this
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: must be a whole number from 0 to 65535") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port: must be from 0 to 65535 (0 picks a free one)")
+    return value

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "layers/core"))
 
-from servingctl.local import iam  # noqa: E402
+from servingctl_twin import iam  # noqa: E402
 
 ROLES = (
     "ProfileStepsFunctionRole",

@@ -12,7 +12,7 @@ CloudWatch's requests carry aws:SourceAccount and aws:SourceArn (the alarm's ARN
 neither, so a statement conditioned on them refuses EventBridge. An alarm without AlarmName gets a
 name CloudFormation makes up, which no name pattern can be relied on to match.
 
-The key policy is evaluated with the twin's IAM evaluator (servingctl.local.iam), after the
+The key policy is evaluated with the twin's IAM evaluator (servingctl_twin.iam), after the
 template's intrinsics are resolved for a stack named STACK in ACCOUNT/REGION."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from servingctl.local.iam import Request, evaluate_conditions, resolve, statement_applies
+from servingctl_twin.iam import Request, evaluate_conditions, resolve, statement_applies
 
 ACCOUNT, REGION, PARTITION, STACK = "123456789012", "us-east-1", "aws", "servingctl-prod"
 ALARM_ACTIONS = ("AlarmActions", "OKActions", "InsufficientDataActions")

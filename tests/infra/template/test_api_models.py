@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from servingctl.api.models import KeepaliveRequest, StartRequest, StopRequest
+from servingctl.api.models import CancelRequest, KeepaliveRequest, StartRequest, StopRequest
 
 VALIDATED = {
     "StartProfile": "StartRequest",
     "StopProfile": "StopRequest",
     "Keepalive": "KeepaliveRequest",
     "StartBenchmark": "BenchmarkRequest",
+    "CancelBenchmark": "CancelRequest",
 }
 
 
@@ -41,7 +42,7 @@ def _api(template: dict) -> dict[str, Any]:
     return template["Resources"]["ServingApi"]["Properties"]
 
 
-@pytest.mark.parametrize("model", [StartRequest, StopRequest, KeepaliveRequest])
+@pytest.mark.parametrize("model", [StartRequest, StopRequest, KeepaliveRequest, CancelRequest])
 def test_each_validator_model_says_what_the_handlers_model_says(template: dict, model: type[BaseModel]) -> None:
     schema = model.model_json_schema()
     stated = {k: v for k, v in _api(template)["Models"][model.__name__].items() if k != "$schema"}

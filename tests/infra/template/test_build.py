@@ -42,6 +42,12 @@ def test_built_function_imports_its_handler_from_the_built_layer_only(function):
         "POWERTOOLS_SERVICE_NAME": "servingctl",
         "POWERTOOLS_METRICS_NAMESPACE": "servingctl",
         "POWERTOOLS_TRACE_DISABLED": "1",
+        # What every function's settings model requires at Init (template.yaml sets them in AWS).
+        "SERVINGCTL_REGISTRY": "ssm:/servingctl/registry",
+        "SERVINGCTL_TABLE": "servingctl",
+        "SERVINGCTL_BUCKET": "servingctl-records",
+        "START_STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:start",
+        "STOP_STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:stop",
     }
     result = subprocess.run(
         [sys.executable, "-I", "-S", "-c", PROBE, str(function_dir), str(layer_dir)],
@@ -53,3 +59,14 @@ def test_built_function_imports_its_handler_from_the_built_layer_only(function):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(function_dir / "app.py")
+
+
+def test_layer_holds_the_product_alone():
+    layer_dir = BUILD / "CoreLayer/python"
+    if not layer_dir.is_dir():
+        pytest.fail(f"{BUILD} has no build of the layer: run `make sam-build`")
+    shipped = {path.name for path in layer_dir.iterdir()}
+    # The product is there; the command line, the twin, their tools and the client-side extras are not.
+    assert "servingctl" in shipped
+    assert not shipped & {"servingctl_cli", "servingctl_twin", "moto", "uvicorn", "starlette", "rich", "matplotlib", "uvloop"}
+    assert not (layer_dir / "servingctl/cli").exists() and not (layer_dir / "servingctl/local").exists()

@@ -117,3 +117,43 @@ def test_the_sweep_steps_retry_throttling_and_catch_the_workers_errors_into_the_
     assert states["SweepNext"]["Parameters"]["Payload"]["action"] == "sweep_next"
     assert states["RunSweepScenario"]["Next"] == "SweepNext"  # the loop; sweep_next bounds it
     assert states["BranchOnSweepDone"]["Choices"] == [{"Variable": "$.sweep.next", "IsNull": True, "Next": "Compare"}]
+
+
+# The errors a Fail state names itself (not carried from a Catch): what a caller reading the execution
+# (describe-execution, the console, the ExecutionsFailed alarm) sees, each with the state that raises it.
+OWN_ERRORS = {("run_benchmark.asl.json", "FailRequests"): "RequestsFailed"}
+
+
+def _states(states: dict):
+    for name, state in states.items():
+        yield name, state
+        processor = state.get("ItemProcessor") or state.get("Iterator")
+        if processor:
+            yield from _states(processor["States"])
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda p: p.name)
+def test_every_fail_state_carries_the_caught_error_or_names_its_own_with_a_cause(machine):
+    for name, state in _states(json.loads(machine.read_text())["States"]):
+        if state["Type"] != "Fail":
+            continue
+        own = OWN_ERRORS.get((machine.name, name))
+        if own is None:
+            assert (state.get("ErrorPath"), state.get("CausePath")) == ("$.error.Error", "$.error.Cause"), name
+        else:
+            # A name of its own, never one a handler raises: a caller could not tell the two apart.
+            assert state["Error"] == own and own not in RAISED and own not in error_names(json.loads(machine.read_text()))
+            assert state.get("CausePath") or state.get("Cause"), f"{name}: a Fail state of its own says why"
+
+
+def test_a_run_whose_requests_failed_fails_its_execution_after_the_record_and_the_stop():
+    # RecordSuccess may record FAILED (requests failed past max_failure_rate); the execution then ends
+    # FailRequests, after the profile was stopped (when asked) and the run recorded, with the record's reason.
+    states = json.loads((ROOT / "statemachine/run_benchmark.asl.json").read_text())["States"]
+    assert states["BranchOnStop"]["Default"] == states["StopProfile"]["Next"] == "RecordSuccess"
+    assert states["RecordSuccess"]["Next"] == "BranchOnOutcome"
+    assert states["RecordSuccess"]["ResultSelector"]["error.$"] == "$.Payload.error"
+    failed = {"Variable": "$.finish.status", "StringEquals": "FAILED", "Next": "FailRequests"}
+    assert states["BranchOnOutcome"]["Choices"] == [failed]
+    assert states["BranchOnOutcome"]["Default"] == "Done"
+    assert states["FailRequests"]["CausePath"] == "$.finish.error"

@@ -18,7 +18,7 @@ import botocore.session
 import pytest
 from botocore import xform_name
 
-from servingctl.local import iam
+from servingctl_twin import iam
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -39,6 +39,10 @@ STAR_RESOURCE_ACTIONS: dict[str, tuple[str, str | None]] = {
     "ecs:ListServices": ("ListServices has no resource type (the reconciler finds services by their tags)", "ecs:cluster"),
     "ecs:DescribeTaskDefinition": ("DescribeTaskDefinition has no resource-level permissions", None),
     "cloudwatch:GetMetricStatistics": ("CloudWatch metric reads have no resource-level permissions", None),
+    "cloudwatch:PutMetricData": (
+        "PutMetricData has no resource type: narrowed to servingctl's namespace",
+        "cloudwatch:namespace",
+    ),
     "logs:CreateLogDelivery": ("Step Functions log delivery: vended-log APIs take no resource", None),
     "logs:GetLogDelivery": ("Step Functions log delivery: vended-log APIs take no resource", None),
     "logs:UpdateLogDelivery": ("Step Functions log delivery: vended-log APIs take no resource", None),
@@ -350,7 +354,7 @@ WRITES = {
         "dynamodb:DeleteItem": {"lock"},
     },
     "ApiFunctionRole": {
-        "dynamodb:PutItem": {"idempotency#api"},
+        "dynamodb:PutItem": {"idempotency#api", "run#r1", "run#r2"},  # a run: only its cancel
         "dynamodb:UpdateItem": {"profile#p", "profile#q", "idempotency#api"},
         "dynamodb:DeleteItem": {"idempotency#api"},
     },
@@ -426,7 +430,8 @@ def test_a_run_session_writes_and_reads_its_run_records_only(cfn, key, allowed):
         ("dynamodb:DeleteItem", "idempotency#api", True),
         ("dynamodb:PutItem", "session#nemotron-nano", False),
         ("dynamodb:UpdateItem", "lock", False),
-        ("dynamodb:PutItem", "run#r1", False),
+        ("dynamodb:PutItem", "run#r1", True),  # POST /benchmarks/{run_id}/cancel marks it CANCELLED
+        ("dynamodb:PutItem", "start#nemotron-nano", False),
     ],
 )
 def test_the_api_reads_and_writes_only_its_items(cfn, action, partition, allowed):

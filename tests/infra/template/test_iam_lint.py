@@ -19,7 +19,7 @@ from typing import Any
 import hcl2
 import pytest
 
-from servingctl.local import iam
+from servingctl_twin import iam
 
 ROOT = Path(__file__).resolve().parents[3]
 RUNNER = Path(__file__).with_name("iam_lint.py")

@@ -13,7 +13,6 @@ from cfnlint.api import lint_file
 ROOT = Path(__file__).resolve().parents[3]
 # Functions the contract puts in the VPC (they reach the internal ALB); every other one stays out.
 VPC_FUNCTIONS = {"smoke_test", "bench_worker", "sweep"}  # the sweep reads the model servers' gauges
-CLI_ONLY_DEPENDENCIES = {"rich", "matplotlib", "numpy", "uvloop"}
 
 
 def _of_type(template: dict, resource_type: str) -> dict[str, dict]:
@@ -209,8 +208,9 @@ def _pins(lines: list[str]) -> dict[str, str]:
 def test_layer_ships_the_runtime_pins_of_pyproject():
     runtime = _pins(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
     requirements = (ROOT / "layers/core/requirements.txt").read_text().splitlines()
-    expected = {name: pin for name, pin in runtime.items() if name not in CLI_ONLY_DEPENDENCIES}
-    assert _pins(requirements) == expected
+    # The product's dependencies are the layer's: its client-side extras and the CLI's and twin's
+    # are not in pyproject's `dependencies`.
+    assert _pins(requirements) == runtime
     # Transitive versions: the same constraints file as the venvs, found relative to the file.
     assert "-c ../../constraints.txt" in requirements
     assert (ROOT / "layers/core" / "../../constraints.txt").resolve() == ROOT / "constraints.txt"
@@ -267,7 +267,7 @@ class _Refs(dict):
 def _reserved(cfn: dict, setting: str | None) -> dict[str, int]:
     """Function logical ID -> reserved concurrency in the deployed template, with ReservedConcurrency
     set to setting (None: its default)."""
-    from servingctl.local.iam import evaluate_conditions, resolve
+    from servingctl_twin.iam import evaluate_conditions, resolve
 
     default = cfn["Parameters"]["ReservedConcurrency"]["Default"]
     refs = _Refs({"ReservedConcurrency": setting or default})
@@ -290,7 +290,7 @@ def test_no_concurrency_is_reserved_by_default_so_a_new_account_can_deploy(cfn):
 
 
 def test_reserved_concurrency_on_gives_the_sweep_one_and_caps_the_bench_worker_above_a_split_scenario(cfn):
-    from servingctl.benchmarks.matrix import MAX_WORKERS
+    from servingctl.runs.matrix import MAX_WORKERS
 
     reserved = _reserved(cfn, "on")
     assert set(reserved) == {"SweepFunction", "BenchWorkerFunction"} and reserved["SweepFunction"] == 1

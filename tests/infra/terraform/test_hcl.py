@@ -149,3 +149,18 @@ def test_the_instance_role_has_only_the_agents_inline_grants() -> None:
     assert {a.split(":")[0] for a in actions} == {"ecs", "ssm", "ssmmessages"}
     assert not any(a.startswith(("ssm:Get", "ecr:", "logs:")) or "*" in a for a in actions)
     assert "ssm:UpdateInstanceInformation" in actions and "ecs:RegisterContainerInstance" in actions
+
+
+def test_the_wake_rule_leaves_its_action_to_the_controller() -> None:
+    """A wake-on-request profile's rule is pointed at the model or the waker by the controller
+    (ModifyRule): Terraform must not flip it back on the next apply; the plain rule stays Terraform's."""
+    rules = {
+        name: body
+        for block in load(TF_ROOT / "modules" / "serving-profile" / "main.tf")["resource"]
+        for kind, named in block.items()
+        if kind == "aws_lb_listener_rule"
+        for name, body in named.items()
+    }
+    assert set(rules) == {"this", "wake"}
+    assert rules["wake"]["lifecycle"] == [{"ignore_changes": ["action"]}]
+    assert "lifecycle" not in rules["this"]

@@ -14,6 +14,7 @@ from servingctl.registry.loader import parse_registry
 from servingctl.registry.models import MAX_PROFILES
 
 PACKAGE = Path(__file__).resolve().parents[3] / "layers" / "core" / "servingctl"
+REFERENCE_REGISTRY = Path(__file__).resolve().parents[3] / "twin" / "servingctl_twin" / "reference_registry.json"
 
 
 def test_registry_validates_against_the_package_schema(published: dict) -> None:
@@ -63,7 +64,7 @@ def test_registry_names_the_resources_terraform_creates(published: dict, referen
 def test_serving_blocks_match_the_reference_registry(published: dict) -> None:
     # The controller's reference registry (used by the local twin) and the Terraform inputs agree
     # on every serving option and pool shape they both state.
-    reference = json.loads((PACKAGE / "local" / "reference_registry.json").read_text())
+    reference = json.loads((REFERENCE_REGISTRY).read_text())
     for name, ref_profile in reference["profiles"].items():
         ours = published["profiles"][name]["serving"]
         assert {k: ours[k] for k in ref_profile["serving"]} == ref_profile["serving"], name

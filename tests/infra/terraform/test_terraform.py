@@ -52,11 +52,14 @@ def test_limits_run_passes(limits_registry) -> None:
 
 def test_reference_runs_pass(reference_plan) -> None:
     # The fixture fails unless both runs of tests/reference.tftest.hcl pass; the plan it returns
-    # has one task definition, service, target group and listener rule per profile.
+    # has one task definition, service, target group and listener rule per profile (the rule
+    # Terraform owns whole: the reference profiles do not wake on request).
     resources = reference_plan["resources"]
     for profile in ("nemotron-nano", "deepseek-v4-flash"):
-        for kind in ("aws_ecs_task_definition", "aws_ecs_service", "aws_lb_target_group", "aws_lb_listener_rule"):
+        for kind in ("aws_ecs_task_definition", "aws_ecs_service", "aws_lb_target_group"):
             assert f'module.profile["{profile}"].{kind}.this' in resources
+        assert f'module.profile["{profile}"].aws_lb_listener_rule.this[0]' in resources
+        assert f'module.profile["{profile}"].aws_lb_listener_rule.wake[0]' not in resources
     assert len([a for a in resources if a.endswith("aws_ecs_task_definition.this")]) == 2
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from servingctl.local.twin import Twin
-from servingctl.local.world import Delays
+from servingctl_twin.twin import Twin
+from servingctl_twin.world import Delays
 
 POLL = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}
 NANO, FLASH = "nemotron-nano", "deepseek-v4-flash"
@@ -45,7 +45,7 @@ def _executions(twin: Twin, machine: str, profile: str) -> list[dict[str, Any]]:
 
 def _gateway_log(caplog: pytest.LogCaptureFixture) -> list[str]:
     """What the twin's API gateway logged (integration failures)."""
-    return [r.getMessage() for r in caplog.records if r.name == "servingctl.local.apigateway.apigw"]
+    return [r.getMessage() for r in caplog.records if r.name == "servingctl_twin.apigateway.apigw"]
 
 
 def _check(answers: list[tuple[str, str, int, dict[str, Any]]], logged: list[str]) -> Counter[int]:
@@ -59,7 +59,7 @@ def _check(answers: list[tuple[str, str, int, dict[str, Any]]], logged: list[str
 def test_dozens_of_concurrent_starts_and_stops_answer_2xx_or_409_once_per_intent(
     twin: Twin, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.ERROR, logger="servingctl.local.apigateway.apigw")
+    caplog.set_level(logging.ERROR, logger="servingctl_twin.apigateway.apigw")
     starts = _burst(twin, [("start", NANO)] * 24 + [("start", FLASH)] * 12)
     counts = _check(starts, _gateway_log(caplog))
     print(f"\nFIGURE burst 1 (24 starts {NANO}, 12 starts {FLASH}): {dict(counts)}")
@@ -99,7 +99,7 @@ def test_an_integration_failure_is_a_502_and_its_exception_is_logged(
         raise RuntimeError("the table is gone")
 
     monkeypatch.setattr(service, "list_profiles", broken)
-    caplog.set_level(logging.ERROR, logger="servingctl.local.apigateway.apigw")
+    caplog.set_level(logging.ERROR, logger="servingctl_twin.apigateway.apigw")
     assert twin.router is not None
     with twin.router.in_process():  # so the handlers see the patch
         answer = httpx.get(f"{twin.api_url}/profiles", timeout=60, auth=twin.api_auth())

@@ -18,9 +18,9 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 from servingctl.api.routes import OPENAPI_PATH
-from servingctl.local.apigateway.apigw import LOCAL_PRINCIPAL
-from servingctl.local.twin import Twin
-from servingctl.local.world import Delays
+from servingctl_twin.apigateway.apigw import LOCAL_PRINCIPAL
+from servingctl_twin.twin import Twin
+from servingctl_twin.world import Delays
 
 schema = schemathesis.openapi.from_path(OPENAPI_PATH)
 

@@ -24,10 +24,10 @@ import httpx
 import pytest
 from botocore.credentials import Credentials
 
-from servingctl.cli.sigv4 import SigV4
-from servingctl.local.apigateway.apigw import MAX_PAYLOAD_BYTES, Principal
-from servingctl.local.twin import Twin
-from servingctl.local.world import Delays
+from servingctl_cli.sigv4 import SigV4
+from servingctl_twin.apigateway.apigw import MAX_PAYLOAD_BYTES, Principal
+from servingctl_twin.twin import Twin
+from servingctl_twin.world import Delays
 
 PROFILE = "nemotron-nano"
 MAX_STARTS = 100  # GET /profiles/{name}/starts?limit=

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from servingctl.cli.client import write_twin_state
-from servingctl.cli.main import main
-from servingctl.local.twin import Twin
-from servingctl.local.world import Delays
 from servingctl.shared.clock import OffsetClock
+from servingctl_cli.client import write_twin_state
+from servingctl_cli.main import main
+from servingctl_twin.twin import Twin
+from servingctl_twin.world import Delays
 
 REPO = Path(__file__).resolve().parents[3]
 PROFILE = "nemotron-nano"

@@ -24,7 +24,7 @@ import pytest
 
 PROFILE = "deepseek-v4-flash"  # priced in the catalog: the Ctrl-C line names its hourly price
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
-CLI = [sys.executable, "-m", "servingctl.cli.main"]
+CLI = [sys.executable, "-m", "servingctl_cli.main"]
 
 
 @pytest.fixture(scope="module")

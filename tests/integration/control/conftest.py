@@ -17,10 +17,10 @@ from typing import Any
 import boto3
 import pytest
 
-from servingctl.local.twin import REFERENCE_REGISTRY, ExecutionResult, Twin
-from servingctl.local.world import Delays
 from servingctl.store import DynamoStore
 from servingctl.store.models import Lock, ProfileState, Session
+from servingctl_twin.twin import REFERENCE_REGISTRY, ExecutionResult, Twin
+from servingctl_twin.world import Delays
 
 POLL = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}
 START_DEADLINES = {"capacity_s": 60, "task_s": 60, "health_s": 60}
@@ -42,6 +42,31 @@ def start_input(profile: str, **extra: Any) -> dict[str, Any]:
 def stop_input(profile: str) -> dict[str, Any]:
     """stop_profile input with the test poll settings."""
     return {"profile": profile, "poll": POLL, "deadlines": {"lock_s": 120, "drain_s": 60, "terminate_s": 60}}
+
+
+def warm_pool_registry(
+    directory: Path, profile_name: str, pool_name: str, group: str, warm_pool: dict[str, Any], tg_digit: str
+) -> Path:
+    """The reference registry plus profile_name: a copy of deepseek-v4-flash on pool_name, a copy of
+    its pool (Auto Scaling group and capacity provider named group) with this warm pool."""
+    document = json.loads(REFERENCE_REGISTRY.read_text())
+    pool = json.loads(json.dumps(document["pools"]["g7e-2gpu"]))
+    pool.update(asg_name=group, capacity_provider=group)
+    pool["asg_arn"] = pool["asg_arn"].replace("self-hosted-llm-poc-g7e-2gpu", group)
+    pool["warm_pool"] = warm_pool
+    document["pools"][pool_name] = pool
+    profile = json.loads(json.dumps(document["profiles"]["deepseek-v4-flash"]))
+    profile.update(
+        service=group,
+        pool=pool_name,
+        model=profile_name,
+        target_group_arn=profile["target_group_arn"].replace("llm-deepseek-v4-flash", f"llm-{profile_name}")[:-1] + tg_digit,
+        routing_header={"name": "X-LLM-Profile", "value": profile_name},
+    )
+    document["profiles"][profile_name] = profile
+    path = directory / "registry.json"
+    path.write_text(json.dumps(document))
+    return path
 
 
 def test_registry(directory: Path, isolated: tuple[str, ...] = ISOLATED) -> Path:

@@ -24,10 +24,10 @@ import boto3
 import httpx
 import pytest
 
-from servingctl.local.twin import Twin, function_name
 from servingctl.registry.models import ServingProfile
 from servingctl.shared.clock import OffsetClock, SystemClock
 from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
+from servingctl_twin.twin import Twin, function_name
 
 from .conftest import DELAYS, POLL, TIME_SCALE, Probe
 from .conftest import test_registry as registry_with

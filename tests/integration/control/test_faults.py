@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from servingctl.local.twin import ExecutionResult, Twin, function_name
+from servingctl_twin.twin import ExecutionResult, Twin, function_name
 
 Probe = Any  # conftest.Probe (conftest modules are not importable under --import-mode=importlib)
 

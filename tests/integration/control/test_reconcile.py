@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from servingctl.local.twin import Twin
+from servingctl_twin.twin import Twin
 
 from .conftest import DELAYS, TIME_SCALE, Probe
 from .conftest import test_registry as registry_with

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from servingctl.local.twin import SSM_PATH, Twin, function_name
 from servingctl.registry.models import MAX_PROFILES
+from servingctl_twin.twin import SSM_PATH, Twin, function_name
 
 from .conftest import DELAYS, POLL, TIME_SCALE, Probe
 from .conftest import test_registry as registry_with

@@ -16,9 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
-from servingctl.cli.profiles import status_text
-from servingctl.local.twin import SSM_PATH, Twin, function_name
+from servingctl.api.models import ProfileDetail
 from servingctl.shared.clock import OffsetClock, SystemClock
+from servingctl_cli.profiles import status_text
+from servingctl_twin.twin import SSM_PATH, Twin, function_name
 
 from .conftest import DELAYS, POLL, TIME_SCALE, Probe
 from .conftest import test_registry as registry_with
@@ -127,7 +128,7 @@ def test_a_profile_removed_while_ready_is_shown_until_the_reconciler_stopped_it(
 
     probe.wait_for(f"{REMOVED} listed as not in the registry", lambda: listed() is not None, timeout_s=30)
     assert (listed() or {})["retired"] == "removed from the registry"
-    detail = _api(twin, "GET", f"/profiles/{REMOVED}").json()
+    detail = ProfileDetail.model_validate(_api(twin, "GET", f"/profiles/{REMOVED}").json())
     assert "not in the registry: removed from the registry" in status_text(detail)
     # A start of it is refused, naming why.
     refused = _api(twin, "POST", f"/profiles/{REMOVED}/start")

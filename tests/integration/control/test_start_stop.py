@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from servingctl.local.twin import ExecutionResult, Twin
+from servingctl_twin.twin import ExecutionResult, Twin
 
 SHARED = "qwen3-coder"  # shares deepseek-v4-flash's pool in the test registry (conftest)
 Probe = Any  # conftest.Probe (conftest modules are not importable under --import-mode=importlib)

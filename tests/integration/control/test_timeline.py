@@ -16,7 +16,7 @@ from servingctl.control.timeline import (
     derived_wait,
     spans,
 )
-from servingctl.local.twin import Twin
+from servingctl_twin.twin import Twin
 
 Probe = Any  # conftest.Probe (conftest modules are not importable under --import-mode=importlib)
 PROFILE = "nemotron-nano"

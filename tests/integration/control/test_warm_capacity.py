@@ -7,48 +7,34 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from servingctl.local.twin import REFERENCE_REGISTRY, Twin
+from servingctl_twin.twin import Twin
 
-from .conftest import DELAYS, TIME_SCALE
+from .conftest import DELAYS, TIME_SCALE, warm_pool_registry
 
 Probe = Any  # conftest.Probe (conftest modules are not importable under --import-mode=importlib)
 WARM = "w-warm"  # on a pool whose warm pool reuses instances on scale-in
 FALLBACK = "nemotron-nano"  # pool g7e-1gpu: g7e.2xlarge, then g7e.4xlarge, then g7e.8xlarge
 
 
-def _registry(directory: Path) -> Path:
-    """The reference registry plus WARM, a copy of deepseek-v4-flash on a copy of its pool whose
-    warm pool returns instances at scale-in."""
-    document = json.loads(REFERENCE_REGISTRY.read_text())
-    pool = json.loads(json.dumps(document["pools"]["g7e-2gpu"]))
-    pool.update(asg_name="servingctl-test-warm", capacity_provider="servingctl-test-warm")
-    pool["asg_arn"] = pool["asg_arn"].replace("self-hosted-llm-poc-g7e-2gpu", pool["asg_name"])
-    pool["warm_pool"] = {"pool_state": "Stopped", "min_size": 0, "reuse_on_scale_in": True}
-    document["pools"]["w-pool"] = pool
-    profile = json.loads(json.dumps(document["profiles"]["deepseek-v4-flash"]))
-    profile.update(
-        service="servingctl-test-warm",
-        pool="w-pool",
-        model=WARM,
-        target_group_arn=profile["target_group_arn"].replace("llm-deepseek-v4-flash", f"llm-{WARM}")[:-1] + "9",
-        routing_header={"name": "X-LLM-Profile", "value": WARM},
-    )
-    document["profiles"][WARM] = profile
-    path = directory / "registry.json"
-    path.write_text(json.dumps(document))
-    return path
-
-
 @pytest.fixture(scope="module")
 def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
     """A twin of this module's registry."""
     with Twin(
-        _registry(tmp_path_factory.mktemp("registry")), model_server="sim", time_scale=TIME_SCALE, delays=DELAYS
+        warm_pool_registry(
+            tmp_path_factory.mktemp("registry"),
+            WARM,
+            "w-pool",
+            "servingctl-test-warm",
+            {"pool_state": "Stopped", "min_size": 0, "reuse_on_scale_in": True},
+            "9",
+        ),
+        model_server="sim",
+        time_scale=TIME_SCALE,
+        delays=DELAYS,
     ) as running:
         yield running
 

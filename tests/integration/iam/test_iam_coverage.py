@@ -24,15 +24,16 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError
 
-from servingctl.benchmarks.scoped import RUN_ROLE_ENV, RunScopes
-from servingctl.local import iam
-from servingctl.local.twin import Twin, function_name
-from servingctl.local.world import Delays
+from servingctl.runs.scoped import RunScopes
 from servingctl.shared.clock import OffsetClock
+from servingctl.shared.environment import BenchWorkerSettings
 from servingctl.store import DynamoStore
 from servingctl.store.benchmarks import ResultExists, RunStatus
 from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 from servingctl.store.dynamodb import profile_key
+from servingctl_twin import iam
+from servingctl_twin.twin import Twin, function_name
+from servingctl_twin.world import Delays
 
 POLL = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}
 START = {"poll": POLL, "deadlines": {"capacity_s": 60, "task_s": 60, "health_s": 60}}
@@ -50,6 +51,8 @@ ECS_BENCHMARK = {
     "rounds": 2,
     "max_tokens": 16,
 }
+# The variable the twin sets to the bench worker's run role (the worker's settings read it).
+RUN_ROLE = BenchWorkerSettings.model_fields["run_role"].alias or ""
 BENCH_TASK = "servingctl-bench"  # the benchmark task definition's family: its calls are recorded under it
 # Statements the runs never need, each with the reason it is still granted.
 NEVER_USED = {
@@ -59,8 +62,20 @@ NEVER_USED = {
     "profile_steps/ProfileStepsFunctionRolePolicy0/TagPoolLaunches": "the launch template's tag specifications, checked by AWS",
     "profile_steps/ProfileStepsFunctionRolePolicy0/PassInstanceRole": "the launch template's instance profile, checked by AWS",
     # Only a run_benchmark execution that dies without recording its end needs it: the full runs end
-    # well; tests/integration/benchmark/test_run_ends.py aborts, times out and fails runs under IAM.
+    # well; tests/integration/runs/test_run_ends.py aborts, times out and fails runs under IAM.
     "sweep/SweepFunctionRolePolicy0/EndDeadBenchmarkRuns": "the sweep's FAILED record of a run whose execution died",
+    # The full runs wake no profile and run no profile of several replicas (the reference registry has
+    # neither): tests/integration/control/test_wake_twin.py and test_replicas.py run those paths.
+    "waker/WakerFunctionRolePolicy0/ReadWakeItems": "the waker: a request to a sleeping profile",
+    "waker/WakerFunctionRolePolicy0/ListProfiles": "the waker: a request to a sleeping profile",
+    "waker/WakerFunctionRolePolicy0/ReadRegistry": "the waker: a request to a sleeping profile",
+    "waker/WakerFunctionRolePolicy0/StartOrJoinStarts": "the waker: a request to a sleeping profile",
+    "waker/WakerFunctionRolePolicy0/SeeRunningStops": "the waker: a request to a sleeping profile",
+    "profile_steps/ProfileStepsFunctionRolePolicy0/RouteProfileRules": "only a wake-on-request profile's rule is pointed",
+    "profile_steps/ProfileStepsFunctionRolePolicy0/BoundServiceScaling": "only a profile of several replicas",
+    "sweep/SweepFunctionRolePolicy0/PublishReplicaLoad": "only a profile of several replicas",
+    # runs cancel: tests/integration/runs/test_run_ends.py cancels a run under the API's role.
+    "api/ApiFunctionRolePolicy0/CancelRuns": "a run cancelled (POST /benchmarks/{run_id}/cancel)",
 }
 
 
@@ -72,8 +87,8 @@ def twin(cfn: dict) -> Iterator[Twin]:
 
 
 def _scopes(twin: Twin) -> RunScopes:
-    """The bench worker's BenchRunRole sessions, as deps_from_env makes them (its calls run as the caller)."""
-    return RunScopes(os.environ[RUN_ROLE_ENV], twin.table_name, twin.bucket_name)
+    """The bench worker's BenchRunRole sessions, as deps_from_settings makes them (its calls run as the caller)."""
+    return RunScopes(os.environ[RUN_ROLE], twin.table_name, twin.bucket_name)
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -258,7 +273,7 @@ def test_a_bench_task_whose_role_lacks_a_grant_fails_the_run_as_on_aws(twin: Twi
     # this test found the gap): the task's hold on the profile is refused; on AWS the container exits 1
     # and runTask.sync fails the run.
     assert twin.tasks is not None and twin.iam is not None and twin.api_url is not None
-    role, run_role = twin.tasks.roles[BENCH_TASK], os.environ[RUN_ROLE_ENV]
+    role, run_role = twin.tasks.roles[BENCH_TASK], os.environ[RUN_ROLE]
     without = tuple(
         (name, {**st, "Action": [a for a in _as_list(st["Action"]) if a != "dynamodb:UpdateItem"]})
         for name, st in role.assumable[run_role]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from servingctl.local.simserver import SimConfig, running
+from servingctl_twin.simserver import SimConfig, running
 
 MODEL = SimConfig().model
 
@@ -127,12 +127,12 @@ class Api:
 
 @contextmanager
 def served(*flags: str) -> Iterator[tuple[str, subprocess.Popen]]:
-    """`python -m servingctl.local.simserver FLAGS` on a free port, as its own process, once healthy:
+    """`python -m servingctl_twin.simserver FLAGS` on a free port, as its own process, once healthy:
     yields (base URL, process); terminated afterwards."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "servingctl.local.simserver", "--port", str(port), *flags])
+    proc = subprocess.Popen([sys.executable, "-m", "servingctl_twin.simserver", "--port", str(port), *flags])
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(600):

@@ -3,7 +3,7 @@
 import httpx
 import pytest
 
-from servingctl.cli.main import main
+from servingctl_cli.main import main
 
 from .conftest import served
 

@@ -5,7 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from servingctl.local.simserver import SimConfig
+from servingctl_twin.simserver import SimConfig
 
 LONG = "This is deterministic benchmark input text. " * 300  # about 2,100 tokens
 

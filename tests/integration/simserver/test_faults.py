@@ -5,7 +5,7 @@ import time
 import httpx
 import pytest
 
-from servingctl.local.simserver import SimConfig, parse_faults
+from servingctl_twin.simserver import SimConfig, parse_faults
 
 
 def _api(make_api, *specs):

@@ -1,4 +1,4 @@
-"""The twin's ALB (servingctl.local.elbv2.load_balancers) with real clients: routing by the listener's rules, ALB's
+"""The twin's ALB (servingctl_twin.elbv2.load_balancers) with real clients: routing by the listener's rules, ALB's
 own answers, fail-open, draining, and the AWS/ApplicationELB metrics it publishes from what it proxied.
 
 Targets here are small HTTP servers of the test, registered in a profile's target group through
@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from servingctl.local.elbv2.load_balancers import dimensions_of
-from servingctl.local.twin import Twin
-from servingctl.local.world import Delays
+from servingctl_twin.elbv2.load_balancers import dimensions_of
+from servingctl_twin.twin import Twin
+from servingctl_twin.world import Delays
 
 PROFILE = "nemotron-nano"
 HEADER = "X-LLM-Profile"
@@ -73,8 +73,8 @@ def twin() -> Iterator[Twin]:
 def stub() -> Iterator[Callable[[], ThreadingHTTPServer]]:
     servers: list[ThreadingHTTPServer] = []
 
-    def make() -> ThreadingHTTPServer:
-        server: Any = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
+    def make(host: str = "127.0.0.1") -> ThreadingHTTPServer:
+        server: Any = ThreadingHTTPServer((host, 0), _Stub)
         server.health_code, server.delay, server.requests, server.health_checks, server.health_delay = 200, 0.0, 0, 0, 0.0
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
@@ -93,8 +93,8 @@ def group(twin: Twin) -> Iterator[Any]:
     registered: list[dict[str, Any]] = []
 
     class Group:
-        def register(self, port: int) -> None:
-            target = {"Id": "127.0.0.1", "Port": port}
+        def register(self, port: int, host: str = "127.0.0.1") -> None:
+            target = {"Id": host, "Port": port}
             elbv2.register_targets(TargetGroupArn=arn, Targets=[target])
             registered.append(target)
 
@@ -168,6 +168,24 @@ def test_request_count_is_every_request_routed_health_checks_excluded(twin: Twin
     assert after - before == 7 == server.requests
     assert all(p > 0 for p in points)  # no datapoint for a minute without requests
     assert _sum(twin, "HTTPCode_Target_2XX_Count", dimensions)[0] >= 7
+
+
+def test_request_count_per_target_is_the_groups_requests_over_its_healthy_targets(twin: Twin, stub: Any, group: Any) -> None:
+    # Three targets at addresses of their own (as awsvpc tasks have), one failing its health checks.
+    servers = [stub(f"127.0.0.{n}") for n in (11, 12, 13)]
+    servers[2].health_code = 500  # registered, unhealthy: not counted while others are healthy
+    for server in servers:
+        group.register(server.server_address[1], server.server_address[0])
+    _until("two healthy, one unhealthy", lambda: sorted(group.states()) == ["healthy", "healthy", "unhealthy"])
+    # ELB publishes it under the TargetGroup dimension alone (what ALBRequestCountPerTarget reads).
+    spec = twin.registry.profiles[PROFILE]
+    dimensions = dimensions_of(spec.load_balancer_arn, spec.target_group_arn)[:1]
+    before, _ = _sum(twin, "RequestCountPerTarget", dimensions)
+    sent = [httpx.get(_url(twin, "/v1/models"), headers={HEADER: PROFILE}) for _ in range(6)]
+    assert [a.status_code for a in sent] == [200] * 6
+    assert [s.requests for s in servers] == [3, 3, 0]
+    after, _ = _sum(twin, "RequestCountPerTarget", dimensions)
+    assert after - before == pytest.approx(6 / 2)
 
 
 def test_all_targets_unhealthy_fail_open(twin: Twin, stub: Any, group: Any) -> None:
@@ -258,10 +276,15 @@ def test_a_deregistered_target_finishes_its_streams_and_gets_no_new_request(twin
         lambda: httpx.get(_url(twin, "/v1/models"), headers={HEADER: PROFILE}).status_code == 503,
         timeout_s=5,
     )
+    # A deregistration takes a moment to reach the load balancer's nodes on AWS too (the twin looks
+    # every 50 ms): a poll sent before that may still have reached the target. From the first 503 on,
+    # nothing new reaches it while its stream drains.
+    reached = server.requests
+    assert [httpx.get(_url(twin, "/v1/models"), headers={HEADER: PROFILE}).status_code for _ in range(5)] == [503] * 5
     reader.join(timeout=30)
     assert chunks == [f"data: {i}" for i in range(10)]
     assert started_with < 10, "the stream had ended before the deregistration: nothing drained"
-    assert server.requests == 1  # the stream alone: nothing new reached the draining target
+    assert server.requests == reached, "a request reached the draining target after the ALB had stopped routing to it"
 
 
 def test_a_busy_target_answering_health_checks_slower_than_the_scaled_interval_stays_healthy(

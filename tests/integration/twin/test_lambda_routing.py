@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from servingctl.local.twin import SSM_PATH, Twin, function_name
+from servingctl_twin.twin import SSM_PATH, Twin, function_name
 
 PROBE_ASL = {
     "Comment": "probe: call profile_steps with the input's action",

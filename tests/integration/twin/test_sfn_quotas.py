@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from servingctl.control.history import EXECUTION_EVENTS, state_events, worst_case_events
-from servingctl.local.stepfunctions.quotas import HISTORY_LIMIT, PAYLOAD_LIMIT_BYTES
-from servingctl.local.twin import Twin
+from servingctl_twin.stepfunctions.quotas import HISTORY_LIMIT, PAYLOAD_LIMIT_BYTES
+from servingctl_twin.twin import Twin
 
 # ExecutionStarted, Pass "Begin" (entered, exited), then per round Choice "Loop" + Pass "Count" (2 + 2),
 # the last Choice (2), Succeed "Done" (entered, exited), ExecutionSucceeded: 4 * rounds + 8 events.

@@ -11,11 +11,11 @@ from pathlib import Path
 import boto3
 import pytest
 
-from servingctl.local.ecs.scheduler import ELB_UNHEALTHY_REASON
-from servingctl.local.twin import REFERENCE_REGISTRY, Twin
-from servingctl.local.world import Delays
 from servingctl.store import DynamoStore
 from servingctl.store.models import Phase
+from servingctl_twin.ecs.scheduler import ELB_UNHEALTHY_REASON
+from servingctl_twin.twin import REFERENCE_REGISTRY, Twin
+from servingctl_twin.world import Delays
 
 POLL = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}
 # As in the reference (load 540 s, grace 1800 s) the model loads well inside the grace period, and the

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from servingctl.local.twin import REFERENCE_REGISTRY, Twin
-from servingctl.local.world import Delays
+from servingctl_twin.twin import REFERENCE_REGISTRY, Twin
+from servingctl_twin.world import Delays
 
 PROFILE = "nemotron-nano"
 POLL = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servingctl.local.twin import ACCOUNT_ID, Twin
-from servingctl.local.world import Delays
+from servingctl_twin.twin import ACCOUNT_ID, Twin
+from servingctl_twin.world import Delays
 
 PROFILE = "nemotron-nano"
 ROOT = Path(__file__).resolve().parents[3]

@@ -17,9 +17,9 @@ import pytest
 from aws_lambda_powertools.utilities import parameters
 from moto import mock_aws
 
-from servingctl.local.twin import REFERENCE_REGISTRY, publish_parameters
 from servingctl.store import DynamoStore
 from servingctl.store.dynamodb import create_table
+from servingctl_twin.twin import REFERENCE_REGISTRY, publish_parameters
 
 REPO = Path(__file__).resolve().parents[3]
 REGION = "us-east-1"
@@ -61,7 +61,7 @@ class Api:
     def request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
         """A request shaped from the sample event of the same kind, with this method, path and body."""
         from servingctl.api.routes import openapi_document
-        from servingctl.local.apigateway.apigw import proxy_event
+        from servingctl_twin.apigateway.apigw import proxy_event
 
         raw = body if isinstance(body, bytes) else (json.dumps(body).encode() if body is not None else b"")
         base = {"Content-Type": "application/json"} if body is not None else {}

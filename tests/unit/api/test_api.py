@@ -12,7 +12,7 @@ import pytest
 from aws_lambda_powertools.utilities import parameters
 
 from servingctl.costs import load_catalog
-from servingctl.store.models import Phase, Session
+from servingctl.store.models import InstanceSpan, Phase, Session
 
 Api = Any  # conftest.Api (conftest modules are not importable under --import-mode=importlib)
 PROFILE = "deepseek-v4-flash"
@@ -280,6 +280,25 @@ def test_ledger_prices_sessions_and_sums_months(api: Api) -> None:
         {"profile": PROFILE, "month": "2026-03", "uptime_hours": 3.5, "cost_usd": round(3.5 * price.hourly_usd, 4)}
     ]
     assert body["total_cost_usd"] == round(3.5 * price.hourly_usd, 4)
+
+
+def test_the_ledger_bills_every_replica_for_its_own_time(api: Api) -> None:
+    price = load_catalog().instance("us-east-1", "g7e.12xlarge")
+    assert price is not None
+    start = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
+    opened = api.store.open_session(
+        Session(profile=PROFILE, session_id="r", pool="g7e-2gpu", instance_type="g7e.12xlarge", started_at=start)
+    )
+    spans = [
+        InstanceSpan(instance_id="i-1", started_at=start, stopped_at=start + timedelta(hours=2)),
+        InstanceSpan(instance_id="i-2", started_at=start + timedelta(hours=1), stopped_at=start + timedelta(hours=1.5)),
+    ]
+    api.store.close_session(PROFILE, opened.session_id, start + timedelta(hours=2), "stop", "stopped", spans)
+    status, body = api.call(api.event("ledger"))
+    assert status == 200
+    [row] = body["sessions"]
+    assert (row["instances"], row["uptime_hours"], row["instance_hours"]) == (2, 2.0, 2.5)
+    assert row["cost_usd"] == body["total_cost_usd"] == round(2.5 * price.hourly_usd, 4)
 
 
 def test_a_body_that_is_not_utf8_json_is_refused_before_parsing(api: Api) -> None:

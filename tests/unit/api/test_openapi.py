@@ -27,6 +27,7 @@ def test_every_operation_documents_its_errors_and_iam_auth() -> None:
         ("POST", "/benchmarks"),
         ("GET", "/benchmarks"),
         ("GET", "/benchmarks/{run_id}"),
+        ("POST", "/benchmarks/{run_id}/cancel"),
     }
     for key, operation in operations.items():
         assert "422" not in operation["responses"], key  # validation errors answer 400

@@ -10,9 +10,9 @@ import httpx
 import pytest
 from botocore.credentials import Credentials
 
-from servingctl.cli import client
-from servingctl.cli.main import main
-from servingctl.cli.sigv4 import SigV4
+from servingctl_cli import client
+from servingctl_cli.main import main
+from servingctl_cli.sigv4 import SigV4
 
 
 def test_requests_to_the_deployed_api_are_sigv4_signed_for_execute_api() -> None:
@@ -190,13 +190,40 @@ def test_help_loads_neither_matplotlib_nor_boto3_nor_the_engine_and_status_no_en
     import sys
 
     probe = (
-        "import sys\nfrom servingctl.cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "import sys\nfrom servingctl_cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
         "print(' '.join(sorted(k for k, v in sys.modules.items() if v is not None)))"
     )
-    heavy = ("matplotlib", "boto3", "botocore", "servingctl.bench", "rich", "httpx", "pydantic")
+    heavy = ("matplotlib", "boto3", "botocore", "servingctl.loadgen", "rich", "httpx", "pydantic")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}  # no twin: status goes as far as finding none
     env.pop(client.API_URL_ENV, None)
     for argv, banned in ((["--help"], heavy), (["status"], heavy[:4]), (["start", "--help"], heavy[:4])):
         done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, check=True, env=env)
         loaded = done.stdout.strip().splitlines()[-1].split()
         assert not [m for m in loaded if m.split(".")[0] in banned or m.startswith(banned)], argv
+
+
+def test_an_answer_that_does_not_match_the_apis_model_names_each_field_at_fault() -> None:
+    from servingctl.api.models import ExecutionProgress, ProfileSummary
+
+    answer = {"execution_arn": "arn:aws:states:us-east-1:1:execution:m:start-x", "execution_id": "start-x", "action": "start"}
+    answer |= {"phase": "capacity", "phases": [], "started_at": "2026-12-03T09:00:00Z"}
+    transport = httpx.MockTransport(lambda r: httpx.Response(200, json=answer | {"elapsed_s": "soon"}))
+    api = client.Client("http://127.0.0.1:1", local=True, transport=transport)
+    with pytest.raises(client.ApiError) as caught:
+        client.answer_as(ExecutionProgress, api.get("/executions/start-x"), "GET /executions/start-x")
+    error = caught.value
+    assert error.status == client.MISMATCH_STATUS
+    assert error.message.startswith(
+        "GET /executions/start-x: the API's answer is not ExecutionProgress as this servingctl reads it"
+    )
+    for field in ("profile: Field required", "status: Field required", "elapsed_s: Input should be a valid number"):
+        assert field in error.message
+    assert "is servingctl the version of the API it talks to?" in error.message
+    # A list names the item at fault, and an answer that is no list says so.
+    good = {"name": "a", "phase": "STOPPED", "pool": "p", "instance_type": "t", "model": "m", "endpoint_url": "u"}
+    listed = [good | {"routing_header": "X: a"}, good]
+    with pytest.raises(client.ApiError, match=r"GET /profiles, item 1: .*routing_header: Field required"):
+        client.answers_as(ProfileSummary, listed, "GET /profiles")
+    with pytest.raises(client.ApiError, match=r"not a list of ProfileSummary: got dict"):
+        client.answers_as(ProfileSummary, good, "GET /profiles")
+    assert client.answers_as(ProfileSummary, listed[:1], "GET /profiles")[0].routing_header == "X: a"

@@ -8,16 +8,20 @@ from typing import Any
 
 import pytest
 
-from servingctl.cli import client
-from servingctl.cli.interrupt import interrupted_line
-from servingctl.cli.main import main
+from servingctl_cli import client
+from servingctl_cli.interrupt import interrupted_line
+from servingctl_cli.main import main
 
 PROFILE = "deepseek-v4-flash"
 ARN = "arn:aws:states:us-east-1:123456789012:execution:servingctl-start-profile:start-deepseek-v4-flash-abc"
+LISTED = {"phase": "READY", "pool": "p", "model": "m", "endpoint_url": "http://alb", "routing_header": "X-LLM-Profile: p"}
+# The API's answers as its models give them (the CLI reads them through those models).
 PROFILES = [
-    {"name": PROFILE, "instance_type": "g7e.12xlarge", "hourly_usd": 12.17},
-    {"name": "nemotron-nano", "instance_type": "g7e.2xlarge", "hourly_usd": None},
+    LISTED | {"name": PROFILE, "instance_type": "g7e.12xlarge", "hourly_usd": 12.17},
+    LISTED | {"name": "nemotron-nano", "instance_type": "g7e.2xlarge", "hourly_usd": None},
 ]
+PROGRESS = {"execution_id": "start-deepseek-v4-flash-abc", "action": "start", "profile": PROFILE, "status": "RUNNING"}
+PROGRESS |= {"phase": "capacity", "phases": [], "started_at": "2026-12-03T09:00:00Z", "elapsed_s": 12.0}
 
 
 class FakeApi:
@@ -33,8 +37,9 @@ class FakeApi:
         if path == "/profiles":
             return PROFILES
         if path.startswith("/benchmarks/"):
-            return {"execution_arn": "arn:...:bench-R1", "request": {"profile": PROFILE, "stop": True}}
-        return {"execution_arn": ARN}
+            run = {"run_id": "R1", "profile": PROFILE, "status": "RUNNING", "execution_arn": "arn:...:bench-R1"}
+            return run | {"request": {"profile": PROFILE, "stop": True}}
+        return PROGRESS | {"execution_arn": ARN}
 
     def post(self, path: str, body: dict[str, Any] | None = None, *, idempotent: bool = False) -> Any:
         raise KeyboardInterrupt
@@ -57,6 +62,15 @@ def test_the_line_names_the_execution_the_instance_its_price_and_the_next_comman
         "releases a g7e.2xlarge (not in the price catalog); re-attach: servingctl wait stop-nemotron-nano-abc; "
         "check: servingctl status nemotron-nano" in unpriced
     )
+
+
+def test_an_answer_the_cli_cannot_read_leaves_the_line_its_fallbacks() -> None:
+    class OldApi(FakeApi):
+        def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+            return [{"name": PROFILE}] if path == "/profiles" else {"execution_arn": ARN}  # fields missing
+
+    line = interrupted_line(OldApi(), "start", "start-x", PROFILE)  # type: ignore[arg-type]
+    assert "Step Functions (start-x) and brings up its GPU instance; re-attach: servingctl wait start-x" in line
 
 
 def test_without_an_answering_api_the_line_still_says_what_goes_on_and_the_commands() -> None:

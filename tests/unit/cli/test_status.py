@@ -9,31 +9,33 @@ from typing import Any
 import pytest
 
 from servingctl.api.models import ProfileDetail
-from servingctl.cli.profiles import status_text
+from servingctl_cli.profiles import status_text
 
 NOW = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 
 
-def _detail(**changes: Any) -> dict[str, Any]:
-    """A READY profile's GET /profiles/{name} answer, as JSON."""
-    return ProfileDetail(
-        name="deepseek-v4-flash",
-        phase="READY",
-        pool="g7e-4gpu",
-        instance_type="g7e.12xlarge",
-        model="deepseek-v4-flash",
-        ready_at=NOW,
-        lease_deadline=datetime(2026, 12, 3, 11, 0, tzinfo=UTC),
-        endpoint_url="http://internal-alb",
-        routing_header="X-LLM-Profile: deepseek-v4-flash",
-        desired_count=1,
-        running_count=1,
-        pending_count=0,
-        instances=[],
-        target_health={},
-        service_events=[],
-        **changes,
-    ).model_dump(mode="json")
+def _detail(**changes: Any) -> ProfileDetail:
+    """A READY profile's GET /profiles/{name} answer, as the CLI reads it (through JSON, as it comes)."""
+    return ProfileDetail.model_validate_json(
+        ProfileDetail(
+            name="deepseek-v4-flash",
+            phase="READY",
+            pool="g7e-4gpu",
+            instance_type="g7e.12xlarge",
+            model="deepseek-v4-flash",
+            ready_at=NOW,
+            lease_deadline=datetime(2026, 12, 3, 11, 0, tzinfo=UTC),
+            endpoint_url="http://internal-alb",
+            routing_header="X-LLM-Profile: deepseek-v4-flash",
+            desired_count=1,
+            running_count=1,
+            pending_count=0,
+            instances=[],
+            target_health={},
+            service_events=[],
+            **changes,
+        ).model_dump_json()
+    )
 
 
 def test_a_near_lease_stop_is_flagged_with_the_command_that_extends_it(monkeypatch: pytest.MonkeyPatch) -> None:

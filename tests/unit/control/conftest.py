@@ -65,7 +65,7 @@ class World:
         self.calls: list[str] = []
         self.autoscaling.meta.events.register("before-call.auto-scaling", self._record)
         self.ecs.meta.events.register("before-call.ecs", self._record)
-        doc = json.loads(resources.files("servingctl.local").joinpath("reference_registry.json").read_text())
+        doc = json.loads(resources.files("servingctl_twin").joinpath("reference_registry.json").read_text())
         if shared_pool:
             doc["profiles"][OTHER]["pool"] = doc["profiles"][PROFILE]["pool"]
         vpc = self.ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]

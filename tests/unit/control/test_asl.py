@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from servingctl.control.polling import run_check
+from servingctl.control.polling import Check, run_check
 from servingctl.control.steps import ACTIONS
-from servingctl.shared.settings import Poll, StartConfig, StopConfig
+from servingctl.shared.flow_inputs import Poll, StartConfig, StopConfig
 
 from .conftest import FakeClock
 
@@ -29,6 +29,7 @@ LAMBDA_ERRORS = {
 SUBSTITUTIONS = {"ProfileStepsFunctionArn", "SmokeTestFunctionArn"}
 VERBS = {
     "Prepare",
+    "Route",
     "Acquire",
     "Check",
     "Branch",
@@ -142,6 +143,7 @@ def _simulated_start(health_ready_s: int, watch_budget_s: float) -> tuple[int, f
         "BranchOnCurrent",
         "GuardPool",
         "ScaleOut",
+        "RouteToModel",
         "RunSmokeTest",
         "RecordReady",
         "ReleaseLock",
@@ -151,12 +153,11 @@ def _simulated_start(health_ready_s: int, watch_budget_s: float) -> tuple[int, f
     t0 = clock.now()
     transitions = len(straight)
     for key, ready_after_s, budget in (("capacity", 300, 0.0), ("task", 420, 0.0), ("targets", health_ready_s, watch_budget_s)):
-        state: dict[str, Any] = {}
+        last: Check | None = None
         while True:
             transitions += 2  # Check<X> and BranchOn<X>
-            result = run_check(
-                state=state,
-                key=key,
+            result = last = run_check(
+                last=last,
                 what=key,
                 deadline_s=3600,
                 poll=poll,
@@ -164,11 +165,10 @@ def _simulated_start(health_ready_s: int, watch_budget_s: float) -> tuple[int, f
                 watch_budget_s=budget,
                 probe=lambda p, due=ready_after_s: ((clock.now() - t0).total_seconds() >= due, "probe"),
             )
-            state[key] = result
-            if result["ready"]:
+            if result.ready:
                 break
             transitions += 1  # WaitFor<X>
-            clock.advance(result["wait_s"])
+            clock.advance(result.wait_s)
     return transitions, (clock.now() - t0).total_seconds() - health_ready_s
 
 

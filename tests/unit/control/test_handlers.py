@@ -18,14 +18,14 @@ import pytest
 from aws_lambda_powertools.utilities import parameters
 
 from servingctl.control.steps import ACTIONS
-from servingctl.local.twin import publish_parameters
 from servingctl.shared.errors import InvalidInput, ProfileNotFound, SmokeTestFailed
 from servingctl.store import DynamoStore, Phase
 from servingctl.store.dynamodb import create_table
+from servingctl_twin.twin import publish_parameters
 
 ROOT = Path(__file__).resolve().parents[3]
 EVENTS = ROOT / "events"
-REGISTRY = ROOT / "layers/core/servingctl/local/reference_registry.json"
+REGISTRY = ROOT / "twin/servingctl_twin/reference_registry.json"
 
 
 def event(folder: str, name: str) -> dict[str, Any]:

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from servingctl.benchmarks.matrix import MAX_SCENARIOS, MAX_WORKERS, BenchmarkInput
 from servingctl.control.history import HISTORY_LIMIT, MAX_LOOP_ROUNDS, min_wait_s, state_events, worst_case_events
 from servingctl.control.polling import backoff_wait, run_check
 from servingctl.registry.models import FlowLimits
+from servingctl.runs.matrix import MAX_SCENARIOS, MAX_WORKERS, BenchmarkInput
 from servingctl.shared.errors import DeadlineExceeded
-from servingctl.shared.settings import Poll, StopDeadlines
+from servingctl.shared.flow_inputs import Poll, StopDeadlines
 
 from .conftest import FakeClock
 
@@ -94,22 +94,20 @@ def test_a_task_counts_every_attempt_of_every_retrier() -> None:
 
 @pytest.mark.parametrize("deadline_s", [60, MAX_LOOP_ROUNDS, MAX_LOOP_ROUNDS + 1, 7200, REGISTRY_MAX_DEADLINE_S])
 def test_a_loop_at_the_fastest_poll_runs_at_most_the_round_bound_and_still_lasts_its_deadline(deadline_s: int) -> None:
-    clock, state, rounds = FakeClock(), {}, 0
+    clock, last, rounds = FakeClock(), None, 0
     start = clock.now()
     with pytest.raises(DeadlineExceeded):
         while True:
-            result = run_check(
-                state=state,
-                key="k",
+            last = run_check(
+                last=last,
                 what="it",
                 deadline_s=deadline_s,
                 poll=FASTEST,
                 clock=clock,
                 probe=lambda _p: (False, "not yet"),
             )
-            state["k"] = result
             rounds += 1
-            clock.advance(result["wait_s"])
+            clock.advance(last.wait_s)
     assert rounds <= MAX_LOOP_ROUNDS
     assert (clock.now() - start).total_seconds() >= deadline_s  # the deadline is never shortened
     assert min_wait_s(deadline_s) == max(1, -(-deadline_s // MAX_LOOP_ROUNDS))
@@ -118,12 +116,11 @@ def test_a_loop_at_the_fastest_poll_runs_at_most_the_round_bound_and_still_lasts
 def test_the_pacing_asked_for_is_kept_when_the_bound_allows_it() -> None:
     clock = FakeClock()
     result = run_check(
-        state={},
-        key="k",
+        last=None,
         what="it",
         deadline_s=StopDeadlines().drain_s,
         poll=Poll(),
         clock=clock,
         probe=lambda _p: (False, "not yet"),
     )
-    assert result["wait_s"] == Poll().interval_s
+    assert result.wait_s == Poll().interval_s

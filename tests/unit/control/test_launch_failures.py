@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from servingctl.control.launch_failures import KINDS, classify, next_option, quota_of
-from servingctl.local.autoscaling.groups import LAUNCH_FAILURE_MESSAGES
-from servingctl.local.faults import LAUNCH_FAILURES
+from servingctl_twin.autoscaling.groups import LAUNCH_FAILURE_MESSAGES
+from servingctl_twin.faults import LAUNCH_FAILURES
 
 ICE_PLAIN = (
     "We currently do not have sufficient g7e.12xlarge capacity in the Availability Zone you requested (us-east-1a). "

@@ -252,9 +252,8 @@ def test_capacity_falls_back_to_each_alternate_in_order_and_records_why(deps: De
     world.autoscaling.set_desired_capacity(AutoScalingGroupName=pool.asg_name, DesiredCapacity=1)
     world.register_instances(OTHER)
     assert step(deps, "check_capacity", state, "capacity")["ready"] is True
-    state["task"] = {"progress": {"marks": {"ready_at": state["capacity"]["progress"]["marks"]["ready_at"]}}}
-    state["targets"] = {"progress": {"marks": {"ready_at": state["capacity"]["progress"]["marks"]["ready_at"]}}}
-    ready = step(deps, "record_ready", state, "ready")
+    state["task"] = state["targets"] = state["capacity"]  # the task and its target ready at once
+    ready = step(deps, "record_ready", state, "record")
     assert ready["instance_type"] == "g7e.8xlarge" and ready["warm_start"] is False
     assert [(f["instance_type"], f["class"], f["code"]) for f in ready["capacity_fallbacks"]] == [
         ("g7e.2xlarge", "insufficient-capacity", "InsufficientInstanceCapacity"),
@@ -383,7 +382,7 @@ def test_deadline_exceeded_names_what_was_missing(deps: Deps, clock: FakeClock) 
     state = started(deps, deadlines={"capacity_s": 100})
     waits = []
     with pytest.raises(
-        DeadlineExceeded, match=r"capacity .* not reached within 100 s: 1 instance\(s\) InService .* 0 registered"
+        DeadlineExceeded, match=r"capacity .* not reached within 100 s: 1 instance\(s\) InService .* 0 of 1 registered"
     ):
         for _ in range(10):
             waits.append(step(deps, "check_capacity", state, "capacity")["wait_s"])

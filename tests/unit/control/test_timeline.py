@@ -10,12 +10,15 @@ import pytest
 
 from servingctl.control.timeline import (
     FACTOR,
+    LABELS,
     MARGIN_S,
     MIN_HISTORY,
     derived_wait,
     expected_ready,
+    hook_wait_marks,
     merge,
     next_mark,
+    note_hook_waits,
     overheads,
     percentile,
     phase_history,
@@ -102,6 +105,39 @@ def test_spans_run_from_mark_to_mark_and_add_up_to_the_start() -> None:
         ("pull_stopped", 120, 190),
         ("ready", 710, 900),
     ]
+
+
+def test_a_wait_on_the_launch_hook_is_a_phase_of_its_own_and_only_when_the_start_waited() -> None:
+    waits: dict[str, list[str | None]] = {}
+    polls = [
+        # The start's instance prepares in the warm pool (a refill beside it is not the start's).
+        (20, [("i-warm", "Warmed:Pending:Wait"), ("i-refill", "Warmed:Pending")]),
+        (35, [("i-warm", "Warmed:Pending:Wait"), ("i-refill", "Warmed:Pending:Wait")]),
+        (50, [("i-warm", "Warmed:Stopped"), ("i-refill", "Warmed:Pending:Wait")]),
+        (65, [("i-warm", "InService"), ("i-refill", "Warmed:Pending:Wait")]),
+    ]
+    for at, seen in polls[:2]:
+        note_hook_waits(waits, seen, T0 + timedelta(seconds=at))
+    # Still held: the wait has begun, not ended.
+    assert [m.name for m in hook_wait_marks(waits, ["i-warm"])] == ["hook_wait_started"]
+    for at, seen in polls[2:]:
+        note_hook_waits(waits, seen, T0 + timedelta(seconds=at))
+    marks = hook_wait_marks(waits, ["i-warm"])
+    assert [(m.name, m.at) for m in marks] == [
+        ("hook_wait_started", T0 + timedelta(seconds=20)),
+        ("hook_wait_ended", T0 + timedelta(seconds=50)),
+    ]
+    record = StartRecord(profile="p", start_id="s", execution="e", requested_at=T0)
+    merge(record, [Mark(name="requested", at=T0, source="controller"), *marks], T0 + timedelta(seconds=70))
+    merge(record, [Mark(name="instance_registered", at=T0 + timedelta(seconds=60), source="ecs")], T0 + timedelta(seconds=70))
+    assert spans(record) == [
+        ("hook_wait_started", 20.0, 20.0),
+        ("hook_wait_ended", 30.0, 50.0),
+        ("instance_registered", 10.0, 60.0),
+    ]
+    assert LABELS["hook_wait_ended"] == "launch lifecycle hook wait (the warm pool's prepare step)"
+    # A start whose instances never waited on a hook has no such phase.
+    assert hook_wait_marks(waits, ["i-cold"]) == [] and hook_wait_marks({}, []) == []
 
 
 def test_merge_keeps_when_a_mark_was_first_seen_and_overheads_measure_it() -> None:

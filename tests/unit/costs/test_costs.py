@@ -6,8 +6,18 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from servingctl.cli.main import main
-from servingctl.costs import CatalogError, CompareInput, compare, load_catalog, monthly_totals, priced_api, session_cost
+from servingctl.costs import (
+    CatalogError,
+    CompareInput,
+    compare,
+    load_catalog,
+    monthly_totals,
+    priced_api,
+    session_cost,
+    stored_session_cost,
+)
+from servingctl.store.models import InstanceSpan, Session
+from servingctl_cli.main import main
 
 # FACTS.md: MTP=1 concurrency-4 aggregate tok/s per input length, and the article's published ratios.
 REFERENCE = [(254, 358.41, 10.74, 827), (2046, 330.29, 4.23, 2099), (8185, 202.11, 2.17, 4087)]
@@ -165,6 +175,39 @@ def test_session_cost_accrues_until_now_and_unpriced_instances_say_so():
     totals = monthly_totals([closed, closed, open_])
     assert totals[("deepseek-v4-flash", "2026-12")]["cost_usd"] == pytest.approx(3 * 12.17)
     assert totals[("nemotron-nano", "2026-12")]["cost_usd"] is None
+
+
+def test_each_instance_of_a_session_bills_its_own_time():
+    catalog = load_catalog()
+    start = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    stored = Session.model_validate_json(  # a record written before replicas: no instances field
+        '{"profile": "p", "session_id": "s", "pool": "g7e-2gpu", "instance_type": "g7e.12xlarge",'
+        ' "started_at": "2026-12-01T09:00:00.000Z", "stopped_at": "2026-12-01T11:00:00.000Z", "uptime_s": 7200}'
+    )
+    old = stored_session_cost(catalog, "us-east-1", stored, start + timedelta(days=1))
+    assert (old.instances, old.uptime_hours, old.instance_hours) == (1, 2.0, 2.0)
+    assert old.cost_usd == pytest.approx(2 * 12.17)
+    # Two replicas: the first from its launch a minute in to the end, the second 30 min to 1 h 30
+    # (scaled in); a span begun before the session bills from the session's start.
+    spans = [
+        InstanceSpan(instance_id="i-1", started_at=start + timedelta(minutes=1), stopped_at=start + timedelta(hours=2)),
+        InstanceSpan(instance_id="i-2", started_at=start + timedelta(minutes=30), stopped_at=start + timedelta(minutes=90)),
+    ]
+    two = stored.model_copy(update={"instances": spans})
+    replicas = stored_session_cost(catalog, "us-east-1", two, start + timedelta(days=1))
+    assert (replicas.instances, replicas.uptime_hours) == (2, 2.0)
+    assert replicas.instance_hours == pytest.approx(119 / 60 + 1.0)
+    assert replicas.cost_usd == pytest.approx((119 / 60 + 1.0) * 12.17)
+    early = [InstanceSpan(instance_id="i-0", started_at=start - timedelta(hours=5), stopped_at=None)]
+    assert stored_session_cost(catalog, "us-east-1", stored.model_copy(update={"instances": early}), start).instance_hours == 2.0
+    # An open session bills the live spans until now (an instance still running among them).
+    running = stored.model_copy(update={"stopped_at": None, "uptime_s": None, "instances": spans})
+    live = [spans[0].model_copy(update={"stopped_at": None}), spans[1]]
+    now = start + timedelta(hours=3)
+    billed = stored_session_cost(catalog, "us-east-1", running, now, live)
+    assert billed.instance_hours == pytest.approx(179 / 60 + 1.0) and billed.ended_at is None
+    # Without live spans (none read) an open session is one instance, as before.
+    assert stored_session_cost(catalog, "us-east-1", running, now).instance_hours == pytest.approx(3.0)
 
 
 def test_a_session_is_priced_by_its_price_key_when_it_differs_from_the_instance_type():

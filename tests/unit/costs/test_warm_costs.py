@@ -15,7 +15,7 @@ from servingctl.costs import CompareInput, compare, load_catalog, volume_monthly
 from servingctl.registry import parse_registry
 from servingctl.registry.models import PoolVolume
 
-REGISTRY = parse_registry(json.loads(resources.files("servingctl.local").joinpath("reference_registry.json").read_text()))
+REGISTRY = parse_registry(json.loads(resources.files("servingctl_twin").joinpath("reference_registry.json").read_text()))
 CATALOG = load_catalog()
 
 

@@ -75,6 +75,10 @@ def _probe() -> dict:
         "AWS_REGION": "us-east-1",
         "SERVINGCTL_TABLE": "servingctl",
         "SERVINGCTL_REGISTRY": "ssm:/servingctl/registry",
+        # What each function's settings require (servingctl.shared.environment), read at import.
+        "SERVINGCTL_BUCKET": "servingctl-records",
+        "START_STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:start",
+        "STOP_STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:stop",
     }
     result = subprocess.run(
         [sys.executable, "-c", PROBE, *(str(ROOT / "functions" / h / "app.py") for h in HANDLERS)],

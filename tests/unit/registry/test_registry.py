@@ -14,7 +14,7 @@ from servingctl.registry import RegistryError, load_registry, parse_registry, re
 from servingctl.registry.layout import SSM_ADVANCED_BYTES, SSM_STANDARD_BYTES, assemble, compact, parameters
 from servingctl.registry.schema import SCHEMA_PATH, render
 
-REFERENCE = json.loads(resources.files("servingctl.local").joinpath("reference_registry.json").read_text())
+REFERENCE = json.loads(resources.files("servingctl_twin").joinpath("reference_registry.json").read_text())
 
 
 def test_reference_registry_resolves_profiles_to_pools():
@@ -282,3 +282,27 @@ def test_warm_pool_min_size_at_its_limit_loads():
     doc = copy.deepcopy(REFERENCE)
     doc["pools"]["g7e-2gpu"]["warm_pool"]["min_size"] = 1
     assert parse_registry(doc).pools["g7e-2gpu"].warm_pool.min_size == 1
+
+
+def test_replicas_default_to_one_and_one():
+    profile = parse_registry(REFERENCE).profile("deepseek-v4-flash")
+    assert (profile.min_replicas, profile.max_replicas) == (1, 1)
+
+
+@pytest.mark.parametrize(("replicas", "message"), [
+    ({"min_replicas": 1, "max_replicas": 16}, None),  # the bound
+    ({"min_replicas": 16, "max_replicas": 16}, None),
+    ({"min_replicas": 1, "max_replicas": 17}, r"profiles\.nemotron-nano\.max_replicas: Input should be less than or equal to 16"),
+    ({"min_replicas": 0, "max_replicas": 2}, r"nemotron-nano\.min_replicas: Input should be greater than or equal to 1"),
+    ({"min_replicas": 3, "max_replicas": 2}, r"profiles\.nemotron-nano: .*min_replicas \(3\) must not exceed max_replicas \(2\)"),
+    ({"min_replicas": 2, "max_replicas": 2}, None),
+])  # fmt: skip
+def test_replica_bounds_are_checked_naming_the_field(replicas, message):
+    doc = copy.deepcopy(REFERENCE)
+    doc["profiles"]["nemotron-nano"].update(replicas)
+    if message is None:
+        profile = parse_registry(doc).profile("nemotron-nano")
+        assert (profile.min_replicas, profile.max_replicas) == (replicas["min_replicas"], replicas["max_replicas"])
+        return
+    with pytest.raises(RegistryError, match=message):
+        parse_registry(doc)

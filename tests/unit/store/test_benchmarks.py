@@ -11,9 +11,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from servingctl.bench.metrics import round_result, scenario_summary, with_request_metrics
-from servingctl.bench.selfcheck import judge
 from servingctl.costs import CompareInput, compare
+from servingctl.loadgen.metrics import round_result, scenario_summary, with_request_metrics
+from servingctl.loadgen.selfcheck import judge
 from servingctl.schema.results import Calibration, RequestRecord, RunConfig, ServerChecks
 from servingctl.store import DynamoStore, Phase
 from servingctl.store.benchmarks import (

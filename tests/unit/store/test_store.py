@@ -13,7 +13,7 @@ from moto import mock_aws
 
 from servingctl.store import DynamoStore, LockConflict, LockLost, MemoryStore, Phase, Session, Store, StoreBusy, TransitionRefused
 from servingctl.store.dynamodb import TRANSACTION_ATTEMPTS, create_table
-from servingctl.store.models import Mark, StartRecord, session_id_for
+from servingctl.store.models import InstanceSpan, Mark, StartRecord, session_id_for
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 EXEC_A = "arn:aws:states:us-east-1:123456789012:execution:start_profile:start-deepseek-a"
@@ -200,6 +200,19 @@ def test_session_open_close_records_uptime_once(store: Store) -> None:
     assert closed.uptime_s == 5400.0 and closed.stop_execution == EXEC_B and not closed.open
     again = store.close_session("p", opened.session_id, T0 + timedelta(hours=5), EXEC_A, "failed")
     assert again == closed
+
+
+def test_a_closed_session_keeps_each_instances_span(store: Store) -> None:
+    opened = store.open_session(_session(T0))
+    assert opened.instances == []  # a session from before replicas, or not closed yet, reads with none
+    spans = [
+        InstanceSpan(instance_id="i-1", started_at=T0, stopped_at=T0 + timedelta(hours=2)),
+        InstanceSpan(instance_id="i-2", started_at=T0 + timedelta(minutes=30), stopped_at=T0 + timedelta(hours=1)),
+    ]
+    closed = store.close_session("p", opened.session_id, T0 + timedelta(hours=2), EXEC_B, "stopped", spans)
+    assert closed.instances == spans and store.get_session("p", opened.session_id) == closed
+    # Closing again (without spans) leaves them.
+    assert store.close_session("p", opened.session_id, T0 + timedelta(hours=3), EXEC_A, "failed") == closed
 
 
 def test_sessions_list_oldest_first(store: Store) -> None:

@@ -15,10 +15,10 @@ import pytest
 from moto import mock_aws
 
 from servingctl.control.autostop import SweepDeps, requests_in_window, sweep
-from servingctl.local.twin import REFERENCE_REGISTRY
 from servingctl.registry import parse_registry
 from servingctl.store import MemoryStore
 from servingctl.store.models import Phase
+from servingctl_twin.twin import REFERENCE_REGISTRY
 
 REGION = "us-east-1"
 PASS = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Pass", "End": True}}})

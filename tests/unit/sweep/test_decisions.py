@@ -6,11 +6,11 @@ from importlib import resources
 
 import pytest
 
-from servingctl.control.schedule import should_run
 from servingctl.control.sweep import decide
 from servingctl.registry import Schedule, parse_registry
+from servingctl.registry.schedule import should_run
 
-BASE = json.loads(resources.files("servingctl.local").joinpath("reference_registry.json").read_text())["profiles"][
+BASE = json.loads(resources.files("servingctl_twin").joinpath("reference_registry.json").read_text())["profiles"][
     "deepseek-v4-flash"
 ]
 

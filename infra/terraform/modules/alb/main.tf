@@ -66,7 +66,7 @@ resource "aws_vpc_security_group_egress_rule" "alb_to_targets" {
 }
 
 resource "aws_lb" "this" {
-  #checkov:skip=CKV_AWS_91:Access logs need a log bucket; internal PoC endpoint, per-request records come from the benchmark plane.
+  #checkov:skip=CKV_AWS_91:Access logs are an option (var.access_logs, off by default: their bucket bills storage); per-request records come from the benchmark plane.
   #checkov:skip=CKV_AWS_150:The data plane is torn down and rebuilt by terraform destroy; the ALB holds no state.
   #checkov:skip=CKV2_AWS_28:Internal ALB reachable only from inside the VPC; WAF protects internet-facing entry points.
   #checkov:skip=CKV2_AWS_20:No HTTPS listener to redirect to on the internal ALB (see the listener's CKV_AWS_2).
@@ -78,6 +78,16 @@ resource "aws_lb" "this" {
   subnets                    = var.subnet_ids
   idle_timeout               = var.idle_timeout_s
   drop_invalid_header_fields = true
+
+  dynamic "access_logs" {
+    for_each = var.access_logs ? [aws_s3_bucket.access_logs[0].id] : []
+    content {
+      bucket  = access_logs.value
+      enabled = true
+    }
+  }
+  # AWS checks it may write to the bucket when logging is turned on.
+  depends_on = [aws_s3_bucket_policy.access_logs]
 }
 
 resource "aws_lb_listener" "http" {

@@ -32,3 +32,8 @@ output "lambda_security_group_id" {
   description = "Security group for the in-VPC Lambdas, admitted by the ALB."
   value       = aws_security_group.lambda.id
 }
+
+output "access_logs_bucket" {
+  description = "S3 bucket of the ALB's access logs (null when they are off); objects under AWSLogs/<account>/elasticloadbalancing/."
+  value       = one(aws_s3_bucket.access_logs[*].id)
+}

@@ -60,3 +60,14 @@ variable "target_port" {
     error_message = "target_port must be 1..65535."
   }
 }
+
+variable "region" {
+  description = "Region of the ALB: it decides who delivers access logs (the region's ELB account, or the log delivery service)."
+  type        = string
+}
+
+variable "access_logs" {
+  description = "Write the ALB's access logs to an S3 bucket of their own (the traffic trace of `servingctl costs simulate --format alb`)."
+  type        = bool
+  default     = false
+}

@@ -22,3 +22,8 @@ output "task_security_group_id" {
   description = "Security group of the model server tasks."
   value       = aws_security_group.tasks.id
 }
+
+output "instance_role_name" {
+  description = "Name of the container instances' IAM role (a pool's warm pool prepare step adds its grants to it)."
+  value       = aws_iam_role.instance.name
+}

@@ -36,6 +36,7 @@ resource "aws_vpc_security_group_egress_rule" "instance_https" {
 }
 
 resource "aws_launch_template" "this" {
+  #checkov:skip=CKV_AWS_46:No secret is in the user data: it reads IMDSv2 session tokens at boot (the "token" checkov matches) and the weights come from S3 through the instance role.
   for_each = local.launch_types
 
   name_prefix            = each.key == "primary" ? "${var.name}-" : "${var.name}-${replace(each.value, ".", "-")}-"
@@ -50,6 +51,11 @@ resource "aws_launch_template" "this" {
     cache_path              = var.model_cache_path
     cache_on_instance_store = var.model_cache_on_instance_store
     warm_pool               = var.warm_pool != null
+    prepare                 = try(var.warm_pool.prepare, false)
+    hook_name               = local.prepare_hook
+    asg_name                = var.name
+    profiles                = var.prepare_profiles
+    weights_bucket          = coalesce(var.weights_bucket, "unset")
   }))
 
   # The model server must not reach the instance role: IMDSv2 only, and a hop limit of 1 so that
@@ -98,7 +104,7 @@ resource "aws_launch_template" "this" {
 resource "aws_autoscaling_group" "this" {
   name                = var.name
   min_size            = 0
-  max_size            = 1
+  max_size            = var.max_size
   desired_capacity    = 0
   vpc_zone_identifier = var.subnet_ids
   health_check_type   = "EC2"
@@ -118,6 +124,8 @@ resource "aws_autoscaling_group" "this" {
     content {
       pool_state = "Stopped"
       min_size   = warm_pool.value.min_size
+      # Each stopped instance pays for its volume: at most this many in the group and the pool.
+      max_group_prepared_capacity = warm_pool.value.max_group_prepared_capacity
       instance_reuse_policy {
         reuse_on_scale_in = warm_pool.value.reuse_on_scale_in
       }
@@ -167,4 +175,76 @@ resource "aws_ecs_capacity_provider" "this" {
       instance_warmup_period    = var.instance_warmup_s
     }
   }
+}
+
+data "aws_partition" "current" {}
+
+locals {
+  prepare_hook = "${var.name}-prepare"
+  # The weights' key prefixes the prepare step syncs (only with a bucket to read them from).
+  prepare_weights = var.weights_bucket == null ? [] : compact([for p in var.prepare_profiles : p.weights_key])
+}
+
+# The warm pool's prepare step: a new instance launched into the pool waits in Warmed:Pending:Wait
+# while its user data pulls the images, syncs the weights and runs vLLM once (compile cache), then
+# completes this hook (CONTINUE); it then stops into the pool. The hook applies again when the group
+# takes the instance into service (Pending:Wait): the user data sees target lifecycle state
+# InService and completes it at once. A prepare that never completes is abandoned (terminated).
+resource "aws_autoscaling_lifecycle_hook" "prepare" {
+  count = try(var.warm_pool.prepare, false) ? 1 : 0
+
+  name                   = local.prepare_hook
+  autoscaling_group_name = aws_autoscaling_group.this.name
+  lifecycle_transition   = "autoscaling:EC2_INSTANCE_LAUNCHING"
+  default_result         = "ABANDON"
+  heartbeat_timeout      = var.warm_pool.prepare_timeout_s
+}
+
+data "aws_iam_policy_document" "prepare" {
+  count = try(var.warm_pool.prepare, false) ? 1 : 0
+
+  statement {
+    sid       = "CompleteThisGroupsHook"
+    actions   = ["autoscaling:CompleteLifecycleAction"]
+    resources = [aws_autoscaling_group.this.arn]
+  }
+
+  # The image and command of the pool's profiles as deployed. DescribeTaskDefinition has no
+  # resource-level permissions (Service Authorization Reference): "*" only; read-only.
+  statement {
+    sid       = "ReadTaskDefinitions"
+    actions   = ["ecs:DescribeTaskDefinition"]
+    resources = ["*"]
+  }
+
+  dynamic "statement" {
+    for_each = local.prepare_weights == [] ? [] : [1]
+    content {
+      sid       = "ReadThePoolsWeights"
+      actions   = ["s3:GetObject"]
+      resources = [for k in local.prepare_weights : "arn:${data.aws_partition.current.partition}:s3:::${var.weights_bucket}/${k}/*"]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.prepare_weights == [] ? [] : [1]
+    content {
+      sid       = "ListThePoolsWeights"
+      actions   = ["s3:ListBucket"]
+      resources = ["arn:${data.aws_partition.current.partition}:s3:::${var.weights_bucket}"]
+      condition {
+        test     = "StringLike"
+        variable = "s3:prefix"
+        values   = [for k in local.prepare_weights : "${k}/*"]
+      }
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "prepare" {
+  count = try(var.warm_pool.prepare, false) ? 1 : 0
+
+  name   = "${var.name}-warm-pool-prepare"
+  role   = var.instance_role_name
+  policy = data.aws_iam_policy_document.prepare[0].json
 }

@@ -53,3 +53,13 @@ output "capacity_provider" {
     }
   }
 }
+
+output "prepare" {
+  description = "The warm pool's prepare step: its launch lifecycle hook (null without one) and what it prepares."
+  value = {
+    hook     = one(aws_autoscaling_lifecycle_hook.prepare[*])
+    profiles = var.prepare_profiles
+    # The weights' key prefixes the instance role may read for it.
+    weights_keys = local.prepare_weights
+  }
+}

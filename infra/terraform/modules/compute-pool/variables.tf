@@ -122,10 +122,55 @@ variable "alternate_instance_types" {
 }
 
 variable "warm_pool" {
-  description = "ASG warm pool of Stopped instances (null: none). reuse_on_scale_in returns an instance to the pool at stop; see the root module's pools variable for why it is off by default."
+  description = "ASG warm pool of Stopped instances (null: none). reuse_on_scale_in returns an instance to the pool at stop; see the root module's pools variable for why it is off by default. prepare: a launch lifecycle hook holds each new warm-pool instance in Warmed:Pending:Wait while its user data pulls the images, syncs the weights and fills the compile cache of prepare_profiles, then completes the hook (ABANDON after prepare_timeout_s). max_group_prepared_capacity bounds warm pool + group (null: the group's MaxSize)."
   type = object({
-    min_size          = number
-    reuse_on_scale_in = bool
+    min_size                    = number
+    reuse_on_scale_in           = bool
+    prepare                     = optional(bool, false)
+    prepare_timeout_s           = optional(number, 3600)
+    max_group_prepared_capacity = optional(number)
   })
   default = null
+
+  validation {
+    condition     = var.warm_pool == null || try(var.warm_pool.prepare_timeout_s >= 30 && var.warm_pool.prepare_timeout_s <= 7200, false)
+    error_message = "warm_pool.prepare_timeout_s must be 30..7200 seconds (a lifecycle hook's heartbeat timeout)."
+  }
+}
+
+variable "prepare_profiles" {
+  description = "What the warm pool's prepare step puts on a new instance's volume, one entry per profile of the pool: its task definition family (image and vLLM command read from it at boot), the weights' key prefix in weights_bucket (null: none from S3), the host cache directory and synced marker, and the GPUs vLLM runs on."
+  type = list(object({
+    name        = string
+    family      = string
+    weights_key = optional(string)
+    cache_dir   = string
+    marker      = string
+    gpus        = number
+  }))
+  default = []
+}
+
+variable "instance_role_name" {
+  description = "The instances' role (cluster module): the prepare step's grants (complete this group's hook, read the weights it syncs) are added to it."
+  type        = string
+  default     = null
+}
+
+variable "weights_bucket" {
+  description = "Name of the weights bucket the prepare step reads (null: none)."
+  type        = string
+  default     = null
+}
+
+
+variable "max_size" {
+  description = "The group's MaxSize: one instance per replica of the largest max_replicas among the pool's profiles."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.max_size >= 1 && var.max_size <= 16 && floor(var.max_size) == var.max_size
+    error_message = "max_size must be an integer from 1 to 16 (MAX_REPLICAS in the controller's registry models)."
+  }
 }

@@ -14,11 +14,21 @@ output "private_subnet_ids" {
 }
 
 output "private_route_table_id" {
-  description = "Route table of the private subnets (default route through NAT, S3 through the gateway endpoint)."
+  description = "Route table of the private subnets (default route through NAT when egress is nat, S3 through the gateway endpoint)."
   value       = aws_route_table.private.id
 }
 
 output "s3_endpoint_id" {
   description = "S3 gateway endpoint id."
   value       = aws_vpc_endpoint.s3.id
+}
+
+output "egress" {
+  description = "What the deployment pays for while idle: the NAT gateways and interface endpoints (per AZ) it runs."
+  value = {
+    mode                = var.egress
+    nat_gateways        = local.nat
+    interface_endpoints = sort(tolist(local.interface_endpoints))
+    endpoint_azs        = length(local.interface_endpoints) > 0 ? 2 : 0
+  }
 }

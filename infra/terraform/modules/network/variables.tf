@@ -32,3 +32,14 @@ variable "region" {
   description = "Region of the VPC (the provider's, validated by the root module): names the S3 gateway endpoint service."
   type        = string
 }
+
+variable "egress" {
+  description = "How the private subnets reach AWS and the internet: nat (a NAT gateway; images and weights from anywhere) or endpoints (no NAT: interface endpoints for ECR, logs, SSM, ECS and STS; images from ECR, weights from S3)."
+  type        = string
+  default     = "nat"
+
+  validation {
+    condition     = contains(["nat", "endpoints"], var.egress)
+    error_message = "egress must be nat or endpoints."
+  }
+}

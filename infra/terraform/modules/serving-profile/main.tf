@@ -8,8 +8,10 @@ locals {
   # The Hugging Face cache directory inside the containers (host directory mounted there).
   hf_home = "/root/.cache/huggingface"
   # Hugging Face cache layout: hub/models--<org>--<name>; S3 holds the same tree under weights_prefix.
-  model_cache_dir   = "models--${replace(var.model_id, "/", "--")}"
-  prefetch          = var.weights_source == "s3"
+  model_cache_dir = "models--${replace(var.model_id, "/", "--")}"
+  # Weights from S3: synced to the volume by the prefetch container, or streamed by vLLM itself.
+  stream            = var.weights_source == "s3" && var.load_format == "runai_streamer"
+  prefetch          = var.weights_source == "s3" && !local.stream
   weights_s3_prefix = "${trim(var.weights_prefix, "/")}/${local.model_cache_dir}"
   # A warm instance's volume may hold the weights already: a marker written after a complete sync
   # (per revision) skips even the listing of the bucket; s3 sync itself skips unchanged files.
@@ -40,8 +42,10 @@ locals {
     mountPoints          = [local.cache_mount]
     environment = concat(
       [{ name = "VLLM_NO_USAGE_STATS", value = "1" }, { name = "VLLM_CACHE_ROOT", value = local.vllm_cache_root }],
-      # Weights were prefetched from S3: never reach the hub (and its NAT charges) at start.
-      local.prefetch ? [{ name = "HF_HUB_OFFLINE", value = "1" }] : [],
+      # Weights from S3 (prefetched or streamed): never reach the hub (and its NAT charges) at start.
+      var.weights_source == "s3" ? [{ name = "HF_HUB_OFFLINE", value = "1" }] : [],
+      # The streamer's S3 client: the task role's credentials (ECS credentials endpoint) in this region.
+      local.stream ? [{ name = "AWS_REGION", value = var.region }, { name = "RUNAI_STREAMER_CONCURRENCY", value = "16" }] : [],
     )
     secrets   = var.hub_token_secret_arn == null ? [] : [{ name = "HF_TOKEN", valueFrom = var.hub_token_secret_arn }]
     dependsOn = local.prefetch ? [{ containerName = "prefetch-weights", condition = "SUCCESS" }] : []
@@ -233,6 +237,7 @@ resource "aws_lb_target_group" "this" {
 }
 
 resource "aws_lb_listener_rule" "this" {
+  count        = var.wake_on_request ? 0 : 1
   listener_arn = var.listener_arn
   priority     = var.listener_priority
 
@@ -249,12 +254,42 @@ resource "aws_lb_listener_rule" "this" {
   }
 }
 
+moved {
+  from = aws_lb_listener_rule.this
+  to   = aws_lb_listener_rule.this[0]
+}
+
+# Wake on request: the profile rests at 0, so its rule starts at the waker; the controller moves the
+# action (elasticloadbalancing:ModifyRule) to the model's target group once READY and back before any
+# scale-in. Terraform owns the rule but not where it forwards: an apply must not flip it back.
+resource "aws_lb_listener_rule" "wake" {
+  count        = var.wake_on_request ? 1 : 0
+  listener_arn = var.listener_arn
+  priority     = var.listener_priority
+
+  action {
+    type             = "forward"
+    target_group_arn = var.waker_target_group_arn
+  }
+
+  condition {
+    http_header {
+      http_header_name = var.routing_header_name
+      values           = [var.name]
+    }
+  }
+
+  lifecycle {
+    ignore_changes = [action]
+  }
+}
+
 resource "aws_ecs_service" "this" {
   name            = var.service_name
   cluster         = var.cluster_arn
   task_definition = aws_ecs_task_definition.this.arn
   desired_count   = 0
-  # One GPU instance per pool: the old task must stop before a new one fits.
+  # One task per GPU instance: the old task must stop before a new one fits.
   deployment_minimum_healthy_percent = 0
   deployment_maximum_percent         = 100
   health_check_grace_period_seconds  = var.model_load_s
@@ -290,10 +325,67 @@ resource "aws_ecs_service" "this" {
   }
 
   lifecycle {
-    # The controller owns the desired count (0 at rest, 1 while the profile runs).
+    # The controller and service auto scaling own the desired count (0 at rest, min_replicas and up while running).
     ignore_changes = [desired_count]
   }
 
   # A target group must be attached to the load balancer before a service can use it.
-  depends_on = [aws_lb_listener_rule.this]
+  depends_on = [aws_lb_listener_rule.this, aws_lb_listener_rule.wake]
+}
+
+# Replicas: ECS service auto scaling between the controller's floor and max_replicas while the
+# profile runs. Terraform registers the target at 0..0 (the profile rests stopped); the controller
+# raises it to min_replicas..max_replicas at start and back to 0..0 at stop, so auto scaling can
+# neither keep a stopped profile up nor take a running one below min_replicas.
+resource "aws_appautoscaling_target" "replicas" {
+  count = var.max_replicas > 1 ? 1 : 0
+
+  service_namespace  = "ecs"
+  scalable_dimension = "ecs:service:DesiredCount"
+  resource_id        = "service/${element(split("/", var.cluster_arn), length(split("/", var.cluster_arn)) - 1)}/${aws_ecs_service.this.name}"
+  min_capacity       = 0
+  max_capacity       = 0
+
+  lifecycle {
+    # The controller owns the bounds at run time (0..0 at rest, min..max while running).
+    ignore_changes = [min_capacity, max_capacity]
+  }
+}
+
+resource "aws_appautoscaling_policy" "replicas" {
+  count = var.max_replicas > 1 ? 1 : 0
+
+  name               = "${var.service_name}-${var.scaling_metric}"
+  policy_type        = "TargetTrackingScaling"
+  service_namespace  = aws_appautoscaling_target.replicas[0].service_namespace
+  scalable_dimension = aws_appautoscaling_target.replicas[0].scalable_dimension
+  resource_id        = aws_appautoscaling_target.replicas[0].resource_id
+
+  target_tracking_scaling_policy_configuration {
+    target_value       = var.scaling_target
+    scale_in_cooldown  = var.scale_in_cooldown_s
+    scale_out_cooldown = var.scale_out_cooldown_s
+
+    dynamic "predefined_metric_specification" {
+      for_each = var.scaling_metric == "alb-request-count" ? [1] : []
+      content {
+        predefined_metric_type = "ALBRequestCountPerTarget"
+        resource_label         = "${var.alb_arn_suffix}/${aws_lb_target_group.this.arn_suffix}"
+      }
+    }
+
+    dynamic "customized_metric_specification" {
+      for_each = var.scaling_metric == "requests-per-replica" ? [1] : []
+      content {
+        # The sweep's gauge read: (running + waiting) / replicas that answered /metrics.
+        namespace   = "servingctl"
+        metric_name = "RequestsPerReplica"
+        statistic   = "Average"
+        dimensions {
+          name  = "Profile"
+          value = var.name
+        }
+      }
+    }
+  }
 }

@@ -18,6 +18,16 @@ output "target_group_arn" {
   value       = aws_lb_target_group.this.arn
 }
 
+output "listener_rule_arn" {
+  description = "The profile's header rule (the controller's ModifyRule grant; the waker's while it sleeps)."
+  value       = one(concat(aws_lb_listener_rule.this[*].arn, aws_lb_listener_rule.wake[*].arn))
+}
+
+output "rule_forwards_to" {
+  description = "The target group the rule forwards to as applied: the waker's for a wake-on-request profile (the controller moves it from there)."
+  value       = one(concat(aws_lb_listener_rule.this[*].action[0].target_group_arn, aws_lb_listener_rule.wake[*].action[0].target_group_arn))
+}
+
 output "log_group_arn" {
   description = "ARN of the containers' log group (awslogs)."
   value       = aws_cloudwatch_log_group.this.arn
@@ -46,8 +56,8 @@ output "task_definition" {
 output "routing" {
   description = "The listener rule: priority and the header name and values it matches."
   value = {
-    priority = aws_lb_listener_rule.this.priority
-    header   = one(one(aws_lb_listener_rule.this.condition).http_header)
+    priority = one(concat(aws_lb_listener_rule.this[*].priority, aws_lb_listener_rule.wake[*].priority))
+    header   = one(one(one(concat(aws_lb_listener_rule.this, aws_lb_listener_rule.wake)).condition).http_header)
   }
 }
 
@@ -59,4 +69,14 @@ output "health_check_grace_s" {
 output "pull_repositories" {
   description = "Private ECR repository ARNs the execution role may pull from (none for Docker Hub or public ECR images)."
   value       = local.pull_repositories
+}
+
+output "replicas" {
+  description = "Replica bounds and, above one, the service auto scaling target and its target tracking policy."
+  value = {
+    min_replicas = var.min_replicas
+    max_replicas = var.max_replicas
+    target       = one(aws_appautoscaling_target.replicas[*])
+    policy       = one(aws_appautoscaling_policy.replicas[*])
+  }
 }

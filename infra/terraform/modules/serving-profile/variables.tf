@@ -240,3 +240,83 @@ variable "log_retention_days" {
   type        = number
   default     = 365
 }
+
+variable "min_replicas" {
+  description = "Tasks a start brings up and waits healthy for; the scalable target's floor while the profile runs."
+  type        = number
+  default     = 1
+}
+
+variable "max_replicas" {
+  description = "Most tasks service auto scaling may run; above 1 the module adds the scalable target and its target tracking policy."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.max_replicas >= 1 && var.max_replicas <= 16
+    error_message = "max_replicas must be 1..16."
+  }
+}
+
+variable "scaling_metric" {
+  description = "requests-per-replica (servingctl/RequestsPerReplica, published by the sweep) or alb-request-count (ALBRequestCountPerTarget)."
+  type        = string
+  default     = "requests-per-replica"
+
+  validation {
+    condition     = contains(["requests-per-replica", "alb-request-count"], var.scaling_metric)
+    error_message = "scaling_metric must be requests-per-replica or alb-request-count."
+  }
+}
+
+variable "scaling_target" {
+  description = "The metric's value per replica target tracking holds (requests per replica, or ALB requests per target per minute)."
+  type        = number
+  default     = 4
+}
+
+variable "scale_in_cooldown_s" {
+  description = "Seconds after a scale-in before the next one."
+  type        = number
+  default     = 300
+}
+
+variable "scale_out_cooldown_s" {
+  description = "Seconds after a scale-out before the next one."
+  type        = number
+  default     = 60
+}
+
+variable "alb_arn_suffix" {
+  description = "The ALB's ARN suffix (ALBRequestCountPerTarget's resource label)."
+  type        = string
+  default     = ""
+}
+
+variable "load_format" {
+  description = "sync: the prefetch container syncs the weights to the instance volume and vLLM loads them from there; runai_streamer: no prefetch, vLLM streams the safetensors from s3://<weights_bucket>/<prefix>/models--<org>--<name>/snapshots/<revision> with the Run:ai model streamer (--load-format runai_streamer; needs weights_source = s3 and a pinned revision)."
+  type        = string
+  default     = "sync"
+
+  validation {
+    condition     = contains(["sync", "runai_streamer"], var.load_format)
+    error_message = "load_format must be sync or runai_streamer."
+  }
+}
+
+variable "wake_on_request" {
+  description = "While the profile is not READY its rule forwards to the waker (the controller points it at the model once READY and back before any scale-in)."
+  type        = bool
+  default     = false
+}
+
+variable "waker_target_group_arn" {
+  description = "The waker's Lambda target group (root module); required by wake_on_request."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = !var.wake_on_request || var.waker_target_group_arn != null
+    error_message = "waker_target_group_arn is required with wake_on_request: the rule forwards there while the profile sleeps."
+  }
+}

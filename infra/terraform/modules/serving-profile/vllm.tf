@@ -38,9 +38,14 @@ locals {
     "--trust-remote-code"       = var.vllm.trust_remote_code
   }
 
+  # Streamed weights: the model is the revision's snapshot directory in the weights bucket (the
+  # Hugging Face cache tree the prefetch would sync), read by the Run:ai model streamer.
+  streamed_model = "s3://${coalesce(var.weights_bucket, "unset")}/${trim(var.weights_prefix, "/")}/models--${replace(var.model_id, "/", "--")}/snapshots/${coalesce(var.revision, "unpinned")}"
   vllm_args = concat(
-    ["--model", var.model_id, "--served-model-name", var.served_model_name, "--host", "0.0.0.0", "--port", tostring(var.container_port)],
-    flatten([for flag, value in local.value_flags : value == null ? [] : [flag, tostring(value)]]),
+    ["--model", var.load_format == "runai_streamer" ? local.streamed_model : var.model_id, "--served-model-name", var.served_model_name, "--host", "0.0.0.0", "--port", tostring(var.container_port)],
+    var.load_format == "runai_streamer" ? ["--load-format", "runai_streamer"] : [],
+    # The snapshot is the revision: --revision would make vLLM look for it again.
+    flatten([for flag, value in local.value_flags : value == null || (flag == "--revision" && var.load_format == "runai_streamer") ? [] : [flag, tostring(value)]]),
     [for flag, on in local.switch_flags : flag if on],
     ["--compilation-config", jsonencode(local.compilation_config)],
     var.vllm.speculative_tokens > 0 ? ["--speculative-config", jsonencode(local.speculative_config)] : [],
@@ -60,6 +65,7 @@ locals {
     kv_cache_dtype          = var.vllm.kv_cache_dtype
     speculative_tokens      = var.vllm.speculative_tokens
     cudagraph_capture_sizes = local.cudagraph_capture_sizes
+    load_format             = var.load_format
     args                    = local.vllm_args
   }
 }

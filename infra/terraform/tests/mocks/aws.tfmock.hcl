@@ -38,6 +38,10 @@ mock_resource "aws_lb_listener" {
   defaults = { arn = "arn:aws:elasticloadbalancing:us-east-1:123456789012:listener/app/self-hosted-llm-poc/0123456789abcdef/0123456789abcdef" }
 }
 
+mock_resource "aws_lb_listener_rule" {
+  defaults = { arn = "arn:aws:elasticloadbalancing:us-east-1:123456789012:listener-rule/app/self-hosted-llm-poc/0123456789abcdef/0123456789abcdef/0123456789abcdef" }
+}
+
 mock_resource "aws_lb_target_group" {
   defaults = { arn = "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/llm-mock/0123456789abcdef" }
 }
@@ -76,4 +80,17 @@ mock_resource "aws_subnet" {
 
 mock_resource "aws_security_group" {
   defaults = { id = "sg-0123456789abcdef0" }
+}
+
+mock_data "aws_caller_identity" {
+  defaults = { account_id = "123456789012" }
+}
+
+# us-east-1's Elastic Load Balancing account (AWS's access logs documentation).
+mock_data "aws_elb_service_account" {
+  defaults = { arn = "arn:aws:iam::127311923021:root" }
+}
+
+mock_resource "aws_s3_bucket" {
+  defaults = { arn = "arn:aws:s3:::self-hosted-llm-poc-alb-logs-123456789012" }
 }

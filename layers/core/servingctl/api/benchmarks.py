@@ -17,8 +17,8 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
 
 from servingctl.api.service import ApiDeps, BadRequest, Conflict, NotFound
-from servingctl.benchmarks.matrix import BenchmarkInput, plan_scenarios
 from servingctl.control.executions import canonical
+from servingctl.runs.matrix import BenchmarkInput, plan_scenarios
 from servingctl.schema.results import RunResult
 from servingctl.shared.errors import InvalidInput
 from servingctl.store.benchmarks import BenchmarkRun, Reproducibility, RunStatus, StoredComparison, run_result
@@ -44,7 +44,9 @@ class BenchmarkSummary(BaseModel):
 
     run_id: str
     profile: str
-    status: str = Field(description="PENDING (execution started, run not recorded yet), PLANNED, RUNNING, SUCCEEDED, FAILED")
+    status: str = Field(
+        description="PENDING (execution started, run not recorded yet), PLANNED, RUNNING, SUCCEEDED, FAILED, CANCELLED"
+    )
     label: str | None = None
     created_at: datetime | None = None
     finished_at: datetime | None = None
@@ -71,7 +73,7 @@ def _new_run_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
 
 
-def execution_name(run_id: str) -> str:
+def benchmark_execution_name(run_id: str) -> str:
     """bench-<run id> (run ids are at most 57 characters, names 80)."""
     return f"bench-{run_id}"
 
@@ -96,7 +98,7 @@ def start_benchmark(deps: ApiDeps, given: BenchmarkInput) -> BenchmarkRef:
         )
     run_id = given.run_id or _new_run_id(deps.clock.now())
     document = given.model_dump(mode="json", exclude_defaults=True) | {"run_id": run_id}
-    name = execution_name(run_id)
+    name = benchmark_execution_name(run_id)
     try:
         answer = deps.sfn.start_execution(stateMachineArn=deps.bench_machine_arn, name=name, input=canonical(document))
     except ClientError as exc:
@@ -111,6 +113,88 @@ def start_benchmark(deps: ApiDeps, given: BenchmarkInput) -> BenchmarkRef:
         scenarios=[s.name for s in planned],
         start=phase != Phase.READY,
         stop=given.stop,
+    )
+
+
+class CancelAnswer(BaseModel):
+    """POST /benchmarks/{run_id}/cancel: what the cancel did."""
+
+    run_id: str
+    profile: str
+    status: str = Field(description="CANCELLED (or FAILED for a run whose execution had not recorded it yet)")
+    execution_arn: str
+    stop_execution: str | None = Field(
+        default=None, description="the stop_profile execution started (or joined) because the run asked for a stop"
+    )
+    message: str
+
+
+def cancel_benchmark(deps: ApiDeps, run_id: str, caller: str | None) -> CancelAnswer:
+    """Mark the run CANCELLED (only while PLANNED or RUNNING: its workers then stop and write nothing
+    more), stop its execution (Step Functions stops the run's ECS task, as for any .sync task), give
+    the profile back, and start the stop the run asked for. 404 unknown run; 409 a run that ended."""
+    from servingctl.runs.ended import EndDeps, stop_asked
+    from servingctl.runs.worker import UNFINISHED, release_hold
+    from servingctl.store.benchmarks import RunEnded
+
+    run = deps.runs.get_run(run_id)
+    # The run's own execution when it is recorded (a console start may name it otherwise), else bench-<run id>.
+    execution = _described(deps, run.execution) if run is not None and run.execution else _execution(deps, run_id)
+    if run is None and execution is None:
+        raise NotFound(f"no benchmark run {run_id!r}", "path.run_id")
+    if execution is not None and execution["status"] != "RUNNING" and (run is None or run.status not in UNFINISHED):
+        status = run.status.value if run is not None else "FAILED"
+        raise Conflict(f"run {run_id} already ended ({status}); nothing to cancel", "path.run_id")
+    who = caller or "the API"
+    now = deps.clock.now()
+    if run is not None:
+        try:
+            run = deps.runs.update_run(
+                run_id, now, when=UNFINISHED, status=RunStatus.CANCELLED, finished_at=now, error=f"cancelled by {who}"
+            )
+        except RunEnded as exc:
+            ended = exc.status.value if exc.status else "gone"
+            raise Conflict(f"run {run_id} already ended ({ended}); nothing to cancel", "path.run_id") from None
+    arn = (
+        execution["executionArn"]
+        if execution is not None
+        else (run.execution if run is not None and run.execution else _arn(deps, run_id))
+    )
+    try:
+        deps.sfn.stop_execution(executionArn=arn, error="Cancelled", cause=f"cancelled by {who}")
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":
+            raise
+    if run is None:  # stopped before its plan step recorded it: nothing was measured or started
+        given = json.loads((execution or {}).get("input") or "{}")
+        return CancelAnswer(
+            run_id=run_id,
+            profile=str(given.get("profile", "")),
+            status="FAILED",
+            execution_arn=arn,
+            message=f"run {run_id} stopped before it was recorded; nothing was measured",
+        )
+    release_hold(deps.store, run, now)
+    stopping = None
+    if run.request.get("stop"):
+        ends = EndDeps(
+            runs=deps.runs,
+            profiles=deps.store,
+            sfn=deps.sfn,
+            stop_machine_arn=deps.stop_machine_arn,
+            clock=deps.clock,
+            identity=who,
+        )
+        stopping = stop_asked(ends, run, None)
+    return CancelAnswer(
+        run_id=run_id,
+        profile=run.profile,
+        status=RunStatus.CANCELLED.value,
+        execution_arn=arn,
+        stop_execution=stopping,
+        message=f"run {run_id} cancelled; its execution is stopped"
+        + (f"; {run.profile} is being stopped as the run asked ({stopping})" if stopping else "")
+        + ("" if run.request.get("stop") else f"; {run.profile} keeps running: `servingctl stop {run.profile}` stops it"),
     )
 
 
@@ -136,8 +220,18 @@ def list_benchmarks(deps: ApiDeps, profile: str | None, limit: int) -> list[Benc
     return [_summary(run) for run in deps.runs.list_runs(profile=profile, limit=limit)]
 
 
+def _arn(deps: ApiDeps, run_id: str) -> str:
+    """The ARN of the execution POST /benchmarks starts for a run id."""
+    return deps.bench_machine_arn.replace(":stateMachine:", ":execution:") + ":" + benchmark_execution_name(run_id)
+
+
 def _execution(deps: ApiDeps, run_id: str) -> dict[str, Any] | None:
-    arn = deps.bench_machine_arn.replace(":stateMachine:", ":execution:") + ":" + execution_name(run_id)
+    """The execution POST /benchmarks started for a run id, None when there is none."""
+    return _described(deps, _arn(deps, run_id))
+
+
+def _described(deps: ApiDeps, arn: str) -> dict[str, Any] | None:
+    """DescribeExecution, None when Step Functions does not know it."""
     try:
         execution: dict[str, Any] = deps.sfn.describe_execution(executionArn=arn)
         return execution
@@ -150,16 +244,14 @@ def _execution(deps: ApiDeps, run_id: str) -> dict[str, Any] | None:
 def get_benchmark(deps: ApiDeps, run_id: str) -> BenchmarkDetail:
     """One run; a run whose execution has not recorded it yet (or failed before) is PENDING or FAILED,
     and one whose execution died (aborted, timed out) before recording its end is FAILED."""
+    from servingctl.runs.ended import execution_reason
+
     # The execution first: a record read after an ended execution is final (the record is written
     # before the execution ends), while one read before it may be overtaken by the end.
     execution = _execution(deps, run_id)
     run = deps.runs.get_run(run_id)
     ended = execution is not None and execution["status"] != "RUNNING"
-    reason = None
-    if ended and execution is not None:
-        reason = ": ".join(
-            [f"execution {execution['status']}", *(str(execution[k]) for k in ("error", "cause") if execution.get(k))]
-        )
+    reason = execution_reason(execution) if ended and execution is not None else None
     if run is None:
         if execution is None:
             raise NotFound(f"no benchmark run {run_id!r}", "path.run_id")

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from servingctl.control.sweep import PlannedStop
-from servingctl.shared.settings import Poll, StartDeadlines, StopDeadlines
+from servingctl.shared.flow_inputs import Poll, StartDeadlines, StopDeadlines
 from servingctl.store.models import Phase
 
 
@@ -38,12 +38,19 @@ class StopRequest(_Body):
 
     poll: Poll | None = Field(default=None, description="wait-loop pacing of the flow")
     deadlines: StopDeadlines | None = Field(default=None, description="seconds per wait loop")
+    no_wake: bool = Field(
+        default=False, description="a wake-on-request profile stays stopped: requests do not wake it until the next start"
+    )
 
 
 class KeepaliveRequest(_Body):
     """POST /profiles/{name}/keepalive."""
 
     minutes: int | None = Field(default=None, ge=1, description="lease from now; the profile's default_lease_minutes when absent")
+
+
+class CancelRequest(_Body):
+    """POST /benchmarks/{run_id}/cancel: no fields (an unknown one is refused by name)."""
 
 
 class ErrorBody(BaseModel):
@@ -121,6 +128,10 @@ class ProfileSummary(BaseModel):
         default=None, description="why the reconciler last stopped it (reason: detail), e.g. a lock held by an aborted start"
     )
     reconciled_at: datetime | None = None
+    wake_on_request: bool = Field(
+        default=False, description="while not READY, a request wakes it (503 with Retry-After meanwhile)"
+    )
+    no_wake: bool = Field(default=False, description="its last stop asked that requests not wake it (stop --no-wake)")
     retired: str | None = Field(
         default=None,
         description="why the registry no longer describes it (e.g. removed from the registry): it is "
@@ -180,6 +191,8 @@ class ProfileDetail(ProfileSummary):
     pending_count: int
     instances: list[Instance]
     target_health: dict[str, str] = Field(description="target id -> health state")
+    min_replicas: int = Field(default=1, description="tasks a start brings up (one instance each)")
+    max_replicas: int = Field(default=1, description="tasks service auto scaling may run under load")
     service_events: list[ServiceEvent]
     uptime_s: float | None = Field(default=None, description="seconds since the open session started")
     accrued_cost_usd: float | None = Field(default=None, description="open session uptime x hourly price")
@@ -232,6 +245,8 @@ class LedgerSession(BaseModel):
     stopped_at: datetime | None
     open: bool
     uptime_hours: float
+    instances: int = Field(default=1, description="instances that ran in it (replicas); 1 on sessions from before replicas")
+    instance_hours: float = Field(description="each instance's own running time, summed: what cost_usd bills")
     hourly_usd: float | None
     cost_usd: float | None
     close_reason: str | None = None

@@ -34,8 +34,9 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
 
 from servingctl.api import benchmarks, service
-from servingctl.api.benchmarks import BenchmarkDetail, BenchmarkRef, BenchmarkSummary
+from servingctl.api.benchmarks import BenchmarkDetail, BenchmarkRef, BenchmarkSummary, CancelAnswer
 from servingctl.api.models import (
+    CancelRequest,
     ErrorBody,
     ExecutionProgress,
     ExecutionRef,
@@ -49,8 +50,8 @@ from servingctl.api.models import (
     StopRequest,
 )
 from servingctl.api.service import ApiDeps, ApiError, BadRequest, Conflict, RegistryUnavailable
-from servingctl.benchmarks.matrix import BenchmarkInput
 from servingctl.registry import RegistryError
+from servingctl.runs.matrix import BenchmarkInput
 from servingctl.wording import problems
 
 OPENAPI_PATH = FilePath(__file__).with_name("openapi.json")
@@ -186,12 +187,31 @@ def build_app(
     serves the stop, which must work from what parses and the kept copies."""
     app = APIGatewayRestResolver(enable_validation=True)
     app.use(middlewares=[_known_query_only])
-    stopping = stop_deps or deps
+    _error_answers(app)
+    # Registered in this order, the routes keep their order in the OpenAPI document.
+    _profile_reads(app, deps)
+    _profile_changes(app, deps, _submitter(app, deps, stop_deps or deps, persistence))
+    _execution_and_ledger_reads(app, deps)
+    _benchmark_routes(app, deps)
+    return app
 
-    def caller() -> str | None:
-        """Who did it: the IAM ARN API Gateway's IAM authorization put in the request context."""
-        identity = app.current_event.request_context.identity
-        return identity.user_arn or identity.caller
+
+def _caller(app: APIGatewayRestResolver) -> str | None:
+    """Who did it: the IAM ARN API Gateway's IAM authorization put in the request context."""
+    identity = app.current_event.request_context.identity
+    return identity.user_arn or identity.caller
+
+
+Submit = Callable[[str, str, dict[str, Any], str | None], Response[ExecutionRef]]
+
+
+def _submitter(
+    app: APIGatewayRestResolver,
+    deps: Callable[[], ApiDeps],
+    stopping: Callable[[], ApiDeps],
+    persistence: BasePersistenceLayer | None,
+) -> Submit:
+    """Start or stop a profile for the caller, remembered by its Idempotency-Key when it gives one."""
 
     def submit(request: dict[str, Any]) -> dict[str, Any]:
         body = request["body"]
@@ -214,7 +234,7 @@ def build_app(
     )
 
     def _submit(action: str, name: str, body: dict[str, Any], key: str | None) -> Response[ExecutionRef]:
-        request = {"action": action, "profile": name, "body": body, "key": key, "caller": caller()}
+        request = {"action": action, "profile": name, "body": body, "key": key, "caller": _caller(app)}
         if key is None:
             # Without a key the execution name is what makes a repeated call harmless.
             answer = submit(request)
@@ -227,6 +247,12 @@ def build_app(
             content_type=content_types.APPLICATION_JSON,
             body=ExecutionRef.model_validate(answer),
         )
+
+    return _submit
+
+
+def _error_answers(app: APIGatewayRestResolver) -> None:
+    """Every error a route raises, as the API's ErrorBody with its status."""
 
     @app.exception_handler(ApiError)
     def _api_error(error: ApiError) -> Response[str]:
@@ -248,6 +274,10 @@ def build_app(
     @app.exception_handler(IdempotencyAlreadyInProgressError)
     def _key_in_progress(exc: IdempotencyAlreadyInProgressError) -> Response[str]:
         return _error_response(Conflict("a request with this Idempotency-Key is still being handled", "header.Idempotency-Key"))
+
+
+def _profile_reads(app: APIGatewayRestResolver, deps: Callable[[], ApiDeps]) -> None:
+    """GET /profiles, /profiles/{name} and /profiles/{name}/starts."""
 
     @app.get(
         "/profiles", summary="List the profiles", tags=["profiles"], responses={**_ok(list[ProfileSummary]), 503: ERRORS[503]}
@@ -276,6 +306,10 @@ def build_app(
     ) -> StartHistory:
         return service.starts(deps(), name, limit)
 
+
+def _profile_changes(app: APIGatewayRestResolver, deps: Callable[[], ApiDeps], submit: Submit) -> None:
+    """POST /profiles/{name}/start, /stop and /keepalive."""
+
     @app.post(
         "/profiles/<name>/start",
         summary="Start a profile (202 with the execution)",
@@ -296,7 +330,7 @@ def build_app(
     def start_profile(
         name: ProfileName, body: Annotated[StartRequest | None, Body()] = None, key: IdempotencyKey = None
     ) -> Response[ExecutionRef]:
-        return _submit("start", name, (body or StartRequest()).model_dump(mode="json", exclude_none=True), key)
+        return submit("start", name, (body or StartRequest()).model_dump(mode="json", exclude_none=True), key)
 
     @app.post(
         "/profiles/<name>/stop",
@@ -316,7 +350,7 @@ def build_app(
     def stop_profile(
         name: ProfileName, body: Annotated[StopRequest | None, Body()] = None, key: IdempotencyKey = None
     ) -> Response[ExecutionRef]:
-        return _submit("stop", name, (body or StopRequest()).model_dump(mode="json", exclude_none=True), key)
+        return submit("stop", name, (body or StopRequest()).model_dump(mode="json", exclude_none=True), key)
 
     @app.post(
         "/profiles/<name>/keepalive",
@@ -330,7 +364,11 @@ def build_app(
         responses={**_ok(KeepaliveAnswer), **ERRORS},
     )
     def keepalive(name: ProfileName, body: Annotated[KeepaliveRequest | None, Body()] = None) -> KeepaliveAnswer:
-        return service.keepalive(deps(), name, body or KeepaliveRequest(), caller())
+        return service.keepalive(deps(), name, body or KeepaliveRequest(), _caller(app))
+
+
+def _execution_and_ledger_reads(app: APIGatewayRestResolver, deps: Callable[[], ApiDeps]) -> None:
+    """GET /executions/{execution_id} and /ledger."""
 
     @app.get(
         "/executions/<execution_id>",
@@ -351,6 +389,10 @@ def build_app(
     )
     def get_ledger(profile: Annotated[str | None, Query(description="only this profile")] = None) -> Ledger:
         return service.ledger(deps(), profile)
+
+
+def _benchmark_routes(app: APIGatewayRestResolver, deps: Callable[[], ApiDeps]) -> None:
+    """POST /benchmarks, GET /benchmarks and /benchmarks/{run_id}."""
 
     @app.post(
         "/benchmarks",
@@ -379,6 +421,22 @@ def build_app(
     ) -> list[BenchmarkSummary]:
         return benchmarks.list_benchmarks(deps(), profile, limit)
 
+    @app.post(
+        "/benchmarks/<run_id>/cancel",
+        summary="Cancel a benchmark run: its execution stopped, the run CANCELLED",
+        tags=["benchmarks"],
+        description="Only a PLANNED or RUNNING run (409 once it ended). The run is marked CANCELLED first (its "
+        "workers stop and write nothing more), then its execution is stopped (Step Functions stops its ECS task "
+        "and child executions), its hold on the profile released, and a run that asked for a stop starts "
+        "stop_profile. What it measured before stays stored. The caller's IAM ARN is recorded in the run's error.",
+        responses={**_ok(CancelAnswer), **ERRORS},
+    )
+    def cancel_benchmark(
+        run_id: Annotated[str, Path(description="run id (GET /benchmarks lists them)")],
+        body: Annotated[CancelRequest | None, Body()] = None,
+    ) -> CancelAnswer:
+        return benchmarks.cancel_benchmark(deps(), run_id, _caller(app))
+
     @app.get(
         "/benchmarks/<run_id>",
         summary="One benchmark run: results, comparisons, record links",
@@ -387,8 +445,6 @@ def build_app(
     )
     def get_benchmark(run_id: Annotated[str, Path(description="run id (GET /benchmarks lists them)")]) -> BenchmarkDetail:
         return benchmarks.get_benchmark(deps(), run_id)
-
-    return app
 
 
 def handle(app: APIGatewayRestResolver, event: dict[str, Any], context: Any) -> dict[str, Any]:

@@ -50,12 +50,13 @@ from servingctl.control import aws
 from servingctl.control.autostop import request_counts
 from servingctl.control.config import limit_problems
 from servingctl.control.executions import Action, canonical, execution_name, latest_execution, running_execution
+from servingctl.control.flow import own_instances
 from servingctl.control.sweep import decide
-from servingctl.costs import PriceCatalog, monthly_totals, session_cost, volume_monthly_usd
+from servingctl.costs import PriceCatalog, SessionCost, monthly_totals, stored_session_cost, volume_monthly_usd
 from servingctl.registry.models import Registry, ServingProfile
 from servingctl.shared.clock import Clock, SystemClock
 from servingctl.store.base import Store
-from servingctl.store.models import Phase, ProfileState, iso
+from servingctl.store.models import Phase, ProfileState, Session, iso
 
 EXECUTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 RECENT_SERVICE_EVENTS = 5
@@ -65,7 +66,7 @@ START_PHASES = {
     **dict.fromkeys(("PrepareStart", "AcquireLock", "CheckCurrent", "BranchOnCurrent", "GuardPool", "ScaleOut"), "prepare"),
     **dict.fromkeys(("CheckCapacity", "BranchOnCapacity", "WaitForCapacity"), "capacity"),
     **dict.fromkeys(("CheckTask", "BranchOnTask", "WaitForTask"), "task"),
-    **dict.fromkeys(("CheckTargets", "BranchOnTargets", "WaitForTargets"), "health"),
+    **dict.fromkeys(("CheckTargets", "BranchOnTargets", "WaitForTargets", "RouteToModel"), "health"),
     "RunSmokeTest": "smoke",
     **dict.fromkeys(("RecordReady", "ReleaseLock"), "ready"),
     **dict.fromkeys(("RollBack", "FailStart"), "failed"),
@@ -220,6 +221,8 @@ def _summary(deps: ApiDeps, name: str, state: ProfileState, with_requests: bool 
         reconcile_reason=state.reconcile_reason,
         reconciled_at=state.reconciled_at,
         retired=deps.retired.get(name),
+        wake_on_request=spec.wake_on_request,
+        no_wake=state.no_wake,
         **_forecast(deps, name, state, with_requests),
     )
 
@@ -246,18 +249,7 @@ def get_profile(deps: ApiDeps, name: str) -> ProfileDetail:
     group = aws.describe_asg(deps.autoscaling, pool.asg_name)
     now = deps.clock.now()
     session = deps.store.get_session(name, state.session_id) if state.session_id else None
-    cost = None
-    if session is not None and session.open:
-        cost = session_cost(
-            deps.catalog,
-            profile=name,
-            region=deps.registry.region,
-            instance_type=session.instance_type,
-            started_at=session.started_at,
-            ended_at=None,
-            now=now,
-            price_key=session.price_key,
-        )
+    cost = billed(deps, session, now) if session is not None and session.open else None
     summary = _summary(deps, name, state, with_requests=True).model_dump()
     if cost is not None:
         # The open session's type and price: an alternate when the start fell back to one.
@@ -270,6 +262,8 @@ def get_profile(deps: ApiDeps, name: str) -> ProfileDetail:
         pending_count=service.get("pendingCount", 0),
         instances=[Instance(instance_id=i.instance_id, lifecycle=i.lifecycle, protected=i.protected) for i in group.instances],
         target_health=aws.target_states(deps.elbv2, spec.target_group_arn),
+        min_replicas=spec.min_replicas,
+        max_replicas=spec.max_replicas,
         service_events=[
             ServiceEvent(at=e.get("createdAt"), message=e.get("message", ""))
             for e in service.get("events", [])[:RECENT_SERVICE_EVENTS]
@@ -417,12 +411,18 @@ def start_profile(deps: ApiDeps, name: str, body: StartRequest, caller: str | No
 
 
 def stop_profile(deps: ApiDeps, name: str, body: StopRequest, caller: str | None = None) -> ExecutionRef:
-    """Start or join stop_profile (a running start is preempted by the flow's stop flag)."""
+    """Start or join stop_profile (a running start is preempted by the flow's stop flag); no_wake is
+    kept on the record (by the flow, or here when the profile is already STOPPED)."""
     _check_limits(name, profile_spec(deps, name), body)
     already = _already(deps, "stop", name)
     if already is not None:
+        if body.no_wake:
+            deps.store.update_profile(name, deps.clock.now(), no_wake=True, stopped_by=caller)
+            already.message = f"{already.message}; requests no longer wake it until the next start"
         return already
     execution_input: dict[str, Any] = {"profile": name}
+    if body.no_wake:
+        execution_input["no_wake"] = True
     if caller:
         execution_input["requested_by"] = caller
     if body.poll is not None:
@@ -613,16 +613,7 @@ def ledger(deps: ApiDeps, profile: str | None = None) -> Ledger:
     rows, costs = [], []
     for name in names:
         for s in deps.store.list_sessions(name):
-            cost = session_cost(
-                deps.catalog,
-                profile=name,
-                region=deps.registry.region,
-                instance_type=s.instance_type,
-                started_at=s.started_at,
-                ended_at=s.stopped_at,
-                now=now,
-                price_key=s.price_key,
-            )
+            cost = billed(deps, s, now)
             costs.append(cost)
             rows.append(
                 LedgerSession(
@@ -633,6 +624,8 @@ def ledger(deps: ApiDeps, profile: str | None = None) -> Ledger:
                     stopped_at=s.stopped_at,
                     open=s.open,
                     uptime_hours=round(cost.uptime_hours, 6),
+                    instances=cost.instances,
+                    instance_hours=round(cost.instance_hours, 6),
                     hourly_usd=cost.hourly_usd,
                     cost_usd=None if cost.cost_usd is None else round(cost.cost_usd, 4),
                     close_reason=s.close_reason,
@@ -649,6 +642,13 @@ def ledger(deps: ApiDeps, profile: str | None = None) -> Ledger:
     ]
     total = None if any(c.cost_usd is None for c in costs) else round(sum(c.cost_usd or 0.0 for c in costs), 4)
     return Ledger(sessions=rows, monthly=monthly, total_cost_usd=total, warm_pools=warm_pool_costs(deps))
+
+
+def billed(deps: ApiDeps, session: Session, now: datetime) -> SessionCost:
+    """A session's cost, each instance for its own time: an open one's instances as its pool's
+    scaling activities list them now, a closed one's as it stored them."""
+    live = own_instances(deps.autoscaling, deps.registry, session) if session.open else []
+    return stored_session_cost(deps.catalog, deps.registry.region, session, now, live)
 
 
 def warm_pool_costs(deps: ApiDeps) -> list[WarmPoolCost]:

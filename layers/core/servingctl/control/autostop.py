@@ -37,14 +37,14 @@ import httpx
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict
 
-from servingctl.bench.server_metrics import RUNNING, WAITING, parse_prometheus
 from servingctl.control import events
 from servingctl.control.executions import attempt_names, execution_name, running_execution, start_fresh
 from servingctl.control.sweep import Decision, PlannedStop, ServerLoad, decide
 from servingctl.costs import PriceCatalog, load_catalog
+from servingctl.loadgen.server_metrics import RUNNING, WAITING, parse_prometheus
 from servingctl.registry.models import Registry, ServingProfile
 from servingctl.shared.clock import Clock, SystemClock
-from servingctl.shared.settings import Poll
+from servingctl.shared.flow_inputs import Poll
 from servingctl.store.base import Store
 from servingctl.store.models import Phase, ProfileState
 
@@ -53,6 +53,9 @@ if TYPE_CHECKING:
     from types_boto3_elbv2 import ElasticLoadBalancingv2Client
 
 METRIC_PERIOD_S = 60
+# The per-replica load ECS service auto scaling tracks (Terraform's serving-profile module names it).
+REPLICA_LOAD_NAMESPACE = "servingctl"
+REPLICA_LOAD_METRIC = "RequestsPerReplica"
 # A model server that does not answer /metrics within this is "unknown" (the sweep has 60 s in all).
 GAUGE_TIMEOUT_S = 5.0
 
@@ -151,7 +154,7 @@ def server_load(http: httpx.Client, elbv2: ElasticLoadBalancingv2Client, spec: S
     at their addresses (never through the ALB, whose RequestCount must count clients only); None
     when no target answers."""
     running = waiting = 0.0
-    answered = False
+    answered = 0
     for base in target_addresses(elbv2, spec) or []:
         try:
             answer = http.get(base + "/metrics")
@@ -160,10 +163,33 @@ def server_load(http: httpx.Client, elbv2: ElasticLoadBalancingv2Client, spec: S
             continue
         samples = parse_prometheus(answer.text, frozenset((RUNNING, WAITING)))
         if any(s.name == RUNNING for s in samples):
-            answered = True
+            answered += 1
             running += sum(s.value for s in samples if s.name == RUNNING)
             waiting += sum(s.value for s in samples if s.name == WAITING)
-    return ServerLoad(running=round(running), waiting=round(waiting)) if answered else None
+    return ServerLoad(running=round(running), waiting=round(waiting), replicas=answered) if answered else None
+
+
+def publish_replica_load(cloudwatch: CloudWatchClient, profile: str, load: ServerLoad, now: datetime) -> bool:
+    """Publish (running + waiting) / replicas as servingctl/RequestsPerReplica of the profile, the
+    signal its service's target tracking policy follows; False when CloudWatch refused it (the
+    sweep's decision does not depend on it)."""
+    try:
+        cloudwatch.put_metric_data(
+            Namespace=REPLICA_LOAD_NAMESPACE,
+            MetricData=[
+                {
+                    "MetricName": REPLICA_LOAD_METRIC,
+                    "Dimensions": [{"Name": "Profile", "Value": profile}],
+                    "Timestamp": now,
+                    "Value": load.active / load.replicas,
+                    "Unit": "Count",
+                }
+            ],
+        )
+    except (ClientError, BotoCoreError):
+        log.exception("replica load of %s not published", profile)
+        return False
+    return True
 
 
 def stopping_soon_detail(decision: Decision, now: datetime) -> dict[str, Any]:
@@ -209,6 +235,9 @@ def _decide(deps: SweepDeps, name: str, state: ProfileState, now: datetime) -> t
     counts = request_counts(deps.cloudwatch, spec, now, spec.idle.window_minutes) if spec.idle.enabled else None
     requests, last_request_at = counts if counts is not None else (None, None)
     ready_since = state.ready_at or state.phase_since or now
+    load = server_load(deps.http, deps.elbv2, spec)
+    if load is not None and spec.max_replicas > 1:
+        publish_replica_load(deps.cloudwatch, name, load, now)
     decision = decide(
         name,
         spec,
@@ -217,7 +246,7 @@ def _decide(deps: SweepDeps, name: str, state: ProfileState, now: datetime) -> t
         lease_deadline=state.lease_deadline,
         requests_in_idle_window=requests,
         last_request_at=last_request_at,
-        load=server_load(deps.http, deps.elbv2, spec),
+        load=load,
         kept_alive_at=state.kept_alive_at,
         held_by=state.held_by,
         held_until=state.held_until,

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from servingctl.store.models import InstanceSpan
+
 if TYPE_CHECKING:
+    from types_boto3_application_autoscaling import ApplicationAutoScalingClient
     from types_boto3_autoscaling import AutoScalingClient
+    from types_boto3_autoscaling.type_defs import ActivityTypeDef
     from types_boto3_ec2 import EC2Client
     from types_boto3_ecs import ECSClient
     from types_boto3_ecs.literals import DesiredStatusType
@@ -78,6 +83,20 @@ def set_service_desired(ecs: ECSClient, cluster: str, service: str, count: int, 
         ecs.update_service(cluster=cluster, service=service, desiredCount=count, healthCheckGracePeriodSeconds=health_grace_s)
 
 
+def set_replica_bounds(
+    appautoscaling: ApplicationAutoScalingClient, cluster: str, service: str, min_count: int, max_count: int
+) -> None:
+    """Bound ECS service auto scaling of the service to min_count..max_count tasks (0..0 holds it at
+    rest: target tracking can then neither start a stopped profile nor keep one up)."""
+    appautoscaling.register_scalable_target(
+        ServiceNamespace="ecs",
+        ResourceId=f"service/{cluster}/{service}",
+        ScalableDimension="ecs:service:DesiredCount",
+        MinCapacity=min_count,
+        MaxCapacity=max_count,
+    )
+
+
 def describe_asg(autoscaling: AutoScalingClient, name: str) -> AsgView:
     """Sizes and instances of an Auto Scaling group."""
     groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"]
@@ -140,19 +159,53 @@ def failed_launch(autoscaling: AutoScalingClient, name: str, known: set[str]) ->
 
 
 TERMINATING = "Terminating EC2 instance: "
+# A successful launch into service names its instance: "Launching a new EC2 instance: i-..." (or, taken
+# from the warm pool, "... from warm pool: i-..."); a launch into the warm pool is not in service.
+LAUNCHED = re.compile(r"Launching a new EC2 instance(?: from warm pool)?: (i-\w+)$")
+
+
+def _activities_since(autoscaling: AutoScalingClient, name: str, since: datetime) -> list[ActivityTypeDef]:
+    """The group's activities that began at or after since; AWS lists them newest first, a page at a time."""
+    found: list[ActivityTypeDef] = []
+    for page in autoscaling.get_paginator("describe_scaling_activities").paginate(AutoScalingGroupName=name):
+        for activity in page["Activities"]:
+            if activity["StartTime"] < since:
+                return found
+            found.append(activity)
+    return found
+
+
+def _terminations(activities: list[ActivityTypeDef]) -> dict[str, datetime]:
+    """Instance id -> the end of its "Terminating EC2 instance" activity among these."""
+    ended = {}
+    for activity in activities:
+        description = activity.get("Description") or ""
+        if description.startswith(TERMINATING):
+            ended[description.removeprefix(TERMINATING).strip()] = activity.get("EndTime") or activity["StartTime"]
+    return ended
 
 
 def termination_times(autoscaling: AutoScalingClient, name: str, since: datetime) -> dict[str, datetime]:
     """Instance id -> when the group finished terminating it (its "Terminating EC2 instance"
     activity's end), for the activities AWS lists that began at or after since."""
-    activities = autoscaling.describe_scaling_activities(AutoScalingGroupName=name, MaxRecords=100)["Activities"]
-    ended = {}
+    return _terminations(_activities_since(autoscaling, name, since))
+
+
+def instance_spans(autoscaling: AutoScalingClient, name: str, since: datetime) -> list[InstanceSpan]:
+    """Each instance the group launched into service or terminated since since, from its launch (since
+    when it was already running) to its termination's end (None while it runs), oldest first."""
+    activities = _activities_since(autoscaling, name, since)
+    launched: dict[str, datetime] = {}
     for activity in activities:
-        description = activity.get("Description") or ""
-        start = activity.get("StartTime")
-        if description.startswith(TERMINATING) and start is not None and start >= since:
-            ended[description.removeprefix(TERMINATING).strip()] = activity.get("EndTime") or start
-    return ended
+        match = LAUNCHED.match(activity.get("Description") or "")
+        if match and activity.get("StatusCode") == "Successful":
+            launched[match.group(1)] = activity["StartTime"]
+    ended = _terminations(activities)
+    spans = [
+        InstanceSpan(instance_id=i, started_at=launched.get(i, since), stopped_at=ended.get(i))
+        for i in set(launched) | set(ended)
+    ]
+    return sorted(spans, key=lambda s: (s.started_at, s.instance_id))
 
 
 def container_instances(ecs: ECSClient, cluster: str) -> list[ContainerInstanceTypeDef]:

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from servingctl.registry.models import Registry, ServingProfile
 from servingctl.shared.errors import InvalidInput, ProfileNotFound
-from servingctl.shared.settings import (
+from servingctl.shared.flow_inputs import (
     Poll,
     ResolvedDeadlines,
     SmokeTarget,
@@ -122,5 +122,6 @@ def stop_config(registry: Registry, data: Any, already_stopped: bool = False) ->
             lock_lease_s=lock_lease_s(given.poll),
         ),
         already_stopped=already_stopped,
+        no_wake=given.no_wake,
         requested_by=given.requested_by,
     )

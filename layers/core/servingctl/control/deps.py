@@ -25,6 +25,9 @@ class Deps:
     clock: Clock = field(default_factory=SystemClock)
     # CloudWatch Logs: the start timeline reads the containers' log streams (None: not read).
     logs: Any = None
+    # Application Auto Scaling: a profile of several replicas has its service's scaling bounds
+    # raised by the start and lowered to 0..0 by the stop (None: no profile scales).
+    appautoscaling: Any = None
     # Seconds a check may keep watching inside one invocation (the handler derives it from the
     # Lambda's remaining time); 0 disables watching.
     watch_budget_s: float = 0.0

@@ -4,28 +4,33 @@ every probe), the stop flag, pool activity, releasing a pool."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from servingctl.control import aws
 from servingctl.control.deps import Deps
+from servingctl.control.routing import to_waker
+from servingctl.control.state import FlowState, PoolGuard, Unlocked
+from servingctl.registry.models import Registry
 from servingctl.shared.errors import InvalidInput, PoolBusy, StopRequested
-from servingctl.shared.settings import StartConfig, StopConfig
+from servingctl.shared.flow_inputs import StartConfig, StopConfig
 from servingctl.store.base import LockConflict
-from servingctl.store.models import Lock, Phase, Session, iso, pool_lock, profile_lock
+from servingctl.store.models import InstanceSpan, Lock, Phase, Session, iso, pool_lock, profile_lock
+
+if TYPE_CHECKING:
+    from types_boto3_autoscaling import AutoScalingClient
 
 ACTIVE_PHASES = frozenset({Phase.STARTING, Phase.READY, Phase.STOPPING})
 # An execution's closed statuses: once DescribeExecution shows one, it never changes again.
 CLOSED_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
 
 
-def config_of(state: dict[str, Any]) -> StartConfig | StopConfig:
+def config_of(state: FlowState) -> StartConfig | StopConfig:
     """The flow's $.config written by prepare_start / prepare_stop."""
-    config = state.get("config")
-    if not isinstance(config, dict):
+    if state.config is None:
         raise InvalidInput("state.config: missing; prepare_start or prepare_stop must run first")
-    return StopConfig.model_validate(config) if config.get("flow") == "stop" else StartConfig.model_validate(config)
+    return state.config
 
 
 def lock_names(config: StartConfig | StopConfig) -> list[str]:
@@ -106,11 +111,22 @@ def release_pool(deps: Deps, pool_name: str) -> tuple[list[str], list[str]]:
     return [i.instance_id for i in view.instances], protected
 
 
-def scale_to_zero(deps: Deps, config: StartConfig | StopConfig) -> list[str]:
-    """Service desired 0, and the pool to 0 unless another profile uses it; what was done, in words."""
-    spec = deps.profile(config.profile)
+def service_to_zero(deps: Deps, profile: str) -> list[str]:
+    """Service auto scaling bounds 0..0 (a profile of several replicas), then desired 0; in words."""
+    spec = deps.profile(profile)
+    details = []
+    if spec.max_replicas > 1:
+        # First: target tracking (and its minimum) must not raise the desired count behind the stop.
+        aws.set_replica_bounds(deps.appautoscaling, spec.cluster, spec.service, 0, 0)
+        details.append(f"{spec.service} auto scaling 0..0")
     aws.set_service_desired(deps.ecs, spec.cluster, spec.service, 0)
-    details = [f"{spec.service} desired 0"]
+    return [*details, f"{spec.service} desired 0"]
+
+
+def scale_to_zero(deps: Deps, config: StartConfig | StopConfig) -> list[str]:
+    """Service desired 0 (a wake-on-request profile's rule at the waker first), and the pool to 0 unless
+    another profile uses it; what was done, in words."""
+    details = [*to_waker(deps.elbv2, deps.profile(config.profile)), *service_to_zero(deps, config.profile)]
     users = pool_users(deps, config.profile)
     if users:
         details.append(f"pool {config.pool} kept for {'; '.join(users)}")
@@ -151,7 +167,16 @@ def settle_session(deps: Deps, profile: str, execution: str, reason: str, fallba
     end = session_end(deps, profile, session, fallback)
     if end is None:
         return session, False
-    return deps.store.close_session(profile, session.session_id, end, execution, reason), True
+    spans = own_instances(deps.autoscaling, deps.registry, session)
+    return deps.store.close_session(profile, session.session_id, end, execution, reason, spans), True
+
+
+def own_instances(autoscaling: AutoScalingClient, registry: Registry, session: Session) -> list[InstanceSpan]:
+    """Each instance's span in the session, from its pool's scaling activities; none on a pool the
+    registry gives to other profiles too (its instances are not the session's alone)."""
+    if registry.profiles_on_pool(session.pool) != [session.profile]:
+        return []
+    return aws.instance_spans(autoscaling, registry.pools[session.pool].asg_name, session.started_at)
 
 
 def session_note(session: Session | None, closed: bool) -> list[str]:
@@ -167,15 +192,15 @@ def release_locks(deps: Deps, config: StartConfig | StopConfig, execution: str) 
     return f"released {', '.join(released) or 'no lock'}"
 
 
-def guard_pool(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+def guard_pool(deps: Deps, state: FlowState, execution: str) -> PoolGuard:
     """Who else uses the pool; a start refuses (PoolBusy) unless allow_shared_pool."""
     config = config_of(state)
     users = pool_users(deps, config.profile)
     if users and isinstance(config, StartConfig) and not config.settings.allow_shared_pool:
         raise PoolBusy(f"pool {config.pool} is in use by {'; '.join(users)}; pass allow_shared_pool=true to share it")
-    return {"others": users, "keep": bool(users)}
+    return PoolGuard(others=users, keep=bool(users))
 
 
-def release_lock(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+def release_lock(deps: Deps, state: FlowState, execution: str) -> Unlocked:
     """Give back the locks this execution holds."""
-    return {"released": deps.store.release_locks(lock_names(config_of(state)), execution)}
+    return Unlocked(released=deps.store.release_locks(lock_names(config_of(state)), execution))

@@ -92,9 +92,9 @@ def merge(published: Published, store: Store, running: Collection[str] = ()) -> 
     return Known(registry, published, retired, removed)
 
 
-def known(store: Store, source: str | None = None, running: Collection[str] = ()) -> Known:
-    """read_registry (never refusing a problem) merged with the kept copies."""
-    return merge(read_registry(source), store, running)
+def known(store: Store, source: str, region: str, running: Collection[str] = ()) -> Known:
+    """read_registry of source (never refusing a problem) merged with the kept copies."""
+    return merge(read_registry(source, region), store, running)
 
 
 def refresh_entry(registry: Registry, store: Store, state: ProfileState, now: datetime) -> bool:

@@ -1,6 +1,6 @@
 """Wait-loop arithmetic: back-off, deadlines and the {ready, wait_s, detail, progress} answer of a check.
 
-A check's answer goes to $.<key> of the execution state; the next round reads `progress` back, so
+A check's answer (Check) goes to $.<key> of the execution state; the next round reads `progress` back, so
 the attempt count, the phase's start and its marks (first InService, task IP, ...) survive between
 invocations without touching the store.
 """
@@ -12,12 +12,12 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from servingctl.control.history import min_wait_s
 from servingctl.shared.clock import Clock
 from servingctl.shared.errors import DeadlineExceeded
-from servingctl.shared.settings import Poll
+from servingctl.shared.flow_inputs import Poll
 from servingctl.store.models import iso
 
 Probe = Callable[["Progress"], tuple[bool, str]]
@@ -35,12 +35,15 @@ class Progress(BaseModel):
         self.marks.setdefault(name, value)
 
 
-def previous_progress(state: dict[str, Any], key: str, now: datetime) -> Progress:
-    """The progress the last round of this loop left in the state, or a fresh one starting now."""
-    last = state.get(key)
-    if isinstance(last, dict) and isinstance(last.get("progress"), dict):
-        return Progress.model_validate(last["progress"])
-    return Progress(since=now)
+class Check(BaseModel):
+    """A wait loop's answer, written to $.<key>: ready, the seconds to wait, what was seen, its progress."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ready: bool
+    wait_s: int
+    detail: str
+    progress: Progress
 
 
 def backoff_wait(poll: Poll, attempt: int) -> int:
@@ -51,25 +54,25 @@ def backoff_wait(poll: Poll, attempt: int) -> int:
 
 def run_check(
     *,
-    state: dict[str, Any],
-    key: str,
+    last: Check | None,
     what: str,
     deadline_s: int,
     poll: Poll,
     clock: Clock,
     probe: Probe,
     watch_budget_s: float = 0.0,
-) -> dict[str, Any]:
+) -> Check:
     """Probe once; when not ready, raise past the deadline or answer with the next wait: the poll's
     back-off, but never shorter than min_wait_s(deadline_s), so the loop runs at most MAX_LOOP_ROUNDS
     rounds and its flow's history stays under Step Functions' 25,000 events (servingctl.control.history).
 
     With a watch budget, the check keeps probing every poll.interval_s inside this invocation for up
     to the computed wait, so the loop notices readiness within one interval without extra state
-    transitions; wait_s is what is left of the wait afterwards.
+    transitions; wait_s is what is left of the wait afterwards. `last` is the previous round's answer
+    (None in the first round).
     """
     now = clock.now()
-    progress = previous_progress(state, key, now)
+    progress = last.progress.model_copy(deep=True) if last is not None else Progress(since=now)
     ready, detail = probe(progress)
     wait_s = 0
     if not ready:
@@ -88,4 +91,4 @@ def run_check(
         progress.attempt += 1
     if ready:
         progress.mark_once("ready_at", iso(clock.now()))
-    return {"ready": ready, "wait_s": wait_s, "detail": detail, "progress": progress.model_dump(mode="json")}
+    return Check(ready=ready, wait_s=wait_s, detail=detail, progress=progress)

@@ -54,7 +54,7 @@ from servingctl.control.flow import CLOSED_STATUSES, pool_users
 from servingctl.control.known import Known, refresh_entry
 from servingctl.control.tags import TaggedCapacity
 from servingctl.registry.models import Registry
-from servingctl.shared.settings import Poll
+from servingctl.shared.flow_inputs import Poll
 from servingctl.store.models import Lock, Phase, ProfileState, pool_lock, profile_lock
 
 Reason = Literal[

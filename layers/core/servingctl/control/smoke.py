@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
 
 import httpx
 
+from servingctl.control.state import SmokePassed
 from servingctl.shared.errors import SmokeTestFailed
-from servingctl.shared.settings import SmokeTarget
+from servingctl.shared.flow_inputs import SmokeTarget
 from servingctl.store.models import iso
 
 
-def smoke_test(target: SmokeTarget, client: httpx.Client) -> dict[str, Any]:
+def smoke_test(target: SmokeTarget, client: httpx.Client) -> SmokePassed:
     """GET /health and /v1/models with the routing header; SmokeTestFailed says what was wrong."""
     headers = {target.header_name: target.header_value}
     base = target.url.rstrip("/")
@@ -34,12 +34,12 @@ def smoke_test(target: SmokeTarget, client: httpx.Client) -> dict[str, Any]:
     if target.model not in models:
         raise SmokeTestFailed(f"model {target.model!r} is not served at {base}; /v1/models lists {models}")
     first_token_at = _first_token(target, client, base, headers)
-    return {
-        "ok": True,
-        "detail": f"/health 200, /v1/models lists {target.model}, first token streamed",
-        "models": models,
-        "first_token_at": iso(first_token_at),
-    }
+    return SmokePassed(
+        ok=True,
+        detail=f"/health 200, /v1/models lists {target.model}, first token streamed",
+        models=models,
+        first_token_at=iso(first_token_at),
+    )
 
 
 def _first_token(target: SmokeTarget, client: httpx.Client, base: str, headers: dict[str, str]) -> datetime:

@@ -1,40 +1,89 @@
 """The action table the profile_steps Lambda dispatches on, with the error mapping every step gets, and
-what a step's result announces: its lifecycle event (EventBridge) and its metrics (CloudWatch)."""
+what a step's result announces: its lifecycle event (EventBridge) and its metrics (CloudWatch).
+
+A step gets the execution state as its flow's model (servingctl.control.state) and answers with the
+model of what it writes to its ResultPath; the JSON on either side is this module's business."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
 
 from servingctl.control import events, flow, start, stop
 from servingctl.control.deps import Deps
+from servingctl.control.polling import Check
+from servingctl.control.state import (
+    Closed,
+    Current,
+    FlowState,
+    LockTaken,
+    PoolGuard,
+    Ready,
+    Released,
+    Routed,
+    ScaledIn,
+    ScaledOut,
+    StartState,
+    StopFlagged,
+    StopState,
+    Undone,
+    Unlocked,
+    flow_state,
+    parse_state,
+)
 from servingctl.shared.errors import InvalidInput, action_of, throttling_as_error
+from servingctl.shared.flow_inputs import StartConfig, StopConfig
 
-Step = Callable[[Deps, dict[str, Any], str], dict[str, Any]]
+S = TypeVar("S", bound=FlowState)
+A = TypeVar("A", bound=BaseModel)
 
-ACTIONS: dict[str, Step] = {
+
+@dataclass(frozen=True)
+class Action(Generic[S, A]):
+    """One step: the flow state model it reads, the model it answers with, and the step itself."""
+
+    state: type[S]
+    answer: type[A]
+    step: Callable[[Deps, S, str], A]
+
+    def parse(self, data: Any) -> S:
+        """The state as this step's model (a shared step's: its flow's, by $.config.flow)."""
+        parsed = flow_state(data) if self.state is FlowState else parse_state(self.state, data)
+        assert isinstance(parsed, self.state)
+        return parsed
+
+    def run(self, deps: Deps, data: Any, execution: str) -> dict[str, Any]:
+        """Validate the state, run the step, and give its answer as the JSON the ResultSelector reads."""
+        return self.step(deps, self.parse(data), execution).model_dump(mode="json")
+
+
+ACTIONS: dict[str, Action[Any, Any]] = {
     # start_profile
-    "prepare_start": start.prepare_start,
-    "acquire_lock": start.acquire_lock,
-    "check_current": start.check_current,
-    "guard_pool": flow.guard_pool,
-    "scale_out": start.scale_out,
-    "check_capacity": start.check_capacity,
-    "check_task": start.check_task,
-    "check_targets": start.check_targets,
-    "record_ready": start.record_ready,
-    "release_lock": flow.release_lock,
-    "roll_back": start.roll_back,
+    "prepare_start": Action(StartState, StartConfig, start.prepare_start),
+    "acquire_lock": Action(StartState, LockTaken, start.acquire_lock),
+    "check_current": Action(StartState, Current, start.check_current),
+    "guard_pool": Action(FlowState, PoolGuard, flow.guard_pool),
+    "scale_out": Action(StartState, ScaledOut, start.scale_out),
+    "check_capacity": Action(StartState, Check, start.check_capacity),
+    "check_task": Action(StartState, Check, start.check_task),
+    "check_targets": Action(StartState, Check, start.check_targets),
+    "route_to_model": Action(StartState, Routed, start.route_to_model),
+    "record_ready": Action(StartState, Ready, start.record_ready),
+    "release_lock": Action(FlowState, Unlocked, flow.release_lock),
+    "roll_back": Action(StartState, Undone, start.roll_back),
     # stop_profile (guard_pool and release_lock are shared)
-    "prepare_stop": stop.prepare_stop,
-    "request_stop": stop.request_stop,
-    "await_lock": stop.await_lock,
-    "scale_in_service": stop.scale_in_service,
-    "check_drained": stop.check_drained,
-    "release_capacity": stop.release_capacity,
-    "check_terminated": stop.check_terminated,
-    "close_session": stop.close_session,
-    "force_release": stop.force_release,
+    "prepare_stop": Action(StopState, StopConfig, stop.prepare_stop),
+    "request_stop": Action(StopState, StopFlagged, stop.request_stop),
+    "await_lock": Action(StopState, Check, stop.await_lock),
+    "scale_in_service": Action(StopState, ScaledIn, stop.scale_in_service),
+    "check_drained": Action(StopState, Check, stop.check_drained),
+    "release_capacity": Action(StopState, Released, stop.release_capacity),
+    "check_terminated": Action(StopState, Check, stop.check_terminated),
+    "close_session": Action(StopState, Closed, stop.close_session),
+    "force_release": Action(StopState, Undone, stop.force_release),
 }
 
 
@@ -53,13 +102,11 @@ ACT_IF_NEEDED = frozenset({"roll_back", "force_release"})
 def run_step(event: Any, deps: Deps) -> dict[str, Any]:
     """Run event["action"] on event["state"] for event["execution"]; AWS throttling becomes Throttled."""
     action = action_of(event, ACTIONS)
-    state, execution = event.get("state"), event.get("execution")
-    if not isinstance(state, dict):
-        raise InvalidInput("state: expected the execution state object ($)")
+    execution = event.get("execution")
     if not isinstance(execution, str) or not execution:
         raise InvalidInput("execution: expected the execution ARN ($$.Execution.Id)")
     with throttling_as_error():
-        return ACTIONS[action](deps, state, execution)
+        return ACTIONS[action].run(deps, event.get("state"), execution)
 
 
 def step_profile(event: Any) -> str | None:

@@ -4,7 +4,6 @@ release capacity, termination, close the ledger session; force_release when anyt
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from servingctl.control import aws
 from servingctl.control.config import stop_config
@@ -17,27 +16,29 @@ from servingctl.control.flow import (
     release_locks,
     release_pool,
     scale_to_zero,
+    service_to_zero,
     session_note,
     settle_session,
     take_locks,
 )
-from servingctl.control.polling import Progress, run_check
-from servingctl.shared.errors import error_reason
-from servingctl.shared.settings import STOP_FLAG_MARGIN_S, StopConfig
+from servingctl.control.polling import Check, Progress, run_check
+from servingctl.control.routing import to_waker
+from servingctl.control.state import Closed, Released, ScaledIn, StopFlagged, StopState, Undone
+from servingctl.shared.flow_inputs import STOP_FLAG_MARGIN_S, StopConfig
 from servingctl.store.base import LockConflict
 from servingctl.store.models import Phase, iso, profile_lock
 
 
-def _config(state: dict[str, Any]) -> StopConfig:
+def _config(state: StopState) -> StopConfig:
     config = config_of(state)
     assert isinstance(config, StopConfig), "a stop step ran on a start flow's state"
     return config
 
 
-def prepare_stop(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+def prepare_stop(deps: Deps, state: StopState, execution: str) -> StopConfig:
     """Validate the input; already_stopped when STOPPED, unlocked, ECS runs nothing and its pool is
     empty or used by another profile (the reconciler stops a profile to release an orphan pool)."""
-    config = stop_config(deps.registry, state)
+    config = stop_config(deps.registry, state.given())
     recorded = deps.store.get_profile(config.profile)
     lock = deps.store.get_lock(profile_lock(config.profile))
     spec = deps.profile(config.profile)
@@ -52,19 +53,19 @@ def prepare_stop(deps: Deps, state: dict[str, Any], execution: str) -> dict[str,
             or bool(pool_users(deps, config.profile))
         )
     )
-    return config.model_copy(update={"already_stopped": already}).model_dump(mode="json")
+    return config.model_copy(update={"already_stopped": already})
 
 
-def request_stop(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+def request_stop(deps: Deps, state: StopState, execution: str) -> StopFlagged:
     """Set the stop flag a running start checks; it lapses by itself if this execution dies."""
     config = _config(state)
     now = deps.clock.now()
     until = now + timedelta(seconds=config.settings.deadlines.lock_s + STOP_FLAG_MARGIN_S)
     deps.store.update_profile(config.profile, now, stop_requested_by=execution, stop_requested_until=until)
-    return {"requested_until": iso(until)}
+    return StopFlagged(requested_until=iso(until))
 
 
-def await_lock(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+def await_lock(deps: Deps, state: StopState, execution: str) -> Check:
     """Take the profile and pool locks (over from an owner whose execution is no longer RUNNING), or
     answer not-ready while a running execution holds them."""
     config = _config(state)
@@ -80,8 +81,7 @@ def await_lock(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, A
         return True, "locks taken"
 
     return run_check(
-        state=state,
-        key="lock",
+        last=state.lock,
         what="the profile and pool locks",
         deadline_s=config.settings.deadlines.lock_s,
         poll=config.settings.poll,
@@ -90,10 +90,10 @@ def await_lock(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, A
     )
 
 
-def scale_in_service(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
-    """Record STOPPING (the stop flag has done its job), then service desired 0."""
+def scale_in_service(deps: Deps, state: StopState, execution: str) -> ScaledIn:
+    """Record STOPPING (the stop flag has done its job), then a wake-on-request profile's rule at the
+    waker (so no request reaches a draining target), then service desired 0 (auto scaling 0..0 first)."""
     config = _config(state)
-    spec = deps.profile(config.profile)
     hold_locks(deps, config, execution)
     now = deps.clock.now()
     deps.store.set_phase(
@@ -104,12 +104,14 @@ def scale_in_service(deps: Deps, state: dict[str, Any], execution: str) -> dict[
         stop_requested_by=None,
         stop_requested_until=None,
         stopped_by=config.requested_by,
+        no_wake=config.no_wake,
     )
-    aws.set_service_desired(deps.ecs, spec.cluster, spec.service, 0)
-    return {"at": iso(now), "service_desired": 0}
+    routed = to_waker(deps.elbv2, deps.profile(config.profile))
+    details = [*routed, *service_to_zero(deps, config.profile)]
+    return ScaledIn(at=iso(now) or "", service_desired=0, detail="; ".join(details), to_waker=bool(routed))
 
 
-def check_drained(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+def check_drained(deps: Deps, state: StopState, execution: str) -> Check:
     """No task running or stopping and no target left registered in the profile's target group."""
     config = _config(state)
     spec = deps.profile(config.profile)
@@ -130,8 +132,7 @@ def check_drained(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
         )
 
     return run_check(
-        state=state,
-        key="drain",
+        last=state.drain,
         what="drained service and target group",
         deadline_s=config.settings.deadlines.drain_s,
         poll=config.settings.poll,
@@ -140,20 +141,20 @@ def check_drained(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
     )
 
 
-def release_capacity(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+def release_capacity(deps: Deps, state: StopState, execution: str) -> Released:
     """Clear scale-in protection on the pool's instances, then ASG desired and min 0."""
     config = _config(state)
     hold_locks(deps, config, execution)
     instances, protected = release_pool(deps, config.pool)
-    return {"instances": instances, "protection_cleared": protected}
+    return Released(instances=instances, protection_cleared=protected)
 
 
-def check_terminated(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+def check_terminated(deps: Deps, state: StopState, execution: str) -> Check:
     """The ASG has no instance left and the released ones are shutting down or terminated in EC2, or
     (a warm pool with reuse on scale-in) back in the warm pool and stopped."""
     config = _config(state)
     pool = deps.pool(config.pool)
-    released = list(state.get("release", {}).get("instances", []))
+    released = state.release.instances if state.release else []
 
     def probe(progress: Progress) -> tuple[bool, str]:
         hold_locks(deps, config, execution)
@@ -171,8 +172,7 @@ def check_terminated(deps: Deps, state: dict[str, Any], execution: str) -> dict[
         )
 
     return run_check(
-        state=state,
-        key="termination",
+        last=state.termination,
         what="instances terminated",
         deadline_s=config.settings.deadlines.terminate_s,
         poll=config.settings.poll,
@@ -181,14 +181,14 @@ def check_terminated(deps: Deps, state: dict[str, Any], execution: str) -> dict[
     )
 
 
-def close_session(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+def close_session(deps: Deps, state: StopState, execution: str) -> Closed:
     """Close the open ledger session at the instance's real termination time (now when the pool is
     kept for another profile) and record STOPPED."""
     config = _config(state)
     hold_locks(deps, config, execution)
     now = deps.clock.now()
     # When the group lists no termination activity, the first probe that saw the instances gone.
-    seen_gone = (state.get("termination") or {}).get("progress", {}).get("marks", {}).get("ready_at")
+    seen_gone = state.termination.progress.marks.get("ready_at") if state.termination else None
     session, _ = settle_session(deps, config.profile, execution, "stopped", parse_time(seen_gone) if seen_gone else now)
     deps.store.set_phase(
         config.profile,
@@ -200,10 +200,10 @@ def close_session(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
         lease_deadline=None,
         last_error=None,
     )
-    return {"phase": Phase.STOPPED.value, "session": session.model_dump(mode="json") if session else None}
+    return Closed(phase=Phase.STOPPED.value, session=session)
 
 
-def force_release(deps: Deps, state: dict[str, Any], execution: str) -> dict[str, Any]:
+def force_release(deps: Deps, state: StopState, execution: str) -> Undone:
     """Stopping is the safe direction: desired 0 and the pool to 0 when unused, even without the lock.
 
     Runs for every failure of the flow, PrepareStop's included (the profile then comes from the
@@ -213,8 +213,8 @@ def force_release(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
     """
     config = _forced_config(deps, state)
     if config is None:
-        return {"acted": False, "detail": f"nothing was stopped: {error_reason(state.get('error'))}"}
-    reason = error_reason(state.get("error"))
+        return Undone(acted=False, detail=f"nothing was stopped: {state.error_reason()}")
+    reason = state.error_reason()
     details = scale_to_zero(deps, config)
     now = deps.clock.now()
     lock = deps.store.get_lock(profile_lock(config.profile))
@@ -234,15 +234,15 @@ def force_release(deps: Deps, state: dict[str, Any], execution: str) -> dict[str
     details.append(f"recorded FAILED: {reason}")
     details += session_note(session, closed)
     details.append(release_locks(deps, config, execution))
-    return {"acted": True, "detail": "; ".join(details)}
+    return Undone(acted=True, detail="; ".join(details))
 
 
-def _forced_config(deps: Deps, state: dict[str, Any]) -> StopConfig | None:
+def _forced_config(deps: Deps, state: StopState) -> StopConfig | None:
     """The flow's config, or, when PrepareStop failed, one built from the input's profile with the
     default settings (None when the input names no profile the registry knows)."""
-    if isinstance(state.get("config"), dict):
-        return _config(state)
-    profile = state.get("profile")
-    if not isinstance(profile, str) or profile not in deps.registry.profiles:
+    if state.config is not None:
+        return state.config
+    profile = state.profile()
+    if profile is None or profile not in deps.registry.profiles:
         return None
     return stop_config(deps.registry, {"profile": profile})

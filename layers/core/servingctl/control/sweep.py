@@ -23,8 +23,8 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict, Field
 
 from servingctl import render
-from servingctl.control.schedule import should_run
 from servingctl.registry.models import Schedule, ServingProfile
+from servingctl.registry.schedule import should_run
 
 Reason = Literal[
     "override-running",
@@ -52,6 +52,7 @@ class ServerLoad(BaseModel):
 
     running: int = Field(ge=0)
     waiting: int = Field(ge=0)
+    replicas: int = Field(default=1, ge=1, description="model servers whose /metrics answered")
 
     @property
     def active(self) -> int:
@@ -137,35 +138,53 @@ def _keepalive_in_force(seen: Observed) -> bool:
 
 def planned_stops(profile: ServingProfile, seen: Observed) -> list[PlannedStop]:
     """Every stop the profile is headed for, due or not (schedule ends only within the warning window)."""
-    settings, schedule, now = profile.autostop, profile.schedule, seen.now
-    stops: list[PlannedStop] = []
-    if schedule and schedule.override == "stopped":
-        stops.append(PlannedStop(reason="override-stopped", at=now, hard=True, detail="schedule override keeps it stopped"))
+    schedule = profile.schedule
     overridden = schedule is not None and schedule.override == "running"
-    if schedule and schedule.override is None:
-        at = schedule_stop_at(
-            schedule,
-            now,
-            ahead=timedelta(minutes=settings.warning_minutes),
-            behind=timedelta(minutes=settings.drain_minutes) + MINUTE,
+    stops = _schedule_stops(profile, seen)
+    if not overridden:
+        stops += _lease_and_idle_stops(profile, seen)
+    return stops + _limit_stops(profile, seen)
+
+
+def _schedule_stops(profile: ServingProfile, seen: Observed) -> list[PlannedStop]:
+    """An override that keeps it stopped, or the end of its schedule's period (a keepalive defers
+    one that is not enforced)."""
+    settings, schedule, now = profile.autostop, profile.schedule, seen.now
+    if schedule is None:
+        return []
+    if schedule.override == "stopped":
+        return [PlannedStop(reason="override-stopped", at=now, hard=True, detail="schedule override keeps it stopped")]
+    if schedule.override is not None:
+        return []
+    at = schedule_stop_at(
+        schedule,
+        now,
+        ahead=timedelta(minutes=settings.warning_minutes),
+        behind=timedelta(minutes=settings.drain_minutes) + MINUTE,
+    )
+    if at is None:
+        return []
+    detail = (
+        f"its {schedule.timezone} schedule ends at {_local(schedule, at)}"
+        if at > now
+        else f"{_local(schedule, now)} is outside every period of its {schedule.timezone} schedule"
+    )
+    if not schedule.enforced and _keepalive_in_force(seen) and seen.lease_deadline and seen.lease_deadline > at:
+        at, detail = seen.lease_deadline, detail + f", deferred by a keepalive to {render.when(seen.lease_deadline)}"
+    return [
+        PlannedStop(
+            reason="outside-schedule",
+            at=at,
+            hard=schedule.enforced,
+            detail=detail + (" (enforced)" if schedule.enforced else ""),
         )
-        if at is not None:
-            detail = (
-                f"its {schedule.timezone} schedule ends at {_local(schedule, at)}"
-                if at > now
-                else f"{_local(schedule, now)} is outside every period of its {schedule.timezone} schedule"
-            )
-            if not schedule.enforced and _keepalive_in_force(seen) and seen.lease_deadline and seen.lease_deadline > at:
-                at, detail = seen.lease_deadline, detail + f", deferred by a keepalive to {render.when(seen.lease_deadline)}"
-            stops.append(
-                PlannedStop(
-                    reason="outside-schedule",
-                    at=at,
-                    hard=schedule.enforced,
-                    detail=detail + (" (enforced)" if schedule.enforced else ""),
-                )
-            )
-    if not overridden and seen.lease_deadline is not None:
+    ]
+
+
+def _lease_and_idle_stops(profile: ServingProfile, seen: Observed) -> list[PlannedStop]:
+    """The lease's end, and the end of the idle window (soft: both wait for running requests)."""
+    stops: list[PlannedStop] = []
+    if seen.lease_deadline is not None:
         stops.append(
             PlannedStop(
                 reason="lease-expired",
@@ -174,11 +193,11 @@ def planned_stops(profile: ServingProfile, seen: Observed) -> list[PlannedStop]:
                 detail=f"lease ends at {render.when(seen.lease_deadline)} (keepalive extends it)",
             )
         )
-    if not overridden and profile.idle.enabled and seen.requests_in_idle_window is not None:
+    if profile.idle.enabled and seen.requests_in_idle_window is not None:
         window = timedelta(minutes=profile.idle.window_minutes)
         quiet_since = max(t for t in (seen.ready_since, seen.kept_alive_at, seen.last_request_at) if t is not None)
         if seen.requests_in_idle_window > 0 and seen.last_request_at is None:
-            quiet_since = now  # requests without a time: count the window from now (never early)
+            quiet_since = seen.now  # requests without a time: count the window from now (never early)
         stops.append(
             PlannedStop(
                 reason="idle",
@@ -187,6 +206,12 @@ def planned_stops(profile: ServingProfile, seen: Observed) -> list[PlannedStop]:
                 detail=f"no requests for {profile.idle.window_minutes} minutes (since {render.when(quiet_since)})",
             )
         )
+    return stops
+
+
+def _limit_stops(profile: ServingProfile, seen: Observed) -> list[PlannedStop]:
+    """The hard limits: the runtime since READY and the session's budget."""
+    settings, stops = profile.autostop, list[PlannedStop]()
     if settings.max_runtime_minutes is not None:
         at = seen.ready_since + timedelta(minutes=settings.max_runtime_minutes)
         stops.append(
@@ -209,6 +234,20 @@ def planned_stops(profile: ServingProfile, seen: Observed) -> list[PlannedStop]:
             )
         )
     return stops
+
+
+def _why_kept(profile: ServingProfile, requests: int | None, busy: bool, active: int | None) -> tuple[Reason, str]:
+    """Why a profile no stop is due for keeps running, in words."""
+    if profile.schedule and profile.schedule.override == "running":
+        return "override-running", "schedule override keeps it running"
+    if not profile.idle.enabled:
+        return "in-use", "idle shutdown disabled"
+    if requests is None:
+        return "idle-unknown", "no request metric for the idle window"
+    if requests or busy:
+        running = f", {active} running or waiting now" if busy else ""
+        return "in-use", f"{requests} requests in the last {profile.idle.window_minutes} minutes{running}"
+    return "in-use", "ready for less than the idle window"
 
 
 def _first(stops: list[PlannedStop]) -> PlannedStop:
@@ -269,19 +308,7 @@ def decide(
         return answer(True, _first(due).reason, _first(due).detail)
     warning = timedelta(minutes=profile.autostop.warning_minutes)
     soon = [s for s in stops if s.at - now <= warning and (s.hard or not seen.held()) and not (busy and s.reason == "idle")]
-    kept: Reason = "in-use"
-    if profile.schedule and profile.schedule.override == "running":
-        kept, detail = "override-running", "schedule override keeps it running"
-    elif not profile.idle.enabled:
-        detail = "idle shutdown disabled"
-    elif requests_in_idle_window is None:
-        kept, detail = "idle-unknown", "no request metric for the idle window"
-    elif requests_in_idle_window or busy:
-        detail = f"{requests_in_idle_window} requests in the last {profile.idle.window_minutes} minutes" + (
-            f", {active} running or waiting now" if busy else ""
-        )
-    else:
-        detail = "ready for less than the idle window"
+    kept, detail = _why_kept(profile, requests_in_idle_window, busy, active)
     if soon:
         first = min(soon, key=lambda s: s.at)
         return answer(False, kept, f"{detail}; stopping soon: {first.detail}", soon=True)

@@ -12,12 +12,14 @@ import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from servingctl.store.models import Mark, StartRecord
+from servingctl.store.models import Mark, StartRecord, iso
 
 # Every mark a start can pass, in the order a start passes them, with the phase that ends there.
 PHASES: tuple[tuple[str, str], ...] = (
     ("requested", "start requested"),
     ("instance_launched", "EC2 launch"),
+    ("hook_wait_started", "to the launch lifecycle hook"),
+    ("hook_wait_ended", "launch lifecycle hook wait (the warm pool's prepare step)"),
     ("instance_registered", "instance boot and ECS registration"),
     ("task_created", "task placement"),
     ("pull_started", "task provisioning"),
@@ -84,6 +86,36 @@ def vllm_marks(events: Iterable[tuple[datetime, str]]) -> list[Mark]:
                 found[name] = Mark(name=name, at=at, source=VLLM_SOURCE)
                 break
     return sorted(found.values(), key=lambda m: m.at)
+
+
+# Auto Scaling's lifecycle states of an instance its launch hook holds: preparing in the warm pool
+# (Warmed:Pending:Wait), or leaving it or newly launched into the group (Pending:Wait).
+HOOK_WAIT_STATES = frozenset({"Warmed:Pending:Wait", "Pending:Wait"})
+HOOK_WAIT_SOURCE = "autoscaling:DescribeAutoScalingGroups/DescribeWarmPool LifecycleState, first seen at a poll"
+
+
+def note_hook_waits(waits: dict[str, list[str | None]], lifecycles: Iterable[tuple[str, str]], now: datetime) -> None:
+    """Keep, per instance id, when a poll first saw its launch hook hold it and first saw it past the
+    hook (ISO, None until then); lifecycles are (instance id, lifecycle state) of this poll."""
+    for instance_id, lifecycle in lifecycles:
+        if lifecycle in HOOK_WAIT_STATES:
+            waits.setdefault(instance_id, [iso(now), None])
+        elif instance_id in waits and waits[instance_id][1] is None:
+            waits[instance_id][1] = iso(now)
+
+
+def hook_wait_marks(waits: dict[str, list[str | None]], instance_ids: Iterable[str]) -> list[Mark]:
+    """The start's hook wait as two marks: the first of its instances seen held, and (once every one
+    held is past it) the last seen past; none when no instance of the start waited on its hook."""
+    held = [waits[i] for i in instance_ids if i in waits]
+    if not held:
+        return []
+    began = min(datetime.fromisoformat(str(start)) for start, _ in held)
+    marks = [Mark(name="hook_wait_started", at=began, source=HOOK_WAIT_SOURCE)]
+    if all(end is not None for _, end in held):
+        ended = max(datetime.fromisoformat(str(end)) for _, end in held)
+        marks.append(Mark(name="hook_wait_ended", at=ended, source=HOOK_WAIT_SOURCE))
+    return marks
 
 
 def merge(record: StartRecord, marks: Iterable[Mark], seen_at: datetime) -> bool:

@@ -2,7 +2,15 @@
 
 from servingctl.costs.catalog import CatalogError, PriceCatalog, load_catalog, priced_api
 from servingctl.costs.compare import compare, cost_comparisons, slo_cost, slo_cost_of
-from servingctl.costs.ledger import SessionCost, day_use, monthly_totals, session_cost, volume_monthly_usd, warm_pool_monthly_usd
+from servingctl.costs.ledger import (
+    SessionCost,
+    day_use,
+    monthly_totals,
+    session_cost,
+    stored_session_cost,
+    volume_monthly_usd,
+    warm_pool_monthly_usd,
+)
 from servingctl.schema.comparison import CompareInput, Comparison
 
 __all__ = [
@@ -20,6 +28,7 @@ __all__ = [
     "session_cost",
     "slo_cost",
     "slo_cost_of",
+    "stored_session_cost",
     "volume_monthly_usd",
     "warm_pool_monthly_usd",
 ]

@@ -17,8 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servingctl.schema.comparison import Comparison
 
-PRICES_ENV = "SERVINGCTL_PRICES"
-
 
 class _Priced(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -87,9 +85,10 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_catalog(override_path: str | os.PathLike[str] | None = None) -> PriceCatalog:
-    """Load the packaged catalog, overridden by override_path or $SERVINGCTL_PRICES when set."""
+    """Load the packaged catalog, overridden by the price file at override_path when given (the
+    CLI's --prices, default $SERVINGCTL_PRICES)."""
     data = json.loads(resources.files("servingctl.costs").joinpath("prices.json").read_text())
-    path = override_path or os.environ.get(PRICES_ENV)
+    path = override_path
     if path:
         try:
             override = json.loads(Path(path).read_text())

@@ -4,7 +4,7 @@ standing cost of warm (stopped) instances, which pay for their gp3 volume whethe
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from servingctl.costs.catalog import PriceCatalog
 from servingctl.registry.models import ComputePool, PoolVolume
 from servingctl.schema.comparison import HOURS_PER_MONTH, DayUse
+from servingctl.store.models import InstanceSpan, Session
 
 # gp3 includes this much throughput and IOPS in its GB-month price; more is billed per unit-month.
 GP3_BASELINE_MIBPS = 125
@@ -20,7 +21,8 @@ HOURS_PER_DAY = 24.0
 
 
 class SessionCost(BaseModel):
-    """One session's uptime and cost; cost is None when the catalog has no price for its instance."""
+    """One session's uptime, the instance time it billed and its cost; cost is None when the catalog
+    has no price for its instance."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -29,6 +31,8 @@ class SessionCost(BaseModel):
     started_at: datetime
     ended_at: datetime | None
     uptime_hours: float
+    instances: int = 1
+    instance_hours: float
     hourly_usd: float | None
     cost_usd: float | None
     price_source: str | None
@@ -44,10 +48,18 @@ def session_cost(
     ended_at: datetime | None,
     now: datetime,
     price_key: str | None = None,
+    instances: Sequence[InstanceSpan] = (),
 ) -> SessionCost:
-    """Cost of one session; an open session accrues until now."""
+    """Cost of one session; an open session accrues until now. With its instances' spans each bills
+    its own time within the session; without (one instance, or a record from before replicas) the
+    session's span is one instance's."""
     end = ended_at or now
     uptime_hours = max(0.0, (end - started_at).total_seconds() / 3600)
+    instance_hours = (
+        sum(max(0.0, (min(i.stopped_at or end, end) - max(i.started_at, started_at)).total_seconds()) for i in instances) / 3600
+        if instances
+        else uptime_hours
+    )
     price = catalog.instance(region, price_key or instance_type)
     return SessionCost(
         profile=profile,
@@ -55,9 +67,28 @@ def session_cost(
         started_at=started_at,
         ended_at=ended_at,
         uptime_hours=uptime_hours,
+        instances=max(1, len(instances)),
+        instance_hours=instance_hours,
         hourly_usd=price.hourly_usd if price else None,
-        cost_usd=uptime_hours * price.hourly_usd if price else None,
+        cost_usd=instance_hours * price.hourly_usd if price else None,
         price_source=price.source if price else None,
+    )
+
+
+def stored_session_cost(
+    catalog: PriceCatalog, region: str, session: Session, now: datetime, live: Sequence[InstanceSpan] = ()
+) -> SessionCost:
+    """Cost of a stored session: the instances' spans it keeps once closed, `live` ones while open."""
+    return session_cost(
+        catalog,
+        profile=session.profile,
+        region=region,
+        instance_type=session.instance_type,
+        started_at=session.started_at,
+        ended_at=session.stopped_at,
+        now=now,
+        price_key=session.price_key,
+        instances=session.instances if not session.open else live,
     )
 
 

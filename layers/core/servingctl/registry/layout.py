@@ -11,7 +11,7 @@ read with GetParametersByPath (recursive, paginated: 10 parameters a page at mos
 names what must be there, so a missing parameter is told apart from a profile removed on purpose.
 assemble() rebuilds the document the one schema (registry/schema.json) describes, and says what
 is wrong with each parameter it could not use; parameters() is the inverse (the twin's
-servingctl.local.twin.publish_parameters writes them).
+servingctl_twin.twin.publish_parameters writes them).
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ the flows that stop GPUs go on from it; load_registry() refuses a registry with 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,10 +17,9 @@ from pydantic import ValidationError
 from servingctl.registry.layout import Problem, assemble
 from servingctl.registry.models import ComputePool, Registry, ServingProfile
 
-# Env var naming where the registry lives: "ssm:<path>" or a file path.
-REGISTRY_ENV = "SERVINGCTL_REGISTRY"
-# The region of a registry whose index cannot be read (Lambda sets AWS_REGION).
-REGION_ENV = ("AWS_REGION", "AWS_DEFAULT_REGION")
+# The region of a registry in SSM whose index cannot be read, when the reader names none (the
+# functions pass their AWS_REGION: servingctl.shared.environment).
+DEFAULT_REGION = "us-east-1"
 
 
 class RegistryError(ValueError):
@@ -68,17 +66,14 @@ def parse_registry(document: str | bytes | dict[str, Any]) -> Registry:
         raise RegistryError(f"invalid registry: {_errors(exc)}") from exc
 
 
-def _region() -> str:
-    return next((os.environ[n] for n in REGION_ENV if os.environ.get(n)), "us-east-1")
-
-
 def _empty(region: str) -> Registry:
     return Registry(region=region, pools={}, profiles={})
 
 
-def read_ssm(path: str) -> Published:
+def read_ssm(path: str, region: str) -> Published:
     """Every parameter under path (GetParametersByPath, recursive, every page; cached for
-    $POWERTOOLS_PARAMETERS_MAX_AGE seconds, template.yaml's 60)."""
+    $POWERTOOLS_PARAMETERS_MAX_AGE seconds, template.yaml's 60); region is the registry's when its
+    index cannot be read."""
     from aws_lambda_powertools.utilities import parameters
     from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterError
 
@@ -87,8 +82,8 @@ def read_ssm(path: str) -> Published:
         values = parameters.get_parameters(base, recursive=True)
     except GetParameterError as exc:
         problem = Problem(base, f"could not be read: {exc}")
-        return Published(_empty(_region()), f"ssm:{base}", (problem,))
-    built = assemble(base, values, _region())
+        return Published(_empty(region), f"ssm:{base}", (problem,))
+    built = assemble(base, values, region)
     try:
         registry = Registry.model_validate(built.document)
     except ValidationError as exc:
@@ -104,14 +99,13 @@ def read_ssm(path: str) -> Published:
     return Published(registry, f"ssm:{base}", built.problems, built.listed, built.unusable)
 
 
-def read_registry(source: str | None = None) -> Published:
-    """Read the registry from source ("ssm:<path>" or a file path; default $SERVINGCTL_REGISTRY),
+def read_registry(source: str, region: str = DEFAULT_REGION) -> Published:
+    """Read the registry from source ("ssm:<path>" or a file path: a function's SERVINGCTL_REGISTRY),
     keeping what parses; a file is all or nothing (RegistryError)."""
-    source = source or os.environ.get(REGISTRY_ENV)
     if not source:
-        raise RegistryError(f"no registry configured: set {REGISTRY_ENV} to ssm:<path> or a file path")
+        raise RegistryError("no registry configured: SERVINGCTL_REGISTRY must be ssm:<path> or a file path")
     if source.startswith("ssm:"):
-        return read_ssm(source[len("ssm:") :])
+        return read_ssm(source[len("ssm:") :], region)
     path = Path(source)
     if not path.is_file():
         raise RegistryError(f"registry file not found: {source}")
@@ -119,6 +113,6 @@ def read_registry(source: str | None = None) -> Published:
     return Published(registry, source, listed=frozenset(registry.profiles))
 
 
-def load_registry(source: str | None = None) -> Registry:
+def load_registry(source: str, region: str = DEFAULT_REGION) -> Registry:
     """The registry from source, or RegistryError naming each parameter and field at fault."""
-    return read_registry(source).strict()
+    return read_registry(source, region).strict()

@@ -18,6 +18,9 @@ SCHEMA_VERSION: Literal[1] = 1
 # one Lambda run, and a cold start reads every parameter (GetParametersByPath, 10 a page).
 MAX_PROFILES = 50
 MAX_POOLS = 50
+# Replicas of one profile: each is a task on an instance of its own (the task reserves the
+# instance's GPUs), so the bound is also the pool's group MaxSize Terraform sets for it.
+MAX_REPLICAS = 16
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
 ClockTime = Annotated[str, StringConstraints(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
@@ -46,6 +49,15 @@ class WarmPool(_Strict):
     min_size: int = Field(default=0, ge=0, le=1, description="0: one stopped instance while the pool rests; 1: also a spare")
     reuse_on_scale_in: bool = Field(
         default=False, description="the stop returns the instance to the pool (its volume keeps weights and caches)"
+    )
+    prepare: bool = Field(
+        default=False,
+        description="a launch lifecycle hook holds each new pool instance in Warmed:Pending:Wait while its user data "
+        "pulls the image, syncs the weights and fills the compile cache (a start from it skips all three)",
+    )
+    prepare_timeout_s: int = Field(default=3600, ge=30, le=7200, description="the hook's heartbeat timeout (ABANDON after it)")
+    max_group_prepared_capacity: int | None = Field(
+        default=None, ge=1, le=16, description="instances in the group and the pool together (null: the group's MaxSize)"
     )
 
 
@@ -115,6 +127,11 @@ class ServingOptions(_Strict):
     kv_cache_dtype: str | None = None
     speculative_tokens: int = Field(default=0, ge=0, le=8)
     cudagraph_capture_sizes: list[int] = Field(default_factory=list)
+    load_format: Literal["sync", "runai_streamer"] = Field(
+        default="sync",
+        description="sync: the prefetch syncs the weights to the volume, vLLM loads them there; "
+        "runai_streamer: vLLM streams them from S3 with the Run:ai model streamer (no prefetch)",
+    )
     args: list[str] = Field(default_factory=list, description="the full vLLM command line as deployed")
 
     @model_validator(mode="after")
@@ -244,6 +261,17 @@ class LoadEstimate(_Strict):
     )
 
 
+class WakeRouting(_Strict):
+    """Where the profile's listener rule forwards: the model's target group when READY, the waker's
+    (a Lambda target group that answers 503 with Retry-After and starts the profile) otherwise."""
+
+    listener_rule_arn: str = Field(pattern=r"^arn:aws[a-z-]*:elasticloadbalancing:.*:listener-rule/")
+    waker_target_group_arn: str = Field(pattern=r"^arn:aws[a-z-]*:elasticloadbalancing:.*:targetgroup/")
+    monthly_budget_usd: float | None = Field(
+        default=None, gt=0, le=1_000_000, description="no wake once the profile's ledger cost this month reaches it"
+    )
+
+
 class ServingProfile(_Strict):
     """One model served by one ECS service on one compute pool behind the internal ALB."""
 
@@ -264,6 +292,33 @@ class ServingProfile(_Strict):
     autostop: AutoStopSettings = Field(default_factory=AutoStopSettings)
     limits: FlowLimits = Field(default_factory=FlowLimits)
     load: LoadEstimate | None = Field(default=None, description="derived model load time; absent in older registries")
+    min_replicas: int = Field(
+        default=1, ge=1, le=MAX_REPLICAS, description="tasks a start brings up and waits healthy for (one instance each)"
+    )
+    max_replicas: int = Field(
+        default=1, ge=1, le=MAX_REPLICAS, description="tasks ECS service auto scaling may add under load while READY"
+    )
+
+    @model_validator(mode="after")
+    def _replica_bounds(self) -> ServingProfile:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) must not exceed max_replicas ({self.max_replicas})")
+        return self
+
+    wake_on_request: bool = Field(
+        default=False, description="while not READY, requests reach the waker, which starts the profile (scale to zero)"
+    )
+    wake: WakeRouting | None = Field(
+        default=None, description="the listener rule and waker target group; required by wake_on_request"
+    )
+
+    @model_validator(mode="after")
+    def _wake_routed(self) -> ServingProfile:
+        if self.wake_on_request and self.wake is None:
+            raise ValueError(
+                "wake_on_request needs wake (listener_rule_arn, waker_target_group_arn): the rule to point at the waker"
+            )
+        return self
 
     @model_validator(mode="after")
     def _lease_bounds(self) -> ServingProfile:

@@ -18,8 +18,22 @@ from servingctl.schema.comparison import SloCost
 SCHEMA_VERSION: Literal[1] = 1
 
 Mode = Literal["burst", "sustained", "rate"]
+Arrivals = Literal["poisson", "constant"]
+# The OpenAI API requests go to: /v1/chat/completions (messages) or /v1/completions (a prompt).
+Api = Literal["chat", "completions"]
+APIS: tuple[str, ...] = ("chat", "completions")
+ARRIVALS: tuple[str, ...] = ("poisson", "constant")
 SaltMode = Literal["cache-salt", "prompt-nonce", "none"]
-CalibrationMethod = Literal["tokenize", "usage"]
+CalibrationMethod = Literal["tokenize", "usage", "dataset"]
+DatasetFormat = Literal["sharegpt", "jsonl", "csv"]
+DATASET_FORMATS: tuple[str, ...] = ("sharegpt", "jsonl", "csv")
+# Where a dataset request's output length comes from: the run's max_tokens, or the dataset (ShareGPT:
+# the reference answer's tokens; JSONL/CSV: its output_tokens field, max_tokens where a row has none).
+OutputLengthFrom = Literal["max-tokens", "dataset"]
+OUTPUT_LENGTH_FROM: tuple[str, ...] = ("max-tokens", "dataset")
+LengthKind = Literal["fixed", "uniform", "normal"]
+LENGTH_KINDS: tuple[str, ...] = ("fixed", "uniform", "normal")
+MAX_LENGTH_TOKENS = 262_144
 # Why a request failed. Mismatches of token counts are not failures: see RequestRecord.mismatches.
 ErrorKind = Literal["http_status", "timeout", "connect", "stream_cut", "malformed_sse", "server_error", "other"]
 MismatchKind = Literal["prompt_tokens", "completion_tokens", "finish_reason"]
@@ -54,6 +68,68 @@ class Slo(_Model):
         return f"{self.metric}{':' + self.percentile if self.percentile else ''}={self.limit:g}"
 
 
+class LengthDistribution(_Model):
+    """Per-request token lengths drawn from a seeded distribution: fixed (tokens), uniform over
+    low..high inclusive, or normal (mean, sd) rounded and clipped to 1..MAX_LENGTH_TOKENS."""
+
+    kind: LengthKind
+    tokens: int | None = Field(None, ge=1, le=MAX_LENGTH_TOKENS, description="fixed")
+    low: int | None = Field(None, ge=1, le=MAX_LENGTH_TOKENS, description="uniform: smallest length")
+    high: int | None = Field(None, ge=1, le=MAX_LENGTH_TOKENS, description="uniform: largest length")
+    mean: float | None = Field(None, ge=1, le=MAX_LENGTH_TOKENS, description="normal")
+    sd: float | None = Field(None, ge=0, le=MAX_LENGTH_TOKENS, description="normal: standard deviation")
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self) -> LengthDistribution:
+        needs = {"fixed": ("tokens",), "uniform": ("low", "high"), "normal": ("mean", "sd")}[self.kind]
+        extra = [f for f in ("tokens", "low", "high", "mean", "sd") if f not in needs and getattr(self, f) is not None]
+        missing = [f for f in needs if getattr(self, f) is None]
+        if missing or extra:
+            raise ValueError(f"{self.kind}: takes {', '.join(needs)} (missing {missing or 'none'}; extra {extra or 'none'})")
+        if self.kind == "uniform" and self.low is not None and self.high is not None and self.low > self.high:
+            raise ValueError(f"uniform: low {self.low} is above high {self.high}")
+        return self
+
+    def label(self) -> str:
+        """As typed on the command line: fixed:256, uniform:128:1024 or normal:512:64."""
+        if self.kind == "fixed":
+            return f"fixed:{self.tokens}"
+        if self.kind == "uniform":
+            return f"uniform:{self.low}:{self.high}"
+        return f"normal:{self.mean:g}:{self.sd:g}"
+
+    def short(self) -> str:
+        """For scenario names: 256, 128-1024 or 512sd64."""
+        if self.kind == "fixed":
+            return f"{self.tokens}"
+        if self.kind == "uniform":
+            return f"{self.low}-{self.high}"
+        return f"{self.mean:g}sd{self.sd:g}"
+
+
+class DatasetSpec(_Model):
+    """A prompts file to send instead of synthetic prompts: where it is, its format (None: detected
+    from the content), how many prompts to take from its start, and where output lengths come from."""
+
+    source: str = Field(min_length=1, description="a local path (CLI) or s3://bucket/key (a run inside the VPC)")
+    format: DatasetFormat | None = Field(None, description="sharegpt, jsonl or csv; None: detected from the content")
+    num_prompts: int | None = Field(None, ge=1, description="take the first N prompts (None: all; conversations: the first N)")
+    output_tokens: OutputLengthFrom = "max-tokens"
+    multi_turn: bool = Field(False, description="ShareGPT: an entry's turns as one conversation (JSONL, CSV: conversation_id)")
+
+
+class DatasetFingerprint(_Model):
+    """Which prompts a run sent: the file's sha256, its detected format and how many prompts were used."""
+
+    source: str
+    format: DatasetFormat
+    sha256: str = Field(description="of the file's bytes as read")
+    prompts: int = Field(description="prompts taken (the first N)")
+    entries: int = Field(description="usable entries in the file")
+    skipped: int = Field(0, description="entries skipped as `vllm bench serve` skips them (ShareGPT: fewer than two turns)")
+    output_tokens: OutputLengthFrom = "max-tokens"
+
+
 class RunConfig(_Model):
     """What the user asked for. The API key itself is never stored: only whether one was set."""
 
@@ -62,11 +138,19 @@ class RunConfig(_Model):
     model: str = Field(min_length=1, description="served model name sent in requests")
     headers: dict[str, str] = Field(default_factory=dict, description="extra headers; secrets redacted")
     api_key_set: bool = False
+    api: Api = Field(default="chat", description="chat: /v1/chat/completions; completions: /v1/completions (no chat template)")
     # Scenario matrix.
     input_tokens: list[int] = Field(default_factory=lambda: [256, 2048, 8192], min_length=1)
     concurrencies: list[int] = Field(default_factory=lambda: [1, 2, 4], min_length=1)
     mode: Mode = "burst"
     rate: float | None = Field(default=None, gt=0, description="requests/s for mode rate")
+    rates: list[float] | None = Field(
+        default=None,
+        min_length=2,
+        max_length=16,
+        description="mode rate: a sweep, one scenario per rate (each scenario's own in rate)",
+    )
+    arrivals: Arrivals = Field(default="poisson", description="mode rate: Poisson arrivals (seeded) or constant gaps of 1/rate")
     # Load shape: burst uses warmup + rounds; sustained/rate use requests and/or duration_s.
     warmup: int = Field(default=2, ge=0, description="warm-up rounds of C requests (every mode)")
     rounds: int = Field(default=5, ge=1, description="measured rounds (burst)")
@@ -74,6 +158,14 @@ class RunConfig(_Model):
     duration_s: float | None = Field(default=None, gt=0, description="dispatch deadline (sustained, rate)")
     # Request body and checks.
     max_tokens: int = Field(default=256, ge=1)
+    # The user's own prompts, or per-request length distributions, instead of fixed synthetic lengths.
+    dataset: DatasetSpec | None = None
+    think_time_s: float = Field(default=0.0, ge=0, le=3600, description="conversations: pause between a reply and the next turn")
+    replay_speed: float | None = Field(
+        default=None, gt=0, le=1000, description="send a dataset's requests at its timestamps divided by this (None: no replay)"
+    )
+    input_distribution: LengthDistribution | None = Field(None, description="per-request prompt lengths (replaces input_tokens)")
+    output_distribution: LengthDistribution | None = Field(None, description="per-request output lengths (replaces max_tokens)")
     seed: int = 42
     salt_mode: SaltMode = "cache-salt"
     max_failure_rate: float = Field(default=0.0, ge=0.0, le=1.0)
@@ -109,13 +201,26 @@ class RunConfig(_Model):
 
     @model_validator(mode="after")
     def _mode_needs(self) -> RunConfig:
-        if self.mode == "rate" and self.rate is None:
+        if self.mode == "rate" and self.rate is None and not self.rates:
             raise ValueError("rate: required in mode rate (the arrival rate in requests per second)")
-        if self.mode in ("sustained", "rate") and self.requests is None and self.duration_s is None:
-            raise ValueError(f"requests or duration_s: mode {self.mode} needs one of them")
+        if self.rates is not None and (self.mode != "rate" or any(r <= 0 for r in self.rates)):
+            raise ValueError(f"rates: a sweep of arrival rates above 0 in mode rate; got {self.rates} in mode {self.mode}")
+        if self.mode in ("sustained", "rate") and self.requests is None and self.duration_s is None and self.dataset is None:
+            raise ValueError(f"requests or duration_s: mode {self.mode} needs one of them (with a dataset: every prompt once)")
         seen = [(slo.metric, slo.percentile) for slo in self.slos]
         if len(set(seen)) != len(seen):
             raise ValueError("slos: each metric and percentile at most once")
+        if self.dataset is not None and self.input_distribution is not None:
+            raise ValueError("dataset, input_distribution: the prompts come from the dataset or the distribution; give one")
+        if (self.dataset is not None or self.input_distribution is not None) and self.salt_mode == "prompt-nonce":
+            raise ValueError(
+                "salt_mode: prompt-nonce changes the prompts' lengths; allowed with a dataset or distribution: cache-salt, none"
+            )
+        if self.replay_speed is not None and (self.dataset is None or self.mode != "sustained"):
+            raise ValueError("replay_speed: replays a dataset's timestamps; needs a dataset and mode sustained (its default)")
+        varying = [f for f in ("dataset", "input_distribution", "output_distribution") if getattr(self, f) is not None]
+        if self.sweep and varying:
+            raise ValueError(f"sweep: searches with the fixed synthetic prompts; not with {', '.join(varying)}")
         if self.sweep:
             if not self.slos:
                 raise ValueError("slos: the sweep searches the highest concurrency meeting an SLO; give at least one")
@@ -127,7 +232,9 @@ class RunConfig(_Model):
 
 
 class Calibration(_Model):
-    """Prompt sized for one target: repetitions of `unit` give `actual_tokens` after the chat template."""
+    """Prompt sized for one target: repetitions of `unit` give `actual_tokens` after the chat template.
+    Method dataset: the prompts came from a file or a length distribution, each request checked against
+    its own count; target and actual are then the mean prompt tokens (repetitions 0, unit empty)."""
 
     target_tokens: int
     actual_tokens: int
@@ -264,8 +371,15 @@ class ClientSelfCheck(_Model):
     cpu_share: float = Field(description="process CPU seconds / wall seconds (1.0 = one core busy)")
     lag_p99_limit_ms: float
     cpu_share_limit: float
-    client_bound: bool
-    reasons: list[str] = Field(default_factory=list)
+    client_bound: bool = Field(description="the client's own CPU set the pace: its figures are the client's limit")
+    reasons: list[str] = Field(default_factory=list, description="why client_bound")
+    host_busy: bool = Field(
+        False, description="the event loop woke late while the client itself was not busy: the machine was (timings late)"
+    )
+    host_reasons: list[str] = Field(default_factory=list, description="why host_busy, with the machine's load")
+    run_queue_wait_s: float | None = Field(None, description="seconds the event loop's thread waited for a CPU (Linux schedstat)")
+    steal_share: float | None = Field(None, description="share of the machine's CPU time its hypervisor stole (Linux /proc/stat)")
+    load_average: float | None = Field(None, description="the machine's 1-minute load average when the scenario ended")
     processes: int = Field(
         1, ge=1, description="client processes the scenario's streams were spread over (the busiest one's figures)"
     )
@@ -311,6 +425,9 @@ class ScenarioSummary(_Model):
     ok: int
     failed: int
     failures_by_kind: dict[str, int] = Field(default_factory=dict)
+    failure_examples: dict[str, str] = Field(
+        default_factory=dict, description="error kind -> the first such request's message (with its HTTP status)"
+    )
     failure_rate: float
     # Aggregate throughput: burst = median over measured rounds; sustained/rate = steady window.
     aggregate_tok_s: float | None
@@ -410,6 +527,9 @@ class SweepStep(_Model):
     aggregate_tok_s: float | None
     ttft_median_ms: float | None
     saturated: bool = Field(False, description="queueing grew: TTFT rose while throughput flattened, or goodput fell")
+    why: str | None = Field(None, description="why it missed the SLOs or counts as saturated, with the figures")
+    longest_wait_ms: float | None = Field(None, description="the longest a request waited for its first token or the next")
+    stalled: bool = Field(False, description="a wait of STALL_MIN_S or more, STALL_FACTOR x the median TTFT or more")
 
 
 class SweepResult(_Model):
@@ -434,6 +554,7 @@ class RunResult(_Model):
     failed_scenarios: list[str] = Field(default_factory=list, description="failure rate above max_failure_rate")
     sweep: SweepResult | None = Field(None, description="the saturation sweep's search (config.sweep)")
     slo_cost: SloCost | None = Field(None, description="cost per 1M output tokens at the SLO (a stored run of a priced profile)")
+    dataset: DatasetFingerprint | None = Field(None, description="the prompts file the run sent (config.dataset)")
 
     @property
     def exit_code(self) -> int:
@@ -441,9 +562,12 @@ class RunResult(_Model):
         return 1 if self.failed_scenarios else 0
 
 
-def scenario_name(input_tokens: int, concurrency: int, mode: Mode = "burst", rate: float | None = None) -> str:
-    """Stable scenario name used in files and storage keys: in256-c4, in256-c4-sustained, in256-c4-rate2.5."""
-    name = f"in{input_tokens}-c{concurrency}"
+def scenario_name(
+    input_tokens: int, concurrency: int, mode: Mode = "burst", rate: float | None = None, prompts: str | None = None
+) -> str:
+    """Stable scenario name used in files and storage keys: in256-c4, in256-c4-sustained, in256-c4-rate2.5;
+    `prompts` replaces in<N> for prompts of varying length (dataset-c4, in128-1024-c4)."""
+    name = f"{prompts or f'in{input_tokens}'}-c{concurrency}"
     if mode == "sustained":
         return f"{name}-sustained"
     if mode == "rate":

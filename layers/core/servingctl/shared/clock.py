@@ -40,3 +40,24 @@ class OffsetClock(SystemClock):
     def now(self) -> datetime:
         """The current time plus the offset, timezone-aware UTC."""
         return super().now() + self.offset
+
+
+class ScaledClock(SystemClock):
+    """A clock running factor times faster than the wall clock from an anchor: the twin's tests
+    replay a traffic trace of minutes in seconds (sleeps shrink by the same factor)."""
+
+    def __init__(self, anchor: datetime, factor: float, real_anchor: datetime | None = None) -> None:
+        self.anchor, self.factor = anchor, factor
+        self.real_anchor = real_anchor or datetime.now(UTC)
+
+    def at(self, real: datetime) -> datetime:
+        """The scaled time of a wall-clock moment."""
+        return self.anchor + (real - self.real_anchor) * self.factor
+
+    def now(self) -> datetime:
+        """The scaled current time, timezone-aware UTC."""
+        return self.at(datetime.now(UTC))
+
+    def sleep(self, seconds: float) -> None:
+        """Block for seconds of scaled time."""
+        time.sleep(max(0.0, seconds / self.factor))

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from servingctl.shared.errors import Busy
-from servingctl.store.models import Lock, Phase, ProfileState, Session, StartRecord
+from servingctl.store.models import InstanceSpan, Lock, Phase, ProfileState, Session, StartRecord
 
 
 class LockConflict(Exception):
@@ -89,8 +89,10 @@ class Store(Protocol):
         """Record a new session; opening the same session_id again returns the stored one."""
         ...
 
-    def close_session(self, profile: str, session_id: str, now: datetime, execution: str, reason: str) -> Session:
-        """Stamp stopped_at and uptime once; closing again returns the closed session unchanged."""
+    def close_session(
+        self, profile: str, session_id: str, now: datetime, execution: str, reason: str, instances: Sequence[InstanceSpan] = ()
+    ) -> Session:
+        """Stamp stopped_at, uptime and the instances' spans once; closing again returns the closed session unchanged."""
         ...
 
     def retype_session(self, profile: str, session_id: str, instance_type: str, price_key: str, note: str) -> Session:

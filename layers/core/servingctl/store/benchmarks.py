@@ -40,6 +40,7 @@ class RunStatus(StrEnum):
     RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+    CANCELLED = "CANCELLED"  # POST /benchmarks/{run_id}/cancel: its execution stopped, nothing more written
 
 
 # A run's workers write results only while it is RUNNING (a run that ended keeps what it had).

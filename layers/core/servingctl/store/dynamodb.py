@@ -35,7 +35,7 @@ from botocore.exceptions import ClientError
 
 from servingctl.store.base import LockConflict, LockLost, StoreBusy, TransitionRefused
 from servingctl.store.memory import checked_changes
-from servingctl.store.models import ALLOWED_TRANSITIONS, Lock, Phase, ProfileState, Session, StartRecord, iso
+from servingctl.store.models import ALLOWED_TRANSITIONS, InstanceSpan, Lock, Phase, ProfileState, Session, StartRecord, iso
 
 LOCK_PK = "lock"
 PROFILE_SK = "state"
@@ -285,8 +285,10 @@ class DynamoStore:
         assert stored is not None  # written above or already there
         return stored
 
-    def close_session(self, profile: str, session_id: str, now: datetime, execution: str, reason: str) -> Session:
-        """Stamp stopped_at and uptime once; closing again returns the closed session unchanged."""
+    def close_session(
+        self, profile: str, session_id: str, now: datetime, execution: str, reason: str, instances: Sequence[InstanceSpan] = ()
+    ) -> Session:
+        """Stamp stopped_at, uptime and the instances' spans once; closing again returns the closed session unchanged."""
         session = self.get_session(profile, session_id)
         if session is None:
             raise KeyError(f"no session {session_id!r} for profile {profile!r}")
@@ -298,19 +300,22 @@ class DynamoStore:
                 "uptime_s": max(0.0, (now - session.started_at).total_seconds()),
                 "stop_execution": execution,
                 "close_reason": reason,
+                "instances": list(instances),
             }
         )
-        values = _to_item(closed.model_dump(mode="json", include={"stopped_at", "uptime_s", "stop_execution", "close_reason"}))
+        fields = {"stopped_at", "uptime_s", "stop_execution", "close_reason", "instances"}
+        values = _to_item(closed.model_dump(mode="json", include=fields))
         try:
             self._table.update_item(
                 Key={"pk": f"session#{profile}", "sk": session_id},
-                UpdateExpression="SET stopped_at = :s, uptime_s = :u, stop_execution = :e, close_reason = :r",
+                UpdateExpression="SET stopped_at = :s, uptime_s = :u, stop_execution = :e, close_reason = :r, instances = :i",
                 ConditionExpression=Attr("stopped_at").not_exists(),
                 ExpressionAttributeValues={
                     ":s": values["stopped_at"],
                     ":u": values["uptime_s"],
                     ":e": values["stop_execution"],
                     ":r": values["close_reason"],
+                    ":i": values["instances"],
                 },
             )
         except ClientError as exc:

@@ -8,7 +8,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from servingctl.store.base import LockConflict, LockLost, TransitionRefused
-from servingctl.store.models import ALLOWED_TRANSITIONS, MUTABLE_FIELDS, Lock, Phase, ProfileState, Session, StartRecord
+from servingctl.store.models import (
+    ALLOWED_TRANSITIONS,
+    MUTABLE_FIELDS,
+    InstanceSpan,
+    Lock,
+    Phase,
+    ProfileState,
+    Session,
+    StartRecord,
+)
 
 
 def checked_changes(changes: dict[str, Any]) -> dict[str, Any]:
@@ -111,8 +120,10 @@ class MemoryStore:
             self._sessions.setdefault(key, session.model_copy())
             return self._sessions[key].model_copy()
 
-    def close_session(self, profile: str, session_id: str, now: datetime, execution: str, reason: str) -> Session:
-        """Stamp stopped_at and uptime once; closing again returns the closed session unchanged."""
+    def close_session(
+        self, profile: str, session_id: str, now: datetime, execution: str, reason: str, instances: Sequence[InstanceSpan] = ()
+    ) -> Session:
+        """Stamp stopped_at, uptime and the instances' spans once; closing again returns the closed session unchanged."""
         with self._mutex:
             session = self._sessions.get((profile, session_id))
             if session is None:
@@ -124,6 +135,7 @@ class MemoryStore:
                         "uptime_s": max(0.0, (now - session.started_at).total_seconds()),
                         "stop_execution": execution,
                         "close_reason": reason,
+                        "instances": list(instances),
                     }
                 )
                 self._sessions[(profile, session_id)] = session

@@ -73,6 +73,8 @@ class ProfileState(_Record):
     started_by: str | None = None
     stopped_by: str | None = None
     kept_alive_by: str | None = None
+    # A user's stop asked that no request wake the profile (stop --no-wake); the next start clears it.
+    no_wake: bool = False
     kept_alive_at: datetime | None = None
     # A benchmark run holding the profile: the sweep's soft stops wait until held_until (renewed per scenario).
     held_by: str | None = None
@@ -106,6 +108,14 @@ class Lock(_Record):
         return now < self.expires_at
 
 
+class InstanceSpan(_Record):
+    """One instance's own time in a session, as its group's scaling activities date it."""
+
+    instance_id: str
+    started_at: datetime = Field(description="its launch activity's start (the session's start when it ran before)")
+    stopped_at: datetime | None = Field(default=None, description="its termination activity's end; None while it runs")
+
+
 class Session(_Record):
     """One ledger session: a profile's instance time from scale-out to stop (cost math: servingctl.costs)."""
 
@@ -121,6 +131,9 @@ class Session(_Record):
     stop_execution: str | None = None
     close_reason: str | None = None
     capacity_note: str | None = Field(default=None, description="why the session runs on an alternate instance type")
+    # Each instance's span (replicas), stamped at close. Empty on sessions closed before it was kept,
+    # on a pool the registry shares and when the group listed none: the session's span is one instance.
+    instances: list[InstanceSpan] = Field(default_factory=list)
 
     @property
     def open(self) -> bool:

@@ -1,5 +1,0 @@
-"""Step Functions' moto patches: its service integrations, its quotas and its executions' closing and reads."""
-
-from servingctl.local.stepfunctions import executions, integrations, quotas
-
-PATCHES = [*integrations.PATCHES, *quotas.PATCHES, *executions.PATCHES]

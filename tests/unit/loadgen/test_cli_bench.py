@@ -1,0 +1,118 @@
+"""`servingctl bench` flag validation: a bad flag names itself and the allowed values, exit 2."""
+
+import pytest
+
+from servingctl.loadgen.spread import MAX_PROCESSES
+from servingctl.schema.results import RunConfig
+from servingctl_cli import bench as bench_cli
+from servingctl_cli.main import build_parser, main
+
+BASE = ["bench", "--endpoint", "http://127.0.0.1:1", "--model", "m"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--mode", "fast"], ["--mode", "burst", "sustained", "rate"]),
+        (["--salt-mode", "random"], ["--salt-mode", "cache-salt", "prompt-nonce", "none"]),
+        (["--concurrency", "1,x"], ["--concurrency", "positive integers"]),
+        (["--input-tokens", "0"], ["--input-tokens", "positive integers"]),
+        (["--max-failure-rate", "2"], ["--max-failure-rate", "0 to 1"]),
+        (["--header", "no-colon"], ["--header", "NAME:VALUE"]),
+        (["--mode", "rate"], ["error: --rate: required in mode rate (the arrival rate in requests per second)"]),
+        (["--mode", "sustained"], ["error: --requests or --duration: mode sustained needs one of them"]),
+        (["--rounds", "0"], ["--rounds", ">= 1"]),
+    ],
+)
+def test_bad_flags_exit_2_naming_flag_and_allowed_values(capsys, extra, expected):
+    with pytest.raises(SystemExit) as exit_info:
+        main(BASE + extra)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    for text in expected:
+        assert text in err
+
+
+@pytest.mark.parametrize("value", ["65", "0", "x", "nan"])
+def test_processes_past_the_limit_or_not_a_number_are_refused_in_one_form(capsys, value):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*BASE, "--processes", value])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"servingctl bench: error: argument --processes: '{value}': expected an integer from 1 to {MAX_PROCESSES}"
+    )
+
+
+def test_processes_at_the_limit_is_accepted():
+    assert MAX_PROCESSES == 64  # the limit; "65" above is one past it
+    assert build_parser().parse_args([*BASE, "--processes", "64"]).processes == 64
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "allowed"),
+    [
+        ("--rounds", "0", "an integer >= 1"),
+        ("--rounds", "two", "an integer >= 1"),
+        ("--max-failure-rate", "1.5", "a number from 0 to 1"),
+        ("--max-failure-rate", "nan", "a number from 0 to 1"),
+        ("--timeout", "0", "a positive number of seconds"),
+        ("--timeout", "soon", "a positive number of seconds"),
+    ],
+)
+def test_every_bounded_flag_refuses_in_the_same_form(capsys, flag, value, allowed):
+    with pytest.raises(SystemExit):
+        main([*BASE, flag, value])
+    assert f"error: argument {flag}: '{value}': expected {allowed}" in capsys.readouterr().err
+
+
+def test_bad_endpoint_is_named(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--endpoint", "alb.internal", "--model", "m"])
+    assert "--endpoint: 'alb.internal' must start with http:// or https://" in capsys.readouterr().err
+
+
+def test_config_from_flags_redacts_secrets_and_keeps_the_rest():
+    args = build_parser().parse_args(
+        [
+            *BASE,
+            "--api-key",
+            "sk-1",
+            "--header",
+            "Authorization:Bearer sk-2",
+            "--header",
+            "X-LLM-Profile:ds",
+            "--input-tokens",
+            "256,2048",
+            "--concurrency",
+            "1,4",
+            "--mode",
+            "rate",
+            "--rate",
+            "2.5",
+            "--requests",
+            "20",
+            "--salt-mode",
+            "prompt-nonce",
+        ]
+    )
+    config = bench_cli.config_from_args(args)
+    assert config.headers == {"Authorization": "<redacted>", "X-LLM-Profile": "ds"}
+    assert config.api_key_set and "sk-" not in config.model_dump_json()
+    assert (config.input_tokens, config.concurrencies, config.mode, config.rate, config.requests) == (
+        [256, 2048],
+        [1, 4],
+        "rate",
+        2.5,
+        20,
+    )
+
+
+def test_every_flag_maps_to_a_config_field():
+    assert set(bench_cli._FLAGS) <= set(RunConfig.model_fields)
+
+
+def test_a_dead_endpoint_says_cannot_connect_to_it(capsys):
+    code = main([*BASE, "--input-tokens", "8", "--concurrency", "1", "--rounds", "1", "--warmup", "0"])
+    err = capsys.readouterr().err
+    assert code == 1 and "servingctl bench: error: cannot connect to http://127.0.0.1:1 (" in err
+    assert "usage.prompt_tokens" not in err and "None" not in err

@@ -1,0 +1,1 @@
+"""Application Auto Scaling as the twin plays it: ECS service target tracking."""
