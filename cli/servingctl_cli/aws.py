@@ -25,6 +25,8 @@ DEFAULT_STACK = "servingctl"  # samconfig.toml's stack_name
 TWIN_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 # The S3 source in the prefetch container's command (Terraform's serving-profile module).
 SYNC_SOURCE = re.compile(r"aws s3 sync [^|;&]*?s3://([a-z0-9.\-]+)/(\S+)")
+# load_format runai_streamer: no prefetch, vLLM's --model is the snapshot in S3 (bucket, model tree).
+STREAM_SOURCE = re.compile(r"^s3://([a-z0-9.\-]+)/(\S+?)/snapshots/[^/]+/?$")
 PREFETCH_CONTAINER = "prefetch-weights"  # Terraform's serving-profile module names it so
 MODEL_CONTAINER = "vllm"
 
@@ -168,10 +170,11 @@ def profile_task(aws: Aws, profile: ServingProfile) -> ProfileTask:
     containers = {c["name"]: c for c in definition["containerDefinitions"]}
     bucket = prefix = None
     prefetch = containers.get(PREFETCH_CONTAINER)
-    if prefetch is not None:
-        found = SYNC_SOURCE.search(" ".join(prefetch.get("command") or []))
-        if found:
-            bucket, prefix = found.group(1), found.group(2).rstrip("/")
+    command = list(containers.get(MODEL_CONTAINER, {}).get("command") or [])
+    streamed = command[command.index("--model") + 1] if "--model" in command[:-1] else ""
+    found = SYNC_SOURCE.search(" ".join(prefetch.get("command") or [])) if prefetch is not None else STREAM_SOURCE.match(streamed)
+    if found:
+        bucket, prefix = found.group(1), found.group(2).rstrip("/")
     options = (containers.get(MODEL_CONTAINER, {}).get("logConfiguration") or {}).get("options") or {}
     return ProfileTask(definition["family"], bucket, prefix, options.get("awslogs-group"), options.get("awslogs-stream-prefix"))
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from servingctl import render
 from servingctl_cli.aws import (
     Aws,
     NotDeployed,
@@ -40,6 +41,8 @@ STACK_READY = ("CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE",
 INDEX_FILE = "model.safetensors.index.json"
 # A checkpoint in S3 smaller than this share of the registry's weights_gb is taken as incomplete.
 WEIGHTS_COMPLETE_SHARE = 0.9
+# Continuation lines and fixes sit under the check's name, past "PASS  ".
+INDENT = 6
 
 
 @dataclass(frozen=True)
@@ -384,10 +387,17 @@ def _doctor(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"ok": all(r.ok for r in results), "checks": [asdict(r) for r in results]}))
     else:
-        for result in results:
-            print(f"{'PASS' if result.ok else 'FAIL'}  {result.name}: {result.detail}")
-            if result.fix:
-                print(f"      fix: {result.fix}")
-        failed = sum(not r.ok for r in results)
-        print(f"{len(results) - failed} passed, {failed} failed")
+        print("\n".join(report_lines(results)))
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+
+
+def report_lines(results: list[Result], columns: int | None = None) -> list[str]:
+    """One PASS/FAIL line per check and its fix, wrapped at the terminal width under the verdict."""
+    columns = columns or render.width()
+    lines: list[str] = []
+    for result in results:
+        said = render.wrap(f"{'PASS' if result.ok else 'FAIL'}  {result.name}: {result.detail}", columns, INDENT)
+        fix = render.wrap(f"fix: {result.fix}", columns, INDENT) if result.fix else []
+        lines += [said[0], *(" " * INDENT + line for line in said[1:] + fix)]
+    failed = sum(not r.ok for r in results)
+    return [*lines, f"{len(results) - failed} passed, {failed} failed"]

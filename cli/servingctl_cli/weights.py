@@ -13,8 +13,10 @@ which leaves nothing to resume.
 
 DIR is a Hugging Face cache tree (`models--ORG--NAME`, with snapshots/ and refs/), a cache dir
 holding one (`huggingface-cli download --cache-dir DIR`), or a plain model directory
-(`--local-dir`), which goes under snapshots/<revision>/ (no refs/main: a profile that pins no
-revision loads the snapshot refs/main names, so it needs a cache tree's refs/ or a pinned revision).
+(`--local-dir`), which goes under snapshots/<revision>/. A profile that pins no revision loads the
+snapshot refs/main names: an upload without refs/ of its own writes refs/main, last, when S3 has none,
+and leaves one naming another snapshot as it is unless `--set-main` (a profile serving now keeps
+loading what it loaded).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import base64
 import hashlib
 import math
 import sys
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -69,6 +72,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     upload.add_argument("--profile", required=True, help="the serving profile whose weights these are")
     upload.add_argument("--revision", help="the snapshot a plain model directory is (default: the profile's pinned revision)")
+    upload.add_argument(
+        "--set-main",
+        action="store_true",
+        help="point refs/main at this revision even when it names another (what a profile pinning none loads)",
+    )
     upload.add_argument(
         "--part-size-mib",
         type=int,
@@ -273,13 +281,46 @@ def _upload(args: argparse.Namespace) -> int:
     except NotDeployed as exc:
         print(f"servingctl weights upload: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    bucket, tree, revision = target
+    bucket, tree, pinned = target
+    revision = args.revision or pinned
     try:
-        files = layout(root, tree, args.revision or revision)
+        files = layout(root, tree, revision)
     except ValueError as exc:
         return _usage(str(exc))
-    items = [Upload(path, f"{tree}/{rel}", path.stat().st_size) for path, rel in files]
-    return _send(aws, bucket, items, args)
+    with tempfile.TemporaryDirectory() as scratch:
+        if pinned is None and revision and not any(rel.startswith("refs/") for _, rel in files):
+            from botocore.exceptions import BotoCoreError, ClientError
+
+            try:
+                current = _stored_main(aws, bucket, tree)
+            except (ClientError, BotoCoreError) as exc:  # a refused read, said as S3 said it
+                print(f"servingctl weights upload: error: s3://{bucket}/{tree}/refs/main: {exc}", file=sys.stderr)
+                return EXIT_FAILED
+            if current in (None, revision) or args.set_main:
+                ref = Path(scratch) / "main"
+                ref.write_text(revision)  # as huggingface_hub writes it: the commit hash, no newline
+                files.append((ref, "refs/main"))  # last: it names the snapshot once the snapshot is whole
+                print(f"refs/main -> {revision}: profile {args.profile} pins no revision, so it loads this snapshot")
+            else:
+                print(
+                    f"refs/main names {current} and stays: profile {args.profile} pins no revision and keeps loading "
+                    f"that snapshot; --set-main points it at {revision}"
+                )
+        items = [Upload(path, f"{tree}/{rel}", path.stat().st_size) for path, rel in files]
+        return _send(aws, bucket, items, args)
+
+
+def _stored_main(aws: Aws, bucket: str, tree: str) -> str | None:
+    """The revision s3://bucket/tree/refs/main names, None when there is none."""
+    from botocore.exceptions import ClientError
+
+    try:
+        body = aws.client("s3").get_object(Bucket=bucket, Key=f"{tree}/refs/main")["Body"].read()
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "NoSuchKey":
+            return None
+        raise
+    return str(body.decode().strip())
 
 
 def _target(aws: Aws, args: argparse.Namespace) -> tuple[str, str, str | None]:

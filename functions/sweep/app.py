@@ -83,6 +83,7 @@ def _sweep_deps(known: Known) -> SweepDeps:
         cloudwatch=_client("cloudwatch"),
         events=_client("events"),
         elbv2=_client("elbv2"),
+        autoscaling=_client("autoscaling"),
         store=_client("store"),
         registry=known.registry,
         stop_machine_arn=SETTINGS.stop_machine_arn,

@@ -14,11 +14,14 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import boto3
 import pytest
 
 from servingctl_twin import modelserver
 from servingctl_twin.modelserver import ModelServerProcess, draft_model_dir, free_port, tiny_model_dir, vllm_available
+from servingctl_twin.twin import Twin
 
 E2E_DIR = Path(__file__).resolve().parent
 TINY_MODEL_NAME = "tiny-llama"
@@ -104,3 +107,14 @@ def vllm_server(_vllm_fleet: dict[str, ModelServerProcess]) -> ModelServerProces
 def vllm_spec_server(_vllm_fleet: dict[str, ModelServerProcess]) -> ModelServerProcess:
     """Real vLLM with draft-model speculative decoding (3 tokens), served as "tiny-llama-spec"."""
     return _healthy(_vllm_fleet, "vllm_spec_server")
+
+
+def twin_dynamodb(twin: Twin) -> Any:
+    """A DynamoDB resource on the twin's endpoint (its tables: the state, the benchmark records)."""
+    return boto3.resource(
+        "dynamodb",
+        endpoint_url=twin.endpoint_url,
+        region_name=twin.region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )

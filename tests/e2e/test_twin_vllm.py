@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
 
-import boto3
 import httpx
 import pytest
 
@@ -16,6 +14,8 @@ from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 from servingctl_twin.modelserver import tiny_model_dir, vllm_available
 from servingctl_twin.twin import Twin
 from servingctl_twin.world import Delays
+
+from .conftest import twin_dynamodb
 
 PROFILE = "nemotron-nano"
 POLL = {"interval_s": 1, "max_interval_s": 3, "backoff": 1.5}
@@ -31,16 +31,6 @@ def twin() -> Iterator[Twin]:
     # AWS's delays at 1/100; vLLM's own start-up (20-50 s on 2 cores) is real and not scaled.
     with Twin(model_server="vllm", time_scale=10, delays=Delays(load_s=0).scaled(0.1)) as running:
         yield running
-
-
-def _dynamodb(twin: Twin) -> Any:
-    return boto3.resource(
-        "dynamodb",
-        endpoint_url=twin.endpoint_url,
-        region_name=twin.region,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
 
 
 def test_twin_starts_serves_and_stops_a_real_vllm(twin: Twin) -> None:
@@ -69,7 +59,7 @@ def test_twin_starts_serves_and_stops_a_real_vllm(twin: Twin) -> None:
     # CPU with --enforce-eager vLLM 0.32 prints load start, model init, weights loaded, engine
     # ready and the API server's startup (no torch.compile, no CUDA graphs).
     [record] = [
-        r for r in DynamoStore(twin.table_name, resource=_dynamodb(twin)).list_starts(PROFILE) if r.execution == start.arn
+        r for r in DynamoStore(twin.table_name, resource=twin_dynamodb(twin)).list_starts(PROFILE) if r.execution == start.arn
     ]
     vllm_phases = [m.name for m in record.marks if m.source == VLLM_SOURCE]
     assert vllm_phases == [
@@ -91,7 +81,7 @@ def test_twin_starts_serves_and_stops_a_real_vllm(twin: Twin) -> None:
         timeout_s=900,
     )
     assert bench.status == "SUCCEEDED", (bench.error, bench.cause)
-    runs = DynamoBenchmarkStore(twin.table_name, resource=_dynamodb(twin))
+    runs = DynamoBenchmarkStore(twin.table_name, resource=twin_dynamodb(twin))
     [run] = [r for r in runs.list_runs() if r.execution == bench.arn]
     scenarios = runs.list_scenarios(run.run_id)
     assert run.status.value == "SUCCEEDED" and [s.name for s in scenarios] == ["in256-c1", "in256-c2"]

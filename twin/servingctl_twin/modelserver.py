@@ -217,8 +217,10 @@ def vllm_server(
     python: str | Path | None = None,
     log_path: str | Path | None = None,
     host: str = "127.0.0.1",
+    env: Mapping[str, str] | None = None,
 ) -> ModelServerProcess:
-    """A real vLLM OpenAI-compatible server on CPU for model_dir, listening on host:port (not started yet)."""
+    """A real vLLM OpenAI-compatible server on CPU for model_dir (a directory, or s3:// with the
+    streamer's arguments), listening on host:port (not started yet); env adds to its environment."""
     argv = [
         str(python or vllm_python()),
         "-m",
@@ -241,7 +243,7 @@ def vllm_server(
         argv,
         port=port,
         served_model_name=served_model_name,
-        env={**os.environ, **VLLM_ENV, **bind},
+        env={**os.environ, **VLLM_ENV, **bind, **(env or {})},
         log_path=log_path,
         cpus=cpus,
         host=host,

@@ -55,7 +55,7 @@ from servingctl_twin.awslambda.router import FUNCTIONS, HandlerRouter, function_
 from servingctl_twin.cloudwatch.logs import model_log_group
 from servingctl_twin.ecs import tasks as ecs_tasks
 from servingctl_twin.ecs.patches import Placement
-from servingctl_twin.ecs.scheduler import PREFETCH_CONTAINER
+from servingctl_twin.ecs.scheduler import PREFETCH_CONTAINER, STREAMER_ARGS
 from servingctl_twin.elbv2.load_balancers import LoadBalancers
 from servingctl_twin.elbv2.patches import TargetHealth
 from servingctl_twin.eventbridge.rules import EventBridge, load_template, read_wiring
@@ -804,25 +804,24 @@ class Twin:
             "logDriver": "awslogs",
             "options": {"awslogs-group": group, "awslogs-region": self.region, "awslogs-stream-prefix": name},
         }
-        ecs.register_task_definition(
-            family=profile["service"],
-            networkMode="awsvpc",
-            requiresCompatibilities=["EC2"],
-            # moto's container instances offer 4096 CPU units and 7482 MiB: the real sizes live in Terraform.
-            cpu="1024",
-            memory="2048",
-            containerDefinitions=[
-                {
-                    "name": "vllm",
-                    "image": profile["serving"]["image"],
-                    "essential": True,
-                    "cpu": 1024,
-                    "memory": 1920,
-                    "portMappings": [{"containerPort": 8000, "protocol": "tcp"}],
-                    "healthCheck": {"command": ["CMD-SHELL", "curl -fs localhost:8000/health || exit 1"]},
-                    "dependsOn": [{"containerName": PREFETCH_CONTAINER, "condition": "SUCCESS"}],
-                    "logConfiguration": awslogs,
-                },
+        model: dict[str, Any] = {
+            "name": "vllm",
+            "image": profile["serving"]["image"],
+            "essential": True,
+            "cpu": 1024,
+            "memory": 1920,
+            "portMappings": [{"containerPort": 8000, "protocol": "tcp"}],
+            "healthCheck": {"command": ["CMD-SHELL", "curl -fs localhost:8000/health || exit 1"]},
+            "logConfiguration": awslogs,
+        }
+        containers = [model]
+        if profile["serving"].get("load_format") == "runai_streamer":
+            # No prefetch: vLLM streams the pinned snapshot from S3 (Terraform's streamed_model).
+            snapshot = streamed_snapshot(self.weights_bucket, WEIGHTS_PREFIX, profile["serving"])
+            model["command"] = ["--model", snapshot, "--served-model-name", profile["model"], *STREAMER_ARGS]
+        else:
+            model["dependsOn"] = [{"containerName": PREFETCH_CONTAINER, "condition": "SUCCESS"}]
+            containers.append(
                 {
                     "name": PREFETCH_CONTAINER,
                     "image": "public.ecr.aws/aws-cli/aws-cli",
@@ -832,8 +831,16 @@ class Twin:
                     "cpu": 0,
                     "memory": 128,
                     "logConfiguration": awslogs,
-                },
-            ],
+                }
+            )
+        ecs.register_task_definition(
+            family=profile["service"],
+            networkMode="awsvpc",
+            requiresCompatibilities=["EC2"],
+            # moto's container instances offer 4096 CPU units and 7482 MiB: the real sizes live in Terraform.
+            cpu="1024",
+            memory="2048",
+            containerDefinitions=containers,
         )
         ecs.create_service(
             cluster=profile["cluster"],
@@ -1146,6 +1153,12 @@ def publish_parameters(ssm: Any, document: Mapping[str, Any], path: str) -> dict
         tier = "Standard" if len(value.encode()) <= layout.SSM_STANDARD_BYTES else "Advanced"
         ssm.put_parameter(Name=name, Value=value, Type="String", Tier=tier, Overwrite=True)
     return wanted
+
+
+def streamed_snapshot(bucket: str, prefix: str, serving: Mapping[str, Any]) -> str:
+    """The s3:// snapshot vLLM streams under load_format runai_streamer, as Terraform's module names it."""
+    tree = "models--" + serving["model_id"].replace("/", "--")
+    return f"s3://{bucket}/{prefix}/{tree}/snapshots/{serving.get('revision') or 'unpinned'}"
 
 
 def prefetch_command(bucket: str, prefix: str, model_id: str) -> str:

@@ -111,6 +111,7 @@ class World:
     ) -> None:
         self.b = b
         self.registry = registry
+        self.endpoint_url = endpoint_url  # where a task's AWS calls go (the streamer's S3 reads)
         self.site = site
         self.load_balancers = load_balancers
         self.model_server = model_server

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from servingctl.costs import load_catalog
 from servingctl.shared.clock import OffsetClock
 from servingctl_cli.client import write_twin_state
 from servingctl_cli.main import main
@@ -110,9 +112,12 @@ def test_start_wait_shows_phases_in_order_then_status_keepalive_and_stop(twin: T
     code, out, _ = cli("status", PROFILE)
     assert code == 0 and "READY since" in out and instance["instance_id"] in out
     assert detail["endpoint_url"] in out and f"header       {detail['routing_header']}" in out
-    assert (
-        "cost so far  unpriced (" in out and "min up; the instance is not in the price catalog" in out
-    )  # g7e.2xlarge has no price
+    price = load_catalog().instance("us-east-1", "g7e.2xlarge")
+    assert price is not None
+    cost = re.search(r"cost so far  (\d+\.\d\d) USD \((\d+\.\d) min at (\d+\.\d\d) USD/h\)", out)
+    assert cost is not None, out
+    usd, minutes, hourly = (float(group) for group in cost.groups())
+    assert hourly == price.hourly_usd and usd == pytest.approx(minutes / 60 * hourly, abs=0.01)
 
     # A start of a READY profile says so and starts nothing; --wait does not wait for a new one.
     executions = twin.client("stepfunctions").list_executions(stateMachineArn=twin.state_machines["start_profile"])["executions"]

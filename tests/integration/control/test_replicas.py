@@ -16,6 +16,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -35,6 +36,8 @@ BATCH = 2  # serving.max_num_seqs: the policy's target of running + waiting requ
 DELAYS = Delays(alarm_period_s=200.0).scaled(0.1)
 # Tokens of one streamed answer (about 2 s each on the simulator at the twin's speed).
 STREAM_TOKENS = 2000
+# A session budget the test stays well under (g7e.2xlarge at 3.36 USD/h: about 0.4 USD spent here).
+BUDGET_USD = 2.0
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +46,9 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
     path = registry_with(tmp_path_factory.mktemp("registry"), (PROFILE,))
     document = json.loads(path.read_text())
     document["profiles"][PROFILE].update(min_replicas=1, max_replicas=MAX_REPLICAS)
+    document["profiles"][PROFILE]["autostop"] = document["profiles"][PROFILE].get("autostop", {}) | {
+        "max_session_usd": BUDGET_USD
+    }
     document["profiles"][PROFILE]["serving"]["max_num_seqs"] = BATCH
     path.write_text(json.dumps(document))
     with Twin(path, model_server="sim", time_scale=TIME_SCALE, delays=DELAYS) as running:
@@ -120,11 +126,14 @@ class Load:
             thread.join(timeout=120)
 
 
-def _sweep(twin: Twin) -> None:
+def _sweep(twin: Twin) -> list[dict[str, Any]]:
+    """The sweep Lambda's decisions about PROFILE (kept, or none before it is READY)."""
     answer = twin.client("lambda").invoke(FunctionName=function_name("sweep"), Payload=json.dumps({"poll": POLL}).encode())
     body = json.loads(answer["Payload"].read())
     assert "FunctionError" not in answer, body
-    assert [d["action"] for d in body["decisions"] if d["profile"] == PROFILE] in ([], ["kept"]), body["decisions"]
+    decided = [d for d in body["decisions"] if d["profile"] == PROFILE]
+    assert [d["action"] for d in decided] in ([], ["kept"]), body["decisions"]
+    return decided
 
 
 def _healthy(probe: Probe) -> int:
@@ -138,13 +147,17 @@ def test_replicas_follow_a_stepped_load_and_stop_leaves_nothing(twin: Twin, prob
     spec = probe.registry.profiles[PROFILE]
     load = Load(spec.endpoint_url, {spec.routing_header.name: spec.routing_header.value})
     timeline: list[tuple[float, int, int]] = []  # (seconds since the load began, desired, healthy targets)
+    budgets: list[tuple[int, str]] = []  # (healthy targets, the budget stop's detail) as the sweep saw them
     began = time.monotonic()
     sweeping = threading.Event()
 
     def sweeper() -> None:  # the sweep as a faster schedule would run it: the metric it publishes drives scaling
         while not sweeping.is_set():
-            _sweep(twin)
-            timeline.append((round(time.monotonic() - began, 1), probe.service(PROFILE)["desiredCount"], _healthy(probe)))
+            decided = _sweep(twin)
+            healthy = _healthy(probe)
+            timeline.append((round(time.monotonic() - began, 1), probe.service(PROFILE)["desiredCount"], healthy))
+            stops = [d["next_stop"] for d in decided if d["next_stop"]]
+            budgets.extend((healthy, stop["detail"]) for stop in stops if stop["reason"] == "budget")
             time.sleep(0.3)
 
     thread = threading.Thread(target=sweeper, daemon=True)
@@ -176,6 +189,8 @@ def test_replicas_follow_a_stepped_load_and_stop_leaves_nothing(twin: Twin, prob
     assert load.outcomes and set(load.outcomes) == {"whole"}, sorted(set(load.outcomes))
     peak = max(desired for _, desired, _ in timeline)
     assert peak == MAX_REPLICAS, timeline
+    # The budget is counted on every instance: at 3 replicas the sweep saw 3 burning it.
+    assert any(f"USD spent, {MAX_REPLICAS} instance(s) at 3.36 USD/h each" in detail for _, detail in budgets), budgets
     print("replicas over time (s, desired, healthy):", timeline[:: max(1, len(timeline) // 40)])
 
     stopped = probe.stop(PROFILE, "r1")

@@ -29,7 +29,7 @@ from servingctl_twin.twin import Twin, function_name
 from .conftest import DELAYS, POLL, TIME_SCALE, Probe
 from .conftest import test_registry as registry_with
 
-WAKE, BURST, SDK, IDLE, RECON, ROLL, SCHED, BUDGET, NOWAKE = (
+WAKE, BURST, SDK, IDLE, RECON, ROLL, SCHED, BUDGET, UNPRICED, NOWAKE = (
     "w-wake",
     "w-burst",
     "w-sdk",
@@ -38,9 +38,10 @@ WAKE, BURST, SDK, IDLE, RECON, ROLL, SCHED, BUDGET, NOWAKE = (
     "w-roll",
     "w-sched",
     "w-budget",
+    "w-unpriced",
     "w-nowake",
 )
-PROFILES = (WAKE, BURST, SDK, IDLE, RECON, ROLL, SCHED, BUDGET, NOWAKE)
+PROFILES = (WAKE, BURST, SDK, IDLE, RECON, ROLL, SCHED, BUDGET, UNPRICED, NOWAKE)
 IDLE_WINDOW = 5
 BURST_SIZE = 50
 CHAT = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8}
@@ -50,7 +51,7 @@ CHAT = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8}
 def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
     """Every profile wakes on request, each on a pool of its own; w-idle has a 5-minute idle window,
     w-sched runs only on a weekday that is not today, w-budget has a wake budget of 1 cent a month
-    (priced as the catalog's g7e.12xlarge)."""
+    (priced as the catalog's g7e.12xlarge), w-unpriced has one on a pool whose price key the catalog lacks."""
     path = registry_with(tmp_path_factory.mktemp("registry"), PROFILES)
     document = json.loads(path.read_text())
     for name in PROFILES:
@@ -60,6 +61,8 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
     document["profiles"][SCHED]["schedule"] = {"timezone": "UTC", "periods": [{"weekdays": [tomorrow]}]}
     document["profiles"][BUDGET]["wake"] = {"monthly_budget_usd": 0.01}
     document["pools"][BUDGET]["price_key"] = "g7e.12xlarge"  # the catalog prices it: a session costs cents
+    document["profiles"][UNPRICED]["wake"] = {"monthly_budget_usd": 100.0}
+    document["pools"][UNPRICED]["price_key"] = "g7e.4xlarge"  # a capacity fallback type: no price in the catalog
     path.write_text(json.dumps(document))
     with Twin(path, model_server="sim", time_scale=TIME_SCALE, delays=DELAYS, api_port=0) as running:
         yield running
@@ -319,6 +322,16 @@ def test_no_wake_over_the_budget(twin: Twin, probe: Probe) -> None:
     assert answer.status_code == 503 and error["code"] == "over_budget" and "wake budget is 0.01 USD" in error["message"]
     assert answer.headers["x-should-retry"] == "false"
     assert len(_starts(twin, BUDGET)) == 1
+
+
+def test_no_wake_with_a_budget_the_catalog_cannot_price(twin: Twin, probe: Probe) -> None:
+    """A budget cannot be kept on an instance with no price: refused, never counted as 0 USD."""
+    answer = _post(_spec(probe, UNPRICED))
+    error = _error(answer)
+    assert answer.status_code == 503 and error["code"] == "budget_unpriced", error
+    assert "us-east-1/g7e.4xlarge" in error["message"] and "prices.json" in error["message"], error
+    assert answer.headers["x-should-retry"] == "false"
+    assert _starts(twin, UNPRICED) == [] and _rule_at(probe, UNPRICED) == "waker"
 
 
 def test_no_wake_after_stop_no_wake_until_the_next_start(twin: Twin, probe: Probe) -> None:

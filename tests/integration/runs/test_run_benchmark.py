@@ -171,10 +171,9 @@ def test_a_profile_that_is_not_ready_is_started_and_stopped_when_asked(bench: Be
     assert started["execution_arn"].split(":")[-1].startswith(f"start-{OTHER}-")
     run_id = result.output["plan"]["run_id"]
     assert _written(bench, run_id) == ["in64-c1", "in64-c2", "in256-c1", "in256-c2"]
-    assert result.output["compare"] == {
-        "compared": [],
-        "skipped": "the price catalog has no on-demand price for us-east-1/g7e.2xlarge",
-    }
+    compared = result.output["compare"]["compared"]  # priced at g7e.2xlarge's catalog price
+    assert [c["scenario"] for c in compared] == _written(bench, run_id)
+    assert all(c["ratio_self_hosted_to_api"] > 0 for c in compared)
     # stopped for real: recorded STOPPED, nothing running, the ledger session closed
     assert bench.phase(OTHER) == "STOPPED" and bench.running(OTHER)[0] == 0
     bench.wait_for("the pool's instance terminated", lambda: bench.running(OTHER) == (0, 0))

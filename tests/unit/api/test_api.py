@@ -16,7 +16,7 @@ from servingctl.store.models import InstanceSpan, Phase, Session
 
 Api = Any  # conftest.Api (conftest modules are not importable under --import-mode=importlib)
 PROFILE = "deepseek-v4-flash"
-OTHER = "nemotron-nano"  # on pool g7e-1gpu (g7e.2xlarge, not in the price catalog)
+OTHER = "nemotron-nano"  # on pool g7e-1gpu (g7e.2xlarge)
 CALLER = "arn:aws:sts::123456789012:assumed-role/llm-operators/alice"  # userArn of the events/api samples
 
 
@@ -348,8 +348,8 @@ def test_stop_of_a_stopped_profile_says_so_but_a_running_start_is_still_stopped(
 
 
 def test_the_ledger_and_the_listed_price_use_the_price_key(api: Api) -> None:
-    price = load_catalog().instance("us-east-1", "g7e.12xlarge")
-    assert price is not None and load_catalog().instance("us-east-1", "g7e.2xlarge") is None
+    price, own = load_catalog().instance("us-east-1", "g7e.12xlarge"), load_catalog().instance("us-east-1", "g7e.2xlarge")
+    assert price is not None and own is not None and price.hourly_usd != own.hourly_usd
     start = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
     opened = api.store.open_session(
         Session(
@@ -369,7 +369,7 @@ def test_the_ledger_and_the_listed_price_use_the_price_key(api: Api) -> None:
     def hourly() -> Any:
         return {p["name"]: p["hourly_usd"] for p in api.request("GET", "/profiles")[1]}[OTHER]
 
-    assert hourly() is None  # g7e.2xlarge: not in the catalog
+    assert hourly() == own.hourly_usd  # the pool's own instance type
     ssm = boto3.client("ssm", region_name="us-east-1")
     parameter = os.environ["SERVINGCTL_REGISTRY"].removeprefix("ssm:") + "/pools/g7e-1gpu"
     pool = json.loads(ssm.get_parameter(Name=parameter)["Parameter"]["Value"]) | {"price_key": "g7e.12xlarge"}

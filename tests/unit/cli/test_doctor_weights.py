@@ -12,7 +12,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from servingctl_cli.doctor import INDEX_FILE, weights_problem
+from servingctl_cli.doctor import INDEX_FILE, Result, report_lines, weights_problem
 
 BUCKET = "weights"
 TREE = "hf-hub/models--org--model"
@@ -68,3 +68,21 @@ def test_a_pinned_revision_is_checked_whatever_refs_main_says(s3: Any) -> None:
     s3.put_object(Bucket=BUCKET, Key=f"{TREE}/refs/main", Body=OLD.encode())
     text, complete = weights_problem(s3, BUCKET, TREE, NEW, None)
     assert complete and f"snapshots/{NEW} (pinned): 2 files" in text
+
+
+@pytest.mark.parametrize("columns", [40, 60, 200])
+def test_the_report_fits_the_terminal_and_keeps_ids_and_fixes_whole(columns: int) -> None:
+    quota = "Running On-Demand G and VT instances (L-DB2E81BA) is 0 vCPUs; the pool g7e-2gpu needs 48"
+    results = [
+        Result("credentials", True, "arn:aws:iam::123456789012:user/someone in us-east-1"),
+        Result("gpu quota", False, quota, "request 48 vCPUs: aws service-quotas request-service-quota-increase"),
+    ]
+    lines = report_lines(results, columns)
+    # only a word longer than the line (the ARN at 40) goes past it, whole
+    assert all(len(line) <= columns or len(line.split()) == 1 for line in lines), lines
+    assert lines[0].startswith("PASS  credentials:") and lines[-1] == "1 passed, 1 failed"
+    failed = next(i for i, line in enumerate(lines) if line.startswith("FAIL  "))
+    assert all(line.startswith(" " * 6) for line in lines[1:failed] + lines[failed + 1 : -1])
+    text = " ".join(" ".join(line.split()) for line in lines)
+    assert quota in text and "fix: request 48 vCPUs: aws service-quotas request-service-quota-increase" in text
+    assert "arn:aws:iam::123456789012:user/someone" in text

@@ -70,6 +70,25 @@ def test_vllm_cpu_lines_give_five_phases_and_ignore_the_rest() -> None:
     ]  # the "disabling torch.compile" warning is not a compile
 
 
+def test_the_streamers_last_progress_line_ends_the_weights() -> None:
+    # vLLM 0.32 on CPU, --load-format runai_streamer on an s3:// model (the twin's S3), as printed here.
+    streamed = [
+        "(Worker pid=28329) INFO 12-06 20:24:58 [cpu_model_runner.py:68] Starting to load model /root/.cache/vllm/assets/x...",
+        "(Worker pid=28329) INFO 12-06 20:24:59 [base_loader.py:82] Initializing model took 0.178657 seconds",
+        "Loading safetensors using Runai Model Streamer:   0% Completed | 0/21 [00:00<?, ?it/s]",
+        "Loading safetensors using Runai Model Streamer: 100% Completed | 21/21 [00:00<00:00, 244.45it/s]",
+        "(EngineCore pid=28317) INFO 12-06 20:25:00 [core.py:402] "
+        "init engine (profile, create kv cache, warmup model) took 0.86 s",
+    ]
+    marks = vllm_marks(_events(streamed))
+    assert [(m.name, (m.at - T0).total_seconds()) for m in marks] == [
+        ("vllm_load_started", 0),
+        ("vllm_model_initialized", 1),
+        ("vllm_weights_loaded", 3),
+        ("vllm_engine_ready", 4),
+    ]
+
+
 def test_vllm_gpu_lines_give_compile_and_graph_capture() -> None:
     names = [m.name for m in vllm_marks(_events(GPU_0_9))]
     assert names == [

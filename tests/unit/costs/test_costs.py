@@ -165,7 +165,7 @@ def test_session_cost_accrues_until_now_and_unpriced_instances_say_so():
         catalog,
         profile="nemotron-nano",
         region="us-east-1",
-        instance_type="g7e.2xlarge",
+        instance_type="g7e.4xlarge",  # a fallback type the catalog has no price for
         started_at=start,
         ended_at=None,
         now=start + timedelta(hours=2),
@@ -216,14 +216,14 @@ def test_a_session_is_priced_by_its_price_key_when_it_differs_from_the_instance_
     common = {
         "profile": "nemotron-nano",
         "region": "us-east-1",
-        "instance_type": "g7e.2xlarge",
+        "instance_type": "g7e.4xlarge",
         "started_at": start,
         "ended_at": start + timedelta(hours=2),
         "now": start + timedelta(days=1),
     }
     keyed = session_cost(catalog, **common, price_key="g7e.12xlarge")
-    assert (keyed.instance_type, keyed.hourly_usd, keyed.cost_usd) == ("g7e.2xlarge", 12.17, pytest.approx(2 * 12.17))
-    assert session_cost(catalog, **common).cost_usd is None  # g7e.2xlarge itself is not in the catalog
+    assert (keyed.instance_type, keyed.hourly_usd, keyed.cost_usd) == ("g7e.4xlarge", 12.17, pytest.approx(2 * 12.17))
+    assert session_cost(catalog, **common).cost_usd is None  # g7e.4xlarge itself is not in the catalog
 
 
 def test_cli_compare_says_in_words_when_self_hosting_never_wins(capsys, monkeypatch):

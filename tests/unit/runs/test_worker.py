@@ -249,6 +249,10 @@ def test_compare_uses_the_pool_instance_price_from_the_catalog(deps: WorkerDeps)
 
 
 def test_compare_is_skipped_with_a_reason_when_the_catalog_has_no_price(deps: WorkerDeps) -> None:
+    catalog = load_catalog()
+    deps.catalog = lambda: catalog.model_copy(
+        update={"instances": {k: v for k, v in catalog.instances.items() if k != "us-east-1/g7e.2xlarge"}}
+    )
     _ready(deps, "nemotron-nano")
     plan = run_action({"action": "plan", "state": {"profile": "nemotron-nano", **SMALL}, "execution": EXECUTION}, deps)
     run = deps.runs.get_run(plan["run_id"])

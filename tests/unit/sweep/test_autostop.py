@@ -58,6 +58,7 @@ def deps(monkeypatch: pytest.MonkeyPatch) -> Iterator[SweepDeps]:
             cloudwatch=boto3.client("cloudwatch", region_name=REGION),
             events=events,
             elbv2=_Targets(registry),
+            autoscaling=boto3.client("autoscaling", region_name=REGION),
             store=MemoryStore(),
             registry=registry,
             stop_machine_arn=stop,

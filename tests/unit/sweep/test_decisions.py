@@ -271,6 +271,35 @@ def test_budget_is_a_hard_limit_at_the_session_cost():
     assert no_price.stop is False  # without a price the budget cannot be judged: said nowhere as a stop
 
 
+def test_a_budget_with_replicas_counts_every_instance_spent_and_running():
+    p = profile(autostop={"max_session_usd": 24.0, "drain_minutes": 0})
+
+    def with_replicas(spent: float, running: int):
+        return decide(
+            "p",
+            p,
+            now=NOW,
+            ready_since=NOW - timedelta(minutes=30),
+            lease_deadline=NOW + timedelta(hours=5),
+            requests_in_idle_window=3,
+            session_started_at=NOW - timedelta(minutes=30),  # one instance alone would have 1.5 h left
+            hourly_usd=12.0,
+            spent_usd=spent,
+            running_instances=running,
+            load=BUSY,
+        )
+
+    # 3 replicas for 30 min: 18 USD spent, 6 USD left at 36 USD/h: 10 minutes
+    kept = with_replicas(18.0, 3)
+    assert kept.stop is False and kept.next_stop is not None and kept.next_stop.reason == "budget"
+    assert kept.next_stop.at == NOW + timedelta(minutes=10)
+    assert "18.00 USD spent, 3 instance(s) at 12 USD/h each" in kept.next_stop.detail
+    assert (with_replicas(24.0, 3).stop, with_replicas(24.0, 3).reason) == (True, "budget")  # at the limit
+    assert with_replicas(24.01, 3).stop is True  # one past it
+    assert with_replicas(23.99, 3).stop is False
+    assert with_replicas(18.0, 0).next_stop.at == NOW + timedelta(minutes=30)  # scaled in: burns as one
+
+
 def test_schedule_end_waits_for_requests_unless_enforced():
     evening = datetime(2026, 12, 2, 10, 5, tzinfo=UTC)  # 19:05 JST, 5 minutes after the period
     soft = decide(

@@ -7,7 +7,7 @@ keeps the instances that run a task protected, so only an empty one goes), the s
 tasks on registered container instances without a task up to the desired count and stopping the
 surplus (PROVISIONING -> PENDING -> RUNNING -> ... -> STOPPED), the
 task's image pull and prefetch container (shorter on an instance whose volume kept them: warm pool
-reuse), ALB target registration and deregistration (what the load balancer does with them is
+reuse; none when the task definition streams the weights: load_format runai_streamer), ALB target registration and deregistration (what the load balancer does with them is
 servingctl_twin.elbv2's), replacing a task whose target stays unhealthy past the service's health
 check grace period, and a real model server process per RUNNING task, listening at the task's ENI
 address (the twin's VPC is a loopback range).
@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from servingctl_twin.autoscaling import patches as autoscaling_patches
 from servingctl_twin.autoscaling.groups import activity_stamp
-from servingctl_twin.ecs.patches import create_service_task, services, set_service_counts, set_task_status, task_ip
+from servingctl_twin.ecs.patches import (
+    create_service_task,
+    services,
+    set_service_counts,
+    set_task_status,
+    task_container_definition,
+    task_ip,
+)
 from servingctl_twin.modelserver import ModelServerProcess, simulator_server, tiny_model_dir, vllm_server
 
 if TYPE_CHECKING:
@@ -46,6 +53,9 @@ REAL_SERVER_LOAD_S = 300.0
 
 # The model container's port (Terraform's container_port): the target's port, where its server listens.
 CONTAINER_PORT = 8000
+
+# load_format runai_streamer: the model container's command streams the snapshot from S3.
+STREAMER_ARGS = ("--load-format", "runai_streamer")
 
 
 @dataclass
@@ -212,6 +222,9 @@ class Scheduler:
             )
             set_task_status(task.task, "PENDING")
             task.task.pull_started_at = datetime.now(UTC)
+        elif task.phase == "PENDING" and streamed_model(task.task) is not None:
+            task.task.pull_stopped_at = datetime.now(UTC)  # no prefetch container: vLLM reads S3 itself
+            self._start_running(task, now)
         elif task.phase == "PENDING":
             task.task.pull_stopped_at = datetime.now(UTC)
             instance = self.world.auto_scaling.instances.get(task.instance_id)
@@ -304,7 +317,26 @@ class Scheduler:
         assert task.target_id is not None
         model = self.world.registry.profiles[task.profile].model
         log = self.world.logdir / f"{task.profile}-{task.arn.rsplit('/', 1)[-1]}.log" if self.world.logdir else None
-        if self.world.model_server == "vllm":
+        streamed = streamed_model(task.task)
+        if self.world.model_server == "vllm" and streamed is not None:
+            # As the task role's credentials would on AWS, the streamer's reads go to the twin's S3.
+            s3 = {
+                "AWS_ENDPOINT_URL": self.world.endpoint_url,
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": self.world.registry.region,
+                "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0",  # path-style: the endpoint is one host
+            }
+            server = vllm_server(
+                streamed,
+                CONTAINER_PORT,
+                served_model_name=model,
+                extra_args=STREAMER_ARGS,
+                log_path=log,
+                host=task.target_id,
+                env=s3,
+            )
+        elif self.world.model_server == "vllm":
             server = vllm_server(tiny_model_dir(), CONTAINER_PORT, served_model_name=model, log_path=log, host=task.target_id)
         else:
             faults = ["models-fail=1"] if "smoke-fails-once" in self.world.faults else []
@@ -354,3 +386,11 @@ class Scheduler:
             if now - task.running_at >= task.grace_real_s:
                 self._begin_stop(task, ELB_UNHEALTHY_REASON.format(target_group=tg), "ServiceSchedulerInitiated", now)
                 self.world.log("task-unhealthy", f"{task.profile}: {task.arn} replaced after failed ELB health checks")
+
+
+def streamed_model(task: Any) -> str | None:
+    """The s3:// snapshot the task's model container streams (load_format runai_streamer), else None."""
+    command = list(task_container_definition(task).get("command") or [])
+    streams = any(command[i : i + 2] == list(STREAMER_ARGS) for i in range(len(command) - 1))
+    model = command[command.index("--model") + 1] if "--model" in command[:-1] else ""
+    return model if streams and model.startswith("s3://") else None

@@ -50,7 +50,7 @@ from servingctl.control import aws
 from servingctl.control.autostop import request_counts
 from servingctl.control.config import limit_problems
 from servingctl.control.executions import Action, canonical, execution_name, latest_execution, running_execution
-from servingctl.control.flow import own_instances
+from servingctl.control.flow import own_instances, session_spend
 from servingctl.control.sweep import decide
 from servingctl.costs import PriceCatalog, SessionCost, monthly_totals, stored_session_cost, volume_monthly_usd
 from servingctl.registry.models import Registry, ServingProfile
@@ -177,9 +177,7 @@ def _forecast(deps: ApiDeps, name: str, state: ProfileState, with_requests: bool
     observed: dict[str, Any] = {}
     session = deps.store.get_session(name, state.session_id) if spec.autostop.max_session_usd and state.session_id else None
     if session is not None:
-        pool = deps.registry.pools[spec.pool]
-        price = deps.catalog.instance(deps.registry.region, pool.price_key or pool.instance_type)
-        observed = {"session_started_at": session.started_at, "hourly_usd": price.hourly_usd if price else None}
+        observed = session_spend(deps.autoscaling, deps.registry, deps.catalog, session, now)
     decision = decide(
         name,
         spec,

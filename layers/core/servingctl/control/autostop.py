@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict
 
 from servingctl.control import events
 from servingctl.control.executions import attempt_names, execution_name, running_execution, start_fresh
+from servingctl.control.flow import session_spend
 from servingctl.control.sweep import Decision, PlannedStop, ServerLoad, decide
 from servingctl.costs import PriceCatalog, load_catalog
 from servingctl.loadgen.server_metrics import RUNNING, WAITING, parse_prometheus
@@ -70,6 +71,7 @@ class SweepDeps:
     cloudwatch: Any
     events: Any
     elbv2: Any
+    autoscaling: Any  # the pools' scaling activities: what a session's instances cost so far
     store: Store
     registry: Registry
     stop_machine_arn: str
@@ -221,13 +223,13 @@ def auto_stop_name(profile: str, state: ProfileState) -> str:
 
 
 def _session_cost(deps: SweepDeps, name: str, state: ProfileState) -> dict[str, Any]:
-    """Session start and hourly price, read only for a profile with a budget."""
+    """What the session's budget is judged on, read only for a profile with a budget."""
     if deps.registry.profiles[name].autostop.max_session_usd is None or not state.session_id:
         return {}
     session = deps.store.get_session(name, state.session_id)
-    pool = deps.registry.pool_of(name)
-    price = deps.catalog().instance(deps.registry.region, pool.price_key or pool.instance_type)
-    return {"session_started_at": session.started_at if session else None, "hourly_usd": price.hourly_usd if price else None}
+    if session is None:
+        return {}
+    return session_spend(deps.autoscaling, deps.registry, deps.catalog(), session, deps.clock.now())
 
 
 def _decide(deps: SweepDeps, name: str, state: ProfileState, now: datetime) -> tuple[Decision, int | None]:

@@ -4,7 +4,7 @@ every probe), the stop flag, pool activity, releasing a pool."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -12,6 +12,7 @@ from servingctl.control import aws
 from servingctl.control.deps import Deps
 from servingctl.control.routing import to_waker
 from servingctl.control.state import FlowState, PoolGuard, Unlocked
+from servingctl.costs import PriceCatalog, stored_session_cost
 from servingctl.registry.models import Registry
 from servingctl.shared.errors import InvalidInput, PoolBusy, StopRequested
 from servingctl.shared.flow_inputs import StartConfig, StopConfig
@@ -177,6 +178,21 @@ def own_instances(autoscaling: AutoScalingClient, registry: Registry, session: S
     if registry.profiles_on_pool(session.pool) != [session.profile]:
         return []
     return aws.instance_spans(autoscaling, registry.pools[session.pool].asg_name, session.started_at)
+
+
+def session_spend(
+    autoscaling: AutoScalingClient, registry: Registry, catalog: PriceCatalog, session: Session, now: datetime
+) -> dict[str, Any]:
+    """What a session's budget is judged on (Observed fields): its start and hourly price and, from
+    its pool's scaling activities, what every instance has cost so far and how many run now."""
+    pool = registry.pools[session.pool]
+    price = catalog.instance(registry.region, pool.price_key or pool.instance_type)
+    seen: dict[str, Any] = {"session_started_at": session.started_at, "hourly_usd": price.hourly_usd if price else None}
+    live = own_instances(autoscaling, registry, session)
+    if price is not None and live:
+        cost = stored_session_cost(catalog, registry.region, session, now, live)
+        seen |= {"spent_usd": cost.cost_usd, "running_instances": sum(span.stopped_at is None for span in live)}
+    return seen
 
 
 def session_note(session: Session | None, closed: bool) -> list[str]:

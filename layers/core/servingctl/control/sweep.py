@@ -101,6 +101,10 @@ class Observed(BaseModel):
     held_until: datetime | None = None
     session_started_at: datetime | None = None
     hourly_usd: float | None = None
+    # Every instance's cost so far and the instances running now (replicas), from the pool's scaling
+    # activities; None: unknown, and the budget is counted as one instance since the session began.
+    spent_usd: float | None = None
+    running_instances: int = Field(default=1, ge=0)
 
     def held(self) -> bool:
         """True while a benchmark's hold is in force."""
@@ -223,14 +227,21 @@ def _limit_stops(profile: ServingProfile, seen: Observed) -> list[PlannedStop]:
             )
         )
     if settings.max_session_usd is not None and seen.hourly_usd and seen.session_started_at is not None:
-        at = seen.session_started_at + timedelta(hours=settings.max_session_usd / seen.hourly_usd)
+        budget = settings.max_session_usd
+        if seen.spent_usd is None:
+            at = seen.session_started_at + timedelta(hours=budget / seen.hourly_usd)
+            rate = f"{seen.hourly_usd:g} USD/h"
+        else:
+            # What is left, at the rate of the instances running now (each replica bills its own).
+            burn = seen.hourly_usd * max(1, seen.running_instances)
+            at = seen.now + timedelta(hours=max(0.0, budget - seen.spent_usd) / burn)
+            rate = f"{seen.spent_usd:.2f} USD spent, {seen.running_instances} instance(s) at {seen.hourly_usd:g} USD/h each"
         stops.append(
             PlannedStop(
                 reason="budget",
                 at=at,
                 hard=True,
-                detail=f"the session reaches its budget of {settings.max_session_usd:g} USD "
-                f"at {seen.hourly_usd:g} USD/h at {render.when(at)}",
+                detail=f"the session reaches its budget of {budget:g} USD ({rate}) at {render.when(at)}",
             )
         )
     return stops

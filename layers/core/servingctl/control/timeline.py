@@ -62,10 +62,12 @@ GRACE_SPAN, GRACE_BOUNDS_S = ("task_started", "target_healthy"), (60, 7200)
 # file:line differ by version), first match wins, anything else is ignored. Versions 0.6 to 0.32
 # print these words (v0 "Loading model weights took", v1 "Loading weights took"; torch.compile's
 # total was "torch.compile takes X s in total", later per range "Compiling a graph ... takes").
+# Streamed from S3 (--load-format runai_streamer) 0.32 prints no "took" line: its progress bar at
+# 100 % ends the weights.
 VLLM_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("vllm_load_started", re.compile(r"Starting to load model|Loading model from scratch")),
     ("vllm_model_initialized", re.compile(r"Initializing model took")),
-    ("vllm_weights_loaded", re.compile(r"Loading (?:model )?weights took")),
+    ("vllm_weights_loaded", re.compile(r"Loading (?:model )?weights took|Loading safetensors using Runai Model Streamer: 100%")),
     ("vllm_model_loaded", re.compile(r"Model loading took")),
     ("vllm_compiled", re.compile(r"torch\.compile takes? [0-9.]+ ?s in total|Compiling a graph for .* takes [0-9.]+ ?s")),
     ("vllm_graphs_captured", re.compile(r"Graph capturing finished in")),
