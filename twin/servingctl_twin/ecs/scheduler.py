@@ -5,12 +5,13 @@ to one instance per replica the pool's services want (each replica reserves its 
 after its scale-in alarm, lowering it to what they need (with managed termination protection ECS
 keeps the instances that run a task protected, so only an empty one goes), the scheduler placing
 tasks on registered container instances without a task up to the desired count and stopping the
-surplus (PROVISIONING -> PENDING -> RUNNING -> ... -> STOPPED), the
-task's image pull and prefetch container (shorter on an instance whose volume kept them: warm pool
-reuse; none when the task definition streams the weights: load_format runai_streamer), ALB target registration and deregistration (what the load balancer does with them is
-servingctl_twin.elbv2's), replacing a task whose target stays unhealthy past the service's health
-check grace period, and a real model server process per RUNNING task, listening at the task's ENI
-address (the twin's VPC is a loopback range).
+surplus (PROVISIONING -> PENDING -> RUNNING -> ... -> STOPPED), the task's image pull and
+prefetch container (shorter on an instance whose volume kept them: warm pool reuse; none when the
+task definition streams the weights: load_format runai_streamer), ALB target registration and
+deregistration (what the load balancer does with them is servingctl_twin.elbv2's), replacing a
+task whose target stays unhealthy past the service's health check grace period, and a real model
+server process per RUNNING task, listening at the task's ENI address (the twin's VPC is a loopback
+range).
 """
 
 from __future__ import annotations
