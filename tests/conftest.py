@@ -7,6 +7,7 @@ node_modules); when one is missing the tests fail and say which make target buil
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -14,6 +15,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "template.yaml"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the processes the tests interrupt, however the suite was started."""
+    # A suite started in the background by a shell without job control inherits SIGINT ignored, and
+    # so would every process it starts: the tests that press Ctrl-C would see nothing interrupted.
+    # With Python's own handler here, the processes the tests start begin with the default.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _tool(env_name: str, default: Path, make_target: str) -> Path:

@@ -86,3 +86,12 @@ def test_end_of_stream_reads_empty():
     with receiver:
         sender.close()
         assert rxstamp.recv_stamped(receiver, 100)[0] == b""
+
+
+def test_a_preemption_between_the_clock_readings_does_not_move_the_stamp(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first pair of wall readings straddles a 2 ms preemption; the second is tight: it is the one used.
+    walls = iter([1_000_000_000, 1_002_000_000, 1_002_000_100, 1_002_000_110])
+    monkeypatch.setattr(rxstamp.time, "time_ns", lambda: next(walls))
+    clocks = iter([500_000_000, 501_999_000])
+    # The stamp is 1 ms old at the tight pair: on the caller's clock, 1 ms before its reading.
+    assert rxstamp._on_clock(1_001_000_105, lambda: next(clocks)) == 501_999_000 - 1_000_000
