@@ -54,6 +54,11 @@ run "sync_and_streamer" {
     error_message = "sync's vLLM needs no S3 client"
   }
   assert {
+    # The streamer reads S3 with the task role's credentials: without the read it gets AccessDenied.
+    condition     = module.profile["streamed"].reads_weights_from_s3 && module.profile["synced"].reads_weights_from_s3
+    error_message = "the task role reads the weights for both load formats"
+  }
+  assert {
     condition     = module.profile["streamed"].serving.load_format == "runai_streamer" && module.profile["synced"].serving.load_format == "sync"
     error_message = "the registry records each profile's load format"
   }

@@ -158,14 +158,14 @@ resource "aws_iam_role_policy" "hub_token" {
   policy = data.aws_iam_policy_document.hub_token[0].json
 }
 
-# Task role: read this model's weights from S3 (prefetch only); nothing else.
+# Task role: read this model's weights from S3 (the prefetch syncs them, or vLLM streams them); nothing else.
 resource "aws_iam_role" "task" {
   name               = "${var.service_name}-task"
   assume_role_policy = data.aws_iam_policy_document.tasks_assume.json
 }
 
 data "aws_iam_policy_document" "weights" {
-  count = local.prefetch ? 1 : 0
+  count = local.prefetch || local.stream ? 1 : 0
 
   statement {
     actions   = ["s3:GetObject"]
@@ -184,7 +184,7 @@ data "aws_iam_policy_document" "weights" {
 }
 
 resource "aws_iam_role_policy" "weights" {
-  count = local.prefetch ? 1 : 0
+  count = local.prefetch || local.stream ? 1 : 0
 
   name   = "read-model-weights"
   role   = aws_iam_role.task.id

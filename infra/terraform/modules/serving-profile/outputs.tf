@@ -80,3 +80,8 @@ output "replicas" {
     policy       = one(aws_appautoscaling_policy.replicas[*])
   }
 }
+
+output "reads_weights_from_s3" {
+  description = "Whether the task role may read this model's weights in S3 (false when they come from the hub)."
+  value       = length(aws_iam_role_policy.weights) == 1
+}
