@@ -223,17 +223,12 @@ class Scheduler:
             )
             set_task_status(task.task, "PENDING")
             task.task.pull_started_at = datetime.now(UTC)
-        elif task.phase == "PENDING" and streamed_model(task.task) is not None:
-            task.task.pull_stopped_at = datetime.now(UTC)  # no prefetch container: vLLM reads S3 itself
-            self._start_running(task, now)
         elif task.phase == "PENDING":
             task.task.pull_stopped_at = datetime.now(UTC)
-            instance = self.world.auto_scaling.instances.get(task.instance_id)
-            # A warm volume holds the synced revision's marker: the prefetch says so and exits at once.
-            warm = instance is not None and task.profile in instance.cached
-            task.phase, task.due = "PREFETCHING", self.world.after(0.0 if warm else self.world.delays.prefetch_s)
-            lines = [PREFETCH_LINES[0].format(model=self.world.registry.profiles[task.profile].model)]
-            self.world.container_logs.put(task, PREFETCH_CONTAINER, [*lines, "weights already on the volume"] if warm else lines)
+            if streamed_model(task.task) is not None:  # no prefetch container: vLLM reads S3 itself
+                self._start_running(task, now)
+            else:
+                self._prefetch(task)
         elif task.phase == "PREFETCHING":
             self.world.container_logs.put(task, PREFETCH_CONTAINER, [PREFETCH_LINES[1]])
             self._start_running(task, now)
@@ -249,6 +244,15 @@ class Scheduler:
             self._finish_stop(task)
         if task.phase == "RUNNING" and task.due == float("inf") and "task-crash" in self.world.faults:
             task.due = self.world.after(self.world.delays.crash_after_s)
+
+    def _prefetch(self, task: _Task) -> None:
+        """The prefetch container's run: a warm volume holds the synced revision's marker, so the
+        prefetch says so and exits at once."""
+        instance = self.world.auto_scaling.instances.get(task.instance_id)
+        warm = instance is not None and task.profile in instance.cached
+        task.phase, task.due = "PREFETCHING", self.world.after(0.0 if warm else self.world.delays.prefetch_s)
+        lines = [PREFETCH_LINES[0].format(model=self.world.registry.profiles[task.profile].model)]
+        self.world.container_logs.put(task, PREFETCH_CONTAINER, [*lines, "weights already on the volume"] if warm else lines)
 
     def _start_running(self, task: _Task, now: float) -> None:
         task.phase, task.due = "RUNNING", float("inf")
@@ -320,7 +324,8 @@ class Scheduler:
         log = self.world.logdir / f"{task.profile}-{task.arn.rsplit('/', 1)[-1]}.log" if self.world.logdir else None
         streamed = streamed_model(task.task)
         if self.world.model_server == "vllm" and streamed is not None:
-            # As the task role's credentials would on AWS, the streamer's reads go to the twin's S3.
+            # The streamer's reads go to the twin's S3, which does not decide them by the task role:
+            # Terraform's grant of that read is checked by terraform test (load_format.tftest.hcl).
             s3 = {
                 "AWS_ENDPOINT_URL": self.world.endpoint_url,
                 "AWS_ACCESS_KEY_ID": "testing",
