@@ -197,3 +197,19 @@ def test_a_replay_needs_every_timestamp_and_no_conversations():
         datasets.check_replayable(parse_dataset(b'{"prompt": "x", "timestamp": 0}\n{"prompt": "y"}\n', spec()))
     with pytest.raises(DatasetError, match=r"^line 1: conversation_id: a replay sends single requests"):
         datasets.check_replayable(parse_dataset(b'{"prompt": "x", "timestamp": 0, "conversation_id": "c"}\n', spec()))
+
+
+def test_jsonl_reference_and_to_jsonl_reads_back_as_the_same_requests():
+    lines = [
+        {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "é q1"}], "reference": "r a"},
+        {"prompt": "q2", "output_tokens": 5, "timestamp": 1.25, "conversation_id": 3},
+        {"prompt": "q3", "conversation_id": "3", "timestamp": 2},
+    ]
+    taken = parse_dataset("\n".join(json.dumps(x) for x in lines).encode(), spec()).prompts
+    assert taken[0].reference == "r a" and taken[1].reference is None
+    again = parse_dataset(datasets.to_jsonl(taken), spec()).prompts
+    assert [(p.messages, p.output_tokens, p.reference, p.timestamp_s, p.conversation) for p in again] == [
+        (p.messages, p.output_tokens, p.reference, p.timestamp_s, p.conversation) for p in taken
+    ]
+    with pytest.raises(DatasetError, match=r"^line 1: reference: 3; expected the answer's text$"):
+        parse_dataset(b'{"prompt": "x", "reference": 3}\n', spec())

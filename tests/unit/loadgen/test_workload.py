@@ -289,3 +289,15 @@ def test_completions_api_sends_prompts_without_a_chat_template_and_checks_them(t
     path.write_text('messages\n"[{""role"": ""system"", ""content"": ""s""}, {""role"": ""user"", ""content"": ""u""}]"\n')
     with pytest.raises(Exception, match=r"line 2: messages: /v1/completions sends one prompt; this line has 2 messages"):
         asyncio.run(run_benchmark(config(api="completions", dataset=spec, mode="sustained"), transport=transport, run_id="r11"))
+
+
+def test_a_jsonl_reference_gives_the_output_length_unless_the_line_names_output_tokens(tmp_path):
+    path = tmp_path / "p.jsonl"
+    lines = [{"prompt": "one", "reference": "a b c d"}, {"prompt": "two", "reference": "a b c d", "output_tokens": 2}]
+    path.write_text("\n".join(json.dumps(x) for x in lines))
+    transport, sent = fake_server()
+    spec = DatasetSpec(source=str(path), output_tokens="dataset")
+    run = asyncio.run(run_benchmark(config(mode="sustained", dataset=spec), transport=transport, run_id="r3"))
+    by_prompt = {b["messages"][0]["content"]: b["max_tokens"] for b in sent}
+    # the reference's tokens as /tokenize counts a bare prompt (1 + its words here), the line's own output_tokens first
+    assert by_prompt == {"one": 5, "two": 2} and run.scenarios[0].summary.ok == 2

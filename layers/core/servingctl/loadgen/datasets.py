@@ -6,9 +6,13 @@ the content or named, the first N prompts taken, and the file's fingerprint (sha
   sent as one user message, the second turn's value is the reference answer whose token count is
   the output length when asked.
 - JSONL: one JSON object a line with `prompt` (a string) or `messages` (a list of {role, content}),
-  optional `output_tokens` (an integer >= 1) and `timestamp` (seconds from the trace's start).
-- CSV: a header line naming `prompt` or `messages` (a JSON list as text), optionally
-  `output_tokens` and `timestamp`; one request a line.
+  optional `output_tokens` (an integer >= 1), `reference` (an answer whose token count is the output
+  length when asked), `timestamp` (seconds from the trace's start) and `conversation_id`.
+- CSV: a header line naming `prompt` or `messages` (a JSON list as text), optionally the other
+  JSONL columns; one request a line.
+
+`to_jsonl` writes taken prompts back as JSONL that reads as the same requests: what a run inside
+the VPC is given instead of the user's file (only the prompts it sends, whatever the file's format).
 
 Other fields or columns are ignored. A malformed line is an error naming the line (ShareGPT: the
 entry) and the field; nothing is sent then.
@@ -32,7 +36,7 @@ MAX_DATASET_BYTES = 1024 * 1024 * 1024
 # Prompts one run may take (each is counted through the server's /tokenize before the load).
 MAX_PROMPTS = 100_000
 ROLES = ("system", "user", "assistant")
-JSONL_FIELDS = ("prompt", "messages", "output_tokens", "timestamp", "conversation_id")
+JSONL_FIELDS = ("prompt", "messages", "output_tokens", "reference", "timestamp", "conversation_id")
 
 
 class DatasetError(ValueError):
@@ -142,9 +146,18 @@ def _row(fields: dict[str, Any], line: int, fmt: DatasetFormat) -> DatasetPrompt
         line=line,
         messages=messages,
         output_tokens=_output_tokens(fields.get("output_tokens"), where),
+        reference=_reference(fields.get("reference"), where),
         timestamp_s=_timestamp(fields.get("timestamp"), where),
         conversation=_conversation(fields.get("conversation_id"), where),
     )
+
+
+def _reference(value: Any, where: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise DatasetError(f"{where}: reference: {value!r}; expected the answer's text")
+    return value
 
 
 def _conversation(value: Any, where: str) -> str | None:
@@ -303,6 +316,23 @@ def load_dataset(spec: DatasetSpec, *, max_bytes: int = MAX_DATASET_BYTES) -> Da
     if size > max_bytes:  # refused before reading a huge file into memory
         raise DatasetError(f"{spec.source}: {size} bytes; allowed: at most {max_bytes}")
     return parse_dataset(path.read_bytes(), spec, max_bytes=max_bytes)
+
+
+def to_jsonl(prompts: list[DatasetPrompt]) -> bytes:
+    """The prompts as JSONL (messages, and output_tokens, reference, timestamp and conversation_id where
+    set) that parse_jsonl reads back as the same requests, in the same order."""
+    lines = []
+    for p in prompts:
+        row: dict[str, Any] = {"messages": [{"role": role, "content": content} for role, content in p.messages]}
+        optional = {
+            "output_tokens": p.output_tokens,
+            "reference": p.reference,
+            "timestamp": p.timestamp_s,
+            "conversation_id": p.conversation,
+        }
+        row |= {k: v for k, v in optional.items() if v is not None}
+        lines.append(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+    return "".join(lines).encode()
 
 
 def check_replayable(dataset: Dataset) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from servingctl.loadgen.backend import Backend
 from servingctl.loadgen.calibration import CalibrationError, build_prompt, calibrate, tokenize_body
-from servingctl.loadgen.datasets import Dataset, DatasetError, conversations
+from servingctl.loadgen.datasets import Dataset, DatasetError, DatasetPrompt, conversations
 from servingctl.loadgen.lengths import sample_lengths
 from servingctl.schema.results import Calibration, RunConfig
 
@@ -129,7 +129,7 @@ async def dataset_workload(backend: Backend, dataset: Dataset, config: RunConfig
         references = list(
             await asyncio.gather(
                 *(
-                    counted({"model": backend.model, "prompt": p.reference}) if p.reference is not None else _none()
+                    counted({"model": backend.model, "prompt": p.reference}) if _by_reference(p) else _none()
                     for p in dataset.prompts
                 )
             )
@@ -147,7 +147,7 @@ async def dataset_workload(backend: Backend, dataset: Dataset, config: RunConfig
     multi_turn = any(len(group) > 1 for group in grouped)
     later_turns = {id(p) for group in grouped for p in group[1:]}
     for i, (p, count, reference) in enumerate(zip(dataset.prompts, prompt_counts, references, strict=True)):
-        if from_dataset and p.reference is not None and reference is None:
+        if from_dataset and _by_reference(p) and reference is None:
             raise CalibrationError(f"entry {p.line}: /tokenize could not count the reference answer (its output length)")
         if from_dataset:
             max_tokens = reference if reference is not None else (p.output_tokens or config.max_tokens)
@@ -155,13 +155,18 @@ async def dataset_workload(backend: Backend, dataset: Dataset, config: RunConfig
             max_tokens = drawn[i] if drawn is not None else config.max_tokens
         expected = None if id(p) in later_turns else count  # the history before a later turn is generated
         planned.append(PlannedPrompt(p.messages, max_tokens, expected, p.timestamp_s))
-    calls = len(prompt_counts) + sum(1 for p in dataset.prompts if from_dataset and p.reference is not None)
+    calls = len(prompt_counts) + sum(1 for p in dataset.prompts if from_dataset and _by_reference(p))
     calibration = _summary_calibration("dataset", prompt_counts, warnings, calls)
     if not multi_turn:
         return Workload("dataset", planned, calibration)
     by_prompt = {id(p): q for p, q in zip(dataset.prompts, planned, strict=True)}
     turns = [[by_prompt[id(p)] for p in group] for group in grouped]
     return Workload("conversations", planned, calibration, conversations=turns)
+
+
+def _by_reference(prompt: DatasetPrompt) -> bool:
+    """The prompt's output length is its reference answer's token count (no output_tokens given)."""
+    return prompt.reference is not None and prompt.output_tokens is None
 
 
 async def _none() -> None:
