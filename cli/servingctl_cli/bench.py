@@ -316,16 +316,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_bench, bench_parser=p)
 
 
+def dataset_spec(args: argparse.Namespace) -> DatasetSpec | None:
+    """The --dataset flags as a DatasetSpec (None without --dataset)."""
+    if not args.dataset:
+        return None
+    return DatasetSpec(
+        source=args.dataset,
+        format=args.dataset_format,
+        num_prompts=args.num_prompts,
+        output_tokens=args.dataset_output_tokens,
+        multi_turn=args.multi_turn,
+    )
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The RunConfig of parsed flags (raises ValidationError; header values redacted inside)."""
-    dataset = None
-    if args.dataset:
-        dataset = DatasetSpec(
-            source=args.dataset,
-            format=args.dataset_format,
-            num_prompts=args.num_prompts,
-            output_tokens=args.dataset_output_tokens,
-        )
+    dataset = dataset_spec(args)
     return RunConfig(
         endpoint=args.endpoint,
         model=args.model,
@@ -371,15 +377,16 @@ def _bench(args: argparse.Namespace) -> int:
     # every `servingctl` command (main builds the parser from every cli module).
     from servingctl.loadgen.outputs import write_all
 
+    dataset_only = args.dataset_format or args.num_prompts or args.dataset_output_tokens != "max-tokens" or args.multi_turn
+    if not args.dataset and (dataset_only or args.replay is not None or args.think_time):
+        args.bench_parser.error(
+            "--dataset-format, --num-prompts, --dataset-output-tokens, --multi-turn, --think-time, --replay: "
+            "only with --dataset FILE"
+        )
     if args.profile:
         if args.endpoint or args.model or args.header or args.api_key:
             args.bench_parser.error(
                 "--profile: the run targets the profile's own endpoint; drop --endpoint, --model, --header, --api-key"
-            )
-        if args.dataset or args.input_dist or args.output_dist:
-            args.bench_parser.error(
-                "--dataset, --input-dist, --output-dist: not yet for a --profile run inside the VPC; "
-                "run them from this machine with --endpoint and --model"
             )
         if args.processes > 1:
             args.bench_parser.error(
@@ -393,12 +400,6 @@ def _bench(args: argparse.Namespace) -> int:
         config = config_from_args(args)
     except ValidationError as exc:
         args.bench_parser.error(_validation_message(exc))
-    dataset_only = args.dataset_format or args.num_prompts or args.dataset_output_tokens != "max-tokens" or args.multi_turn
-    if not args.dataset and (dataset_only or args.replay is not None or args.think_time):
-        args.bench_parser.error(
-            "--dataset-format, --num-prompts, --dataset-output-tokens, --multi-turn, --think-time, --replay: "
-            "only with --dataset FILE"
-        )
     if args.processes > 1 and config.mode == "rate":
         args.bench_parser.error(
             "--processes: rate mode runs in one process (its Poisson schedule would change if "

@@ -116,3 +116,11 @@ def test_a_dead_endpoint_says_cannot_connect_to_it(capsys):
     err = capsys.readouterr().err
     assert code == 1 and "servingctl bench: error: cannot connect to http://127.0.0.1:1 (" in err
     assert "usage.prompt_tokens" not in err and "None" not in err
+
+
+def test_dataset_flags_reach_the_config_multi_turn_included(tmp_path):
+    args = build_parser().parse_args(
+        [*BASE, "--dataset", str(tmp_path / "s.json"), "--dataset-format", "sharegpt", "--num-prompts", "3", "--multi-turn"]
+    )
+    spec = bench_cli.config_from_args(args).dataset
+    assert spec is not None and (spec.format, spec.num_prompts, spec.multi_turn) == ("sharegpt", 3, True)
