@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from pydantic import BaseModel
 from rich.console import Console
 
 from servingctl import render
 from servingctl.costs import Comparison, priced_api
+from servingctl.loadgen.datasets import DatasetError
 from servingctl.runs.matrix import RUN_ID_PATTERN
 from servingctl.schema.results import RunResult
 from servingctl.store.records import decode_records
@@ -70,6 +72,11 @@ FIELDS = {
     "slo_share": "slo_share",
     "sweep_max_concurrency": "sweep_max_concurrency",
     "sweep_max_steps": "sweep_max_steps",
+    "api": "api",
+    "think_time": "think_time_s",
+    "replay": "replay_speed",
+    "input_dist": "input_distribution",
+    "output_dist": "output_distribution",
 }
 
 
@@ -132,7 +139,9 @@ def request_body(args: argparse.Namespace, client: Client) -> dict[str, Any]:
     Functions returns instead of starting a second run."""
     run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     body: dict[str, Any] = {"profile": args.profile, "start": args.start, "stop": args.stop, "run_id": run_id}
-    body |= {field: getattr(args, flag) for flag, field in FIELDS.items() if getattr(args, flag) is not None}
+    body |= {field: _as_json(getattr(args, flag)) for flag, field in FIELDS.items() if getattr(args, flag) is not None}
+    if args.dataset and args.mode is None:
+        body["mode"] = "sustained"  # as on this machine: every prompt once
     if args.slo:
         body["slos"] = [slo.model_dump(exclude_none=True) for slo in args.slo]
     if args.sweep:
@@ -143,6 +152,49 @@ def request_body(args: argparse.Namespace, client: Client) -> dict[str, Any]:
         body["start_options"] = {"poll": client.poll}
         body["stop_options"] = {"poll": client.poll}
     return body
+
+
+def _as_json(value: Any) -> Any:
+    """A flag's value as the API's JSON (a length distribution as its fields)."""
+    return value.model_dump(exclude_none=True) if isinstance(value, BaseModel) else value
+
+
+def upload_prompts(args: argparse.Namespace, client: Client, body: dict[str, Any]) -> bytes | None:
+    """Read --dataset here (a malformed line stops it before anything is sent), describe the prompts
+    taken in the body's dataset; returns the JSONL to upload (None without --dataset)."""
+    from servingctl.loadgen.datasets import load_dataset
+    from servingctl.runs.matrix import BenchmarkInput
+    from servingctl.runs.uploads import describe_upload, upload_payload
+    from servingctl_cli.bench import dataset_spec
+
+    spec = dataset_spec(args)
+    if spec is None:
+        return None
+    dataset = load_dataset(spec)
+    payload = upload_payload(dataset)
+    max_tokens = body.get("max_tokens", BenchmarkInput.model_fields["max_tokens"].default)
+    body["dataset"] = describe_upload(dataset, payload, max_tokens).model_dump(mode="json")
+    return payload
+
+
+def put_prompts(client: Client, run_id: str, payload: bytes) -> None:
+    """Upload a run's prompts: the API's presigned URL, then one PUT with the headers it was signed with."""
+    import hashlib
+
+    from servingctl.api.benchmarks import DatasetUpload
+
+    answer = client.post(
+        f"/benchmarks/{run_id}/dataset", {"size_bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
+    )
+    upload = answer_as(DatasetUpload, answer, f"POST /benchmarks/{run_id}/dataset")
+    try:
+        response = httpx.put(upload.url, content=payload, headers=upload.headers, timeout=300)
+    except httpx.HTTPError as exc:
+        raise Unreachable(f"uploading the prompts to S3 failed: {exc}") from None
+    if response.status_code != 200:
+        raise ApiError(
+            response.status_code, f"S3 refused the prompts' upload (HTTP {response.status_code}): {response.text[:300]}", None
+        )
 
 
 def follow_run(client: Client, run_id: str, *, plain: bool, sleep: Callable[[float], None] = time.sleep) -> BenchmarkDetail:
@@ -253,6 +305,7 @@ def _kept(ref: str, path: Path, why: str) -> LoadedRun:
 
 # run_benchmark input field -> the flag of `bench --profile`.
 FLAGS = {field: "--" + flag.replace("_", "-") for flag, field in FIELDS.items()} | {
+    "dataset": "--dataset",
     "profile": "--profile",
     "label": "--label",
     "start": "--start",
@@ -269,6 +322,11 @@ def _remote(args: argparse.Namespace, client: Client) -> int:
     from servingctl.wording import for_flags
 
     body = request_body(args, client)
+    try:
+        payload = upload_prompts(args, client, body)
+    except DatasetError as exc:
+        print(f"servingctl bench: error: --dataset {args.dataset}: {exc} (nothing was sent)", file=sys.stderr)
+        return EXIT_USAGE
     try:  # the API's own rules, checked before anything is sent: errors name the flags
         BenchmarkInput.model_validate(body)
     except ValidationError as exc:
@@ -277,6 +335,8 @@ def _remote(args: argparse.Namespace, client: Client) -> int:
     from servingctl.api.benchmarks import BenchmarkRef
 
     try:
+        if payload is not None:
+            put_prompts(client, body["run_id"], payload)
         answer = client.post("/benchmarks", body)
     except KeyboardInterrupt:
         return unanswered(f"run {body['run_id']} of {args.profile}", f"servingctl wait {body['run_id']}")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from servingctl.api.models import CancelRequest, KeepaliveRequest, StartRequest, StopRequest
+from servingctl.api.models import CancelRequest, DatasetUploadRequest, KeepaliveRequest, StartRequest, StopRequest
 
 VALIDATED = {
     "StartProfile": "StartRequest",
@@ -18,6 +18,7 @@ VALIDATED = {
     "Keepalive": "KeepaliveRequest",
     "StartBenchmark": "BenchmarkRequest",
     "CancelBenchmark": "CancelRequest",
+    "UploadBenchmarkDataset": "DatasetUploadRequest",
 }
 
 
@@ -34,15 +35,15 @@ def _draft4(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             "type": "object",
             "additionalProperties": False,
             "properties": {name: _draft4(value, defs) for name, value in schema["properties"].items()},
-        }
-    return {key: schema[key] for key in ("type", "minimum", "maximum") if key in schema}
+        } | ({"required": schema["required"]} if "required" in schema else {})
+    return {key: schema[key] for key in ("type", "minimum", "maximum", "pattern") if key in schema}
 
 
 def _api(template: dict) -> dict[str, Any]:
     return template["Resources"]["ServingApi"]["Properties"]
 
 
-@pytest.mark.parametrize("model", [StartRequest, StopRequest, KeepaliveRequest, CancelRequest])
+@pytest.mark.parametrize("model", [StartRequest, StopRequest, KeepaliveRequest, CancelRequest, DatasetUploadRequest])
 def test_each_validator_model_says_what_the_handlers_model_says(template: dict, model: type[BaseModel]) -> None:
     schema = model.model_json_schema()
     stated = {k: v for k, v in _api(template)["Models"][model.__name__].items() if k != "$schema"}

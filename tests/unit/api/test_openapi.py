@@ -28,6 +28,7 @@ def test_every_operation_documents_its_errors_and_iam_auth() -> None:
         ("GET", "/benchmarks"),
         ("GET", "/benchmarks/{run_id}"),
         ("POST", "/benchmarks/{run_id}/cancel"),
+        ("POST", "/benchmarks/{run_id}/dataset"),
     }
     for key, operation in operations.items():
         assert "422" not in operation["responses"], key  # validation errors answer 400

@@ -8,7 +8,9 @@ execution (Step Functions' idempotent start), the same run id with another input
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import secrets
 from datetime import datetime
 from typing import Any
@@ -18,13 +20,17 @@ from pydantic import BaseModel, Field
 
 from servingctl.api.service import ApiDeps, BadRequest, Conflict, NotFound
 from servingctl.control.executions import canonical
-from servingctl.runs.matrix import BenchmarkInput, plan_scenarios
+from servingctl.runs.matrix import RUN_ID_PATTERN, BenchmarkInput, plan_scenarios
 from servingctl.schema.results import RunResult
 from servingctl.shared.errors import InvalidInput
 from servingctl.store.benchmarks import BenchmarkRun, Reproducibility, RunStatus, StoredComparison, run_result
 from servingctl.store.models import Phase
+from servingctl.store.records import dataset_key
 
 RECORDS_URL_EXPIRY_S = 3600
+# A dataset's upload URL: long enough for 64 MiB on a slow link, short enough not to linger.
+UPLOAD_URL_EXPIRY_S = 900
+UPLOAD_CONTENT_TYPE = "application/x-ndjson"
 
 
 class BenchmarkRef(BaseModel):
@@ -69,6 +75,66 @@ class BenchmarkDetail(BenchmarkSummary):
     records_urls: dict[str, str] = Field(default_factory=dict, description="scenario -> presigned URL of its gzip JSON lines")
 
 
+class DatasetUpload(BaseModel):
+    """Where to PUT a run's prompts: a presigned URL for runs/<run id>/dataset.jsonl and the headers it was signed with."""
+
+    run_id: str
+    key: str = Field(description="the object's key in the records bucket")
+    url: str = Field(description="presigned S3 URL: PUT the JSONL there with exactly these headers")
+    method: str = "PUT"
+    headers: dict[str, str] = Field(description="headers the PUT must carry (signed: S3 refuses the upload without them)")
+    expires_in_s: int
+
+
+def upload_dataset(deps: ApiDeps, run_id: str, size: int, sha256: str) -> DatasetUpload:
+    """A presigned PUT for a run's prompts, once: S3 checks the size and sha256, and refuses a second
+    upload to the same key (If-None-Match); 409 for a run that exists already."""
+    if not re.fullmatch(RUN_ID_PATTERN, run_id):
+        raise BadRequest(f"path.run_id: {run_id!r}; expected {RUN_ID_PATTERN} (e.g. 20261206T120000Z-ab12cd)", "path.run_id")
+    if deps.runs.get_run(run_id) is not None or _execution(deps, run_id) is not None:
+        raise Conflict(f"run {run_id} exists already; upload prompts for a new run id", "path.run_id")
+    checksum = base64.b64encode(bytes.fromhex(sha256)).decode()
+    key = dataset_key(run_id)
+    headers = {
+        "Content-Type": UPLOAD_CONTENT_TYPE,
+        "Content-Length": str(size),
+        "x-amz-checksum-sha256": checksum,
+        "If-None-Match": "*",
+    }
+    url = deps.s3.generate_presigned_url(
+        "put_object",
+        Params={
+            "Bucket": deps.records_bucket,
+            "Key": key,
+            "ContentType": UPLOAD_CONTENT_TYPE,
+            "ContentLength": size,
+            "ChecksumSHA256": checksum,
+            "IfNoneMatch": "*",
+        },
+        ExpiresIn=UPLOAD_URL_EXPIRY_S,
+    )
+    return DatasetUpload(run_id=run_id, key=key, url=url, headers=headers, expires_in_s=UPLOAD_URL_EXPIRY_S)
+
+
+def _check_upload(deps: ApiDeps, given: BenchmarkInput) -> None:
+    """A run with a dataset names the run id its prompts were uploaded for, and they are there."""
+    if given.dataset is None:
+        return
+    if given.run_id is None:
+        raise BadRequest("body.run_id: required with a dataset: the run id its prompts were uploaded for", "body.run_id")
+    key = dataset_key(given.run_id)
+    try:
+        deps.s3.head_object(Bucket=deps.records_bucket, Key=key)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+            raise
+        raise BadRequest(
+            f"body.dataset: nothing uploaded at s3://{deps.records_bucket}/{key}; POST /benchmarks/{given.run_id}/dataset "
+            "and PUT the prompts first",
+            "body.dataset",
+        ) from None
+
+
 def _new_run_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
 
@@ -89,6 +155,7 @@ def start_benchmark(deps: ApiDeps, given: BenchmarkInput) -> BenchmarkRef:
         planned = plan_scenarios(given, deps.registry.profiles[given.profile], ecs_available=deps.bench_ecs)
     except InvalidInput as exc:
         raise BadRequest(str(exc), fields=["body"]) from None
+    _check_upload(deps, given)
     phase = deps.store.get_profile(given.profile).phase
     if phase != Phase.READY and not given.start:
         raise Conflict(

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from servingctl.control.sweep import PlannedStop
+from servingctl.runs.matrix import MAX_UPLOAD_BYTES
 from servingctl.shared.flow_inputs import Poll, StartDeadlines, StopDeadlines
 from servingctl.store.models import Phase
 
@@ -51,6 +52,13 @@ class KeepaliveRequest(_Body):
 
 class CancelRequest(_Body):
     """POST /benchmarks/{run_id}/cancel: no fields (an unknown one is refused by name)."""
+
+
+class DatasetUploadRequest(_Body):
+    """POST /benchmarks/{run_id}/dataset: the prompts about to be uploaded for a run not started yet."""
+
+    size_bytes: int = Field(ge=1, le=MAX_UPLOAD_BYTES, description="the JSONL's size: the upload must be exactly this long")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="hex sha256 of the JSONL: S3 refuses other bytes")
 
 
 class ErrorBody(BaseModel):

@@ -34,9 +34,10 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
 
 from servingctl.api import benchmarks, service
-from servingctl.api.benchmarks import BenchmarkDetail, BenchmarkRef, BenchmarkSummary, CancelAnswer
+from servingctl.api.benchmarks import BenchmarkDetail, BenchmarkRef, BenchmarkSummary, CancelAnswer, DatasetUpload
 from servingctl.api.models import (
     CancelRequest,
+    DatasetUploadRequest,
     ErrorBody,
     ExecutionProgress,
     ExecutionRef,
@@ -408,6 +409,22 @@ def _benchmark_routes(app: APIGatewayRestResolver, deps: Callable[[], ApiDeps]) 
         return Response(
             status_code=202, content_type=content_types.APPLICATION_JSON, body=benchmarks.start_benchmark(deps(), body)
         )
+
+    @app.post(
+        "/benchmarks/<run_id>/dataset",
+        summary="Where to upload a run's prompts (a presigned S3 PUT), before POST /benchmarks with a dataset",
+        tags=["benchmarks"],
+        description="For a run id not used yet (409 otherwise). The URL takes one PUT of exactly `size_bytes` bytes whose "
+        "sha256 is `sha256`, with the answer's headers, within expires_in_s; S3 refuses other bytes, and a second "
+        "upload to the same run. POST /benchmarks then names the run id and describes the upload in `dataset`; the "
+        "worker checks it again before it sends anything.",
+        responses={**_ok(DatasetUpload), **ERRORS},
+    )
+    def upload_dataset(
+        run_id: Annotated[str, Path(description="the run id the prompts are for (the CLI picks a new one)")],
+        body: Annotated[DatasetUploadRequest, Body()],
+    ) -> DatasetUpload:
+        return benchmarks.upload_dataset(deps(), run_id, body.size_bytes, body.sha256)
 
     @app.get(
         "/benchmarks",

@@ -85,9 +85,7 @@ def expected_requests(
 def measured_name(config: RunConfig, calibration: Calibration, concurrency: int, workload: Workload | None) -> str:
     """The scenario's name: in256-c4-sustained, dataset-c4-sustained, dataset-c4-replay2 (scenario_name)."""
     prompts = workload.label if workload is not None else None
-    if workload is not None and config.replay_speed is not None:
-        return f"{prompts}-c{concurrency}-replay{config.replay_speed:g}"
-    return scenario_name(calibration.target_tokens, concurrency, config.mode, config.rate, prompts)
+    return scenario_name(calibration.target_tokens, concurrency, config.mode, config.rate, prompts, config.replay_speed)
 
 
 def planned_offsets(config: RunConfig, workload: Workload | None) -> list[float] | None:

@@ -16,7 +16,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from servingctl.loadgen.selfcheck import CPU_SHARE_LIMIT, LAG_P99_LIMIT_MS
 from servingctl.registry.models import ServingProfile
-from servingctl.schema.results import Mode, RunConfig, SaltMode, Slo, scenario_name
+from servingctl.schema.results import (
+    Api,
+    DatasetFingerprint,
+    DatasetSpec,
+    LengthDistribution,
+    Mode,
+    RunConfig,
+    SaltMode,
+    Slo,
+    scenario_name,
+)
 from servingctl.shared.errors import InvalidInput
 
 # Lambda's hard limit is 900 s; the load gets this much of it, the rest covers connection setup,
@@ -33,8 +43,28 @@ MAX_CONCURRENCY = 256
 MAX_INPUT_TOKENS = 262_144
 MAX_WORKERS = 8
 RUN_ID_PATTERN = r"^\d{8}T\d{6}Z-[a-z0-9][a-z0-9-]{0,39}$"
+# A run's dataset is counted again by every worker before its load (/tokenize per prompt) and held in
+# its memory: a run inside the VPC takes at most this many prompts, uploaded as at most this many bytes.
+MAX_RUN_PROMPTS = 10_000
+MAX_UPLOAD_BYTES = 64 * 1024 * 1024
 
 Runner = Literal["auto", "lambda", "ecs"]
+
+
+class UploadedDataset(BaseModel):
+    """The prompts a run inside the VPC sends: what `servingctl bench --profile --dataset` took from
+    the user's file, uploaded as JSONL to the run's prefix (POST /benchmarks/{run_id}/dataset), and the file's fingerprint.
+    The worker checks the upload against sha256 and the shape before it sends anything."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="of the uploaded JSONL's bytes")
+    prompts: int = Field(ge=1, le=MAX_RUN_PROMPTS, description="requests in the upload")
+    conversations: int = Field(default=0, ge=0, le=MAX_RUN_PROMPTS, description="conversations among them (0: none)")
+    input_bytes: int = Field(ge=1, description="UTF-8 bytes of every prompt's messages (bounds their tokens)")
+    output_tokens_bound: int = Field(ge=1, description="output tokens of every request together, at most")
+    span_s: float | None = Field(default=None, ge=0, description="last timestamp - first (None: no timestamps)")
+    file: DatasetFingerprint = Field(description="the user's file: name, format, sha256, entries, prompts taken")
 
 
 class BenchmarkInput(BaseModel):
@@ -57,6 +87,13 @@ class BenchmarkInput(BaseModel):
     salt_mode: SaltMode = "cache-salt"
     max_failure_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     timeout_s: float = Field(default=600.0, gt=0, le=LAMBDA_BUDGET_S, description="per-request timeout")
+    api: Api = Field(default="chat", description="chat: /v1/chat/completions; completions: /v1/completions")
+    # The user's own prompts, or per-request lengths, instead of the input_tokens matrix.
+    dataset: UploadedDataset | None = Field(default=None, description="prompts uploaded with POST /benchmarks/{run_id}/dataset")
+    think_time_s: float = Field(default=0.0, ge=0, le=3600, description="conversations: pause between a reply and the next turn")
+    replay_speed: float | None = Field(default=None, gt=0, le=1000, description="send the dataset at its timestamps / this")
+    input_distribution: LengthDistribution | None = Field(default=None, description="per-request prompt lengths")
+    output_distribution: LengthDistribution | None = Field(default=None, description="per-request output lengths")
     # Service-level objectives, and the saturation sweep instead of the concurrencies.
     slos: list[Slo] = Field(default_factory=list, max_length=9, description="latency objectives: goodput per scenario")
     slo_share: float = Field(default=1.0, gt=0, le=1, description="share of requests that must meet every per-request SLO")
@@ -97,8 +134,12 @@ class BenchmarkInput(BaseModel):
             raise ValueError("rate: required when mode is rate (requests per second, 0 < rate <= 1000)")
         if self.mode != "rate" and self.rate is not None:
             raise ValueError(f"rate: only for mode rate (mode is {self.mode})")
-        if self.mode in ("sustained", "rate") and self.requests is None and self.duration_s is None:
-            raise ValueError(f"requests or duration_s: mode {self.mode} needs one of them")
+        if self.mode in ("sustained", "rate") and self.requests is None and self.duration_s is None and self.dataset is None:
+            raise ValueError(f"requests or duration_s: mode {self.mode} needs one of them (with a dataset: every prompt once)")
+        if self.dataset is not None and self.dataset.conversations and self.mode != "sustained":
+            raise ValueError(f"mode: conversations run in mode sustained; got {self.mode}")
+        if self.replay_speed is not None and (self.dataset is None or self.dataset.span_s is None):
+            raise ValueError("replay_speed: replays the dataset's timestamps; the dataset has none")
         if self.mode == "burst" and (self.requests is not None or self.duration_s is not None):
             raise ValueError("requests, duration_s: only for modes sustained and rate (burst uses warmup and rounds)")
         if self.sweep:
@@ -108,6 +149,10 @@ class BenchmarkInput(BaseModel):
                 raise ValueError(f"input_tokens: the sweep searches one input length; got {self.input_tokens}")
             if self.mode == "rate":
                 raise ValueError("mode: the sweep varies concurrency; use burst or sustained")
+        try:  # the engine's own rules on what goes together (datasets, distributions, salts, replay)
+            engine_config(self, "http://profile", self.profile, {}, dataset_source="upload")
+        except ValidationError as exc:
+            raise ValueError("; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())) from None
         return self
 
 
@@ -118,7 +163,8 @@ class PlannedScenario(BaseModel):
 
     name: str
     position: int
-    input_tokens: int
+    input_tokens: int = Field(description="the calibrated length; 0 when the prompts vary (prompts names them)")
+    prompts: str | None = Field(default=None, description="dataset, conversations or in<low>-<high>: prompts that vary")
     concurrency: int
     runner: Literal["lambda", "ecs"]
     estimate_s: float
@@ -147,10 +193,30 @@ def parse_benchmark_input(data: Any) -> BenchmarkInput:
         raise InvalidInput("invalid input: " + "; ".join(problems)) from None
 
 
+def _bound(distribution: LengthDistribution) -> float:
+    """A length the distribution's draws stay under (normal: 3 standard deviations above the mean)."""
+    if distribution.kind == "fixed":
+        return float(distribution.tokens or 0)
+    if distribution.kind == "uniform":
+        return float(distribution.high or 0)
+    return (distribution.mean or 0.0) + 3 * (distribution.sd or 0.0)
+
+
+def request_lengths(given: BenchmarkInput, input_tokens: int) -> tuple[float, float]:
+    """Prompt and output tokens the estimate takes for one request: the matrix's, a distribution's
+    bound, or a dataset's mean (its prompts' bytes bound their tokens)."""
+    if given.dataset is not None:
+        return given.dataset.input_bytes / given.dataset.prompts, given.dataset.output_tokens_bound / given.dataset.prompts
+    prompt = _bound(given.input_distribution) if given.input_distribution is not None else float(input_tokens)
+    output = _bound(given.output_distribution) if given.output_distribution is not None else float(given.max_tokens)
+    return prompt, output
+
+
 def request_seconds(given: BenchmarkInput, input_tokens: int, concurrency: int) -> float:
     """Pessimistic seconds of one request when `concurrency` are in flight: all prompts of the
-    round prefilled one after the other, then max_tokens at expected_tok_s."""
-    return input_tokens * concurrency / PREFILL_TOK_S + given.max_tokens / given.expected_tok_s
+    round prefilled one after the other, then its output at expected_tok_s."""
+    prompt, output = request_lengths(given, input_tokens)
+    return prompt * concurrency / PREFILL_TOK_S + output / given.expected_tok_s
 
 
 def estimate_seconds(given: BenchmarkInput, input_tokens: int, concurrency: int) -> float:
@@ -159,6 +225,12 @@ def estimate_seconds(given: BenchmarkInput, input_tokens: int, concurrency: int)
     warm = given.warmup * one
     if given.mode == "burst":
         return warm + given.rounds * one
+    data = given.dataset
+    if data is not None and given.replay_speed is not None and data.span_s is not None:
+        return warm + data.span_s / given.replay_speed + one
+    if data is not None and given.requests is None and given.duration_s is None:  # every prompt once
+        turns = math.ceil(data.prompts / concurrency)
+        return warm + turns * one + turns * given.think_time_s
     if given.duration_s is not None and (given.requests is None or given.mode == "sustained"):
         load = given.duration_s
         if given.requests is not None:
@@ -219,7 +291,8 @@ def sweep_scenario(given: BenchmarkInput, concurrency: int, position: int) -> Pl
 def plan_scenarios(given: BenchmarkInput, profile: ServingProfile, *, ecs_available: bool) -> list[PlannedScenario]:
     """The matrix in run order (input length, then concurrency), each scenario with its runner."""
     limit = profile.serving.max_model_len
-    if limit is not None:
+    label = prompts_label(given)
+    if limit is not None and label is None:
         too_long = [t for t in given.input_tokens if t + given.max_tokens > limit]
         if too_long:
             raise InvalidInput(
@@ -236,13 +309,14 @@ def plan_scenarios(given: BenchmarkInput, profile: ServingProfile, *, ecs_availa
                 "Lambda); lower sweep_max_concurrency, rounds or max_tokens, or raise expected_tok_s"
             )
         return []
-    count = len(given.input_tokens) * len(given.concurrencies)
+    lengths = [0] if label is not None else given.input_tokens  # varying prompts: one workload
+    count = len(lengths) * len(given.concurrencies)
     if count > MAX_SCENARIOS:
         raise InvalidInput(f"invalid input: input_tokens x concurrencies is {count} scenarios; allowed: at most {MAX_SCENARIOS}")
     planned: list[PlannedScenario] = []
-    for tokens in given.input_tokens:
+    for tokens in lengths:
         for concurrency in given.concurrencies:
-            name = scenario_name(tokens, concurrency, given.mode, given.rate)
+            name = scenario_name(tokens, concurrency, given.mode, given.rate, label, given.replay_speed)
             estimate = estimate_seconds(given, tokens, concurrency)
             runner = _runner_for(given, name, estimate, ecs_available)
             planned.append(
@@ -250,6 +324,7 @@ def plan_scenarios(given: BenchmarkInput, profile: ServingProfile, *, ecs_availa
                     name=name,
                     position=len(planned),
                     input_tokens=tokens,
+                    prompts=label,
                     concurrency=concurrency,
                     runner=runner,
                     estimate_s=round(estimate, 1),
@@ -258,12 +333,46 @@ def plan_scenarios(given: BenchmarkInput, profile: ServingProfile, *, ecs_availa
     return planned
 
 
-def run_config(given: BenchmarkInput, profile: ServingProfile) -> RunConfig:
-    """The engine's config: the profile's endpoint, model and routing header, the matrix as given."""
+def prompts_label(given: BenchmarkInput) -> str | None:
+    """What names scenarios whose prompts vary (as the engine's workload labels them), None: the matrix."""
+    if given.dataset is not None:
+        return "conversations" if given.dataset.conversations else "dataset"
+    if given.input_distribution is not None:
+        return f"in{given.input_distribution.short()}"
+    return None
+
+
+def run_config(given: BenchmarkInput, profile: ServingProfile, dataset_source: str | None = None) -> RunConfig:
+    """The engine's config: the profile's endpoint, model and routing header, the matrix as given,
+    a dataset read from `dataset_source` (the run's upload)."""
+    return engine_config(
+        given,
+        profile.endpoint_url,
+        profile.model,
+        {profile.routing_header.name: profile.routing_header.value},
+        dataset_source=dataset_source,
+    )
+
+
+def engine_config(
+    given: BenchmarkInput, endpoint: str, model: str, headers: dict[str, str], *, dataset_source: str | None
+) -> RunConfig:
+    """The RunConfig of an input against one endpoint (ValidationError: the engine refuses the combination)."""
+    dataset = None
+    if given.dataset is not None:
+        if dataset_source is None:
+            raise InvalidInput("invalid input: dataset: the run's upload is not known")
+        dataset = DatasetSpec(source=dataset_source, format="jsonl", output_tokens=given.dataset.file.output_tokens)
     return RunConfig(
-        endpoint=profile.endpoint_url,
-        model=profile.model,
-        headers={profile.routing_header.name: profile.routing_header.value},
+        endpoint=endpoint,
+        model=model,
+        headers=headers,
+        api=given.api,
+        dataset=dataset,
+        think_time_s=given.think_time_s,
+        replay_speed=given.replay_speed,
+        input_distribution=given.input_distribution,
+        output_distribution=given.output_distribution,
         input_tokens=given.input_tokens,
         concurrencies=given.concurrencies,
         mode=given.mode,

@@ -46,12 +46,14 @@ from servingctl.control.executions import execution_name
 from servingctl.control.state import parse_state
 from servingctl.costs import CompareInput, PriceCatalog, compare, day_use, load_catalog, slo_cost, warm_pool_monthly_usd
 from servingctl.loadgen.backend import Backend, Connection
-from servingctl.loadgen.measure import Measurement, Shard, measure_scenario, settled_snapshot
+from servingctl.loadgen.datasets import DatasetError
+from servingctl.loadgen.measure import Measurement, Shard, measure_scenario, measured_requests, settled_snapshot
 from servingctl.loadgen.metrics import failure_words
-from servingctl.loadgen.runner import connection_for, prepare, summarize_measurement
+from servingctl.loadgen.runner import connection_for, prepare, prepare_workloads, summarize_measurement
 from servingctl.loadgen.saturation import decide, result_of, step_of
 from servingctl.loadgen.server_metrics import ServerMetrics, Snapshot, thinned
-from servingctl.loadgen.shards import earliest_snapshot, merge_shards
+from servingctl.loadgen.shards import earliest_snapshot, merge_shards, shares
+from servingctl.loadgen.workload import Workload, split_workload
 from servingctl.registry.models import Registry, ServingProfile
 from servingctl.runs import state as models
 from servingctl.runs.matrix import (
@@ -63,8 +65,17 @@ from servingctl.runs.matrix import (
     sweep_scenario,
 )
 from servingctl.runs.split import ShardPlan, plan_shards, shard_config
+from servingctl.runs.uploads import read_upload
 from servingctl.schema.comparison import SloCost
-from servingctl.schema.results import SCHEMA_VERSION, Calibration, ClientSelfCheck, ScenarioSummary, ServerSample, SweepStep
+from servingctl.schema.results import (
+    SCHEMA_VERSION,
+    Calibration,
+    ClientSelfCheck,
+    RunMetadata,
+    ScenarioSummary,
+    ServerSample,
+    SweepStep,
+)
 from servingctl.shared.clock import Clock, SystemClock
 from servingctl.shared.environment import BenchTaskSettings, BenchWorkerSettings
 from servingctl.shared.errors import ControlError, InvalidInput, action_of, error_reason, throttling_as_error
@@ -83,7 +94,7 @@ from servingctl.store.benchmarks import (
     StoredScenario,
 )
 from servingctl.store.models import Phase
-from servingctl.store.records import RecordsExist, RecordStore, records_key
+from servingctl.store.records import RecordsExist, RecordStore, dataset_key, records_key
 
 # Extra lease a start made for a benchmark gets beyond the profile's default, per planned hour.
 LEASE_MARGIN_MINUTES = 30
@@ -210,11 +221,34 @@ def _connection(deps: WorkerDeps, run: BenchmarkRun) -> Connection:
     return connection_for(run.config, headers={spec.routing_header.name: spec.routing_header.value})
 
 
-def _calibration(run: BenchmarkRun, input_tokens: int) -> Calibration:
-    for calibration in run.reproducibility.calibrations:
-        if calibration.target_tokens == input_tokens:
+def _calibration(run: BenchmarkRun, planned: PlannedScenario) -> Calibration:
+    calibrations = run.reproducibility.calibrations
+    if planned.prompts is not None and len(calibrations) == 1:  # varying prompts: their one workload's
+        return calibrations[0]
+    for calibration in calibrations:
+        if planned.prompts is None and calibration.target_tokens == planned.input_tokens:
             return calibration
-    raise InvalidInput(f"scenario.input_tokens: {input_tokens} was not calibrated; calibrate runs before the scenarios")
+    raise InvalidInput(f"scenario: {planned.name} was not calibrated; calibrate runs before the scenarios")
+
+
+async def _workload(deps: WorkerDeps, run: BenchmarkRun, calibration: Calibration) -> Workload | None:
+    """The scenario's prompts when they vary (the run's upload, or drawn from its distributions),
+    rebuilt by this worker and counted by the server; None: the calibrated prompt."""
+    dataset = read_upload(deps.records, run.run_id, _given(run)) if run.config.dataset is not None else None
+    with _dataset_refusal():
+        workloads, _ = await prepare_workloads(
+            run.config, _connection(deps, run), [calibration], dataset=dataset, transport=deps.transport
+        )
+    return workloads[0]
+
+
+@contextlib.contextmanager
+def _dataset_refusal() -> Iterator[None]:
+    """A dataset the engine refuses (a conversation in mode rate, messages to /v1/completions) is the input's fault."""
+    try:
+        yield
+    except DatasetError as exc:
+        raise InvalidInput(f"invalid input: dataset: {exc}") from None
 
 
 def _scenario(state: dict[str, Any]) -> PlannedScenario:
@@ -247,6 +281,7 @@ def reproducibility(registry: Registry, profile_name: str, given: BenchmarkInput
         results_schema_version=SCHEMA_VERSION,
         seed=given.seed,
         salt_mode=given.salt_mode,
+        dataset=given.dataset.file if given.dataset is not None else None,
     )
 
 
@@ -316,6 +351,8 @@ def plan(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     stop_input = _flow_input(deps.registry, "stop", profile, given.profile, given.stop_options)
 
     run_id = _planned_run_id(deps, event, given)
+    if given.dataset is not None:  # a missing or altered upload fails here, before a profile is started
+        read_upload(deps.records, run_id, given)
     now = deps.clock.now()
     request = given.model_dump(mode="json") | {"run_id": run_id}
     stored = deps.runs.create_run(
@@ -327,7 +364,7 @@ def plan(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
             created_at=now,
             updated_at=now,
             request=request,
-            config=run_config(given, profile),
+            config=run_config(given, profile, deps.records.uri(dataset_key(run_id)) if given.dataset else None),
             reproducibility=reproducibility(deps.registry, given.profile, given),
             scenarios=[s.name for s in scenarios],
         )
@@ -362,9 +399,7 @@ def calibrate(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     run = _live_run(deps, (_state(event).get("plan") or {}).get("run_id"), UNFINISHED)
     with _ends_cleanly(deps, run):
         hold_profile(deps, run, 0)
-        metadata, calibrations = asyncio.run(
-            prepare(run.config, _connection(deps, run), run_id=run.run_id, transport=deps.transport)
-        )
+        metadata, calibrations = asyncio.run(_calibrate(deps, run))
         repro = run.reproducibility.model_copy(update={"calibrations": calibrations, "server_version": metadata.server_version})
         deps.runs.update_run(
             run.run_id, deps.clock.now(), when=UNFINISHED, status=RunStatus.RUNNING, metadata=metadata, reproducibility=repro
@@ -374,6 +409,20 @@ def calibrate(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
             {"target_tokens": c.target_tokens, "actual_tokens": c.actual_tokens, "method": c.method} for c in calibrations
         ]
     }
+
+
+async def _calibrate(deps: WorkerDeps, run: BenchmarkRun) -> tuple[RunMetadata, list[Calibration]]:
+    """Server metadata and the calibrations: one per input length, or the varying prompts' summary
+    (each request is checked against its own count)."""
+    connection = _connection(deps, run)
+    metadata, calibrations = await prepare(run.config, connection, run_id=run.run_id, transport=deps.transport)
+    config = run.config
+    if config.dataset is not None or config.input_distribution is not None:
+        dataset = read_upload(deps.records, run.run_id, _given(run)) if config.dataset is not None else None
+        with _dataset_refusal():
+            workloads, _ = await prepare_workloads(config, connection, calibrations, dataset=dataset, transport=deps.transport)
+        calibrations = [w.calibration for w in workloads if w is not None]
+    return metadata, calibrations
 
 
 def _store_scenario(
@@ -473,9 +522,10 @@ def run_scenario(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
             return _answer(written.summary) | {"split": False, "shards": []}
         return _scenario_answer(deps, run, planned, written.summary)
     given = _given(run)
-    calibration = _calibration(run, planned.input_tokens)
+    calibration = _calibration(run, planned)
     with _ends_cleanly(deps, run):
         hold_profile(deps, run, planned.estimate_s)
+        workload = asyncio.run(_workload(deps, run, calibration))
         measurement = asyncio.run(
             _while_live(
                 deps,
@@ -486,9 +536,11 @@ def run_scenario(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
                     calibration,
                     planned.concurrency,
                     run_id=run.run_id,
+                    name=planned.name,
                     lag_p99_limit_ms=given.client_lag_limit_ms,
                     cpu_share_limit=given.client_cpu_limit,
                     transport=deps.transport,
+                    workload=workload,
                 ),
             )
         )
@@ -510,9 +562,18 @@ def run_shard(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     run, planned = _live_run(deps, state.get("run_id")), _scenario(state)
     given = _given(run)
     shard = ShardPlan(**{**state["shard"], "start_at": datetime.fromisoformat(state["shard"]["start_at"])})
-    calibration = _calibration(run, planned.input_tokens)
+    calibration = _calibration(run, planned)
     with _ends_cleanly(deps, run):
         hold_profile(deps, run, planned.estimate_s)
+        workload = asyncio.run(_workload(deps, run, calibration))
+        if workload is not None:  # this shard's part: each request of the whole plan sent by one shard
+            part = split_workload(
+                workload,
+                shares(planned.concurrency, shard.count),
+                requests=measured_requests(run.config, workload),
+                rounds=run.config.rounds if run.config.mode == "burst" else None,
+            )
+            workload = part[shard.index]
         m = asyncio.run(
             _while_live(
                 deps,
@@ -528,6 +589,7 @@ def run_shard(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
                     lag_p99_limit_ms=given.client_lag_limit_ms,
                     cpu_share_limit=given.client_cpu_limit,
                     transport=deps.transport,
+                    workload=workload,
                 ),
             )
         )
@@ -594,7 +656,7 @@ def merge(deps: WorkerDeps, event: dict[str, Any]) -> dict[str, Any]:
     client_tokens = sum(r.completion_tokens or 0 for p in parts for r in p.records)
     with _ends_cleanly(deps, run):
         after = asyncio.run(_after_snapshot(deps, run, earliest_snapshot([p.before for p in parts]), client_tokens))
-        calibration = _calibration(run, planned.input_tokens)
+        calibration = _calibration(run, planned)
         result, warnings = merge_shards(run.config, calibration, planned.concurrency, parts, after)
         reasons = single.summary.client.reasons if single else []
         split = Split(shards=len(parts), reasons=reasons, warnings=warnings)

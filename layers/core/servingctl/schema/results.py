@@ -563,11 +563,19 @@ class RunResult(_Model):
 
 
 def scenario_name(
-    input_tokens: int, concurrency: int, mode: Mode = "burst", rate: float | None = None, prompts: str | None = None
+    input_tokens: int,
+    concurrency: int,
+    mode: Mode = "burst",
+    rate: float | None = None,
+    prompts: str | None = None,
+    replay: float | None = None,
 ) -> str:
     """Stable scenario name used in files and storage keys: in256-c4, in256-c4-sustained, in256-c4-rate2.5;
-    `prompts` replaces in<N> for prompts of varying length (dataset-c4, in128-1024-c4)."""
+    `prompts` replaces in<N> for prompts of varying length (dataset-c4, in128-1024-c4), a replay of
+    them at a speed ends -replay<speed> (dataset-c4-replay2)."""
     name = f"{prompts or f'in{input_tokens}'}-c{concurrency}"
+    if prompts is not None and replay is not None:
+        return f"{name}-replay{replay:g}"
     if mode == "sustained":
         return f"{name}-sustained"
     if mode == "rate":

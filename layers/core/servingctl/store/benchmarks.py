@@ -18,6 +18,7 @@ from pydantic import Field
 from servingctl.schema.comparison import Comparison, SloCost
 from servingctl.schema.results import (
     Calibration,
+    DatasetFingerprint,
     RoundResult,
     RunConfig,
     RunMetadata,
@@ -88,6 +89,7 @@ class Reproducibility(_Record):
     seed: int
     salt_mode: str
     calibrations: list[Calibration] = Field(default_factory=list, description="filled by the calibration step")
+    dataset: DatasetFingerprint | None = Field(default=None, description="the user's prompts file the run sent (None: synthetic)")
     server_version: dict[str, Any] | None = Field(default=None, description="GET /version as the server answered")
 
 
@@ -238,6 +240,7 @@ def run_result(run: BenchmarkRun, store: BenchmarkStore, records: RecordStore | 
         scenarios=scenarios,
         sweep=run.sweep,
         slo_cost=run.slo_cost,
+        dataset=run.reproducibility.dataset,
     )
     result.failed_scenarios = [s.summary.name for s in scenarios if s.summary.failure_rate > run.config.max_failure_rate]
     return result

@@ -1,7 +1,8 @@
 """Per-request benchmark records as objects: gzip JSON lines, one object per scenario (or shard) and
 attempt, under runs/<run id>/<scenario>.<attempt>.jsonl.gz, in S3 or in memory behind one small
 interface. An object is written once: a key that holds one is refused (S3's If-None-Match), so a
-retried or duplicate worker never replaces what another attempt wrote."""
+retried or duplicate worker never replaces what another attempt wrote. A run's uploaded prompts
+(runs/<run id>/dataset.jsonl, put by the CLI through a presigned URL) are read through it too."""
 
 from __future__ import annotations
 
@@ -30,6 +31,11 @@ def records_key(run_id: str, scenario: str, shard: int | None = None, attempt: s
     return f"{base}.jsonl.gz" if attempt is None else f"{base}.{attempt}.jsonl.gz"
 
 
+def dataset_key(run_id: str) -> str:
+    """Object key of the prompts uploaded for a run (POST /benchmarks/{run_id}/dataset)."""
+    return f"runs/{run_id}/dataset.jsonl"
+
+
 def encode_records(records: Sequence[RequestRecord]) -> bytes:
     """Gzip JSON lines, one record a line, in the given order."""
     text = "".join(record.model_dump_json() + "\n" for record in records)
@@ -54,6 +60,14 @@ class RecordStore(Protocol):
         """The records under key (KeyError when absent)."""
         ...
 
+    def get_bytes(self, key: str, max_bytes: int) -> bytes:
+        """The object under key (KeyError when absent, ValueError when larger than max_bytes)."""
+        ...
+
+    def uri(self, key: str) -> str:
+        """Where key is, as a person reads it (s3://bucket/key)."""
+        ...
+
 
 class S3RecordStore:
     """Records in one S3 bucket."""
@@ -76,14 +90,29 @@ class S3RecordStore:
 
     def get_records(self, key: str) -> list[RequestRecord]:
         """The records under key (KeyError when absent)."""
+        return decode_records(self._object(key, "no records")["Body"].read())
+
+    def get_bytes(self, key: str, max_bytes: int) -> bytes:
+        """The object under key (KeyError when absent, ValueError when larger than max_bytes)."""
+        answer = self._object(key, "nothing")
+        if answer["ContentLength"] > max_bytes:
+            answer["Body"].close()
+            raise ValueError(f"{self.uri(key)}: {answer['ContentLength']} bytes; allowed: at most {max_bytes}")
+        body: bytes = answer["Body"].read()
+        return body
+
+    def uri(self, key: str) -> str:
+        """Where key is, as a person reads it (s3://bucket/key)."""
+        return f"s3://{self.bucket}/{key}"
+
+    def _object(self, key: str, missing: str) -> Any:
         try:
-            body = self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            return self._s3.get_object(Bucket=self.bucket, Key=key)
         except ClientError as exc:
             code = exc.response["Error"]["Code"]
             if code == "NoSuchKey" or (code == "AccessDenied" and not self._listed(key)):
-                raise KeyError(f"no records at s3://{self.bucket}/{key}") from None
+                raise KeyError(f"{missing} at {self.uri(key)}") from None
             raise
-        return decode_records(body)
 
     def _listed(self, key: str) -> bool:
         """Whether the bucket lists key. S3 answers a missing key with 403 AccessDenied unless the
@@ -117,3 +146,17 @@ class MemoryRecordStore:
                 raise KeyError(f"no records at {key}")
             blob = self.objects[key]
         return decode_records(blob)
+
+    def get_bytes(self, key: str, max_bytes: int) -> bytes:
+        """The object under key (KeyError when absent, ValueError when larger than max_bytes)."""
+        with self._mutex:
+            if key not in self.objects:
+                raise KeyError(f"nothing at {self.uri(key)}")
+            blob = self.objects[key]
+        if len(blob) > max_bytes:
+            raise ValueError(f"{self.uri(key)}: {len(blob)} bytes; allowed: at most {max_bytes}")
+        return blob
+
+    def uri(self, key: str) -> str:
+        """Where key is, as a person reads it."""
+        return f"memory://{key}"
