@@ -42,6 +42,8 @@ from servingctl_cli.main import summary
 from servingctl_cli.runs import remote_bench
 from servingctl_cli.settings import API_KEY_ENV, CliSettings
 
+# A rate sweep's cap on requests in flight when no --concurrency is given.
+RATE_SWEEP_CAP = 64
 # pydantic field -> the flag a user typed, so errors name what they can fix.
 _FLAGS = {
     "endpoint": "--endpoint",
@@ -68,6 +70,9 @@ _FLAGS = {
     "sweep": "--sweep",
     "sweep_max_concurrency": "--sweep-max-concurrency",
     "sweep_max_steps": "--sweep-max-steps",
+    "sweep_start_rate": "--sweep-start-rate",
+    "sweep_max_rate": "--sweep-max-rate",
+    "sweep_resolution": "--sweep-resolution",
     "dataset": "--dataset",
     "think_time_s": "--think-time",
     "replay_speed": "--replay",
@@ -156,9 +161,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--concurrency",
         type=_int_list,
-        default=[1, 2, 4],
         metavar="C,C,...",
-        help="concurrencies (rate mode: caps on requests in flight; default 1,2,4)",
+        help=f"concurrencies (rate mode: caps on requests in flight; default 1,2,4, a rate sweep's one cap {RATE_SWEEP_CAP})",
     )
     p.add_argument(
         "--api",
@@ -278,7 +282,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--sweep",
         action="store_true",
         help="search the highest concurrency meeting the SLOs (doubling from 1, then bisection; stops "
-        "once over-saturated) instead of the --concurrency grid; needs --slo and one --input-tokens",
+        "once over-saturated) instead of the --concurrency grid; with --mode rate the highest arrival rate "
+        "(req/s) instead; needs --slo and one --input-tokens",
     )
     slo.add_argument(
         "--sweep-max-concurrency",
@@ -291,6 +296,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=_bounded(int, 2, 40, "an integer from 2 to 40"),
         default=12,
         help="most scenarios the sweep runs (default 12)",
+    )
+    slo.add_argument(
+        "--sweep-start-rate",
+        type=_bounded(float, 1e-9, 10_000, "requests per second above 0 and at most 10000"),
+        help="--sweep --mode rate: the first rate tried, then doubled (default 1 req/s)",
+    )
+    slo.add_argument(
+        "--sweep-max-rate",
+        type=_bounded(float, 1e-9, 10_000, "requests per second above 0 and at most 10000"),
+        help="--sweep --mode rate: the highest rate tried (default 1000 req/s)",
+    )
+    slo.add_argument(
+        "--sweep-resolution",
+        type=_bounded(float, 0.01, 1.0, "a fraction from 0.01 to 1"),
+        help="--sweep --mode rate: bisect until the rate missed is within this fraction of the rate met (default 0.1)",
     )
     p.add_argument(
         "--processes",
@@ -332,6 +352,12 @@ def dataset_spec(args: argparse.Namespace) -> DatasetSpec | None:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The RunConfig of parsed flags (raises ValidationError; header values redacted inside)."""
     dataset = dataset_spec(args)
+    rate_sweep = {
+        field: value
+        for field in ("sweep_start_rate", "sweep_max_rate", "sweep_resolution")
+        if (value := getattr(args, field)) is not None
+    }
+    concurrencies = args.concurrency or ([RATE_SWEEP_CAP] if args.sweep and args.mode == "rate" else [1, 2, 4])
     return RunConfig(
         endpoint=args.endpoint,
         model=args.model,
@@ -339,7 +365,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         headers=dict(args.header),
         api_key_set=bool(args.api_key),
         input_tokens=args.input_tokens,
-        concurrencies=args.concurrency,
+        concurrencies=concurrencies,
         mode=args.mode or ("sustained" if dataset else "burst"),
         rate=args.rate[0] if args.rate and len(args.rate) == 1 else None,
         rates=args.rate if args.rate and len(args.rate) > 1 else None,
@@ -363,6 +389,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         sweep=args.sweep,
         sweep_max_concurrency=args.sweep_max_concurrency,
         sweep_max_steps=args.sweep_max_steps,
+        **rate_sweep,
     )
 
 
@@ -382,6 +409,17 @@ def _bench(args: argparse.Namespace) -> int:
         args.bench_parser.error(
             "--dataset-format, --num-prompts, --dataset-output-tokens, --multi-turn, --think-time, --replay: "
             "only with --dataset FILE"
+        )
+    rate_sweep_only = [f for f in ("sweep_start_rate", "sweep_max_rate", "sweep_resolution") if getattr(args, f) is not None]
+    if rate_sweep_only and not (args.sweep and args.mode == "rate"):
+        args.bench_parser.error(
+            f"{', '.join(_FLAGS[f] for f in rate_sweep_only)}: only for a rate sweep (--sweep --mode rate); "
+            f"got {'--sweep with --mode ' + (args.mode or 'burst') if args.sweep else 'no --sweep'}"
+        )
+    if args.profile and args.sweep and args.mode == "rate":
+        args.bench_parser.error(
+            "--sweep --mode rate: not for a --profile run inside the VPC (its sweep varies concurrency: --mode burst "
+            "or sustained); run the rate sweep from this machine with --endpoint and --model"
         )
     if args.profile:
         if args.endpoint or args.model or args.header or args.api_key:

@@ -292,7 +292,8 @@ def run_demo(output: Path, *, model_server: str = "vllm", time_scale: float = 20
     print(f"\nnothing left running: {'yes' if not left else f'no, killed {left}'}")
     print(
         f"files: {output.resolve()} (report.md, results.json, vllm/*.json, aggregate_tok_s.png, ttft.png, "
-        f"server_metrics.png, starts.png; compare/: the second run against the first; sweep/: the saturation sweep); "
+        f"server_metrics.png, starts.png; compare/: the second run against the first; "
+        f"sweep/: the saturation sweep, sweep.png its search); "
         f"twin log: {twin.log_path}"
     )
     print(f"demo wall time: {wall:.0f} s; steps: " + ", ".join(f"{n} {'ok' if c == 0 else 'FAILED'}" for n, c in steps))

@@ -124,3 +124,59 @@ def test_dataset_flags_reach_the_config_multi_turn_included(tmp_path):
     )
     spec = bench_cli.config_from_args(args).dataset
     assert spec is not None and (spec.format, spec.num_prompts, spec.multi_turn) == ("sharegpt", 3, True)
+
+
+RATE_SWEEP = [*BASE, "--input-tokens", "64", "--sweep", "--mode", "rate", "--slo", "ttft_ms=500", "--duration", "5"]
+
+
+def test_a_rate_sweep_caps_in_flight_at_one_concurrency_and_takes_its_bounds():
+    args = build_parser().parse_args(
+        [*RATE_SWEEP, "--sweep-start-rate", "0.5", "--sweep-max-rate", "40", "--sweep-resolution", "0.05"]
+    )
+    config = bench_cli.config_from_args(args)
+    assert (config.mode, config.rate, config.concurrencies) == ("rate", None, [bench_cli.RATE_SWEEP_CAP])
+    assert (config.sweep_start_rate, config.sweep_max_rate, config.sweep_resolution) == (0.5, 40.0, 0.05)
+    capped = bench_cli.config_from_args(build_parser().parse_args([*RATE_SWEEP, "--concurrency", "8"]))
+    assert capped.concurrencies == [8]
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--concurrency", "1,2"], "--concurrency: a rate sweep caps requests in flight with one value, e.g. 64; got [1, 2]"),
+        (["--rate", "4"], "--rate: a rate sweep chooses its rates (from --sweep-start-rate up to --sweep-max-rate); drop it"),
+        (
+            ["--sweep-start-rate", "20", "--sweep-max-rate", "10"],
+            "--sweep-start-rate: 20 is above --sweep-max-rate 10; allowed: at most --sweep-max-rate",
+        ),
+        (["--sweep-resolution", "0.005"], "argument --sweep-resolution: '0.005': expected a fraction from 0.01 to 1"),
+        (["--sweep-max-rate", "0"], "argument --sweep-max-rate: '0': expected requests per second above 0 and at most 10000"),
+    ],
+)
+def test_bad_rate_sweep_input_names_the_flag_and_the_allowed_values(capsys, extra, expected):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*RATE_SWEEP, *extra])
+    assert exit_info.value.code == 2 and expected in " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            [*BASE, "--sweep", "--slo", "ttft_ms=5", "--input-tokens", "64", "--sweep-start-rate", "2"],
+            "--sweep-start-rate: only for a rate sweep (--sweep --mode rate); got --sweep with --mode burst",
+        ),
+        (
+            [*BASE, "--sweep-max-rate", "2", "--sweep-resolution", "0.2"],
+            "--sweep-max-rate, --sweep-resolution: only for a rate sweep (--sweep --mode rate); got no --sweep",
+        ),
+        (
+            ["bench", "--profile", "p", "--sweep", "--mode", "rate", "--slo", "ttft_ms=5"],
+            "--sweep --mode rate: not for a --profile run inside the VPC",
+        ),
+    ],
+)
+def test_rate_sweep_flags_outside_a_local_rate_sweep_are_refused(capsys, args, expected):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2 and expected in " ".join(capsys.readouterr().err.split())

@@ -65,6 +65,19 @@ def test_only_the_profile_is_required_and_the_defaults_are_the_references_method
         ({"profile": "p", "runner": "k8s"}, "runner: Input should be 'auto', 'lambda' or 'ecs'"),
         ({"profile": "p", "max_workers": 9}, "max_workers: Input should be less than or equal to 8"),
         ({"profile": "p", "run_id": "../etc"}, "run_id: String should match pattern"),
+        (
+            {
+                "profile": "p",
+                "sweep": True,
+                "mode": "rate",
+                "rate": 2,
+                "requests": 10,
+                "input_tokens": [64],
+                "slos": [{"metric": "ttft_ms", "limit": 500}],
+            },
+            "mode: the in-VPC sweep varies concurrency; use burst or sustained (a rate sweep runs from a machine that "
+            "reaches the endpoint: servingctl bench --endpoint URL --model NAME --sweep --mode rate)",
+        ),
         (["profile"], "expected a JSON object"),
     ],
 )

@@ -239,6 +239,15 @@ def steady_window(records: Sequence[RequestRecord]) -> SteadyWindow | None:
     )
 
 
+def completion_rate(records: Sequence[RequestRecord]) -> float | None:
+    """Successful measured requests completed per second, first to last completion (None under two):
+    arrivals the server keeps up with leave at the rate they came."""
+    ends = sorted(r.t_end_ns for r in records if r.ok and not r.warmup and r.t_end_ns is not None)
+    if len(ends) < 2 or ends[-1] <= ends[0]:
+        return None
+    return (len(ends) - 1) * NS_PER_S / (ends[-1] - ends[0])
+
+
 def _tokens_between(chunks: Sequence[tuple[int, int]], start: int, end: int) -> int:
     """Tokens of the chunks stamped in [start, end]: a request wholly inside or outside is summed in C."""
     if not chunks:

@@ -116,6 +116,13 @@ async def run_sustained(
     return sorted(records, key=lambda r: r.index)
 
 
+def schedule_rate(offsets: list[float] | None) -> float | None:
+    """Arrivals per second of a schedule, first to last send (None under two sends)."""
+    if not offsets or len(offsets) < 2 or offsets[-1] <= offsets[0]:
+        return None
+    return (len(offsets) - 1) / (offsets[-1] - offsets[0])
+
+
 def poisson_offsets(rate: float, seed: int, *, requests: int | None, duration_s: float | None) -> list[float]:
     """Send times (s after the start) of a Poisson process at `rate`/s: the first at 0, then
     exponential gaps; stops at `requests` arrivals or before `duration_s`, whichever comes first."""

@@ -148,7 +148,10 @@ class BenchmarkInput(BaseModel):
             if len(self.input_tokens) != 1:
                 raise ValueError(f"input_tokens: the sweep searches one input length; got {self.input_tokens}")
             if self.mode == "rate":
-                raise ValueError("mode: the sweep varies concurrency; use burst or sustained")
+                raise ValueError(
+                    "mode: the in-VPC sweep varies concurrency; use burst or sustained (a rate sweep runs from "
+                    "a machine that reaches the endpoint: servingctl bench --endpoint URL --model NAME --sweep --mode rate)"
+                )
         try:  # the engine's own rules on what goes together (datasets, distributions, salts, replay)
             engine_config(self, "http://profile", self.profile, {}, dataset_source="upload")
         except ValidationError as exc:

@@ -175,10 +175,16 @@ class RunConfig(_Model):
     slo_share: float = Field(
         default=1.0, gt=0, le=1, description="share of measured requests that must meet every per-request SLO"
     )
-    # Saturation sweep: search the highest concurrency meeting the SLOs instead of a fixed grid.
+    # Saturation sweep: search the highest concurrency (mode rate: arrival rate) meeting the SLOs
+    # instead of a fixed grid.
     sweep: bool = False
     sweep_max_concurrency: int = Field(default=256, ge=1, le=4096, description="highest concurrency the sweep may try")
     sweep_max_steps: int = Field(default=12, ge=2, le=40, description="most scenarios the sweep may run")
+    sweep_start_rate: float = Field(default=1.0, gt=0, le=10_000, description="a rate sweep's first rate (requests/s)")
+    sweep_max_rate: float = Field(default=1000.0, gt=0, le=10_000, description="highest rate a rate sweep may try")
+    sweep_resolution: float = Field(
+        default=0.1, ge=0.01, le=1.0, description="a rate sweep stops bisecting once missed / met is at most 1 + this"
+    )
 
     @field_validator("endpoint")
     @classmethod
@@ -201,7 +207,7 @@ class RunConfig(_Model):
 
     @model_validator(mode="after")
     def _mode_needs(self) -> RunConfig:
-        if self.mode == "rate" and self.rate is None and not self.rates:
+        if self.mode == "rate" and self.rate is None and not self.rates and not self.sweep:
             raise ValueError("rate: required in mode rate (the arrival rate in requests per second)")
         if self.rates is not None and (self.mode != "rate" or any(r <= 0 for r in self.rates)):
             raise ValueError(f"rates: a sweep of arrival rates above 0 in mode rate; got {self.rates} in mode {self.mode}")
@@ -227,8 +233,22 @@ class RunConfig(_Model):
             if len(self.input_tokens) != 1:
                 raise ValueError(f"input_tokens: the sweep searches one input length; got {len(self.input_tokens)}")
             if self.mode == "rate":
-                raise ValueError("mode: the sweep varies concurrency; use burst or sustained")
+                self._rate_sweep_needs()
         return self
+
+    def _rate_sweep_needs(self) -> None:
+        """A rate sweep chooses its rates and caps requests in flight with one concurrency."""
+        if self.rate is not None or self.rates is not None:
+            raise ValueError("rate: a rate sweep chooses its rates (from sweep_start_rate up to sweep_max_rate); drop it")
+        if len(self.concurrencies) != 1:
+            raise ValueError(
+                f"concurrencies: a rate sweep caps requests in flight with one value, e.g. 64; got {self.concurrencies}"
+            )
+        if self.sweep_start_rate > self.sweep_max_rate:
+            raise ValueError(
+                f"sweep_start_rate: {self.sweep_start_rate:g} is above sweep_max_rate {self.sweep_max_rate:g}; "
+                "allowed: at most sweep_max_rate"
+            )
 
 
 class Calibration(_Model):
@@ -513,7 +533,11 @@ class RunMetadata(_Model):
     finished_at: datetime | None = None
 
 
-SweepStop = Literal["slo-missed", "over-saturated", "max-concurrency", "max-steps", "converged", "failed-at-1"]
+SweepStop = Literal[
+    "slo-missed", "over-saturated", "max-concurrency", "max-rate", "max-steps", "converged", "failed-at-1", "failed-at-start"
+]
+# What a sweep varies: requests in flight (burst, sustained) or arrivals per second (mode rate).
+SweepAxis = Literal["concurrency", "rate"]
 
 
 class SweepStep(_Model):
@@ -530,14 +554,33 @@ class SweepStep(_Model):
     why: str | None = Field(None, description="why it missed the SLOs or counts as saturated, with the figures")
     longest_wait_ms: float | None = Field(None, description="the longest a request waited for its first token or the next")
     stalled: bool = Field(False, description="a wait of STALL_MIN_S or more, STALL_FACTOR x the median TTFT or more")
+    # A rate sweep's step (concurrency is then its cap on requests in flight).
+    rate: float | None = Field(None, description="rate sweep: the arrival rate offered, requests/s")
+    scheduled_rate_rps: float | None = Field(
+        None, description="rate sweep: the arrival schedule's own rate (Poisson draws stray from the rate asked)"
+    )
+    achieved_rate_rps: float | None = Field(
+        None, description="rate sweep: successful requests completed per second (first to last completion)"
+    )
+
+    def x(self) -> float:
+        """Where the step sits on its sweep's axis: the rate offered, else the concurrency."""
+        return self.rate if self.rate is not None else float(self.concurrency)
+
+    def at(self) -> str:
+        """The step's position in words: '2.5 req/s' or 'c=4'."""
+        return f"{self.rate:g} req/s" if self.rate is not None else f"c={self.concurrency}"
 
 
 class SweepResult(_Model):
-    """The saturation sweep's search: doubling from 1 until the SLO fails or the server saturates,
-    then bisection between the highest concurrency that held and the lowest that did not."""
+    """The saturation sweep's search: doubling from 1 (a rate sweep: from its start rate) until the SLO
+    fails or the server saturates, then bisection between the highest value that held and the lowest
+    that did not."""
 
+    axis: SweepAxis = Field("concurrency", description="what the sweep varied")
     steps: list[SweepStep] = Field(default_factory=list)
-    found: int | None = Field(None, description="highest concurrency meeting the SLOs (None: not even 1)")
+    found: int | None = Field(None, description="concurrency sweep: highest concurrency meeting the SLOs (None: not even 1)")
+    found_rate: float | None = Field(None, description="rate sweep: highest rate (requests/s) meeting the SLOs unsaturated")
     scenario: str | None = Field(None, description="the scenario measured at `found`")
     stop: SweepStop | None = None
     reason: str | None = None

@@ -7,13 +7,16 @@ import pytest
 
 from servingctl.loadgen.outputs.charts import (
     CLIENT_BOUND_LABEL,
+    SWEEP_PNG,
+    VERDICT_STYLE,
     aggregate_figure,
     compare_figure,
     server_figure,
+    sweep_figure,
     ttft_figure,
     write_charts,
 )
-from servingctl.schema.results import ServerSample
+from servingctl.schema.results import ServerSample, Slo, SweepResult, SweepStep
 
 
 def _summaries(run):
@@ -126,3 +129,95 @@ def test_server_chart_leaves_out_what_the_server_does_not_expose(run, tmp_path):
     names = [p.name for p in write_charts(run, tmp_path)]
     assert names == ["aggregate_tok_s.png", "ttft.png", "server_metrics.png"]
     assert matplotlib.image.imread(tmp_path / "server_metrics.png").shape[0] > 300
+
+
+def _rate_sweep(runs_of):
+    """A rate sweep at most 64 in flight: 2 req/s met, 4 saturated (completing 3.1), then 3 missed
+    (its TTFTs past the 500 ms limit): the answer is 2 req/s."""
+    run = runs_of("rs", {(256, 1): {"ttft_ms": 100.0, "gap_ms": 10.0}, (256, 2): {"ttft_ms": 300.0, "gap_ms": 10.0},
+                         (256, 4): {"ttft_ms": 900.0, "gap_ms": 10.0}})  # fmt: skip
+    rates = {1: 2.0, 2: 4.0, 4: 3.0}  # run order: 2, 4, 3
+    for scenario in run.scenarios:
+        summary = scenario.summary
+        summary.mode, summary.rate, summary.concurrency = "rate", rates[summary.concurrency], 64
+    slo = Slo(metric="ttft_ms", limit=500.0)
+    run.config = run.config.model_copy(
+        update={"mode": "rate", "sweep": True, "slos": [slo], "concurrencies": [64], "duration_s": 5.0}
+    )
+    by_rate = {s.summary.rate: s.summary.name for s in run.scenarios}
+    steps = [
+        SweepStep(concurrency=64, scenario=by_rate[2.0], met=True, goodput_rps=2.0, goodput_tok_s=20.0, aggregate_tok_s=40.0,
+                  ttft_median_ms=105.0, rate=2.0, scheduled_rate_rps=2.0, achieved_rate_rps=2.0),
+        SweepStep(concurrency=64, scenario=by_rate[4.0], met=True, goodput_rps=3.1, goodput_tok_s=31.0, aggregate_tok_s=62.0,
+                  ttft_median_ms=310.0, rate=4.0, scheduled_rate_rps=4.0, achieved_rate_rps=3.1, saturated=True,
+                  why="saturated: completed 3.10 req/s of 4.00 arriving (-22%)"),
+        SweepStep(concurrency=64, scenario=by_rate[3.0], met=False, goodput_rps=0.0, goodput_tok_s=0.0, aggregate_tok_s=50.0,
+                  ttft_median_ms=915.0, rate=3.0, scheduled_rate_rps=3.0, achieved_rate_rps=2.9),
+    ]  # fmt: skip
+    run.sweep = SweepResult(
+        axis="rate", steps=steps, found_rate=2.0, scenario=by_rate[2.0], stop="converged", reason="met at 2 req/s, missed at 3"
+    )
+    return run
+
+
+def test_the_sweep_chart_shows_each_step_by_verdict_and_order_against_the_limit(runs_of):
+    run = _rate_sweep(runs_of)
+    fig = sweep_figure(run)
+    slo_ax, rate_ax = fig.axes
+    # The limit is a line; each step is marked where it ran, numbered in run order.
+    assert [(line.get_label(), list(line.get_ydata())) for line in slo_ax.lines if line.get_label().startswith("limit")] == [
+        ("limit ttft_ms=500", [500.0, 500.0])
+    ]
+    assert [(t.get_text(), t.xy[0]) for t in slo_ax.texts] == [("1", 2.0), ("2", 4.0), ("3", 3.0)]
+    # Every request must meet it (share 1): each step is plotted at its slowest TTFT.
+    by_name = {s.summary.name: s for s in run.scenarios}
+    slowest = {s.x(): max(r.ttft_ms for r in by_name[s.scenario].records if r.ok and not r.warmup) for s in run.sweep.steps}
+    marked = {x: y for t in slo_ax.texts for x, y in [t.xy]}
+    assert marked == pytest.approx(slowest)
+    assert slowest[3.0] > 500 > slowest[2.0]
+    # The verdicts, each with its own marker, named once in the legend; the offered and completed rates.
+    legend = [t.get_text() for t in rate_ax.get_legend().get_texts()]
+    assert {"met", "saturated", "missed", "completed req/s", "offered req/s", "goodput req/s"} <= set(legend)
+    points = [line for line in rate_ax.lines if len(line.get_xdata()) == 1]
+    markers = {line.get_marker(): (line.get_xdata()[0], line.get_ydata()[0]) for line in points}
+    assert markers[VERDICT_STYLE["saturated"]["marker"]] == (4.0, 3.1)
+    assert markers[VERDICT_STYLE["missed"]["marker"]] == (3.0, 0.0)
+    # The answer is shaded on every panel and said in the title.
+    for ax in fig.axes:
+        assert any(list(line.get_xdata()) == [2.0, 2.0] for line in ax.lines)
+    assert "answer 2 req/s" in fig.get_suptitle()
+    assert rate_ax.get_xlabel() == "offered rate, requests/s (at most 64 in flight)"
+
+
+def test_a_sweep_writes_its_search_chart_instead_of_the_aggregate_and_report_html_embeds_it(runs_of, tmp_path):
+    import base64
+    import re
+
+    from servingctl.loadgen.outputs import write_all
+
+    run = _rate_sweep(runs_of)
+    written = write_all(run, tmp_path)
+    assert [p.name for p in written if p.suffix == ".png"] == [SWEEP_PNG, "ttft.png"]
+    image = matplotlib.image.imread(tmp_path / SWEEP_PNG)
+    assert image.shape[0] > 500 and image.shape[1] > 700
+    html = (tmp_path / "report.html").read_text()
+    [embedded] = re.findall(r'<img alt="sweep" src="data:image/png;base64,([^"]+)">', html)
+    assert base64.b64decode(embedded) == (tmp_path / SWEEP_PNG).read_bytes()
+    assert "![the saturation sweep's search](sweep.png)" in (tmp_path / "report.md").read_text()
+    assert sweep_figure(runs_of("plain", {(256, 1): {"ttft_ms": 100.0, "gap_ms": 10.0}})) is None  # no sweep, no chart
+
+
+def test_the_ttft_chart_of_a_rate_sweep_is_a_box_per_rate_in_rate_order_with_the_limit(runs_of):
+    ax = ttft_figure(_rate_sweep(runs_of)).axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["2/s", "3/s", "4/s"]
+    assert ax.get_xlabel() == "offered rate, requests/s (254 input tokens)"
+    assert [line.get_label() for line in ax.lines if line.get_label().startswith("SLO")] == ["SLO ttft_ms=500"]
+
+
+def test_the_aggregate_chart_of_a_rate_grid_is_against_the_offered_rate(runs_of):
+    run = _rate_sweep(runs_of)
+    run.sweep = None
+    ax = aggregate_figure(run).axes[0]
+    [line] = [line for line in ax.get_lines() if line.get_label() == "254 input tokens"]
+    assert list(line.get_xdata()) == [2.0, 3.0, 4.0]
+    assert ax.get_xlabel() == "offered rate (requests/s)"

@@ -1,9 +1,9 @@
 """Capacity figures every output shares: each scenario against the run's SLOs with its goodput, and
-the saturation sweep's search (the concurrency found, each step and why it stopped)."""
+the saturation sweep's search (the concurrency or arrival rate found, each step and why it stopped)."""
 
 from __future__ import annotations
 
-from servingctl.schema.results import RunResult, SloCheck
+from servingctl.schema.results import RunResult, SloCheck, SweepStep
 
 GOODPUT_HEADER = ("scenario", "SLO", "good", "goodput\nreq/s", "goodput\ntok/s", "req/s\nall ok")
 # Not the aggregate tok/s of the results table (a median of rounds): named apart wherever both show.
@@ -54,25 +54,53 @@ def goodput_rows(run: RunResult) -> list[tuple[str, ...]]:
     return rows
 
 
+def verdict(step: SweepStep) -> str:
+    """A sweep step in one word: stalled, saturated, met or missed (the worst first)."""
+    if step.stalled:
+        return "stalled"
+    if step.saturated:
+        return "saturated"
+    return "met" if step.met else "missed"
+
+
+def _step_line(s: SweepStep) -> str:
+    """One step of the search in a sentence: where, its verdict, the figures decided on, and why."""
+    if s.rate is None:
+        head = f"c={s.concurrency}: {'met' if s.met else 'missed'}"
+    else:
+        head = f"{s.rate:g} req/s offered: {verdict(s)}, completed {_two(s.achieved_rate_rps)} req/s"
+    return (
+        f"{head}, goodput {s.goodput_rps:.2f} req/s, TTFT median {_one(s.ttft_median_ms)} ms, "
+        f"aggregate {_one(s.aggregate_tok_s)} tok/s" + (f" ({s.why})" if s.why else "")
+    )
+
+
+def _two(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
+
+
 def sweep_lines(run: RunResult) -> list[str]:
     """The sweep's answer then its steps, one sentence each (empty without a sweep)."""
     sweep = run.sweep
     if sweep is None:
         return []
     at = next((sc.summary for sc in run.scenarios if sc.summary.name == sweep.scenario), None)
-    if sweep.found is None or at is None or at.slo is None:
-        head = f"Saturation sweep: no concurrency met the SLOs ({sweep.reason})."
+    by_rate = sweep.axis == "rate"
+    found = sweep.found_rate if by_rate else sweep.found
+    if found is None or at is None or at.slo is None:
+        head = f"Saturation sweep: no {'arrival rate' if by_rate else 'concurrency'} met the SLOs ({sweep.reason})."
+    elif by_rate:
+        cap = run.config.concurrencies[0]
+        head = (
+            f"Saturation sweep: highest arrival rate meeting the SLOs = {found:g} req/s (at most {cap} in flight), "
+            f"goodput {at.slo.goodput_rps:.2f} req/s ({at.slo.goodput_tok_s:,.1f} output tok/s); stopped: {sweep.reason}."
+        )
     else:
         head = (
-            f"Saturation sweep: highest concurrency meeting the SLOs = {sweep.found}, goodput "
+            f"Saturation sweep: highest concurrency meeting the SLOs = {found}, goodput "
             f"{at.slo.goodput_rps:.2f} req/s ({at.slo.goodput_tok_s:,.1f} output tok/s); stopped: {sweep.reason}."
         )
-    steps = [
-        f"c={s.concurrency}: {'met' if s.met else 'missed'}, goodput {s.goodput_rps:.2f} req/s, "
-        f"TTFT median {_one(s.ttft_median_ms)} ms, aggregate {_one(s.aggregate_tok_s)} tok/s" + (f" ({s.why})" if s.why else "")
-        for s in sweep.steps
-    ]
-    return [head, *steps]
+    return [head, *(f"step {i}, {_step_line(s)}" for i, s in enumerate(sweep.steps, 1))]
 
 
 def cost_line(run: RunResult) -> str | None:

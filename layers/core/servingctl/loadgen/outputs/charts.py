@@ -1,11 +1,14 @@
 """PNG charts of a run (matplotlib's object API with the Agg canvas: no pyplot, no display):
-aggregate tok/s vs concurrency per input length, every request's TTFT as a box per scenario, the
-server's /metrics over the run's time (requests running and waiting, KV-cache use, generated tok/s,
-spec-decode acceptance; one band per scenario) and a side-by-side of two runs with each bar's
-bootstrap interval. Builders return the Figure so callers can inspect it."""
+aggregate tok/s vs concurrency (mode rate: vs the offered rate) per input length, every request's TTFT
+as a box per scenario, the saturation sweep's search (each step's SLO'd figures and goodput with its
+verdict and order, the limits, the answer), the server's /metrics over the run's time (requests
+running and waiting, KV-cache use, generated tok/s, spec-decode acceptance; one band per scenario)
+and a side-by-side of two runs with each bar's bootstrap interval. Builders return the Figure so
+callers can inspect it."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from itertools import pairwise
@@ -16,13 +19,24 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from servingctl.loadgen import bootstrap
+from servingctl.loadgen.outputs.capacity import verdict
 from servingctl.loadgen.outputs.rows import COMPARED, Compared, ScenarioRow, compare_runs, scenario_rows
-from servingctl.schema.results import RunResult, ScenarioResult, ServerSample
+from servingctl.loadgen.slo import request_value
+from servingctl.loadgen.stats import percentile
+from servingctl.schema.results import RunResult, ScenarioResult, ScenarioSummary, ServerSample, Slo
 
 AGGREGATE_PNG = "aggregate_tok_s.png"
 TTFT_PNG = "ttft.png"
+SWEEP_PNG = "sweep.png"
 COMPARE_PNG = "compare.png"
 SERVER_PNG = "server_metrics.png"
+# A sweep step's verdict (capacity.verdict) -> its marker and colour.
+VERDICT_STYLE = {
+    "met": {"marker": "o", "color": "tab:green"},
+    "missed": {"marker": "X", "color": "tab:red"},
+    "saturated": {"marker": "^", "color": "tab:orange"},
+    "stalled": {"marker": "s", "color": "tab:purple"},
+}
 CLIENT_BOUND_LABEL = "client-bound (client's limit, not the server's)"
 
 
@@ -41,23 +55,32 @@ def _mark_client_bound(ax: Axes, points: list[tuple[float, float]]) -> None:
 
 
 def aggregate_figure(run: RunResult) -> Figure:
-    """Aggregate tok/s against concurrency, one line per input length."""
+    """Aggregate tok/s against concurrency, one line per input length (mode rate: against the offered
+    rate, one line per input length and cap on requests in flight)."""
     fig = _figure()
     ax = fig.add_subplot()
-    # Each row with its throughput (rows without one are not drawn).
-    by_input: dict[int, list[tuple[ScenarioRow, float]]] = defaultdict(list)
-    for row in scenario_rows(run):
+    by_rate = run.config.mode == "rate"
+    rates = {s.summary.name: s.summary.rate or 0.0 for s in run.scenarios}
+    caps = len({s.summary.concurrency for s in run.scenarios}) > 1
+
+    def x_of(row: ScenarioRow) -> float:
+        return rates[row.name] if by_rate else row.concurrency
+
+    # Each row with its throughput (rows without one are not drawn), a line per input length (and cap).
+    lines: dict[tuple[int, int], list[tuple[ScenarioRow, float]]] = defaultdict(list)
+    for row in sorted(scenario_rows(run), key=x_of):
         if row.aggregate_tok_s is not None:
-            by_input[row.input_tokens].append((row, row.aggregate_tok_s))
-    for input_tokens, rows in sorted(by_input.items()):
-        ax.plot([r.concurrency for r, _ in rows], [tok_s for _, tok_s in rows], marker="o", label=f"{input_tokens} input tokens")
-    _mark_client_bound(ax, [(r.concurrency, tok_s) for rows in by_input.values() for r, tok_s in rows if r.client_bound])
+            lines[(row.input_tokens, row.concurrency if by_rate and caps else 0)].append((row, row.aggregate_tok_s))
+    for (input_tokens, cap), rows in sorted(lines.items()):
+        label = f"{input_tokens} input tokens" + (f", at most {cap} in flight" if cap else "")
+        ax.plot([x_of(r) for r, _ in rows], [tok_s for _, tok_s in rows], marker="o", label=label)
+    _mark_client_bound(ax, [(x_of(r), tok_s) for rows in lines.values() for r, tok_s in rows if r.client_bound])
     ax.set_xscale("log", base=2)
-    concurrencies = sorted({r.concurrency for rows in by_input.values() for r, _ in rows})
-    ax.set_xticks(concurrencies, [str(c) for c in concurrencies])
-    ax.set_xlabel("concurrency (requests in flight)")
+    xs = sorted({x_of(r) for rows in lines.values() for r, _ in rows})
+    ax.set_xticks(xs, [f"{x:g}" for x in xs])
+    ax.set_xlabel("offered rate (requests/s)" if by_rate else "concurrency (requests in flight)")
     ax.set_ylabel("aggregate output tok/s")
-    ax.set_title(f"Aggregate throughput: {run.config.model} ({run.metadata.run_id})")
+    ax.set_title(f"Aggregate throughput: {run.config.model}\n{run.metadata.run_id}", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend()
     return fig
@@ -67,23 +90,34 @@ def aggregate_figure(run: RunResult) -> Figure:
 LOG_SPREAD = 20.0
 
 
+def _box_label(summary: ScenarioSummary, one_input: bool, one_cap: bool) -> str:
+    """A TTFT box's name: its input length (when several), concurrency (mode rate: when several caps) and rate."""
+    parts = [] if one_input else [f"in {summary.input_tokens}"]
+    if summary.rate is None or not one_cap:
+        parts.append(f"c={summary.concurrency}")
+    if summary.rate is not None:
+        parts.append(f"{summary.rate:g}/s")
+    return "\n".join(parts)
+
+
 def ttft_figure(run: RunResult) -> Figure:
     """Every request's TTFT, one box per scenario (median, quartiles, whiskers to 1.5 IQR, outliers as
-    dots), scenarios by input length then concurrency (a sweep: one box per concurrency it tried);
-    a log axis when the TTFTs spread over more than LOG_SPREAD x."""
+    dots), scenarios by input length then concurrency then rate (a sweep: one box per concurrency or
+    rate it tried), each TTFT SLO's limit as a line; a log axis when the TTFTs spread over more than
+    LOG_SPREAD x."""
     fig = _figure()
     ax = fig.add_subplot()
     rows = {r.name: r for r in scenario_rows(run)}
     scenarios = sorted(
         (s for s in run.scenarios if s.summary.name in rows),
-        key=lambda s: (s.summary.input_tokens, s.summary.concurrency, s.summary.name),
+        key=lambda s: (s.summary.input_tokens, s.summary.concurrency, s.summary.rate or 0.0, s.summary.name),
     )
     data = [(s.summary, [r.ttft_ms for r in s.records if r.ok and not r.warmup and r.ttft_ms is not None]) for s in scenarios]
     data = [(summary, values) for summary, values in data if values]
     one_input = len({summary.input_tokens for summary, _ in data}) == 1
-    labels = [
-        f"c={summary.concurrency}" if one_input else f"in {summary.input_tokens}\nc={summary.concurrency}" for summary, _ in data
-    ]
+    one_cap = len({summary.concurrency for summary, _ in data}) == 1
+    labels = [_box_label(summary, one_input, one_cap) for summary, _ in data]
+    by_rate = bool(data) and all(summary.rate is not None for summary, _ in data)
     if data:
         ax.boxplot([values for _, values in data], tick_labels=labels, showfliers=True, flierprops={"markersize": 3})
         counts = [len(values) for _, values in data]
@@ -95,14 +129,120 @@ def ttft_figure(run: RunResult) -> Figure:
         _mark_client_bound(
             ax, [(x, statistics.median(values)) for x, (summary, values) in enumerate(data, 1) if summary.client_bound]
         )
+        for slo in (slo for slo in run.config.slos if slo.metric == "ttft_ms"):
+            ax.axhline(slo.limit, color="tab:red", linestyle="--", linewidth=1, label=f"SLO {slo.label()}")
     inputs = f" ({data[0][0].input_tokens} input tokens)" if data and one_input else ""
-    ax.set_xlabel("concurrency" + inputs if one_input else "scenario")
+    across = "offered rate, requests/s" if by_rate and one_cap else "concurrency"
+    ax.set_xlabel(across + inputs if one_input else "scenario")
     ax.set_ylabel("TTFT ms per request" + (" (log)" if ax.get_yscale() == "log" else ""))
-    ax.set_title(f"Time to first token: {run.config.model} ({run.metadata.run_id})")
+    ax.set_title(f"Time to first token: {run.config.model}\n{run.metadata.run_id}", fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     return fig
+
+
+def _judged(scenario: ScenarioResult, slo: Slo, share: float) -> float | None:
+    """The figure an SLO is judged on: its percentile, or (per request) the value `share` of the
+    measured requests stay at or under (share 1: the slowest); a failed request counts as missed."""
+    measured = [r for r in scenario.records if not r.warmup]
+    values = sorted(v for r in measured if r.ok and (v := request_value(r, slo.metric)) is not None)
+    if not values:
+        return None
+    if slo.percentile is not None:
+        return percentile(values, 0.5 if slo.percentile == "p50" else int(slo.percentile[1:]) / 100)
+    needed = math.ceil(share * len(measured))  # the requests that must meet it
+    return values[needed - 1] if needed <= len(values) else math.inf
+
+
+def _slo_words(slo: Slo, share: float) -> str:
+    """What an SLO panel plots, in a few words."""
+    if slo.percentile is not None:
+        return f"{slo.metric} {slo.percentile}"
+    return f"{slo.metric}, slowest of the {share:.0%}" if share < 1 else f"{slo.metric}, slowest request"
+
+
+def sweep_figure(run: RunResult) -> Figure | None:
+    """The saturation sweep's search (None without a sweep): x = each step's concurrency or offered
+    rate (log 2); a panel per SLO with the figure it is judged on and the limit as a line, then goodput
+    and all successful requests per second (a rate sweep: the completions against the rate offered);
+    every step marked by its verdict (met, missed, saturated, stalled) and numbered in run order; the
+    answer highlighted."""
+    sweep = run.sweep
+    if sweep is None or not sweep.steps:
+        return None
+    by_rate = sweep.axis == "rate"
+    share = run.config.slo_share
+    found = sweep.found_rate if by_rate else sweep.found
+    scenarios = {s.summary.name: s for s in run.scenarios}
+    steps = [(i, step, scenarios.get(step.scenario)) for i, step in enumerate(sweep.steps, 1)]
+    slos = run.config.slos
+    fig = _figure(8.0, 2.2 * (len(slos) + 1) + 1.2)
+    axes = fig.subplots(len(slos) + 1, 1, sharex=True, squeeze=False)[:, 0]
+    ordered = sorted(steps, key=lambda t: t[1].x())
+    for ax, slo in zip(axes, slos, strict=False):
+        points = [(step, _judged(sc, slo, share)) for _, step, sc in ordered if sc is not None]
+        shown = [(step.x(), v) for step, v in points if v is not None and math.isfinite(v)]
+        if shown:
+            ax.plot(*zip(*shown, strict=True), color="grey", linewidth=1, zorder=1)
+        top = max((v for _, v in shown), default=slo.limit)
+        for number, step, sc in steps:
+            value = _judged(sc, slo, share) if sc is not None else None
+            if value is None:
+                continue
+            y = value if math.isfinite(value) else max(top, slo.limit) * 1.1  # every request failed: drawn at the top
+            _mark_step(ax, number, step.x(), y, verdict(step))
+        ax.axhline(slo.limit, color="tab:red", linestyle="--", linewidth=1, label=f"limit {slo.label()}")
+        low = min((v for _, v in shown), default=0.0)
+        if low > 0 and max(top, slo.limit) / low > LOG_SPREAD:  # a loose limit far above the figures: both readable
+            ax.set_yscale("log")
+        ax.set_ylabel(_slo_words(slo, share), fontsize=8)
+        ax.legend(fontsize=7, loc="upper left")
+    ax = axes[-1]
+    good = [(step.x(), step.goodput_rps) for _, step, _ in ordered]
+    ax.plot(*zip(*good, strict=True), color="tab:green", linewidth=1, label="goodput req/s", zorder=1)
+    if by_rate:
+        done = [(step.x(), step.achieved_rate_rps) for _, step, _ in ordered if step.achieved_rate_rps is not None]
+        if done:
+            ax.plot(*zip(*done, strict=True), color="tab:blue", linewidth=1, marker=".", label="completed req/s", zorder=1)
+        xs = [step.x() for _, step, _ in ordered]
+        ax.plot(xs, xs, color="grey", linestyle=":", linewidth=1, label="offered req/s")
+    else:
+        done = [(step.x(), sc.summary.slo.throughput_rps) for _, step, sc in ordered if sc is not None and sc.summary.slo]
+        if done:
+            ax.plot(*zip(*done, strict=True), color="tab:blue", linewidth=1, marker=".", label="all successful req/s", zorder=1)
+    for number, step, _ in steps:
+        _mark_step(ax, number, step.x(), step.goodput_rps, verdict(step))
+    ax.set_ylabel("requests/s", fontsize=8)
+    for kind, style in VERDICT_STYLE.items():  # the verdicts once in the legend, as markers
+        if any(verdict(step) == kind for _, step, _ in steps):
+            ax.plot([], [], linestyle="none", markersize=7, label=kind, **style)
+    ax.legend(fontsize=7, loc="upper left", ncols=2)
+    for a in axes:
+        a.grid(True, alpha=0.3)
+        a.margins(y=0.2)  # room for the order numbers
+        if found is not None:
+            a.axvline(found, color="tab:green", linewidth=6, alpha=0.2, zorder=0)
+    ax.set_xscale("log", base=2)
+    xs = sorted({step.x() for _, step, _ in steps})
+    ax.set_xticks(xs, [f"{x:g}" for x in xs], rotation=45 if len(xs) > 6 else 0, fontsize=8)
+    ax.minorticks_off()
+    cap = run.config.concurrencies[0]
+    ax.set_xlabel(f"offered rate, requests/s (at most {cap} in flight)" if by_rate else "concurrency (requests in flight)")
+    unit = " req/s" if by_rate else ""
+    answer = f"answer {found:g}{unit} (shaded)" if found is not None else "no answer: not met at the first step"
+    fig.suptitle(
+        f"Saturation sweep: {run.config.model} ({run.metadata.run_id})\n{answer}; stopped: {sweep.stop}; "
+        "numbers: the order the steps ran",
+        fontsize=9,
+    )
+    return fig
+
+
+def _mark_step(ax: Axes, number: int, x: float, y: float, kind: str) -> None:
+    """One sweep step: its verdict's marker and its order number beside it."""
+    ax.plot([x], [y], linestyle="none", markersize=8, zorder=3, **VERDICT_STYLE[kind])  # type: ignore[arg-type]
+    ax.annotate(str(number), (x, y), textcoords="offset points", xytext=(5, 5), fontsize=7)
 
 
 def _error(
@@ -142,11 +282,11 @@ def compare_figure(baseline: RunResult, run: RunResult) -> Figure:
                 label=f"{'baseline' if side == 0 else 'this run'} {result.metadata.run_id}",
             )
             if side == 1:
-                for bar, f in zip(bars, figures, strict=True):
-                    if f.change_pct is not None:
+                for bar, f, (_, above) in zip(bars, figures, errors, strict=True):
+                    if f.change_pct is not None:  # above the interval's whisker, not through it
                         ax.annotate(
                             f"{f.change_pct:+.0f}%",
-                            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                            (bar.get_x() + bar.get_width() / 2, bar.get_height() + above),
                             ha="center",
                             va="bottom",
                             fontsize=8,
@@ -236,7 +376,9 @@ def write_charts(run: RunResult, directory: Path | str, *, baseline: RunResult |
     """Save the charts of a run (and the comparison when a baseline is given) as PNGs in DIR."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    figures = [(AGGREGATE_PNG, aggregate_figure(run)), (TTFT_PNG, ttft_figure(run))]
+    # A sweep's throughput per step is in its search chart, beside the figures it decided on.
+    sweep = sweep_figure(run)
+    figures = [(SWEEP_PNG, sweep) if sweep is not None else (AGGREGATE_PNG, aggregate_figure(run)), (TTFT_PNG, ttft_figure(run))]
     if (server := server_figure(run)) is not None:  # under the latency chart; not for servers without /metrics
         figures.append((SERVER_PNG, server))
     if baseline is not None:

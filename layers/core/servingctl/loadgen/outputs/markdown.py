@@ -289,7 +289,15 @@ def bench_command(run: RunResult) -> str:
         parts.append(f"--slo {','.join(slo.label() for slo in c.slos)}")
     if c.slo_share != 1.0:
         parts.append(f"--slo-share {c.slo_share:g}")
-    if c.sweep:
+    if c.sweep and c.mode == "rate":
+        parts += [
+            "--sweep",
+            f"--sweep-start-rate {c.sweep_start_rate:g}",
+            f"--sweep-max-rate {c.sweep_max_rate:g}",
+            f"--sweep-resolution {c.sweep_resolution:g}",
+            f"--sweep-max-steps {c.sweep_max_steps}",
+        ]
+    elif c.sweep:
         parts += ["--sweep", f"--sweep-max-concurrency {c.sweep_max_concurrency}", f"--sweep-max-steps {c.sweep_max_steps}"]
     # The flag is not in the config: each scenario records the processes it ran over (the flag capped
     # by its streams and requests), so the most of them spreads every scenario as this run did.
@@ -505,7 +513,16 @@ def render_report(
     if comparison:
         lines += costs_section(comparison, frozenset(s.name for s in summaries if s.client_bound))
     lines += ["## Latency detail", "", *latency_table(summaries), ""]
-    lines += ["## Charts", "", "![TTFT by input length](ttft.png)", ""]
+    lines += ["## Charts", ""]
+    if run.sweep is not None:
+        lines += [
+            "The sweep's search: each step's figures against the SLO limits, and its goodput, marked met, "
+            "missed, saturated or stalled and numbered in run order; the answer shaded:",
+            "",
+            "![the saturation sweep's search](sweep.png)",
+            "",
+        ]
+    lines += ["![TTFT by input length](ttft.png)", ""]
     if any(s.server_timeline for s in run.scenarios):
         lines += [
             "The server's /metrics, sampled about once a second during each scenario (shaded bands):",
