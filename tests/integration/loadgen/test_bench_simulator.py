@@ -72,7 +72,7 @@ def test_burst_sweep_counts_agree_with_the_server(sim):
         assert s.server.generation_tokens_delta == sum(r.completion_tokens for r in scenario.records)
         assert s.server.prefix_cache_ok is True and s.server.prefix_cache_hits_delta == 0
         assert s.server.spec_decode_acceptance_rate is not None
-        assert len(s.aggregate_tok_s_rounds) == 2 and s.aggregate_tok_s is not None
+        assert len(s.rounds_output_tok_s) == 2 and s.output_tok_s is not None
         # one ITL sample per token after the first read; chunks of one read are coalesced and counted
         measured = [r for r in scenario.records if not r.warmup]
         assert s.itl_ms.count == sum(MAX_TOKENS - per_read(r.chunks)[0][1] for r in measured)
@@ -100,7 +100,7 @@ def test_sustained_mode_reports_its_steady_window(sim):
     assert (s.requests, s.ok, s.name) == (15, 15, "in256-c3-sustained")
     w = s.steady_window
     assert w.method == "first completion -> last send" and w.t_end_ns > w.t_start_ns
-    assert s.aggregate_tok_s == pytest.approx(w.completion_tokens / w.duration_s)
+    assert s.output_tok_s == pytest.approx(w.completion_tokens / w.duration_s)
 
 
 def test_rate_mode_sends_the_poisson_schedule(sim):
@@ -160,16 +160,16 @@ def test_cli_writes_results_and_prints_the_reference_table(sim, tmp_path, capsys
     # the reference's columns, in two-line headers, then one row per scenario in input order
     top = next(i for i, line in enumerate(lines) if line.startswith("input"))
     header = [cell for line in lines[top : top + 2] for cell in line.split()]
-    for word in ("input", "conc.", "aggregate", "TTFT", "median", "decode", "failed"):
+    for word in ("input", "conc.", "output", "TTFT", "median", "decode", "failed"):
         assert word in header
     run = read_results(tmp_path)
     assert [s.summary.name for s in run.scenarios] == ["in256-c1", "in256-c2"]
     # the scenario rows (a busy machine adds a HOST BUSY line under a row)
     rows = [line.split() for line in lines[top + 2 :] if line.startswith("256 ")]
     for row, scenario in zip(rows, run.scenarios, strict=True):
-        # input tokens, concurrency and aggregate tok/s as written to results.json
+        # input tokens, concurrency and output tok/s as written to results.json
         assert row[:2] == ["256", str(scenario.summary.concurrency)]
-        assert float(row[2].replace(",", "")) == round(scenario.summary.aggregate_tok_s, 2)
+        assert float(row[2].replace(",", "")) == round(scenario.summary.output_tok_s, 2)
     assert (tmp_path / "vllm" / "in256-c2.json").exists() and (tmp_path / "report.md").exists()
 
 

@@ -21,7 +21,7 @@ from servingctl_twin.simserver.timing import TimingModel
 class BurstResult:
     """Median over rounds of the reference's burst figures."""
 
-    aggregate_tok_s: float
+    output_tok_s: float
     median_ttft_ms: float
 
 

@@ -21,7 +21,7 @@ def compare(inputs: CompareInput) -> Comparison:
         assert inputs.hourly_usd is not None  # CompareInput holds exactly one of the two
         running = inputs.hourly_usd * inputs.hours
     self_monthly = running + inputs.standing_monthly_usd
-    output_tokens = inputs.aggregate_tok_s * inputs.hours * SECONDS_PER_HOUR
+    output_tokens = inputs.output_tok_s * inputs.hours * SECONDS_PER_HOUR
     requests = output_tokens / inputs.output_tokens
     input_tokens = requests * inputs.input_tokens
     api_monthly = input_tokens / 1e6 * inputs.api_input_usd_per_m + output_tokens / 1e6 * inputs.api_output_usd_per_m
@@ -54,11 +54,11 @@ def cost_comparisons(
     comparisons = {}
     for scenario in run.scenarios:
         summary = scenario.summary
-        if not summary.aggregate_tok_s:
+        if not summary.output_tok_s:
             continue
         comparisons[summary.name] = compare(
             CompareInput(
-                aggregate_tok_s=summary.aggregate_tok_s,
+                output_tok_s=summary.output_tok_s,
                 input_tokens=summary.input_tokens,
                 output_tokens=summary.max_tokens,
                 api_input_usd_per_m=api_input_usd_per_m,

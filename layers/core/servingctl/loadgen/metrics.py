@@ -207,7 +207,7 @@ def round_result(index: int, warmup: bool, records: Sequence[RequestRecord]) -> 
         completion_tokens=tokens,
         ok=len(ok),
         failed=len(records) - len(ok),
-        aggregate_tok_s=tokens * NS_PER_S / wall_ns if ok and wall_ns > 0 else None,
+        output_tok_s=tokens * NS_PER_S / wall_ns if ok and wall_ns > 0 else None,
     )
 
 
@@ -296,7 +296,7 @@ def scenario_summary(
     for r in measured:
         if not r.ok:
             examples.setdefault(r.error_kind or "other", failure_message(r))
-    round_rates = [r.aggregate_tok_s for r in rounds if not r.warmup and r.aggregate_tok_s is not None]
+    round_rates = [r.output_tok_s for r in rounds if not r.warmup and r.output_tok_s is not None]
     window = None
     achieved_rate = None
     if config.mode == "burst":
@@ -322,8 +322,8 @@ def scenario_summary(
         failures_by_kind=dict(sorted(failures.items())),
         failure_examples=dict(sorted(examples.items())),
         failure_rate=(len(measured) - len(ok)) / len(measured) if measured else 0.0,
-        aggregate_tok_s=aggregate,
-        aggregate_tok_s_rounds=round_rates,
+        output_tok_s=aggregate,
+        rounds_output_tok_s=round_rates,
         steady_window=window,
         achieved_rate_rps=achieved_rate,
         ttfc_ms=summarize(_values(ok, "ttfc_ms")),

@@ -49,14 +49,14 @@ def saturation(lower: SweepStep, step: SweepStep) -> str | None:
             f"goodput fell from {lower.goodput_rps:.2f} req/s at {lower.concurrency} to {step.goodput_rps:.2f} "
             f"(under {GOODPUT_DROP:.0%})"
         )
-    if not (lower.ttft_median_ms and step.ttft_median_ms and lower.aggregate_tok_s and step.aggregate_tok_s):
+    if not (lower.ttft_median_ms and step.ttft_median_ms and lower.output_tok_s and step.output_tok_s):
         return None
     rise = step.ttft_median_ms / lower.ttft_median_ms
-    gain = step.aggregate_tok_s / lower.aggregate_tok_s
+    gain = step.output_tok_s / lower.output_tok_s
     if rise >= SATURATION_TTFT_RISE and gain < SATURATION_THROUGHPUT_GAIN:
         return (
             f"median TTFT x{rise:.1f} ({lower.ttft_median_ms:,.0f} -> {step.ttft_median_ms:,.0f} ms) while output tok/s "
-            f"changed {gain - 1:+.0%} ({lower.aggregate_tok_s:,.1f} -> {step.aggregate_tok_s:,.1f}) from {lower.concurrency}"
+            f"changed {gain - 1:+.0%} ({lower.output_tok_s:,.1f} -> {step.output_tok_s:,.1f}) from {lower.concurrency}"
         )
     return None
 
@@ -77,7 +77,7 @@ def step_of(summary: ScenarioSummary, previous: Sequence[SweepStep]) -> SweepSte
         met=bool(slo and slo.met),
         goodput_rps=slo.goodput_rps if slo else 0.0,
         goodput_tok_s=slo.goodput_tok_s if slo else 0.0,
-        aggregate_tok_s=summary.aggregate_tok_s,
+        output_tok_s=summary.output_tok_s,
         ttft_median_ms=summary.ttft_ms.median,
         longest_wait_ms=longest,
     )

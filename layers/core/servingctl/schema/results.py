@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servingctl.schema.comparison import SloCost
+from servingctl.schema.renamed import under_new_names
 
 SCHEMA_VERSION: Literal[1] = 1
 
@@ -48,6 +49,13 @@ SALT_MODES: tuple[str, ...] = ("cache-salt", "prompt-nonce", "none")
 # Header values never written to results (compared lower-case).
 SECRET_HEADERS: frozenset[str] = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
 REDACTED = "<redacted>"
+# The headline throughput, one figure under one name (`output_tok_s`) everywhere it is shown; it was
+# stored as aggregate_tok_s (and its rounds as aggregate_tok_s_rounds) before: those documents still load.
+RENAMED_THROUGHPUT = {"aggregate_tok_s": "output_tok_s", "aggregate_tok_s_rounds": "rounds_output_tok_s"}
+OUTPUT_TOK_S = (
+    "output tokens per second: burst = the median of the measured rounds' rates (each round's output tokens / "
+    "its wall time); sustained/rate = output tokens of the steady window / its length"
+)
 
 
 class _Model(BaseModel):
@@ -302,7 +310,7 @@ class MetricSummary(_Model):
 
 
 class RoundResult(_Model):
-    """One burst round (C requests released together): aggregate = its completion tokens / wall time."""
+    """One burst round (C requests released together): output_tok_s = its completion tokens / wall time."""
 
     index: int
     warmup: bool
@@ -311,11 +319,16 @@ class RoundResult(_Model):
     completion_tokens: int
     ok: int
     failed: int
-    aggregate_tok_s: float | None
+    output_tok_s: float | None = Field(description="this round's output tokens / its wall time (first send to last end)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        return under_new_names(data, RENAMED_THROUGHPUT)
 
 
 class SteadyWindow(_Model):
-    """Sustained/rate: the interval the aggregate is measured in (ramp and drain excluded) and why."""
+    """Sustained/rate: the interval output_tok_s is measured in (ramp and drain excluded) and why."""
 
     t_start_ns: int
     t_end_ns: int
@@ -404,9 +417,11 @@ class SloResult(_Model):
     share_required: float
     met: bool = Field(description="good_share >= share_required and every percentile SLO held")
     duration_s: float = Field(description="burst: sum of measured rounds' wall time; else first send to last end")
-    goodput_rps: float
-    goodput_tok_s: float
-    throughput_rps: float = Field(description="every successful request per second over the same duration")
+    goodput_rps: float = Field(description="good requests / duration_s")
+    goodput_tok_s: float = Field(
+        description="output tokens of the good requests / duration_s (a total over time, not output_tok_s's median of rounds)"
+    )
+    throughput_rps: float = Field(description="every successful request (good or not) / duration_s: requests, not tokens")
 
 
 class ScenarioSummary(_Model):
@@ -429,9 +444,12 @@ class ScenarioSummary(_Model):
         default_factory=dict, description="error kind -> the first such request's message (with its HTTP status)"
     )
     failure_rate: float
-    # Aggregate throughput: burst = median over measured rounds; sustained/rate = steady window.
-    aggregate_tok_s: float | None
-    aggregate_tok_s_rounds: list[float] = Field(default_factory=list)
+    # The headline throughput.
+    output_tok_s: float | None = Field(description=OUTPUT_TOK_S)
+    rounds_output_tok_s: list[float] = Field(
+        default_factory=list,
+        description="burst: each measured round's output tokens / its wall time (output_tok_s is their median)",
+    )
     steady_window: SteadyWindow | None = None
     achieved_rate_rps: float | None = Field(None, description="rate mode: measured arrivals per second")
     # Per-request distributions (successful measured requests).
@@ -457,6 +475,11 @@ class ScenarioSummary(_Model):
     client: ClientSelfCheck
     client_bound: bool
     slo: SloResult | None = Field(None, description="against the run's SLOs (None: none given)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        return under_new_names(data, RENAMED_THROUGHPUT)
 
 
 class ServerSample(_Model):
@@ -524,12 +547,17 @@ class SweepStep(_Model):
     met: bool
     goodput_rps: float
     goodput_tok_s: float
-    aggregate_tok_s: float | None
+    output_tok_s: float | None = Field(description="the step's ScenarioSummary.output_tok_s")
     ttft_median_ms: float | None
     saturated: bool = Field(False, description="queueing grew: TTFT rose while throughput flattened, or goodput fell")
     why: str | None = Field(None, description="why it missed the SLOs or counts as saturated, with the figures")
     longest_wait_ms: float | None = Field(None, description="the longest a request waited for its first token or the next")
     stalled: bool = Field(False, description="a wait of STALL_MIN_S or more, STALL_FACTOR x the median TTFT or more")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        return under_new_names(data, RENAMED_THROUGHPUT)
 
 
 class SweepResult(_Model):

@@ -7,8 +7,8 @@ import pytest
 
 from servingctl.loadgen.outputs.charts import (
     CLIENT_BOUND_LABEL,
-    aggregate_figure,
     compare_figure,
+    output_figure,
     server_figure,
     ttft_figure,
     write_charts,
@@ -20,16 +20,16 @@ def _summaries(run):
     return {s.summary.name: s.summary for s in run.scenarios}
 
 
-def test_aggregate_chart_has_one_line_per_input_length(run):
+def test_output_chart_has_one_line_per_input_length(run):
     s = _summaries(run)
-    ax = aggregate_figure(run).axes[0]
+    ax = output_figure(run).axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert set(lines) == {"254 input tokens", "2046 input tokens", CLIENT_BOUND_LABEL}
     assert list(lines["254 input tokens"].get_xdata()) == [1, 2]
-    assert list(lines["254 input tokens"].get_ydata()) == [s["in256-c1"].aggregate_tok_s, s["in256-c2"].aggregate_tok_s]
-    assert list(lines["2046 input tokens"].get_ydata()) == [s["in2048-c1"].aggregate_tok_s, s["in2048-c2"].aggregate_tok_s]
+    assert list(lines["254 input tokens"].get_ydata()) == [s["in256-c1"].output_tok_s, s["in256-c2"].output_tok_s]
+    assert list(lines["2046 input tokens"].get_ydata()) == [s["in2048-c1"].output_tok_s, s["in2048-c2"].output_tok_s]
     # The client-bound point is crossed out where it is plotted.
-    assert list(lines[CLIENT_BOUND_LABEL].get_xydata()[0]) == [2, s["in2048-c2"].aggregate_tok_s]
+    assert list(lines[CLIENT_BOUND_LABEL].get_xydata()[0]) == [2, s["in2048-c2"].output_tok_s]
     assert ax.get_xlabel().startswith("concurrency")
 
 
@@ -78,12 +78,12 @@ def test_compare_chart_bars_carry_their_bootstrap_intervals_and_the_legend_is_ou
 
 def test_charts_are_written_as_png(run, baseline, tmp_path):
     paths = write_charts(run, tmp_path, baseline=baseline)
-    assert [p.name for p in paths] == ["aggregate_tok_s.png", "ttft.png", "compare.png"]
+    assert [p.name for p in paths] == ["output_tok_s.png", "ttft.png", "compare.png"]
     for path in paths:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         image = matplotlib.image.imread(path)
         assert image.shape[0] > 300 and image.shape[1] > 500
-    assert [p.name for p in write_charts(run, tmp_path / "solo")] == ["aggregate_tok_s.png", "ttft.png"]
+    assert [p.name for p in write_charts(run, tmp_path / "solo")] == ["output_tok_s.png", "ttft.png"]
 
 
 def _with_timelines(run, *, spec: bool):
@@ -124,5 +124,5 @@ def test_server_chart_leaves_out_what_the_server_does_not_expose(run, tmp_path):
     fig = server_figure(_with_timelines(run, spec=False))
     assert [ax.get_ylabel() for ax in fig.axes] == ["requests", "generated tok/s"]
     names = [p.name for p in write_charts(run, tmp_path)]
-    assert names == ["aggregate_tok_s.png", "ttft.png", "server_metrics.png"]
+    assert names == ["output_tok_s.png", "ttft.png", "server_metrics.png"]
     assert matplotlib.image.imread(tmp_path / "server_metrics.png").shape[0] > 300

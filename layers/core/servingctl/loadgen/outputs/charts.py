@@ -1,5 +1,5 @@
 """PNG charts of a run (matplotlib's object API with the Agg canvas: no pyplot, no display):
-aggregate tok/s vs concurrency per input length, every request's TTFT as a box per scenario, the
+output tok/s (output_tok_s) vs concurrency per input length, every request's TTFT as a box per scenario, the
 server's /metrics over the run's time (requests running and waiting, KV-cache use, generated tok/s,
 spec-decode acceptance; one band per scenario) and a side-by-side of two runs with each bar's
 bootstrap interval. Builders return the Figure so callers can inspect it."""
@@ -19,7 +19,9 @@ from servingctl.loadgen import bootstrap
 from servingctl.loadgen.outputs.rows import COMPARED, Compared, ScenarioRow, compare_runs, scenario_rows
 from servingctl.schema.results import RunResult, ScenarioResult, ServerSample
 
-AGGREGATE_PNG = "aggregate_tok_s.png"
+OUTPUT_PNG = "output_tok_s.png"
+# What the y axis of output_tok_s.png is, by mode.
+_THROUGHPUT_OF = {"burst": "median of measured rounds", "sustained": "steady window", "rate": "steady window"}
 TTFT_PNG = "ttft.png"
 COMPARE_PNG = "compare.png"
 SERVER_PNG = "server_metrics.png"
@@ -40,15 +42,15 @@ def _mark_client_bound(ax: Axes, points: list[tuple[float, float]]) -> None:
         ax.plot(xs, ys, linestyle="none", marker="x", color="red", markersize=12, label=CLIENT_BOUND_LABEL)
 
 
-def aggregate_figure(run: RunResult) -> Figure:
-    """Aggregate tok/s against concurrency, one line per input length."""
+def output_figure(run: RunResult) -> Figure:
+    """Output tok/s (the results' output_tok_s) against concurrency, one line per input length."""
     fig = _figure()
     ax = fig.add_subplot()
     # Each row with its throughput (rows without one are not drawn).
     by_input: dict[int, list[tuple[ScenarioRow, float]]] = defaultdict(list)
     for row in scenario_rows(run):
-        if row.aggregate_tok_s is not None:
-            by_input[row.input_tokens].append((row, row.aggregate_tok_s))
+        if row.output_tok_s is not None:
+            by_input[row.input_tokens].append((row, row.output_tok_s))
     for input_tokens, rows in sorted(by_input.items()):
         ax.plot([r.concurrency for r, _ in rows], [tok_s for _, tok_s in rows], marker="o", label=f"{input_tokens} input tokens")
     _mark_client_bound(ax, [(r.concurrency, tok_s) for rows in by_input.values() for r, tok_s in rows if r.client_bound])
@@ -56,8 +58,8 @@ def aggregate_figure(run: RunResult) -> Figure:
     concurrencies = sorted({r.concurrency for rows in by_input.values() for r, _ in rows})
     ax.set_xticks(concurrencies, [str(c) for c in concurrencies])
     ax.set_xlabel("concurrency (requests in flight)")
-    ax.set_ylabel("aggregate output tok/s")
-    ax.set_title(f"Aggregate throughput: {run.config.model} ({run.metadata.run_id})")
+    ax.set_ylabel(f"output tok/s ({_THROUGHPUT_OF[run.config.mode]})")
+    ax.set_title(f"Output tok/s: {run.config.model} ({run.metadata.run_id})")
     ax.grid(True, alpha=0.3)
     ax.legend()
     return fig
@@ -116,7 +118,7 @@ def _error(
 
 
 def compare_figure(baseline: RunResult, run: RunResult) -> Figure:
-    """Grouped bars per scenario for both runs: aggregate tok/s (left) and median TTFT (right), each
+    """Grouped bars per scenario for both runs: output tok/s (left) and median TTFT (right), each
     bar with its 95 % bootstrap interval (bench.bootstrap, none under MIN_UNITS units); one legend
     under both panels, where it hides no bar."""
     compared = [c for c in compare_runs(baseline, run) if c.in_baseline and c.in_run]
@@ -124,7 +126,7 @@ def compare_figure(baseline: RunResult, run: RunResult) -> Figure:
     names = [c.name for c in compared]
     sides = [({s.summary.name: s for s in r.scenarios}, r) for r in (baseline, run)]
     width = 0.4
-    for i, metric in enumerate(("aggregate_tok_s", "ttft_median_ms")):
+    for i, metric in enumerate(("output_tok_s", "ttft_median_ms")):
         ax = fig.add_subplot(1, 2, i + 1)
         spec = next(c for c in COMPARED if c.metric == metric)
         figures = [next(f for f in c.figures if f.metric == metric) for c in compared]
@@ -236,7 +238,7 @@ def write_charts(run: RunResult, directory: Path | str, *, baseline: RunResult |
     """Save the charts of a run (and the comparison when a baseline is given) as PNGs in DIR."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    figures = [(AGGREGATE_PNG, aggregate_figure(run)), (TTFT_PNG, ttft_figure(run))]
+    figures = [(OUTPUT_PNG, output_figure(run)), (TTFT_PNG, ttft_figure(run))]
     if (server := server_figure(run)) is not None:  # under the latency chart; not for servers without /metrics
         figures.append((SERVER_PNG, server))
     if baseline is not None:

@@ -31,7 +31,7 @@ RESULTS_HEADER = (
     "scenario",
     "input tokens",
     "concurrency",
-    "aggregate tok/s",
+    "output tok/s",
     "E2E tok/s per request",
     "median TTFT ms",
     "decode tok/s",
@@ -107,7 +107,7 @@ def results_table(run: RunResult) -> list[str]:
             r.name + (" ⚠ client-bound" if r.client_bound else " ⚠ host busy" if r.host_busy else ""),
             str(r.input_tokens),
             str(r.concurrency),
-            fmt(r.aggregate_tok_s),
+            fmt(r.output_tok_s),
             fmt(r.e2e_tok_s),
             fmt(r.ttft_median_ms, 1),
             fmt(r.decode_tok_s),
@@ -131,12 +131,12 @@ def latency_table(summaries: Sequence[ScenarioSummary]) -> list[str]:
         "ITL median / p99 ms (coalesced gaps)",
         "chunk gap median ms",
         "tokens per chunk",
-        "aggregate per round tok/s",
+        "output tok/s per round",
     )
     rows = []
     for s in summaries:
         chunks = ", ".join(f"{k}: {v}" for k, v in sorted(s.tokens_per_chunk.items())) or DASH
-        rounds = ", ".join(fmt(v) for v in s.aggregate_tok_s_rounds) or DASH
+        rounds = ", ".join(fmt(v) for v in s.rounds_output_tok_s) or DASH
         if s.steady_window:
             rounds = f"steady window {fmt(s.steady_window.duration_s, 1)} s ({s.steady_window.method})"
         rows.append(
@@ -368,7 +368,7 @@ def costs_section(comparison: Comparison | Mapping[str, Comparison], client_boun
         "scenario",
         "input tokens",
         "output tokens",
-        "aggregate tok/s",
+        "output tok/s",
         "self-hosted USD / month",
         "managed API USD / month",
         "self-hosted / API",
@@ -380,7 +380,7 @@ def costs_section(comparison: Comparison | Mapping[str, Comparison], client_boun
             name + (" ⚠ client-bound" if name in client_bound else ""),
             str(c.inputs.input_tokens),
             str(c.inputs.output_tokens),
-            fmt(c.inputs.aggregate_tok_s),
+            fmt(c.inputs.output_tok_s),
             fmt(c.self_hosted_monthly_usd, 0),
             fmt(c.api_monthly_usd, 0),
             fmt(c.ratio_self_hosted_to_api),
@@ -392,7 +392,7 @@ def costs_section(comparison: Comparison | Mapping[str, Comparison], client_boun
     best = min((c for _, c in items), key=lambda c: c.break_even_utilization, default=None)
     first = next(iter(c for _, c in items), None)
     assumption = (
-        f"Assumes the measured aggregate throughput is sustained {first.inputs.hours:g} h a month; managed API at "
+        f"Assumes the measured output tok/s is sustained {first.inputs.hours:g} h a month; managed API at "
         f"{first.inputs.api_input_usd_per_m:g} / {first.inputs.api_output_usd_per_m:g} USD per 1M input / output tokens."
         if first
         else ""
@@ -483,14 +483,6 @@ def render_report(
     if alerts := warnings(run):
         lines += ["## Warnings", "", *(f"- {a}" for a in alerts), ""]
     lines += ["## Results", ""]
-    lines += [
-        "Aggregate: "
-        + (
-            "median over measured rounds of completion tokens / round wall time."
-            if run.config.mode == "burst"
-            else "completion tokens in the steady window / its length (ramp and drain excluded)."
-        )
-    ]
     lines += [
         "Per-request figures are medians over successful measured requests; "
         "TTFT counts from the first content or reasoning chunk.",
