@@ -57,7 +57,6 @@ FIELDS = {
     "concurrency": "concurrencies",
     "mode": "mode",
     "rate": "rate",
-    "warmup": "warmup",
     "rounds": "rounds",
     "requests": "requests",
     "duration": "duration_s",
@@ -133,6 +132,8 @@ def request_body(args: argparse.Namespace, client: Client) -> dict[str, Any]:
     run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     body: dict[str, Any] = {"profile": args.profile, "start": args.start, "stop": args.stop, "run_id": run_id}
     body |= {field: getattr(args, flag) for flag, field in FIELDS.items() if getattr(args, flag) is not None}
+    rounds, seconds = args.warmup  # --warmup: N rounds or Ss seconds
+    body |= {"warmup": rounds} if seconds is None else {"warmup_s": seconds}
     if args.slo:
         body["slos"] = [slo.model_dump(exclude_none=True) for slo in args.slo]
     if args.sweep:
@@ -254,6 +255,8 @@ def _kept(ref: str, path: Path, why: str) -> LoadedRun:
 # run_benchmark input field -> the flag of `bench --profile`.
 FLAGS = {field: "--" + flag.replace("_", "-") for flag, field in FIELDS.items()} | {
     "profile": "--profile",
+    "warmup": "--warmup",
+    "warmup_s": "--warmup",
     "label": "--label",
     "start": "--start",
     "stop": "--stop",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import csv
 import json
 import multiprocessing
 import time
@@ -16,7 +17,10 @@ from servingctl.loadgen.calibration import build_prompt
 from servingctl.loadgen.measure import INDEX_STRIDE
 from servingctl.loadgen.metrics import per_read, with_request_metrics
 from servingctl.loadgen.outputs import read_results
+from servingctl.loadgen.outputs.markdown import render_report
+from servingctl.loadgen.outputs.tables import write_tables
 from servingctl.loadgen.runner import run_benchmark
+from servingctl.loadgen.slo import parse_slos
 from servingctl.loadgen.spread import START_LEAD_S
 from servingctl.schema.results import RunConfig, RunResult
 from servingctl_cli.main import main
@@ -101,6 +105,41 @@ def test_sustained_mode_reports_its_steady_window(sim):
     w = s.steady_window
     assert w.method == "first completion -> last send" and w.t_end_ns > w.t_start_ns
     assert s.output_tok_s == pytest.approx(w.completion_tokens / w.duration_s)
+
+
+NS = 1_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("mode", "load"),
+    [("burst", {}), ("sustained", {"requests": 6}), ("rate", {"rate": 20.0, "concurrencies": [4], "requests": 6})],
+)
+def test_a_warm_up_by_time_sends_load_for_about_that_long_and_none_of_it_is_measured(sim, tmp_path, mode, load):
+    run = bench(sim, mode=mode, warmup=0, warmup_s=1.0, slos=parse_slos("ttft_ms=600000"), **load)
+    scenario = run.scenarios[0]
+    s = scenario.summary
+    warm = [r for r in scenario.records if r.warmup]
+    measured = [r for r in scenario.records if not r.warmup]
+    # Load for about the warm-up's second: sends only before its end (slack for a busy machine), and
+    # in burst and sustained the load goes on until then; it ends before the first measured send.
+    first_send = min(r.t_start_ns for r in warm)
+    assert len(warm) >= 2 and (max(r.t_start_ns for r in warm) - first_send) / NS < 1.5
+    if mode != "rate":
+        assert (max(r.t_end_ns for r in warm) - first_send) / NS >= 1.0
+    assert max(r.t_end_ns for r in warm) <= min(r.t_start_ns for r in measured)
+    # None counted as measured: counts, rounds, steady window, SLO and the CSV's warmup column.
+    assert (s.requests, s.ok) == (len(measured), len(measured)) == ((4,) * 2 if mode == "burst" else (6,) * 2)
+    if mode == "burst":
+        assert [r.warmup for r in scenario.rounds].count(False) == 2 == len(s.rounds_output_tok_s)
+    else:
+        assert s.steady_window is not None and s.steady_window.t_start_ns >= min(r.t_start_ns for r in measured)
+    assert s.slo is not None and s.slo.good_requests == len(measured)
+    assert s.slo.duration_s <= (max(r.t_end_ns for r in measured) - min(r.t_start_ns for r in measured)) / NS
+    write_tables(run, tmp_path)
+    with (tmp_path / "requests.csv").open() as rows:
+        flags = Counter(row["warmup"] for row in csv.DictReader(rows))
+    assert flags == {"True": len(warm), "False": len(measured)}
+    assert run.config.warmup_label() == "1s" and "--warmup 1s" in render_report(run)
 
 
 def test_rate_mode_sends_the_poisson_schedule(sim):

@@ -35,6 +35,7 @@ OUTPUT_LENGTH_FROM: tuple[str, ...] = ("max-tokens", "dataset")
 LengthKind = Literal["fixed", "uniform", "normal"]
 LENGTH_KINDS: tuple[str, ...] = ("fixed", "uniform", "normal")
 MAX_LENGTH_TOKENS = 262_144
+MAX_WARMUP_S = 3600.0  # warm-up by time: at most an hour of load before measuring
 # Why a request failed. Mismatches of token counts are not failures: see RequestRecord.mismatches.
 ErrorKind = Literal["http_status", "timeout", "connect", "stream_cut", "malformed_sse", "server_error", "other"]
 MismatchKind = Literal["prompt_tokens", "completion_tokens", "finish_reason"]
@@ -160,7 +161,14 @@ class RunConfig(_Model):
     )
     arrivals: Arrivals = Field(default="poisson", description="mode rate: Poisson arrivals (seeded) or constant gaps of 1/rate")
     # Load shape: burst uses warmup + rounds; sustained/rate use requests and/or duration_s.
-    warmup: int = Field(default=2, ge=0, description="warm-up rounds of C requests (every mode)")
+    warmup: int = Field(default=2, ge=0, description="warm-up rounds of C requests (every mode); 0 with warmup_s")
+    warmup_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_WARMUP_S,
+        description="warm-up by time instead of rounds: seconds of load before measuring (burst: rounds of C until "
+        "then; sustained: C in flight; rate: the rate's arrivals); None: warm-up rounds",
+    )
     rounds: int = Field(default=5, ge=1, description="measured rounds (burst)")
     requests: int | None = Field(default=None, ge=1, description="measured requests (sustained, rate)")
     duration_s: float | None = Field(default=None, gt=0, description="dispatch deadline (sustained, rate)")
@@ -187,6 +195,10 @@ class RunConfig(_Model):
     sweep: bool = False
     sweep_max_concurrency: int = Field(default=256, ge=1, le=4096, description="highest concurrency the sweep may try")
     sweep_max_steps: int = Field(default=12, ge=2, le=40, description="most scenarios the sweep may run")
+
+    def warmup_label(self) -> str:
+        """The warm-up as --warmup takes it: rounds (2) or seconds of load (30s)."""
+        return str(self.warmup) if self.warmup_s is None else f"{self.warmup_s:g}s"
 
     @field_validator("endpoint")
     @classmethod
@@ -215,6 +227,10 @@ class RunConfig(_Model):
             raise ValueError(f"rates: a sweep of arrival rates above 0 in mode rate; got {self.rates} in mode {self.mode}")
         if self.mode in ("sustained", "rate") and self.requests is None and self.duration_s is None and self.dataset is None:
             raise ValueError(f"requests or duration_s: mode {self.mode} needs one of them (with a dataset: every prompt once)")
+        if self.warmup_s is not None and self.warmup:
+            raise ValueError(
+                f"warmup, warmup_s: warm-up by rounds or by time, not both (warmup {self.warmup}, warmup_s {self.warmup_s:g})"
+            )
         seen = [(slo.metric, slo.percentile) for slo in self.slos]
         if len(set(seen)) != len(seen):
             raise ValueError("slos: each metric and percentile at most once")

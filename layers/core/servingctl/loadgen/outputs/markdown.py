@@ -24,7 +24,7 @@ from servingctl.loadgen.outputs.fingerprint import FingerprintRow, compare_finge
 from servingctl.loadgen.outputs.rows import ComparedFigure, ComparedScenario, compare_runs, scenario_rows
 from servingctl.loadgen.stats import resolved, tail_rule
 from servingctl.schema.comparison import Comparison
-from servingctl.schema.results import REDACTED, RunResult, ScenarioSummary, ServerChecks
+from servingctl.schema.results import REDACTED, RunConfig, RunResult, ScenarioSummary, ServerChecks
 
 DASH = "–"
 RESULTS_HEADER = (
@@ -271,7 +271,7 @@ def bench_command(run: RunResult) -> str:
         parts.append(f"--rate {c.rate:g}")
     if c.arrivals != "poisson":
         parts.append(f"--arrivals {c.arrivals}")
-    parts.append(f"--warmup {c.warmup}")
+    parts.append(f"--warmup {c.warmup_label()}")
     if c.mode == "burst":
         parts.append(f"--rounds {c.rounds}")
     if c.requests is not None:
@@ -299,6 +299,10 @@ def bench_command(run: RunResult) -> str:
     return " \\\n  ".join(parts)
 
 
+def _warm_up(c: RunConfig) -> str:
+    return f"{c.warmup_s:g} s of warm-up load" if c.warmup_s is not None else f"{c.warmup} warm-up rounds"
+
+
 def metadata_section(run: RunResult) -> list[str]:
     """Who measured what, when, against which server, and how to run it again."""
     c, m = run.config, run.metadata
@@ -319,9 +323,9 @@ def metadata_section(run: RunResult) -> list[str]:
         ),
         (
             "load",
-            f"{c.warmup} warm-up + {c.rounds} measured rounds"
+            f"{_warm_up(c)} + {c.rounds} measured rounds"
             if c.mode == "burst"
-            else f"{c.warmup} warm-up rounds, {c.requests or DASH} requests, duration {fmt(c.duration_s, 0)} s",
+            else f"{_warm_up(c)}, {c.requests or DASH} requests, duration {fmt(c.duration_s, 0)} s",
         ),
         ("max tokens / seed / salt mode", f"{c.max_tokens} / {c.seed} / {c.salt_mode}"),
         ("prompts", prompts_text(run)),
