@@ -38,7 +38,7 @@ def burst(
     rounds: int = 5,
     seed: int = 42,
 ) -> BurstResult:
-    """Replay ``rounds`` bursts and return the medians (aggregate = tokens / round wall time)."""
+    """Replay ``rounds`` bursts and return the medians (output tok/s = tokens / round wall time)."""
     aggregates, ttfts = [], []
     for rnd in range(rounds):
         sched = Scheduler(timing, max_num_seqs, max_num_batched_tokens, mtp_tokens, mtp_acceptance, PrefixCache())

@@ -115,3 +115,5 @@ def test_report_reads_a_results_file_written_under_the_old_throughput_names(run,
     assert "aggregate_tok_s" not in rewritten and json.loads(rewritten) == json.loads(run.model_dump_json())
     header = (tmp_path / "out" / "scenarios.csv").read_text().splitlines()[0].split(",")
     assert "output_tok_s" in header and "aggregate_tok_s" not in header
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "<th>output_tok_s</th>" in html and "output tok/s: the median of the measured rounds" in html
