@@ -13,8 +13,9 @@ Definitions (n = completion tokens, times from the monotonic clock):
 - token-normalized ITL: each gap between reads divided by the tokens of the later read, one sample
   per token (so a 2-token MTP chunk gives two samples of half the gap).
 - raw chunk gaps (between reads), and a histogram of tokens per chunk.
-- burst aggregate = completion tokens of a round / round wall time (first send to last end).
-- steady-window aggregate (sustained, rate) = tokens of chunks arriving inside the window / its
+- burst output_tok_s (the headline throughput) = the median over measured rounds of a round's
+  completion tokens / its wall time (first send to last end).
+- steady-window output_tok_s (sustained, rate) = tokens of chunks arriving inside the window / its
   length, the window running from the first completion (ramp over) to the last send (drain begins).
 """
 
