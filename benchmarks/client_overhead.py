@@ -679,7 +679,7 @@ def measure_user_run(args: argparse.Namespace, concurrency: int, model: str, wor
             summary = read_results(run_dir / "ours").scenarios[0].summary
             row: dict[str, Any] = {"load_avg": {"before": load_before, "after": os.getloadavg()}}
             for name, phase, cpu, tok_s in (
-                ("ours", ours[concurrency], ours_cpu, summary.aggregate_tok_s),
+                ("ours", ours[concurrency], ours_cpu, summary.output_tok_s),
                 ("vllm", vllm[concurrency], vllm_cpu, results[concurrency]["output_throughput"]),
             ):
                 row[name] = {

@@ -28,6 +28,7 @@ from servingctl.schema.results import (
     APIS,
     ARRIVALS,
     DATASET_FORMATS,
+    MAX_WARMUP_S,
     MODES,
     OUTPUT_LENGTH_FROM,
     SALT_MODES,
@@ -57,6 +58,7 @@ _FLAGS = {
     "rates": "--rate",
     "arrivals": "--arrivals",
     "warmup": "--warmup",
+    "warmup_s": "--warmup",
     "rounds": "--rounds",
     "requests": "--requests",
     "duration_s": "--duration",
@@ -103,6 +105,22 @@ def _bounded(kind: Callable[[str], float], low: float, high: float | None = None
         return value
 
     return parse
+
+
+def warmup_value(text: str) -> tuple[int, float | None]:
+    """--warmup as (rounds, seconds): '2' is 2 warm-up rounds (0: none), '30s' is 30 s of warm-up load."""
+    if text.isascii() and text.isdigit():
+        return int(text), None
+    try:
+        seconds = float(text.removesuffix("s")) if text.endswith("s") else math.nan
+    except ValueError:
+        seconds = math.nan
+    if 0 < seconds <= MAX_WARMUP_S:  # also refuses 'nan', which compares false
+        return 0, seconds
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: expected warm-up rounds (an integer >= 0, e.g. 2; 0: none) or seconds of warm-up load "
+        f"(a number above 0 and at most {MAX_WARMUP_S:g} followed by s, e.g. 30s)"
+    )
 
 
 def _slos(text: str) -> list[Slo]:
@@ -184,7 +202,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="poisson",
         help="mode rate: Poisson arrivals (seeded by --seed; default) or constant gaps of 1/rate",
     )
-    p.add_argument("--warmup", type=_bounded(int, 0, what="an integer >= 0"), default=2, help="warm-up rounds (default 2)")
+    p.add_argument(
+        "--warmup",
+        type=warmup_value,
+        default=(2, None),
+        metavar="N|Ss",
+        help="warm-up before measuring: N rounds of C requests (default 2; 0: none) or, with an s, seconds of the "
+        f"scenario's own load (e.g. 30s, at most {MAX_WARMUP_S:g}s); warm-up requests are never measured",
+    )
     p.add_argument("--rounds", type=_bounded(int, 1, what="an integer >= 1"), default=5, help="measured burst rounds (default 5)")
     p.add_argument("--requests", type=_bounded(int, 1, what="an integer >= 1"), help="measured requests (sustained, rate)")
     p.add_argument(
@@ -370,7 +395,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         rate=args.rate[0] if args.rate and len(args.rate) == 1 else None,
         rates=args.rate if args.rate and len(args.rate) > 1 else None,
         arrivals=args.arrivals,
-        warmup=args.warmup,
+        warmup=args.warmup[0],
+        warmup_s=args.warmup[1],
         rounds=args.rounds,
         requests=args.requests,
         duration_s=args.duration,

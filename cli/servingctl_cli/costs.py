@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 # pydantic field -> the flag a user typed, so errors name what they can fix.
 _FLAGS = {
-    "aggregate_tok_s": "--aggregate-tok-s",
+    "output_tok_s": "--output-tok-s",
     "input_tokens": "--input-tokens",
     "output_tokens": "--output-tokens",
     "api_input_usd_per_m": "--api-input-usd-per-m",
@@ -47,8 +47,22 @@ _FLAGS = {
     "hourly_usd": "--hourly-usd",
     "standing_monthly_usd": "--standing-monthly-usd",
 }
+# The flag's old name, still accepted (deprecated): the figure is the results' output_tok_s now.
+OLD_OUTPUT_TOK_S_FLAG = "--aggregate-tok-s"
 # Unit of a monthly infrastructure price, by the part of its key before "-month".
 MONTHLY_UNITS = {"gb": "GB", "mibps": "MiB/s", "iops": "IOPS"}
+
+
+class _OldFlagWarns(argparse.Action):
+    """Stores the value; typed under the old flag name, says so on stderr with the new name."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None
+    ) -> None:
+        """Store ``values`` under ``dest``; warn when ``option_string`` is the deprecated name."""
+        if option_string == OLD_OUTPUT_TOK_S_FLAG:
+            print(f"servingctl costs: {OLD_OUTPUT_TOK_S_FLAG} is deprecated: use --output-tok-s", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,7 +74,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     price = cmp.add_mutually_exclusive_group(required=True)
     price.add_argument("--self-hosted-monthly-usd", type=float, help="all-in monthly self-hosted cost")
     price.add_argument("--hourly-usd", type=float, help="all-in self-hosted cost per running hour")
-    cmp.add_argument("--aggregate-tok-s", type=float, required=True, help="measured aggregate output tok/s")
+    cmp.add_argument(
+        "--output-tok-s",
+        OLD_OUTPUT_TOK_S_FLAG,
+        dest="output_tok_s",
+        type=float,
+        required=True,
+        action=_OldFlagWarns,
+        help=f"measured output tok/s: a benchmark's output_tok_s ({OLD_OUTPUT_TOK_S_FLAG}: its old name, deprecated)",
+    )
     cmp.add_argument("--input-tokens", type=int, required=True, help="input tokens per request")
     cmp.add_argument("--output-tokens", type=int, required=True, help="output tokens per request")
     cmp.add_argument("--api", help="managed API from the price catalog (default: the catalog's default)")
@@ -192,7 +214,7 @@ def _compare(args: argparse.Namespace) -> int:
         # Validated as given (an API price still None is refused naming its flag).
         inputs = CompareInput.model_validate(
             {
-                "aggregate_tok_s": args.aggregate_tok_s,
+                "output_tok_s": args.output_tok_s,
                 "input_tokens": args.input_tokens,
                 "output_tokens": args.output_tokens,
                 "api_input_usd_per_m": api_in,

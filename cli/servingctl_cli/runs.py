@@ -59,7 +59,6 @@ FIELDS = {
     "concurrency": "concurrencies",
     "mode": "mode",
     "rate": "rate",
-    "warmup": "warmup",
     "rounds": "rounds",
     "requests": "requests",
     "duration": "duration_s",
@@ -142,6 +141,8 @@ def request_body(args: argparse.Namespace, client: Client) -> dict[str, Any]:
     body |= {field: _as_json(getattr(args, flag)) for flag, field in FIELDS.items() if getattr(args, flag) is not None}
     if args.dataset and args.mode is None:
         body["mode"] = "sustained"  # as on this machine: every prompt once
+    rounds, seconds = args.warmup  # --warmup: N rounds or Ss seconds
+    body |= {"warmup": rounds} if seconds is None else {"warmup_s": seconds}
     if args.slo:
         body["slos"] = [slo.model_dump(exclude_none=True) for slo in args.slo]
     if args.sweep:
@@ -307,6 +308,8 @@ def _kept(ref: str, path: Path, why: str) -> LoadedRun:
 FLAGS = {field: "--" + flag.replace("_", "-") for flag, field in FIELDS.items()} | {
     "dataset": "--dataset",
     "profile": "--profile",
+    "warmup": "--warmup",
+    "warmup_s": "--warmup",
     "label": "--label",
     "start": "--start",
     "stop": "--stop",

@@ -74,7 +74,7 @@ def test_cli_sweep_counts_equal_the_server_counters(vllm_server, tmp_path, capsy
         assert s.server.available and s.server.generation_tokens_equal is True
         assert s.server.generation_tokens_delta == (s.requests + s.concurrency) * MAX_TOKENS
         assert s.server.prefix_cache_ok is True
-        assert s.aggregate_tok_s and s.ttft_ms.median
+        assert s.output_tok_s and s.ttft_ms.median
         # vLLM's /metrics over time: about one sample a second, every gauge and counter read
         timeline = scenario.server_timeline
         assert len(timeline) >= max(1, int(s.client.wall_seconds) - 1), (len(timeline), s.client.wall_seconds)
@@ -172,5 +172,5 @@ def test_saturation_sweep_with_an_slo_finds_a_concurrency_and_its_goodput(vllm_s
     print(
         f"\nsweep on vLLM CPU: found c={run.sweep.found} ({run.sweep.stop}), goodput {at.slo.goodput_rps:.2f} req/s, "
         f"{at.slo.goodput_tok_s:.1f} tok/s; steps "
-        + ", ".join(f"c{s.concurrency}: TTFT {s.ttft_median_ms:.0f} ms, {s.aggregate_tok_s:.1f} tok/s" for s in steps)
+        + ", ".join(f"c{s.concurrency}: TTFT {s.ttft_median_ms:.0f} ms, {s.output_tok_s:.1f} tok/s" for s in steps)
     )

@@ -291,7 +291,7 @@ def run_demo(output: Path, *, model_server: str = "vllm", time_scale: float = 20
     failed = [name for name, code in steps if code != 0]
     print(f"\nnothing left running: {'yes' if not left else f'no, killed {left}'}")
     print(
-        f"files: {output.resolve()} (report.md, results.json, vllm/*.json, aggregate_tok_s.png, ttft.png, "
+        f"files: {output.resolve()} (report.md, results.json, vllm/*.json, output_tok_s.png, ttft.png, "
         f"server_metrics.png, starts.png; compare/: the second run against the first; "
         f"sweep/: the saturation sweep, sweep.png its search); "
         f"twin log: {twin.log_path}"

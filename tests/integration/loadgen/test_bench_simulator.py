@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import csv
 import json
 import multiprocessing
 import time
@@ -16,7 +17,10 @@ from servingctl.loadgen.calibration import build_prompt
 from servingctl.loadgen.measure import INDEX_STRIDE
 from servingctl.loadgen.metrics import per_read, with_request_metrics
 from servingctl.loadgen.outputs import read_results
+from servingctl.loadgen.outputs.markdown import render_report
+from servingctl.loadgen.outputs.tables import write_tables
 from servingctl.loadgen.runner import run_benchmark
+from servingctl.loadgen.slo import parse_slos
 from servingctl.loadgen.spread import START_LEAD_S
 from servingctl.schema.results import RunConfig, RunResult
 from servingctl_cli.main import main
@@ -72,7 +76,7 @@ def test_burst_sweep_counts_agree_with_the_server(sim):
         assert s.server.generation_tokens_delta == sum(r.completion_tokens for r in scenario.records)
         assert s.server.prefix_cache_ok is True and s.server.prefix_cache_hits_delta == 0
         assert s.server.spec_decode_acceptance_rate is not None
-        assert len(s.aggregate_tok_s_rounds) == 2 and s.aggregate_tok_s is not None
+        assert len(s.rounds_output_tok_s) == 2 and s.output_tok_s is not None
         # one ITL sample per token after the first read; chunks of one read are coalesced and counted
         measured = [r for r in scenario.records if not r.warmup]
         assert s.itl_ms.count == sum(MAX_TOKENS - per_read(r.chunks)[0][1] for r in measured)
@@ -100,7 +104,42 @@ def test_sustained_mode_reports_its_steady_window(sim):
     assert (s.requests, s.ok, s.name) == (15, 15, "in256-c3-sustained")
     w = s.steady_window
     assert w.method == "first completion -> last send" and w.t_end_ns > w.t_start_ns
-    assert s.aggregate_tok_s == pytest.approx(w.completion_tokens / w.duration_s)
+    assert s.output_tok_s == pytest.approx(w.completion_tokens / w.duration_s)
+
+
+NS = 1_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("mode", "load"),
+    [("burst", {}), ("sustained", {"requests": 6}), ("rate", {"rate": 20.0, "concurrencies": [4], "requests": 6})],
+)
+def test_a_warm_up_by_time_sends_load_for_about_that_long_and_none_of_it_is_measured(sim, tmp_path, mode, load):
+    run = bench(sim, mode=mode, warmup=0, warmup_s=1.0, slos=parse_slos("ttft_ms=600000"), **load)
+    scenario = run.scenarios[0]
+    s = scenario.summary
+    warm = [r for r in scenario.records if r.warmup]
+    measured = [r for r in scenario.records if not r.warmup]
+    # Load for about the warm-up's second: sends only before its end (slack for a busy machine), and
+    # in burst and sustained the load goes on until then; it ends before the first measured send.
+    first_send = min(r.t_start_ns for r in warm)
+    assert len(warm) >= 2 and (max(r.t_start_ns for r in warm) - first_send) / NS < 1.5
+    if mode != "rate":
+        assert (max(r.t_end_ns for r in warm) - first_send) / NS >= 1.0
+    assert max(r.t_end_ns for r in warm) <= min(r.t_start_ns for r in measured)
+    # None counted as measured: counts, rounds, steady window, SLO and the CSV's warmup column.
+    assert (s.requests, s.ok) == (len(measured), len(measured)) == ((4,) * 2 if mode == "burst" else (6,) * 2)
+    if mode == "burst":
+        assert [r.warmup for r in scenario.rounds].count(False) == 2 == len(s.rounds_output_tok_s)
+    else:
+        assert s.steady_window is not None and s.steady_window.t_start_ns >= min(r.t_start_ns for r in measured)
+    assert s.slo is not None and s.slo.good_requests == len(measured)
+    assert s.slo.duration_s <= (max(r.t_end_ns for r in measured) - min(r.t_start_ns for r in measured)) / NS
+    write_tables(run, tmp_path)
+    with (tmp_path / "requests.csv").open() as rows:
+        flags = Counter(row["warmup"] for row in csv.DictReader(rows))
+    assert flags == {"True": len(warm), "False": len(measured)}
+    assert run.config.warmup_label() == "1s" and "--warmup 1s" in render_report(run)
 
 
 def test_rate_mode_sends_the_poisson_schedule(sim):
@@ -160,16 +199,16 @@ def test_cli_writes_results_and_prints_the_reference_table(sim, tmp_path, capsys
     # the reference's columns, in two-line headers, then one row per scenario in input order
     top = next(i for i, line in enumerate(lines) if line.startswith("input"))
     header = [cell for line in lines[top : top + 2] for cell in line.split()]
-    for word in ("input", "conc.", "aggregate", "TTFT", "median", "decode", "failed"):
+    for word in ("input", "conc.", "output", "TTFT", "median", "decode", "failed"):
         assert word in header
     run = read_results(tmp_path)
     assert [s.summary.name for s in run.scenarios] == ["in256-c1", "in256-c2"]
     # the scenario rows (a busy machine adds a HOST BUSY line under a row)
     rows = [line.split() for line in lines[top + 2 :] if line.startswith("256 ")]
     for row, scenario in zip(rows, run.scenarios, strict=True):
-        # input tokens, concurrency and aggregate tok/s as written to results.json
+        # input tokens, concurrency and output tok/s as written to results.json
         assert row[:2] == ["256", str(scenario.summary.concurrency)]
-        assert float(row[2].replace(",", "")) == round(scenario.summary.aggregate_tok_s, 2)
+        assert float(row[2].replace(",", "")) == round(scenario.summary.output_tok_s, 2)
     assert (tmp_path / "vllm" / "in256-c2.json").exists() and (tmp_path / "report.md").exists()
 
 

@@ -59,7 +59,7 @@ def test_a_loose_slo_stops_once_the_server_is_over_saturated(sim, tmp_path, caps
     assert run.sweep.found == max(s.concurrency for s in steps if not s.saturated)  # the knee, not past it
     last, before = steps[-1], steps[-2]
     assert last.ttft_median_ms > before.ttft_median_ms  # queueing: TTFT rose ...
-    assert last.goodput_rps < before.goodput_rps * 0.9 or last.aggregate_tok_s < before.aggregate_tok_s * 1.1  # ... for little
+    assert last.goodput_rps < before.goodput_rps * 0.9 or last.output_tok_s < before.output_tok_s * 1.1  # ... for little
     found = next(s.summary for s in run.scenarios if s.summary.name == run.sweep.scenario)
     assert found.slo.good_share == 1.0 and found.slo.goodput_rps == pytest.approx(found.slo.throughput_rps)
     exported = json.loads((tmp_path / "vllm" / f"{found.name}.json").read_text())

@@ -88,7 +88,7 @@ def test_bench_profile_runs_in_the_vpc_then_runs_and_report_compare_read_it_back
     ]
     assert "PENDING" in err and "in128-c2 written (4/4)" in err  # progress as scenarios were written
     files = {Path(p).relative_to(tmp_path / "first").as_posix() for p in first["files"]}
-    assert {"results.json", "report.md", "aggregate_tok_s.png", "ttft.png", "vllm/in64-c1.json"} <= files
+    assert {"results.json", "report.md", "output_tok_s.png", "ttft.png", "vllm/in64-c1.json"} <= files
     run = read_results(tmp_path / "first")
     assert len(run.scenarios) == 4 and all(len(s.records) == 4 * s.summary.concurrency for s in run.scenarios)
     # the server's /metrics over time came back from DynamoDB with each scenario, and is charted
@@ -126,7 +126,7 @@ def test_bench_profile_runs_in_the_vpc_then_runs_and_report_compare_read_it_back
         aws_secret_access_key="testing",
     )
     summaries = {s.name: s.summary for s in DynamoBenchmarkStore(twin.table_name, resource).list_scenarios(second_id)}
-    assert {r["name"]: r["aggregate_tok_s"] for r in report["scenarios"]} == {n: s.aggregate_tok_s for n, s in summaries.items()}
+    assert {r["name"]: r["output_tok_s"] for r in report["scenarios"]} == {n: s.output_tok_s for n, s in summaries.items()}
     assert {s.summary.name: s.summary for s in stored.scenarios} == summaries
 
     # each figure with its interval where both runs have 5 units or more (TTFT of c2: 3 rounds x 2

@@ -64,7 +64,7 @@ def test_the_demo_runs_the_main_path_and_leaves_nothing_running(
     assert {p.name for p in (tmp_path / "out").iterdir()} >= {
         "report.md",
         "results.json",
-        "aggregate_tok_s.png",
+        "output_tok_s.png",
         "ttft.png",
         "vllm",
     }

@@ -65,7 +65,7 @@ def test_happy_path_stores_every_scenario_its_records_and_comparisons(bench: Ben
     for s in scenarios:
         expected = compare(
             CompareInput(
-                aggregate_tok_s=s.summary.aggregate_tok_s,
+                output_tok_s=s.summary.output_tok_s,
                 input_tokens=s.summary.input_tokens,
                 output_tokens=24,
                 api_input_usd_per_m=api.input_usd_per_m,

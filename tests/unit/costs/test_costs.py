@@ -30,7 +30,7 @@ def test_reproduces_the_reference_ratios(input_tokens, tok_s, ratio, api_usd):
             self_hosted_monthly_usd=8887,
             api_input_usd_per_m=0.22,
             api_output_usd_per_m=0.66,
-            aggregate_tok_s=tok_s,
+            output_tok_s=tok_s,
             input_tokens=input_tokens,
             output_tokens=256,
         )
@@ -46,7 +46,7 @@ def test_hand_computed_small_case():
         CompareInput(
             hourly_usd=2.0,
             hours=10,
-            aggregate_tok_s=100,
+            output_tok_s=100,
             input_tokens=1000,
             output_tokens=100,
             api_input_usd_per_m=1.0,
@@ -62,7 +62,7 @@ def test_hand_computed_small_case():
 
 def test_exactly_one_self_hosted_price_is_required():
     with pytest.raises(ValidationError, match="exactly one"):
-        CompareInput(aggregate_tok_s=1, input_tokens=1, output_tokens=1, api_input_usd_per_m=0, api_output_usd_per_m=0)
+        CompareInput(output_tok_s=1, input_tokens=1, output_tokens=1, api_input_usd_per_m=0, api_output_usd_per_m=0)
 
 
 def test_cli_compare_json_matches_the_reference(capsys):
@@ -76,7 +76,7 @@ def test_cli_compare_json_matches_the_reference(capsys):
             "0.22",
             "--api-output-usd-per-m",
             "0.66",
-            "--aggregate-tok-s",
+            "--output-tok-s",
             "330.29",
             "--input-tokens",
             "2046",
@@ -94,13 +94,13 @@ def test_cli_compare_json_matches_the_reference(capsys):
 
 
 def test_cli_uses_the_catalogs_default_api_and_names_bad_flags(capsys):
-    args = "costs compare --self-hosted-monthly-usd 8887 --aggregate-tok-s 202.11 --input-tokens 8185 --output-tokens 256 --json"
+    args = "costs compare --self-hosted-monthly-usd 8887 --output-tok-s 202.11 --input-tokens 8185 --output-tokens 256 --json"
     assert main(args.split()) == 0
     assert round(json.loads(capsys.readouterr().out)["ratio_self_hosted_to_api"], 2) == 2.17
     assert main(args.replace("--output-tokens 256", "--output-tokens 0").split()) == 2
     assert "error: --output-tokens must be greater than 0\n" in capsys.readouterr().err  # said in words, at the limit
-    assert main(args.replace("--aggregate-tok-s 202.11", "--aggregate-tok-s -1").split()) == 2
-    assert "error: --aggregate-tok-s must be greater than 0\n" in capsys.readouterr().err
+    assert main(args.replace("--output-tok-s 202.11", "--output-tok-s -1").split()) == 2
+    assert "error: --output-tok-s must be greater than 0\n" in capsys.readouterr().err
     assert main([*args.split(), "--hours", "745"]) == 2  # one past the limit (31 days of 24 h)
     assert "error: --hours must be at most 744\n" in capsys.readouterr().err
     assert main([*args.split(), "--hours", "744"]) == 0
@@ -115,7 +115,7 @@ def _priced_at(input_usd: float, output_usd: float):
         hourly_usd=12.0,
         api_input_usd_per_m=input_usd,
         api_output_usd_per_m=output_usd,
-        aggregate_tok_s=300.0,
+        output_tok_s=300.0,
         input_tokens=256,
         output_tokens=256,
     )
@@ -226,9 +226,26 @@ def test_a_session_is_priced_by_its_price_key_when_it_differs_from_the_instance_
     assert session_cost(catalog, **common).cost_usd is None  # g7e.4xlarge itself is not in the catalog
 
 
+def test_cli_still_takes_the_old_throughput_flag_and_says_it_is_deprecated(capsys):
+    args = "costs compare --self-hosted-monthly-usd 8887 --aggregate-tok-s 202.11 --input-tokens 8185 --output-tokens 256 --json"
+    assert main(args.split()) == 0
+    printed = capsys.readouterr()
+    out = json.loads(printed.out)
+    assert out["inputs"]["output_tok_s"] == 202.11 and "aggregate_tok_s" not in out["inputs"]
+    assert round(out["ratio_self_hosted_to_api"], 2) == 2.17  # the same figure as under --output-tok-s
+    assert "--aggregate-tok-s is deprecated: use --output-tok-s" in printed.err
+
+
+def test_a_comparison_stored_under_the_old_name_still_loads():
+    old = {"aggregate_tok_s": 358.41, "input_tokens": 254, "output_tokens": 256, "api_input_usd_per_m": 0.22}
+    loaded = CompareInput.model_validate(old | {"api_output_usd_per_m": 0.66, "hourly_usd": 12.17})
+    assert loaded.output_tok_s == 358.41
+    assert "aggregate_tok_s" not in loaded.model_dump_json() and '"output_tok_s":358.41' in loaded.model_dump_json()
+
+
 def test_cli_compare_says_in_words_when_self_hosting_never_wins(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    args = "costs compare --hourly-usd 10 --aggregate-tok-s 100 --input-tokens 1000 --output-tokens 200"
+    args = "costs compare --hourly-usd 10 --output-tok-s 100 --input-tokens 1000 --output-tokens 200"
     assert main([*args.split(), "--api-input-usd-per-m", "0.22", "--api-output-usd-per-m", "0.66"]) == 0
     out = capsys.readouterr().out
     text = " ".join(out.split())
@@ -241,7 +258,7 @@ def test_cli_compare_says_in_words_when_self_hosting_never_wins(capsys, monkeypa
 
 
 def test_cli_compare_says_the_utilization_when_self_hosting_can_win(capsys):
-    args = "costs compare --hourly-usd 1 --aggregate-tok-s 1000 --input-tokens 1000 --output-tokens 200"
+    args = "costs compare --hourly-usd 1 --output-tok-s 1000 --input-tokens 1000 --output-tokens 200"
     assert main([*args.split(), "--api-input-usd-per-m", "0.22", "--api-output-usd-per-m", "0.66"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "self-hosting is cheaper once more than 16% of the measured throughput is used during the 730 running hours" in text

@@ -47,7 +47,7 @@ def test_a_warm_pool_stands_while_the_server_does_not_run_and_a_spare_while_it_d
 
 def test_the_comparison_adds_the_standing_cost_to_the_self_hosted_side() -> None:
     base = {
-        "aggregate_tok_s": 358.41,
+        "output_tok_s": 358.41,
         "input_tokens": 254,
         "output_tokens": 256,
         "api_input_usd_per_m": 0.22,

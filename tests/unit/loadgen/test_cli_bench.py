@@ -65,6 +65,30 @@ def test_every_bounded_flag_refuses_in_the_same_form(capsys, flag, value, allowe
     assert f"error: argument {flag}: '{value}': expected {allowed}" in capsys.readouterr().err
 
 
+WARMUP_ALLOWED = (
+    "expected warm-up rounds (an integer >= 0, e.g. 2; 0: none) or seconds of warm-up load "
+    "(a number above 0 and at most 3600 followed by s, e.g. 30s)"
+)
+
+
+# 3601s: one past the limit (3600s is accepted below); 0s: none is --warmup 0.
+@pytest.mark.parametrize("value", ["-1", "0s", "3601s", "-5s", "30m", "s", "x", "nans", "1.5"])
+def test_a_malformed_or_negative_warmup_is_refused_naming_both_forms(capsys, value):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*BASE, f"--warmup={value}"])  # '=': argparse would take -5s for a flag
+    assert exit_info.value.code == 2
+    assert f"error: argument --warmup: '{value}': {WARMUP_ALLOWED}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("value", "rounds", "seconds"),
+    [("0", 0, None), ("2", 2, None), ("30s", 0, 30.0), ("0.5s", 0, 0.5), ("3600s", 0, 3600.0)],
+)
+def test_warmup_takes_rounds_or_seconds_up_to_the_limit(value, rounds, seconds):
+    config = bench_cli.config_from_args(build_parser().parse_args([*BASE, "--warmup", value]))
+    assert (config.warmup, config.warmup_s, config.warmup_label()) == (rounds, seconds, value)
+
+
 def test_bad_endpoint_is_named(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--endpoint", "alb.internal", "--model", "m"])
@@ -180,3 +204,16 @@ def test_rate_sweep_flags_outside_a_local_rate_sweep_are_refused(capsys, args, e
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     assert exit_info.value.code == 2 and expected in " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize(("value", "sent"), [("30s", {"warmup_s": 30.0}), ("3", {"warmup": 3})])
+def test_bench_profile_sends_the_warmup_as_rounds_or_seconds(value, sent):
+    from types import SimpleNamespace
+
+    from servingctl.runs.matrix import BenchmarkInput
+    from servingctl_cli.runs import request_body
+
+    args = build_parser().parse_args(["bench", "--profile", "p", "--warmup", value])
+    body = request_body(args, SimpleNamespace(poll=None))
+    assert {k: body[k] for k in ("warmup", "warmup_s") if k in body} == sent
+    BenchmarkInput.model_validate(body)  # the API takes it as sent

@@ -175,7 +175,7 @@ def test_burst_round_aggregate_is_tokens_over_round_wall_time():
     result = round_result(3, False, [a, b, failed])
     assert (result.t_start_ns, result.t_end_ns) == (0, 200 * MS)
     assert (result.completion_tokens, result.ok, result.failed) == (8, 2, 1)  # failed tokens not counted
-    assert result.aggregate_tok_s == pytest.approx(8 / 0.200)
+    assert result.output_tok_s == pytest.approx(8 / 0.200)
 
 
 def test_steady_window_runs_from_first_completion_to_last_send():

@@ -78,7 +78,7 @@ def test_one_scenario_with_a_given_calibration_counts_failures_by_kind():
     assert s.failures_by_kind == {"http_status": 2} and s.failure_rate == 2 / 6
     assert s.failure_examples == {"http_status": 'HTTP 429: {"error":"rate limited"}'}  # what the server said
     assert [r.index for r in result.records] == list(range(6))
-    assert len(result.rounds) == 3 and len(s.aggregate_tok_s_rounds) == 3
+    assert len(result.rounds) == 3 and len(s.rounds_output_tok_s) == 3
 
 
 def test_the_garbage_collector_pauses_while_the_load_runs_and_comes_back_after():

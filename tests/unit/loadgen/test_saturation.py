@@ -18,7 +18,7 @@ def step(
         met=met,
         goodput_rps=goodput,
         goodput_tok_s=goodput * 10,
-        aggregate_tok_s=tok_s,
+        output_tok_s=tok_s,
         ttft_median_ms=ttft,
         saturated=sat,
     )
@@ -95,7 +95,7 @@ def _summary(c: int, ttft_median_ms: float, longest_ms: float, *, rate: float | 
         mode="burst" if rate is None else "rate",
         rate=rate,
         slo=slo,
-        aggregate_tok_s=100.0,
+        output_tok_s=100.0,
         ttft_ms=MetricSummary(count=4, median=ttft_median_ms, max=longest_ms),
         chunk_gap_ms=MetricSummary(count=4, median=10.0, max=20.0),
     )
@@ -136,7 +136,7 @@ def rate_step(rate: float, met: bool, *, achieved: float | None = None, ttft: fl
         met=met,
         goodput_rps=rate,
         goodput_tok_s=rate * 10,
-        aggregate_tok_s=rate * 10,
+        output_tok_s=rate * 10,
         ttft_median_ms=ttft,
         saturated=sat,
         rate=rate,

@@ -71,6 +71,26 @@ def test_sustained_stops_sending_at_the_deadline():
     assert 0 < len(records) < 6
 
 
+def test_bursts_for_a_duration_start_rounds_until_it_passed_and_mark_them():
+    ticks = iter(range(1000))
+    server = FakeServer()
+    # the fake clock advances one second per read: deadline 0 + 3.5 s; rounds start at 1, 2 and 3 s
+    records, rounds = asyncio.run(
+        run_bursts(server.send, 2, 0, warmup=True, first_index=4, duration_s=3.5, clock=lambda: next(ticks))
+    )
+    assert [r.index for r in records] == [4, 5, 6, 7, 8, 9]
+    assert [r.index for r in rounds] == [0, 1, 2] and all(r.warmup for r in rounds)
+    assert all(r.warmup for r in records) and server.peak == 2
+
+
+def test_a_warm_up_by_time_marks_every_request_it_sends_in_every_shape():
+    server = FakeServer()
+    sustained = asyncio.run(run_sustained(server.send, 2, requests=None, duration_s=0.05, warmup=True))
+    arrivals = asyncio.run(run_rate(server.send, [0.0, 0.001, 0.002], 2, first_index=len(sustained), warmup=True))
+    assert sustained and len(arrivals) == 3
+    assert all(warmup for _, _, warmup in server.sent) and len(server.sent) == len(sustained) + 3
+
+
 def test_poisson_schedule_is_deterministic_from_the_seed_and_absolute():
     a = poisson_offsets(2.0, 42, requests=2000, duration_s=None)
     assert a == poisson_offsets(2.0, 42, requests=2000, duration_s=None)

@@ -78,6 +78,9 @@ def test_only_the_profile_is_required_and_the_defaults_are_the_references_method
             "mode: the in-VPC sweep varies concurrency; use burst or sustained (a rate sweep runs from a machine that "
             "reaches the endpoint: servingctl bench --endpoint URL --model NAME --sweep --mode rate)",
         ),
+        ({"profile": "p", "warmup_s": 3601}, "warmup_s: Input should be less than or equal to 3600"),
+        ({"profile": "p", "warmup_s": 0}, "warmup_s: Input should be greater than 0"),
+        ({"profile": "p", "warmup": 2, "warmup_s": 30}, "warmup, warmup_s: warm-up by rounds or by time, not both"),
         (["profile"], "expected a JSON object"),
     ],
 )
@@ -97,6 +100,16 @@ def test_estimate_is_pessimistic_and_grows_with_every_load_setting() -> None:
     assert estimate_seconds(sustained, 256, 4) == pytest.approx(10 * (256 * 4 / 1000 + 25.6))
     timed = BenchmarkInput(profile="p", mode="rate", rate=2.0, duration_s=60.0, warmup=0)
     assert estimate_seconds(timed, 256, 4) == pytest.approx(60 + 256 * 4 / 1000 + 25.6)
+
+
+def test_a_warm_up_by_time_is_counted_in_the_estimate_and_passed_to_the_engine() -> None:
+    rounds = BenchmarkInput(profile="p", input_tokens=[256], concurrencies=[4], warmup=0)
+    timed = parse_benchmark_input({"profile": "p", "input_tokens": [256], "concurrencies": [4], "warmup_s": 3600})
+    one = 256 * 4 / 1000 + 25.6  # a request started just before the warm-up's end still runs to its end
+    assert estimate_seconds(timed, 256, 4) == pytest.approx(estimate_seconds(rounds, 256, 4) + 3600 + one)
+    config = run_config(timed, DEEPSEEK)
+    assert (config.warmup, config.warmup_s) == (0, 3600.0)
+    assert (run_config(rounds, DEEPSEEK).warmup, run_config(rounds, DEEPSEEK).warmup_s) == (0, None)
 
 
 def test_a_scenario_too_long_for_lambda_is_refused_naming_the_fields_to_change() -> None:

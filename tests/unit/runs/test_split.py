@@ -146,7 +146,7 @@ def test_merge_puts_shards_on_one_timeline_and_builds_rounds_over_all_of_them() 
     assert [(r.warmup, r.index, r.ok) for r in result.rounds] == [(True, 0, 2), (False, 0, 2), (False, 1, 2)]
     assert result.rounds[1].t_start_ns == 100 * MS and result.rounds[1].t_end_ns == 170 * MS
     assert s.requests == 4 and s.concurrency == 2 and s.name == "in256-c2"
-    assert s.aggregate_tok_s == pytest.approx(8 / 0.070)  # 8 tokens over 70 ms per round
+    assert s.output_tok_s == pytest.approx(8 / 0.070)  # 8 tokens over 70 ms per round
 
 
 def test_merged_token_total_is_checked_against_the_servers_counters() -> None:

@@ -236,7 +236,7 @@ def test_compare_uses_the_pool_instance_price_from_the_catalog(deps: WorkerDeps)
         summary = scenario.summary
         expected = compare(
             CompareInput(
-                aggregate_tok_s=summary.aggregate_tok_s,
+                output_tok_s=summary.output_tok_s,
                 input_tokens=summary.input_tokens,
                 output_tokens=4,
                 api_input_usd_per_m=api.input_usd_per_m,

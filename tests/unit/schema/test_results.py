@@ -41,3 +41,17 @@ def test_run_result_round_trips_through_json():
     assert again == run
     assert again.schema_version == SCHEMA_VERSION
     assert again.exit_code == 1
+
+
+def test_warmup_by_time_is_bounded_and_excludes_warmup_rounds():
+    base = {"endpoint": "http://alb", "model": "m", "warmup": 0}
+    assert RunConfig.model_validate(base | {"warmup_s": 3600}).warmup_label() == "3600s"  # the limit
+    with pytest.raises(ValidationError, match="warmup_s"):
+        RunConfig.model_validate(base | {"warmup_s": 3601})  # one past it
+    with pytest.raises(ValidationError, match="warmup_s"):
+        RunConfig.model_validate(base | {"warmup_s": 0})
+    with pytest.raises(ValidationError, match="warmup, warmup_s: warm-up by rounds or by time, not both"):
+        RunConfig.model_validate(base | {"warmup": 2, "warmup_s": 30})
+    # a config stored before warm-up by time: rounds, as it was
+    old = RunConfig.model_validate_json('{"endpoint": "http://alb", "model": "m", "warmup": 3}')
+    assert (old.warmup, old.warmup_s, old.warmup_label()) == (3, None, "3")

@@ -242,7 +242,7 @@ def test_scenarios_are_kept_in_run_order_with_their_records(stores) -> None:
     store.put_scenario(first)
     listed = store.list_scenarios("r1")
     assert [s.name for s in listed] == ["in256-c1", "in256-c2"]
-    assert listed[1] == second and listed[1].summary.aggregate_tok_s == second.summary.aggregate_tok_s
+    assert listed[1] == second and listed[1].summary.output_tok_s == second.summary.output_tok_s
     assert records.get_records(listed[1].records_key) == recs2
     assert store.list_scenarios("other") == []
 
@@ -323,7 +323,7 @@ def test_missing_records_raise_key_error(stores) -> None:
 def _comparison(run_id: str) -> StoredComparison:
     comparison = compare(
         CompareInput(
-            aggregate_tok_s=358.41,
+            output_tok_s=358.41,
             input_tokens=254,
             output_tokens=256,
             api_input_usd_per_m=0.22,
@@ -352,6 +352,33 @@ def test_comparisons_round_trip_and_are_written_once(stores) -> None:
         store.put_comparison(stored.model_copy(update={"hourly_usd": 99.0}))
     [back] = store.list_comparisons("r1")
     assert back == stored and round(back.comparison.ratio_self_hosted_to_api, 2) == 10.74
+
+
+# The headline throughput's names before it became output_tok_s (its rounds: rounds_output_tok_s).
+OLD_NAMES = (('"rounds_output_tok_s"', '"aggregate_tok_s_rounds"'), ('"output_tok_s"', '"aggregate_tok_s"'))
+
+
+def test_items_written_under_the_old_throughput_names_still_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        resource = boto3.resource("dynamodb", region_name="us-east-1")
+        create_table("servingctl-test", resource)
+        store = DynamoBenchmarkStore("servingctl-test", resource)
+        _running(store, "r1")
+        scenario, _ = _scenario("r1", 2, 0, MemoryRecordStore())
+        store.put_scenario(scenario)
+        store.put_comparison(_comparison("r1"))
+        table = resource.Table("servingctl-test")
+        written = {i["kind"]: i for i in table.scan()["Items"]}
+        for kind in ("benchmark-scenario", "benchmark-comparison"):
+            doc = written[kind]["doc"]
+            assert '"output_tok_s"' in doc and "aggregate_tok_s" not in doc  # a new write: the new names
+            for new, old in OLD_NAMES:
+                doc = doc.replace(new, old)
+            assert '"aggregate_tok_s"' in doc
+            table.put_item(Item=written[kind] | {"doc": doc})  # as the previous version wrote it
+        assert store.get_scenario("r1", scenario.name) == scenario
+        assert store.list_comparisons("r1") == [_comparison("r1")]
 
 
 def test_run_result_reassembles_the_results_schema(stores) -> None:

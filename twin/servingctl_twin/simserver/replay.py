@@ -21,7 +21,7 @@ from servingctl_twin.simserver.timing import TimingModel
 class BurstResult:
     """Median over rounds of the reference's burst figures."""
 
-    aggregate_tok_s: float
+    output_tok_s: float
     median_ttft_ms: float
 
 
@@ -38,7 +38,7 @@ def burst(
     rounds: int = 5,
     seed: int = 42,
 ) -> BurstResult:
-    """Replay ``rounds`` bursts and return the medians (aggregate = tokens / round wall time)."""
+    """Replay ``rounds`` bursts and return the medians (output tok/s = tokens / round wall time)."""
     aggregates, ttfts = [], []
     for rnd in range(rounds):
         sched = Scheduler(timing, max_num_seqs, max_num_batched_tokens, mtp_tokens, mtp_acceptance, PrefixCache())

@@ -1,6 +1,6 @@
 """Self-hosted vs managed API: what the same tokens cost each way, per month and per 1M tokens.
 
-The model of the reference article: the measured aggregate throughput is sustained for `hours` a
+The model of the reference article: the measured output tok/s is sustained for `hours` a
 month (plus what stands all month, e.g. the volumes of warm instances), every request has the same input and
 output length, and the managed API bills the same
 input and output tokens at its per-1M prices. cost_comparisons prices every scenario of a run.
@@ -21,7 +21,7 @@ def compare(inputs: CompareInput) -> Comparison:
         assert inputs.hourly_usd is not None  # CompareInput holds exactly one of the two
         running = inputs.hourly_usd * inputs.hours
     self_monthly = running + inputs.standing_monthly_usd
-    output_tokens = inputs.aggregate_tok_s * inputs.hours * SECONDS_PER_HOUR
+    output_tokens = inputs.output_tok_s * inputs.hours * SECONDS_PER_HOUR
     requests = output_tokens / inputs.output_tokens
     input_tokens = requests * inputs.input_tokens
     api_monthly = input_tokens / 1e6 * inputs.api_input_usd_per_m + output_tokens / 1e6 * inputs.api_output_usd_per_m
@@ -49,16 +49,16 @@ def cost_comparisons(
     hours: float = HOURS_PER_MONTH,
     standing_monthly_usd: float = 0.0,
 ) -> dict[str, Comparison]:
-    """Self-hosted vs managed API for every scenario with a measured aggregate (keyed by scenario name):
-    that aggregate sustained for `hours`, each request the scenario's input tokens and max_tokens out."""
+    """Self-hosted vs managed API for every scenario with a measured output tok/s (keyed by scenario name):
+    that throughput sustained for `hours`, each request the scenario's input tokens and max_tokens out."""
     comparisons = {}
     for scenario in run.scenarios:
         summary = scenario.summary
-        if not summary.aggregate_tok_s:
+        if not summary.output_tok_s:
             continue
         comparisons[summary.name] = compare(
             CompareInput(
-                aggregate_tok_s=summary.aggregate_tok_s,
+                output_tok_s=summary.output_tok_s,
                 input_tokens=summary.input_tokens,
                 output_tokens=summary.max_tokens,
                 api_input_usd_per_m=api_input_usd_per_m,

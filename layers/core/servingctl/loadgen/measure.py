@@ -18,6 +18,7 @@ from servingctl.loadgen.backend import Backend, ChatRequest, Connection
 from servingctl.loadgen.calibration import build_prompt, unique_nonces
 from servingctl.loadgen.metrics import check_mismatches, with_request_metrics
 from servingctl.loadgen.scheduler import (
+    Send,
     constant_offsets,
     poisson_offsets,
     replay_offsets,
@@ -71,6 +72,8 @@ def expected_requests(
     config: RunConfig, concurrency: int, offsets: list[float] | None, workload: Workload | None = None
 ) -> int | None:
     """Requests a scenario sends, warm-ups included (None when only its duration bounds it)."""
+    if config.warmup_s is not None:
+        return None  # a warm-up by time sends as many as fit
     warm = config.warmup * concurrency
     if config.mode == "burst":
         return warm + config.rounds * concurrency
@@ -95,10 +98,31 @@ def planned_offsets(config: RunConfig, workload: Workload | None) -> list[float]
         timestamps = [p.timestamp_s or 0.0 for p in workload.prompts]
         return replay_offsets(timestamps, config.replay_speed, start=workload.trace_start_s)[:requests]
     if config.mode == "rate" and config.rate is not None:
-        if config.arrivals == "constant":
-            return constant_offsets(config.rate, requests=requests, duration_s=config.duration_s)
-        return poisson_offsets(config.rate, config.seed, requests=requests, duration_s=config.duration_s)
+        return _arrivals(config, config.rate, requests, config.duration_s)
     return None
+
+
+def _arrivals(config: RunConfig, rate: float, requests: int | None, duration_s: float | None) -> list[float]:
+    if config.arrivals == "constant":
+        return constant_offsets(rate, requests=requests, duration_s=duration_s)
+    return poisson_offsets(rate, config.seed, requests=requests, duration_s=duration_s)
+
+
+async def warm_up(
+    send: Send, config: RunConfig, concurrency: int, first_index: int
+) -> tuple[list[RequestRecord], list[RoundResult]]:
+    """The warm-up load, each request sent as a warm-up: `warmup` rounds of C, or with `warmup_s` that
+    many seconds of the scenario's own load shape (burst: rounds of C started until then; rate: its
+    arrivals; otherwise C in flight). Its requests end before the measured load starts."""
+    seconds = config.warmup_s
+    if seconds is None:
+        return await run_bursts(send, concurrency, config.warmup, warmup=True, first_index=first_index)
+    if config.mode == "burst":
+        return await run_bursts(send, concurrency, 0, warmup=True, first_index=first_index, duration_s=seconds)
+    if config.mode == "rate" and config.rate is not None:
+        offsets = _arrivals(config, config.rate, None, seconds)
+        return await run_rate(send, offsets, concurrency, first_index=first_index, warmup=True), []
+    return await run_sustained(send, concurrency, requests=None, duration_s=seconds, first_index=first_index, warmup=True), []
 
 
 @dataclass(frozen=True)
@@ -181,7 +205,6 @@ async def measure_scenario(
     talks = workload.conversations if workload is not None and config.mode == "sustained" and replay is None else None
     name = name or measured_name(config, calibration, concurrency, workload)
     base = (shard.index + 1) * INDEX_STRIDE if shard else 0
-    first_measured = base + config.warmup * concurrency  # warm-ups are whole rounds of C
     nonces = unique_nonces(random.Random(f"{run_id}:{name}" + (f":{shard.index}" if shard else "")))
     requests = measured_requests(config, workload)
     offsets = planned_offsets(config, workload)
@@ -245,8 +268,8 @@ async def measure_scenario(
         selfcheck.start()
 
         with gc_paused():
-            records, rounds = await run_bursts(send, concurrency, config.warmup, warmup=True, first_index=base)
-            first = base + len(records)
+            records, rounds = await warm_up(send, config, concurrency, base)
+            first = first_measured = base + len(records)  # the index of the first measured request (send reads it)
             if config.mode == "burst":
                 measured, measured_rounds = await run_bursts(send, concurrency, config.rounds, warmup=False, first_index=first)
                 rounds += measured_rounds

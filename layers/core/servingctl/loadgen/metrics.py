@@ -13,8 +13,9 @@ Definitions (n = completion tokens, times from the monotonic clock):
 - token-normalized ITL: each gap between reads divided by the tokens of the later read, one sample
   per token (so a 2-token MTP chunk gives two samples of half the gap).
 - raw chunk gaps (between reads), and a histogram of tokens per chunk.
-- burst aggregate = completion tokens of a round / round wall time (first send to last end).
-- steady-window aggregate (sustained, rate) = tokens of chunks arriving inside the window / its
+- burst output_tok_s (the headline throughput) = the median over measured rounds of a round's
+  completion tokens / its wall time (first send to last end).
+- steady-window output_tok_s (sustained, rate) = tokens of chunks arriving inside the window / its
   length, the window running from the first completion (ramp over) to the last send (drain begins).
 """
 
@@ -207,7 +208,7 @@ def round_result(index: int, warmup: bool, records: Sequence[RequestRecord]) -> 
         completion_tokens=tokens,
         ok=len(ok),
         failed=len(records) - len(ok),
-        aggregate_tok_s=tokens * NS_PER_S / wall_ns if ok and wall_ns > 0 else None,
+        output_tok_s=tokens * NS_PER_S / wall_ns if ok and wall_ns > 0 else None,
     )
 
 
@@ -305,7 +306,7 @@ def scenario_summary(
     for r in measured:
         if not r.ok:
             examples.setdefault(r.error_kind or "other", failure_message(r))
-    round_rates = [r.aggregate_tok_s for r in rounds if not r.warmup and r.aggregate_tok_s is not None]
+    round_rates = [r.output_tok_s for r in rounds if not r.warmup and r.output_tok_s is not None]
     window = None
     achieved_rate = None
     if config.mode == "burst":
@@ -331,8 +332,8 @@ def scenario_summary(
         failures_by_kind=dict(sorted(failures.items())),
         failure_examples=dict(sorted(examples.items())),
         failure_rate=(len(measured) - len(ok)) / len(measured) if measured else 0.0,
-        aggregate_tok_s=aggregate,
-        aggregate_tok_s_rounds=round_rates,
+        output_tok_s=aggregate,
+        rounds_output_tok_s=round_rates,
         steady_window=window,
         achieved_rate_rps=achieved_rate,
         ttfc_ms=summarize(_values(ok, "ttfc_ms")),

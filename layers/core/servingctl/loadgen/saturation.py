@@ -35,7 +35,7 @@ from servingctl.loadgen.scheduler import schedule_rate
 from servingctl.schema.results import RunConfig, RunResult, ScenarioSummary, SweepResult, SweepStep, SweepStop
 
 SATURATION_TTFT_RISE = 1.5  # median TTFT x1.5 or more ...
-SATURATION_THROUGHPUT_GAIN = 1.1  # ... while aggregate throughput gained under 10 %
+SATURATION_THROUGHPUT_GAIN = 1.1  # ... while output tok/s gained under 10 %
 GOODPUT_DROP = 0.9  # goodput below 90 % of the lower concurrency's
 # A server that sent nothing to a request this long (and this many times its median TTFT) stalled:
 # the step's verdict may be the stall's, not the load's (a 60 s stall once made the sweep answer 1).
@@ -101,14 +101,14 @@ def saturation(lower: SweepStep, step: SweepStep) -> str | None:
     """Why queueing grew from `lower` to `step` (a higher concurrency), None when it did not (module docstring)."""
     if fell := _goodput_fell(lower, step):
         return fell
-    if not (lower.ttft_median_ms and step.ttft_median_ms and lower.aggregate_tok_s and step.aggregate_tok_s):
+    if not (lower.ttft_median_ms and step.ttft_median_ms and lower.output_tok_s and step.output_tok_s):
         return None
     rise = step.ttft_median_ms / lower.ttft_median_ms
-    gain = step.aggregate_tok_s / lower.aggregate_tok_s
+    gain = step.output_tok_s / lower.output_tok_s
     if rise >= SATURATION_TTFT_RISE and gain < SATURATION_THROUGHPUT_GAIN:
         return (
             f"median TTFT x{rise:.1f} ({lower.ttft_median_ms:,.0f} -> {step.ttft_median_ms:,.0f} ms) while output tok/s "
-            f"changed {gain - 1:+.0%} ({lower.aggregate_tok_s:,.1f} -> {step.aggregate_tok_s:,.1f}) from {lower.concurrency}"
+            f"changed {gain - 1:+.0%} ({lower.output_tok_s:,.1f} -> {step.output_tok_s:,.1f}) from {lower.concurrency}"
         )
     return None
 
@@ -137,7 +137,7 @@ def step_of(
         met=bool(slo and slo.met),
         goodput_rps=slo.goodput_rps if slo else 0.0,
         goodput_tok_s=slo.goodput_tok_s if slo else 0.0,
-        aggregate_tok_s=summary.aggregate_tok_s,
+        output_tok_s=summary.output_tok_s,
         ttft_median_ms=summary.ttft_ms.median,
         longest_wait_ms=longest,
         rate=summary.rate if summary.mode == "rate" else None,

@@ -76,17 +76,28 @@ async def run_conversations(
 
 
 async def run_bursts(
-    send: Send, concurrency: int, rounds: int, *, warmup: bool, first_index: int = 0
+    send: Send,
+    concurrency: int,
+    rounds: int,
+    *,
+    warmup: bool,
+    first_index: int = 0,
+    duration_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[list[RequestRecord], list[RoundResult]]:
-    """Run `rounds` rounds of `concurrency` simultaneous requests, one round after the other."""
+    """Run `rounds` rounds of `concurrency` simultaneous requests, one round after the other; with
+    `duration_s`, rounds instead until that many seconds passed (a round started before then ends)."""
     records: list[RequestRecord] = []
     results: list[RoundResult] = []
     index = first_index
-    for round_index in range(rounds):
+    deadline = None if duration_s is None else clock() + duration_s
+    round_index = 0
+    while round_index < rounds if deadline is None else clock() < deadline:
         batch = await asyncio.gather(*(send(index + i, round_index, warmup) for i in range(concurrency)))
         index += concurrency
         records.extend(batch)
         results.append(round_result(round_index, warmup, batch))
+        round_index += 1
     return records, results
 
 
@@ -97,6 +108,7 @@ async def run_sustained(
     requests: int | None,
     duration_s: float | None,
     first_index: int = 0,
+    warmup: bool = False,
     clock: Callable[[], float] = time.monotonic,
 ) -> list[RequestRecord]:
     """Keep `concurrency` requests in flight until `requests` were sent or `duration_s` passed."""
@@ -110,7 +122,7 @@ async def run_sustained(
         while (last_index is None or next_index < last_index) and (deadline is None or clock() < deadline):
             index = next_index
             next_index += 1
-            records.append(await send(index, 0, False))
+            records.append(await send(index, 0, warmup))
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return sorted(records, key=lambda r: r.index)
@@ -143,6 +155,7 @@ async def run_rate(
     concurrency: int,
     *,
     first_index: int = 0,
+    warmup: bool = False,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> list[RequestRecord]:
@@ -152,7 +165,7 @@ async def run_rate(
 
     async def one(index: int) -> RequestRecord:
         async with slots:
-            return await send(index, 0, False)
+            return await send(index, 0, warmup)
 
     tasks = []
     for k, offset in enumerate(offsets):

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from servingctl.loadgen.selfcheck import CPU_SHARE_LIMIT, LAG_P99_LIMIT_MS
 from servingctl.registry.models import ServingProfile
 from servingctl.schema.results import (
+    MAX_WARMUP_S,
     Api,
     DatasetFingerprint,
     DatasetSpec,
@@ -79,6 +80,9 @@ class BenchmarkInput(BaseModel):
     mode: Mode = "burst"
     rate: float | None = Field(default=None, gt=0, le=1000, description="requests/s (mode rate)")
     warmup: int = Field(default=2, ge=0, le=10)
+    warmup_s: float | None = Field(
+        default=None, gt=0, le=MAX_WARMUP_S, description="warm-up by time: seconds of load before measuring (warmup then 0)"
+    )
     rounds: int = Field(default=5, ge=1, le=50)
     requests: int | None = Field(default=None, ge=1, le=100_000)
     duration_s: float | None = Field(default=None, gt=0, le=ECS_BUDGET_S)
@@ -130,6 +134,8 @@ class BenchmarkInput(BaseModel):
             raise ValueError(f"input_tokens: {self.input_tokens}; allowed: integers 1..{MAX_INPUT_TOKENS}")
         if any(v < 1 or v > MAX_CONCURRENCY for v in self.concurrencies):
             raise ValueError(f"concurrencies: {self.concurrencies}; allowed: integers 1..{MAX_CONCURRENCY}")
+        if self.warmup_s is not None and self.warmup and "warmup" in self.model_fields_set:
+            raise ValueError(f"warmup, warmup_s: warm-up by rounds or by time, not both (warmup {self.warmup})")
         if self.mode == "rate" and self.rate is None:
             raise ValueError("rate: required when mode is rate (requests per second, 0 < rate <= 1000)")
         if self.mode != "rate" and self.rate is not None:
@@ -225,7 +231,7 @@ def request_seconds(given: BenchmarkInput, input_tokens: int, concurrency: int) 
 def estimate_seconds(given: BenchmarkInput, input_tokens: int, concurrency: int) -> float:
     """Pessimistic wall time of one scenario's load (warm-ups included)."""
     one = request_seconds(given, input_tokens, concurrency)
-    warm = given.warmup * one
+    warm = given.warmup * one if given.warmup_s is None else given.warmup_s + one  # a started warm-up request ends
     if given.mode == "burst":
         return warm + given.rounds * one
     data = given.dataset
@@ -380,7 +386,8 @@ def engine_config(
         concurrencies=given.concurrencies,
         mode=given.mode,
         rate=given.rate,
-        warmup=given.warmup,
+        warmup=0 if given.warmup_s is not None else given.warmup,
+        warmup_s=given.warmup_s,
         rounds=given.rounds,
         requests=given.requests,
         duration_s=given.duration_s,

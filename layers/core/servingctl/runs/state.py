@@ -91,7 +91,7 @@ class ScenarioAnswer(_Model):
     """run_scenario's answer (the worker's metrics and logs read all of it)."""
 
     name: str
-    aggregate_tok_s: float | None
+    output_tok_s: float | None
     ok: int
     failed: int
     client_bound: bool
@@ -104,7 +104,7 @@ class ScenarioKept(_Model):
     """$.result of a scenario run on Lambda: what the scenario's flow reads next."""
 
     name: str
-    aggregate_tok_s: float | None
+    output_tok_s: float | None
     client_bound: bool
     split: bool
     shards: list[ShardItem]
@@ -114,7 +114,7 @@ class SweepScenarioKept(_Model):
     """$.sweep_result: the sweep's latest scenario."""
 
     name: str
-    aggregate_tok_s: float | None
+    output_tok_s: float | None
     client_bound: bool
 
 
@@ -144,7 +144,7 @@ class MergedAnswer(_Model):
     """merge_shards's answer."""
 
     name: str
-    aggregate_tok_s: float | None
+    output_tok_s: float | None
     ok: int
     failed: int
     client_bound: bool
@@ -156,7 +156,7 @@ class MergedKept(_Model):
     """$.merged: the merged scenario."""
 
     name: str
-    aggregate_tok_s: float | None
+    output_tok_s: float | None
     shards: int
     generation_tokens_equal: bool | None
 

@@ -493,7 +493,7 @@ def _shard_state(run_id: str, planned: PlannedScenario, shard: ShardPlan) -> dic
 def _answer(summary: ScenarioSummary) -> dict[str, Any]:
     return {
         "name": summary.name,
-        "aggregate_tok_s": summary.aggregate_tok_s,
+        "output_tok_s": summary.output_tok_s,
         "ok": summary.ok,
         "failed": summary.failed,
         "client_bound": summary.client_bound,
@@ -729,11 +729,11 @@ def compare_run(deps: WorkerDeps, run: BenchmarkRun) -> dict[str, Any]:
     compared = []
     for scenario in deps.runs.list_scenarios(run.run_id):
         summary = scenario.summary
-        if not summary.aggregate_tok_s:
+        if not summary.output_tok_s:
             continue
         comparison = compare(
             CompareInput(
-                aggregate_tok_s=summary.aggregate_tok_s,
+                output_tok_s=summary.output_tok_s,
                 input_tokens=summary.input_tokens,
                 output_tokens=summary.max_tokens,
                 api_input_usd_per_m=api.input_usd_per_m,

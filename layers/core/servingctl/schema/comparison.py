@@ -4,7 +4,11 @@ benchmark run, rendered by the benchmark outputs."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from servingctl.schema.renamed import under_new_names
 
 HOURS_PER_MONTH = 730
 
@@ -14,7 +18,7 @@ class CompareInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    aggregate_tok_s: float = Field(gt=0, description="measured aggregate output tokens per second")
+    output_tok_s: float = Field(gt=0, description="measured output tokens per second (a scenario's output_tok_s)")
     input_tokens: int = Field(ge=0, description="input tokens per request")
     output_tokens: int = Field(gt=0, description="output tokens per request")
     api_input_usd_per_m: float = Field(ge=0)
@@ -25,6 +29,12 @@ class CompareInput(BaseModel):
     standing_monthly_usd: float = Field(
         default=0.0, ge=0, description="self-hosted costs that run whether or not the server does: warm instances' volumes"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        # Stored as aggregate_tok_s before: those comparisons still load.
+        return under_new_names(data, {"aggregate_tok_s": "output_tok_s"})
 
     @model_validator(mode="after")
     def _one_self_hosted_price(self) -> CompareInput:
@@ -69,8 +79,8 @@ class Comparison(BaseModel):
             f"the managed API stays cheaper at any utilization; self-hosting would win if the API cost more than "
             f"{self.self_hosted_usd_per_m_output:,.2f} USD per 1M output tokens for these requests (now "
             f"{self.api_usd_per_m_output:,.2f}), or if the server sustained more than "
-            f"{self.inputs.aggregate_tok_s * self.break_even_utilization:,.0f} output tok/s "
-            f"(measured {self.inputs.aggregate_tok_s:,.0f})"
+            f"{self.inputs.output_tok_s * self.break_even_utilization:,.0f} output tok/s "
+            f"(measured {self.inputs.output_tok_s:,.0f})"
         )
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servingctl.schema.comparison import SloCost
+from servingctl.schema.renamed import under_new_names
 
 SCHEMA_VERSION: Literal[1] = 1
 
@@ -34,6 +35,7 @@ OUTPUT_LENGTH_FROM: tuple[str, ...] = ("max-tokens", "dataset")
 LengthKind = Literal["fixed", "uniform", "normal"]
 LENGTH_KINDS: tuple[str, ...] = ("fixed", "uniform", "normal")
 MAX_LENGTH_TOKENS = 262_144
+MAX_WARMUP_S = 3600.0  # warm-up by time: at most an hour of load before measuring
 # Why a request failed. Mismatches of token counts are not failures: see RequestRecord.mismatches.
 ErrorKind = Literal["http_status", "timeout", "connect", "stream_cut", "malformed_sse", "server_error", "other"]
 MismatchKind = Literal["prompt_tokens", "completion_tokens", "finish_reason"]
@@ -48,6 +50,13 @@ SALT_MODES: tuple[str, ...] = ("cache-salt", "prompt-nonce", "none")
 # Header values never written to results (compared lower-case).
 SECRET_HEADERS: frozenset[str] = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
 REDACTED = "<redacted>"
+# The headline throughput, one figure under one name (`output_tok_s`) everywhere it is shown; it was
+# stored as aggregate_tok_s (and its rounds as aggregate_tok_s_rounds) before: those documents still load.
+RENAMED_THROUGHPUT = {"aggregate_tok_s": "output_tok_s", "aggregate_tok_s_rounds": "rounds_output_tok_s"}
+OUTPUT_TOK_S = (
+    "output tokens per second: burst = the median of the measured rounds' rates (each round's output tokens / "
+    "its wall time); sustained/rate = output tokens of the steady window / its length"
+)
 
 
 class _Model(BaseModel):
@@ -152,7 +161,14 @@ class RunConfig(_Model):
     )
     arrivals: Arrivals = Field(default="poisson", description="mode rate: Poisson arrivals (seeded) or constant gaps of 1/rate")
     # Load shape: burst uses warmup + rounds; sustained/rate use requests and/or duration_s.
-    warmup: int = Field(default=2, ge=0, description="warm-up rounds of C requests (every mode)")
+    warmup: int = Field(default=2, ge=0, description="warm-up rounds of C requests (every mode); 0 with warmup_s")
+    warmup_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_WARMUP_S,
+        description="warm-up by time instead of rounds: seconds of load before measuring (burst: rounds of C until "
+        "then; sustained: C in flight; rate: the rate's arrivals); None: warm-up rounds",
+    )
     rounds: int = Field(default=5, ge=1, description="measured rounds (burst)")
     requests: int | None = Field(default=None, ge=1, description="measured requests (sustained, rate)")
     duration_s: float | None = Field(default=None, gt=0, description="dispatch deadline (sustained, rate)")
@@ -186,6 +202,10 @@ class RunConfig(_Model):
         default=0.1, ge=0.01, le=1.0, description="a rate sweep stops bisecting once missed / met is at most 1 + this"
     )
 
+    def warmup_label(self) -> str:
+        """The warm-up as --warmup takes it: rounds (2) or seconds of load (30s)."""
+        return str(self.warmup) if self.warmup_s is None else f"{self.warmup_s:g}s"
+
     @field_validator("endpoint")
     @classmethod
     def _http_url(cls, value: str) -> str:
@@ -213,6 +233,10 @@ class RunConfig(_Model):
             raise ValueError(f"rates: a sweep of arrival rates above 0 in mode rate; got {self.rates} in mode {self.mode}")
         if self.mode in ("sustained", "rate") and self.requests is None and self.duration_s is None and self.dataset is None:
             raise ValueError(f"requests or duration_s: mode {self.mode} needs one of them (with a dataset: every prompt once)")
+        if self.warmup_s is not None and self.warmup:
+            raise ValueError(
+                f"warmup, warmup_s: warm-up by rounds or by time, not both (warmup {self.warmup}, warmup_s {self.warmup_s:g})"
+            )
         seen = [(slo.metric, slo.percentile) for slo in self.slos]
         if len(set(seen)) != len(seen):
             raise ValueError("slos: each metric and percentile at most once")
@@ -322,7 +346,7 @@ class MetricSummary(_Model):
 
 
 class RoundResult(_Model):
-    """One burst round (C requests released together): aggregate = its completion tokens / wall time."""
+    """One burst round (C requests released together): output_tok_s = its completion tokens / wall time."""
 
     index: int
     warmup: bool
@@ -331,11 +355,16 @@ class RoundResult(_Model):
     completion_tokens: int
     ok: int
     failed: int
-    aggregate_tok_s: float | None
+    output_tok_s: float | None = Field(description="this round's output tokens / its wall time (first send to last end)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        return under_new_names(data, RENAMED_THROUGHPUT)
 
 
 class SteadyWindow(_Model):
-    """Sustained/rate: the interval the aggregate is measured in (ramp and drain excluded) and why."""
+    """Sustained/rate: the interval output_tok_s is measured in (ramp and drain excluded) and why."""
 
     t_start_ns: int
     t_end_ns: int
@@ -424,9 +453,11 @@ class SloResult(_Model):
     share_required: float
     met: bool = Field(description="good_share >= share_required and every percentile SLO held")
     duration_s: float = Field(description="burst: sum of measured rounds' wall time; else first send to last end")
-    goodput_rps: float
-    goodput_tok_s: float
-    throughput_rps: float = Field(description="every successful request per second over the same duration")
+    goodput_rps: float = Field(description="good requests / duration_s")
+    goodput_tok_s: float = Field(
+        description="output tokens of the good requests / duration_s (a total over time, not output_tok_s's median of rounds)"
+    )
+    throughput_rps: float = Field(description="every successful request (good or not) / duration_s: requests, not tokens")
 
 
 class ScenarioSummary(_Model):
@@ -449,9 +480,12 @@ class ScenarioSummary(_Model):
         default_factory=dict, description="error kind -> the first such request's message (with its HTTP status)"
     )
     failure_rate: float
-    # Aggregate throughput: burst = median over measured rounds; sustained/rate = steady window.
-    aggregate_tok_s: float | None
-    aggregate_tok_s_rounds: list[float] = Field(default_factory=list)
+    # The headline throughput.
+    output_tok_s: float | None = Field(description=OUTPUT_TOK_S)
+    rounds_output_tok_s: list[float] = Field(
+        default_factory=list,
+        description="burst: each measured round's output tokens / its wall time (output_tok_s is their median)",
+    )
     steady_window: SteadyWindow | None = None
     achieved_rate_rps: float | None = Field(None, description="rate mode: measured arrivals per second")
     # Per-request distributions (successful measured requests).
@@ -477,6 +511,11 @@ class ScenarioSummary(_Model):
     client: ClientSelfCheck
     client_bound: bool
     slo: SloResult | None = Field(None, description="against the run's SLOs (None: none given)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        return under_new_names(data, RENAMED_THROUGHPUT)
 
 
 class ServerSample(_Model):
@@ -548,7 +587,7 @@ class SweepStep(_Model):
     met: bool
     goodput_rps: float
     goodput_tok_s: float
-    aggregate_tok_s: float | None
+    output_tok_s: float | None = Field(description="the step's ScenarioSummary.output_tok_s")
     ttft_median_ms: float | None
     saturated: bool = Field(False, description="queueing grew: TTFT rose while throughput flattened, or goodput fell")
     why: str | None = Field(None, description="why it missed the SLOs or counts as saturated, with the figures")
@@ -570,6 +609,11 @@ class SweepStep(_Model):
     def at(self) -> str:
         """The step's position in words: '2.5 req/s' or 'c=4'."""
         return f"{self.rate:g} req/s" if self.rate is not None else f"c={self.concurrency}"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        return under_new_names(data, RENAMED_THROUGHPUT)
 
 
 class SweepResult(_Model):

@@ -115,7 +115,7 @@ def make_scenario(
         round_results.append(round_result(rnd, warmup, batch))
     measured = [r for r in records if not r.warmup]
     good = [r for r in measured if r.ok]
-    aggregates = [r.aggregate_tok_s for r in round_results if not r.warmup and r.aggregate_tok_s]
+    aggregates = [r.output_tok_s for r in round_results if not r.warmup and r.output_tok_s]
     failed = len(measured) - len(good)
     summary = ScenarioSummary(
         name=name,
@@ -130,8 +130,8 @@ def make_scenario(
         failures_by_kind={"stream_cut": failed} if failed else {},
         failure_examples={"stream_cut": "RemoteProtocolError: peer closed connection"} if failed else {},
         failure_rate=failed / len(measured),
-        aggregate_tok_s=summarize(aggregates).median,
-        aggregate_tok_s_rounds=aggregates,
+        output_tok_s=summarize(aggregates).median,
+        rounds_output_tok_s=aggregates,
         ttft_ms=summarize(r.ttft_ms for r in good),
         e2e_ms=summarize(r.e2e_ms for r in good),
         e2e_tok_s=summarize(r.e2e_tok_s for r in good),

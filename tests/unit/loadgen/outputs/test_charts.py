@@ -9,8 +9,8 @@ from servingctl.loadgen.outputs.charts import (
     CLIENT_BOUND_LABEL,
     SWEEP_PNG,
     VERDICT_STYLE,
-    aggregate_figure,
     compare_figure,
+    output_figure,
     server_figure,
     sweep_figure,
     ttft_figure,
@@ -23,16 +23,16 @@ def _summaries(run):
     return {s.summary.name: s.summary for s in run.scenarios}
 
 
-def test_aggregate_chart_has_one_line_per_input_length(run):
+def test_output_chart_has_one_line_per_input_length(run):
     s = _summaries(run)
-    ax = aggregate_figure(run).axes[0]
+    ax = output_figure(run).axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert set(lines) == {"254 input tokens", "2046 input tokens", CLIENT_BOUND_LABEL}
     assert list(lines["254 input tokens"].get_xdata()) == [1, 2]
-    assert list(lines["254 input tokens"].get_ydata()) == [s["in256-c1"].aggregate_tok_s, s["in256-c2"].aggregate_tok_s]
-    assert list(lines["2046 input tokens"].get_ydata()) == [s["in2048-c1"].aggregate_tok_s, s["in2048-c2"].aggregate_tok_s]
+    assert list(lines["254 input tokens"].get_ydata()) == [s["in256-c1"].output_tok_s, s["in256-c2"].output_tok_s]
+    assert list(lines["2046 input tokens"].get_ydata()) == [s["in2048-c1"].output_tok_s, s["in2048-c2"].output_tok_s]
     # The client-bound point is crossed out where it is plotted.
-    assert list(lines[CLIENT_BOUND_LABEL].get_xydata()[0]) == [2, s["in2048-c2"].aggregate_tok_s]
+    assert list(lines[CLIENT_BOUND_LABEL].get_xydata()[0]) == [2, s["in2048-c2"].output_tok_s]
     assert ax.get_xlabel().startswith("concurrency")
 
 
@@ -81,12 +81,12 @@ def test_compare_chart_bars_carry_their_bootstrap_intervals_and_the_legend_is_ou
 
 def test_charts_are_written_as_png(run, baseline, tmp_path):
     paths = write_charts(run, tmp_path, baseline=baseline)
-    assert [p.name for p in paths] == ["aggregate_tok_s.png", "ttft.png", "compare.png"]
+    assert [p.name for p in paths] == ["output_tok_s.png", "ttft.png", "compare.png"]
     for path in paths:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         image = matplotlib.image.imread(path)
         assert image.shape[0] > 300 and image.shape[1] > 500
-    assert [p.name for p in write_charts(run, tmp_path / "solo")] == ["aggregate_tok_s.png", "ttft.png"]
+    assert [p.name for p in write_charts(run, tmp_path / "solo")] == ["output_tok_s.png", "ttft.png"]
 
 
 def _with_timelines(run, *, spec: bool):
@@ -127,7 +127,7 @@ def test_server_chart_leaves_out_what_the_server_does_not_expose(run, tmp_path):
     fig = server_figure(_with_timelines(run, spec=False))
     assert [ax.get_ylabel() for ax in fig.axes] == ["requests", "generated tok/s"]
     names = [p.name for p in write_charts(run, tmp_path)]
-    assert names == ["aggregate_tok_s.png", "ttft.png", "server_metrics.png"]
+    assert names == ["output_tok_s.png", "ttft.png", "server_metrics.png"]
     assert matplotlib.image.imread(tmp_path / "server_metrics.png").shape[0] > 300
 
 
@@ -146,12 +146,12 @@ def _rate_sweep(runs_of):
     )
     by_rate = {s.summary.rate: s.summary.name for s in run.scenarios}
     steps = [
-        SweepStep(concurrency=64, scenario=by_rate[2.0], met=True, goodput_rps=2.0, goodput_tok_s=20.0, aggregate_tok_s=40.0,
+        SweepStep(concurrency=64, scenario=by_rate[2.0], met=True, goodput_rps=2.0, goodput_tok_s=20.0, output_tok_s=40.0,
                   ttft_median_ms=105.0, rate=2.0, scheduled_rate_rps=2.0, achieved_rate_rps=2.0),
-        SweepStep(concurrency=64, scenario=by_rate[4.0], met=True, goodput_rps=3.1, goodput_tok_s=31.0, aggregate_tok_s=62.0,
+        SweepStep(concurrency=64, scenario=by_rate[4.0], met=True, goodput_rps=3.1, goodput_tok_s=31.0, output_tok_s=62.0,
                   ttft_median_ms=310.0, rate=4.0, scheduled_rate_rps=4.0, achieved_rate_rps=3.1, saturated=True,
                   why="saturated: completed 3.10 req/s of 4.00 arriving (-22%)"),
-        SweepStep(concurrency=64, scenario=by_rate[3.0], met=False, goodput_rps=0.0, goodput_tok_s=0.0, aggregate_tok_s=50.0,
+        SweepStep(concurrency=64, scenario=by_rate[3.0], met=False, goodput_rps=0.0, goodput_tok_s=0.0, output_tok_s=50.0,
                   ttft_median_ms=915.0, rate=3.0, scheduled_rate_rps=3.0, achieved_rate_rps=2.9),
     ]  # fmt: skip
     run.sweep = SweepResult(
@@ -217,7 +217,7 @@ def test_the_ttft_chart_of_a_rate_sweep_is_a_box_per_rate_in_rate_order_with_the
 def test_the_aggregate_chart_of_a_rate_grid_is_against_the_offered_rate(runs_of):
     run = _rate_sweep(runs_of)
     run.sweep = None
-    ax = aggregate_figure(run).axes[0]
+    ax = output_figure(run).axes[0]
     [line] = [line for line in ax.get_lines() if line.get_label() == "254 input tokens"]
     assert list(line.get_xdata()) == [2.0, 3.0, 4.0]
     assert ax.get_xlabel() == "offered rate (requests/s)"

@@ -13,10 +13,10 @@ def test_report_prints_the_table_and_writes_all_files(run, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "mtp-on" in out and "2046" in out and "CLIENT-BOUND" in out
     s = next(x.summary for x in run.scenarios if x.summary.name == "in256-c2")
-    assert f"{s.aggregate_tok_s:.2f}" in out
+    assert f"{s.output_tok_s:.2f}" in out
     names = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file())
     assert names == [
-        "aggregate_tok_s.png",
+        "output_tok_s.png",
         "report.html",
         "report.md",
         "requests.csv",
@@ -52,7 +52,7 @@ def test_json_output_with_baseline_and_costs(run, baseline, tmp_path, capsys):
     first = data["comparison"][0]
     assert first["name"] == "in256-c1"
     agg = first["figures"][0]
-    assert agg["metric"] == "aggregate_tok_s"
+    assert agg["metric"] == "output_tok_s"
     assert agg["change_pct"] == (agg["run"] - agg["baseline"]) / agg["baseline"] * 100
     assert data["costs"]["in256-c1"]["inputs"]["api_input_usd_per_m"] == 0.22
     assert (tmp_path / "on" / "compare.png").exists()
@@ -94,3 +94,26 @@ def test_report_of_a_run_id_uses_the_kept_copy_when_no_api_answers(run, tmp_path
     assert "mtp-on" in captured.out and "in256-c2" in captured.out
     assert "the API is out of reach (no API: pass --api-url" in captured.err
     assert f"reporting {run_id} from servingctl-runs/{run_id}/results.json" in captured.err
+
+
+# The headline throughput's names before it became output_tok_s (its rounds: rounds_output_tok_s).
+OLD_NAMES = (('"rounds_output_tok_s"', '"aggregate_tok_s_rounds"'), ('"output_tok_s"', '"aggregate_tok_s"'))
+
+
+def test_report_reads_a_results_file_written_under_the_old_throughput_names(run, tmp_path, capsys):
+    text = run.model_dump_json()
+    for new, old in OLD_NAMES:
+        assert new in text
+        text = text.replace(new, old)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "results.json").write_text(text)
+    assert main(["report", str(tmp_path / "old" / "results.json"), "--output", str(tmp_path / "out")]) == 0
+    s = next(x.summary for x in run.scenarios if x.summary.name == "in256-c2")
+    assert f"{s.output_tok_s:.2f}" in capsys.readouterr().out
+    # written again under the new names only, with the same figures
+    rewritten = (tmp_path / "out" / "results.json").read_text()
+    assert "aggregate_tok_s" not in rewritten and json.loads(rewritten) == json.loads(run.model_dump_json())
+    header = (tmp_path / "out" / "scenarios.csv").read_text().splitlines()[0].split(",")
+    assert "output_tok_s" in header and "aggregate_tok_s" not in header
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "<th>output_tok_s</th>" in html and "output tok/s: the median of the measured rounds" in html

@@ -34,7 +34,7 @@ def test_results_table_numbers_match_the_results_file(run, tmp_path):
         s = scenario.summary
         row = rows[s.name]
         assert row[1:3] == [str(s.input_tokens), str(s.concurrency)]
-        assert float(row[3]) == pytest.approx(s.aggregate_tok_s, abs=0.005)
+        assert float(row[3]) == pytest.approx(s.output_tok_s, abs=0.005)
         assert float(row[4]) == pytest.approx(s.e2e_tok_s.median, abs=0.005)
         assert float(row[5]) == pytest.approx(s.ttft_ms.median, abs=0.05)
         assert float(row[6]) == pytest.approx(s.decode_tok_s.median, abs=0.005)
@@ -156,7 +156,7 @@ def test_comparison_shows_both_runs_the_change_and_why_no_interval(run, baseline
         rows[(scenario, r[1])] = r
     base = {s.summary.name: s.summary for s in baseline.scenarios}
     this = {s.summary.name: s.summary for s in run.scenarios}
-    b, r = base["in256-c1"].aggregate_tok_s, this["in256-c1"].aggregate_tok_s
+    b, r = base["in256-c1"].output_tok_s, this["in256-c1"].output_tok_s
     agg = rows[("in256-c1", "output tok/s")]
     assert agg[2:4] == [f"{b:.2f}", f"{r:.2f}"] and agg[4] == f"{(r - b) / b * 100:+.1f} % (2 vs 2 rounds)"
     # 2 rounds of 1 request a side: too few to resample, and the report says so instead of guessing.
@@ -176,7 +176,7 @@ def test_cost_section_reproduces_the_comparison(run):
     rows = {r[0]: r for r in _table(_section(render_report(run, comparison=comparisons), "Cost per token"))}
     c = comparisons["in256-c1"]
     # aggregate x 730 h x 3600 s output tokens; input = output / 4 x 254; API = in x 0.22 + out x 0.66 per 1M.
-    out = run.scenarios[0].summary.aggregate_tok_s * 730 * 3600
+    out = run.scenarios[0].summary.output_tok_s * 730 * 3600
     api = out / 4 * 254 / 1e6 * 0.22 + out / 1e6 * 0.66
     assert c.api_monthly_usd == pytest.approx(api)
     assert rows["in256-c1"][5] == f"{api:,.0f}"
@@ -205,7 +205,7 @@ def test_the_two_throughputs_are_named_apart(run):
     run.config = run.config.model_copy(update={"slos": parse_slos("ttft_ms=500")})
     text = render_report(run)
     results = _section(text, "Results")
-    assert "aggregate tok/s: the median of the measured rounds, each round's output tokens / its wall time." in results
+    assert "output tok/s: the median of the measured rounds, each round's output tokens / its wall time." in results
     goodput = _section(text, "Goodput at the SLO")
     assert "goodput tok/s: output tokens of the requests meeting every SLO over the measured duration" in goodput
-    assert "not the aggregate's median of rounds" in goodput
+    assert "not output tok/s's median of rounds" in goodput

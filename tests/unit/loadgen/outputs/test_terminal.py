@@ -133,10 +133,10 @@ def test_costs_priced_at_prices_no_api_has_say_the_prices_alone(runs_of, capsys)
     assert "priced against a managed API at 0.3 / 0.9 USD per 1M input / output tokens" in out
 
 
-def test_the_aggregate_throughput_says_which_figure_it_is(runs_of, capsys) -> None:
+def test_the_output_throughput_says_which_figure_it_is(runs_of, capsys) -> None:
     run = runs_of("r", {(64, 1): {"ttft_ms": 90.0, "gap_ms": 10.0}})
     out = " ".join(_printed(capsys, run=run).split())
-    assert "aggregate tok/s: the median of the measured rounds, each round's output tokens / its wall time" in out
+    assert "output tok/s: the median of the measured rounds, each round's output tokens / its wall time" in out
 
 
 def test_the_terminal_says_why_requests_failed(run, capsys) -> None:

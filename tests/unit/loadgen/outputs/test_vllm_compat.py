@@ -110,7 +110,7 @@ def test_summary_figures_follow_vllm_formulas(run):
     assert data["mean_itl_ms"] == pytest.approx(12.0)
     assert data["max_concurrent_requests"] == 2
     assert data["max_output_tokens_per_s"] == 8.0  # round 2: two requests x 4 tokens within one 1 s bucket
-    assert data["servingctl"]["aggregate_tok_s"] == scenario.summary.aggregate_tok_s
+    assert data["servingctl"]["output_tok_s"] == scenario.summary.output_tok_s
 
 
 def test_spec_decode_acceptance_in_percent(run):

@@ -64,7 +64,7 @@ def test_decode_tables_must_have_rows():
 def test_replay_without_mtp_reproduces_published_table(cell, published):
     result = burst(T, cell[0], cell[1], mtp_tokens=0, rounds=1)
     aggregate, ttft = published
-    assert result.aggregate_tok_s == pytest.approx(aggregate, rel=0.015)
+    assert result.output_tok_s == pytest.approx(aggregate, rel=0.015)
     assert result.median_ttft_ms == pytest.approx(ttft, rel=0.06)
 
 
@@ -72,11 +72,11 @@ def test_replay_without_mtp_reproduces_published_table(cell, published):
 def test_replay_with_mtp_reproduces_published_aggregates(cell, published):
     result = burst(T, cell[0], cell[1])
     tolerance = 0.001 if cell[0] == 254 else 0.09  # 254-token cells are the fitted ones
-    assert result.aggregate_tok_s == pytest.approx(published, rel=tolerance)
+    assert result.output_tok_s == pytest.approx(published, rel=tolerance)
 
 
 def test_mtp_speeds_up_every_cell_like_the_reference():
     for input_tokens, concurrency in MTP:
-        with_mtp = burst(T, input_tokens, concurrency).aggregate_tok_s
-        without = burst(T, input_tokens, concurrency, mtp_tokens=0).aggregate_tok_s
+        with_mtp = burst(T, input_tokens, concurrency).output_tok_s
+        without = burst(T, input_tokens, concurrency, mtp_tokens=0).output_tok_s
         assert with_mtp > without * 1.1

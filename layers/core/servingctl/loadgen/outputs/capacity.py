@@ -6,18 +6,18 @@ from __future__ import annotations
 from servingctl.schema.results import RunResult, SloCheck, SweepStep
 
 GOODPUT_HEADER = ("scenario", "SLO", "good", "goodput\nreq/s", "goodput\ntok/s", "req/s\nall ok")
-# Not the aggregate tok/s of the results table (a median of rounds): named apart wherever both show.
+# Not the output tok/s of the results table (burst: a median of rounds): named apart wherever both show.
 GOODPUT_WORDS = (
     "goodput tok/s: output tokens of the requests meeting every SLO over the measured duration "
-    "(burst: the rounds' wall times added), a total over time, not the aggregate's median of rounds"
+    "(burst: the rounds' wall times added), a total over time, not output tok/s's median of rounds"
 )
 
 
 def throughput_words(mode: str) -> str:
-    """What the results table's aggregate tok/s is in this mode, in one line."""
+    """What the results table's output tok/s (output_tok_s) is in this mode, in one line."""
     if mode == "burst":
-        return "aggregate tok/s: the median of the measured rounds, each round's output tokens / its wall time"
-    return "aggregate tok/s: output tokens of the steady window / its length (first completion to last send)"
+        return "output tok/s: the median of the measured rounds, each round's output tokens / its wall time"
+    return "output tok/s: output tokens of the steady window / its length (first completion to last send)"
 
 
 def slo_text(run: RunResult) -> str:
@@ -71,7 +71,7 @@ def _step_line(s: SweepStep) -> str:
         head = f"{s.rate:g} req/s offered: {verdict(s)}, completed {_two(s.achieved_rate_rps)} req/s"
     return (
         f"{head}, goodput {s.goodput_rps:.2f} req/s, TTFT median {_one(s.ttft_median_ms)} ms, "
-        f"aggregate {_one(s.aggregate_tok_s)} tok/s" + (f" ({s.why})" if s.why else "")
+        f"output {_one(s.output_tok_s)} tok/s" + (f" ({s.why})" if s.why else "")
     )
 
 

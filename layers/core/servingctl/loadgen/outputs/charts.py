@@ -1,5 +1,5 @@
 """PNG charts of a run (matplotlib's object API with the Agg canvas: no pyplot, no display):
-aggregate tok/s vs concurrency (mode rate: vs the offered rate) per input length, every request's TTFT
+output tok/s (output_tok_s) vs concurrency (mode rate: vs the offered rate) per input length, every request's TTFT
 as a box per scenario, the saturation sweep's search (each step's SLO'd figures and goodput with its
 verdict and order, the limits, the answer), the server's /metrics over the run's time (requests
 running and waiting, KV-cache use, generated tok/s, spec-decode acceptance; one band per scenario)
@@ -25,7 +25,9 @@ from servingctl.loadgen.slo import request_value
 from servingctl.loadgen.stats import percentile
 from servingctl.schema.results import RunResult, ScenarioResult, ScenarioSummary, ServerSample, Slo
 
-AGGREGATE_PNG = "aggregate_tok_s.png"
+OUTPUT_PNG = "output_tok_s.png"
+# What the y axis of output_tok_s.png is, by mode.
+_THROUGHPUT_OF = {"burst": "median of measured rounds", "sustained": "steady window", "rate": "steady window"}
 TTFT_PNG = "ttft.png"
 SWEEP_PNG = "sweep.png"
 COMPARE_PNG = "compare.png"
@@ -54,8 +56,8 @@ def _mark_client_bound(ax: Axes, points: list[tuple[float, float]]) -> None:
         ax.plot(xs, ys, linestyle="none", marker="x", color="red", markersize=12, label=CLIENT_BOUND_LABEL)
 
 
-def aggregate_figure(run: RunResult) -> Figure:
-    """Aggregate tok/s against concurrency, one line per input length (mode rate: against the offered
+def output_figure(run: RunResult) -> Figure:
+    """Output tok/s (the results' output_tok_s) against concurrency, one line per input length (mode rate: against the offered
     rate, one line per input length and cap on requests in flight)."""
     fig = _figure()
     ax = fig.add_subplot()
@@ -69,8 +71,8 @@ def aggregate_figure(run: RunResult) -> Figure:
     # Each row with its throughput (rows without one are not drawn), a line per input length (and cap).
     lines: dict[tuple[int, int], list[tuple[ScenarioRow, float]]] = defaultdict(list)
     for row in sorted(scenario_rows(run), key=x_of):
-        if row.aggregate_tok_s is not None:
-            lines[(row.input_tokens, row.concurrency if by_rate and caps else 0)].append((row, row.aggregate_tok_s))
+        if row.output_tok_s is not None:
+            lines[(row.input_tokens, row.concurrency if by_rate and caps else 0)].append((row, row.output_tok_s))
     for (input_tokens, cap), rows in sorted(lines.items()):
         label = f"{input_tokens} input tokens" + (f", at most {cap} in flight" if cap else "")
         ax.plot([x_of(r) for r, _ in rows], [tok_s for _, tok_s in rows], marker="o", label=label)
@@ -79,8 +81,8 @@ def aggregate_figure(run: RunResult) -> Figure:
     xs = sorted({x_of(r) for rows in lines.values() for r, _ in rows})
     ax.set_xticks(xs, [f"{x:g}" for x in xs])
     ax.set_xlabel("offered rate (requests/s)" if by_rate else "concurrency (requests in flight)")
-    ax.set_ylabel("aggregate output tok/s")
-    ax.set_title(f"Aggregate throughput: {run.config.model}\n{run.metadata.run_id}", fontsize=10)
+    ax.set_ylabel(f"output tok/s ({_THROUGHPUT_OF[run.config.mode]})")
+    ax.set_title(f"Output tok/s: {run.config.model}\n{run.metadata.run_id}", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend()
     return fig
@@ -256,7 +258,7 @@ def _error(
 
 
 def compare_figure(baseline: RunResult, run: RunResult) -> Figure:
-    """Grouped bars per scenario for both runs: aggregate tok/s (left) and median TTFT (right), each
+    """Grouped bars per scenario for both runs: output tok/s (left) and median TTFT (right), each
     bar with its 95 % bootstrap interval (bench.bootstrap, none under MIN_UNITS units); one legend
     under both panels, where it hides no bar."""
     compared = [c for c in compare_runs(baseline, run) if c.in_baseline and c.in_run]
@@ -264,7 +266,7 @@ def compare_figure(baseline: RunResult, run: RunResult) -> Figure:
     names = [c.name for c in compared]
     sides = [({s.summary.name: s for s in r.scenarios}, r) for r in (baseline, run)]
     width = 0.4
-    for i, metric in enumerate(("aggregate_tok_s", "ttft_median_ms")):
+    for i, metric in enumerate(("output_tok_s", "ttft_median_ms")):
         ax = fig.add_subplot(1, 2, i + 1)
         spec = next(c for c in COMPARED if c.metric == metric)
         figures = [next(f for f in c.figures if f.metric == metric) for c in compared]
@@ -378,7 +380,7 @@ def write_charts(run: RunResult, directory: Path | str, *, baseline: RunResult |
     out.mkdir(parents=True, exist_ok=True)
     # A sweep's throughput per step is in its search chart, beside the figures it decided on.
     sweep = sweep_figure(run)
-    figures = [(SWEEP_PNG, sweep) if sweep is not None else (AGGREGATE_PNG, aggregate_figure(run)), (TTFT_PNG, ttft_figure(run))]
+    figures = [(SWEEP_PNG, sweep) if sweep is not None else (OUTPUT_PNG, output_figure(run)), (TTFT_PNG, ttft_figure(run))]
     if (server := server_figure(run)) is not None:  # under the latency chart; not for servers without /metrics
         figures.append((SERVER_PNG, server))
     if baseline is not None:

@@ -79,7 +79,7 @@ def fingerprint(run: RunResult) -> dict[str, str]:
         if key not in SHOWN and value not in (None, [])
     }
     fields |= {
-        "load": f"{config.mode}, max_tokens {config.max_tokens}, warmup {config.warmup}"
+        "load": f"{config.mode}, max_tokens {config.max_tokens}, warmup {config.warmup_label()}"
         + (f", rounds {config.rounds}" if config.mode == "burst" else "")
         + f", seed {config.seed}, salts {config.salt_mode}",
         "prompts": prompts_text(run),

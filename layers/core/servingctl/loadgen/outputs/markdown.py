@@ -24,14 +24,14 @@ from servingctl.loadgen.outputs.fingerprint import FingerprintRow, compare_finge
 from servingctl.loadgen.outputs.rows import ComparedFigure, ComparedScenario, compare_runs, scenario_rows
 from servingctl.loadgen.stats import resolved, tail_rule
 from servingctl.schema.comparison import Comparison
-from servingctl.schema.results import REDACTED, RunResult, ScenarioSummary, ServerChecks
+from servingctl.schema.results import REDACTED, RunConfig, RunResult, ScenarioSummary, ServerChecks
 
 DASH = "–"
 RESULTS_HEADER = (
     "scenario",
     "input tokens",
     "concurrency",
-    "aggregate tok/s",
+    "output tok/s",
     "E2E tok/s per request",
     "median TTFT ms",
     "decode tok/s",
@@ -107,7 +107,7 @@ def results_table(run: RunResult) -> list[str]:
             r.name + (" ⚠ client-bound" if r.client_bound else " ⚠ host busy" if r.host_busy else ""),
             str(r.input_tokens),
             str(r.concurrency),
-            fmt(r.aggregate_tok_s),
+            fmt(r.output_tok_s),
             fmt(r.e2e_tok_s),
             fmt(r.ttft_median_ms, 1),
             fmt(r.decode_tok_s),
@@ -131,12 +131,12 @@ def latency_table(summaries: Sequence[ScenarioSummary]) -> list[str]:
         "ITL median / p99 ms (coalesced gaps)",
         "chunk gap median ms",
         "tokens per chunk",
-        "aggregate per round tok/s",
+        "output tok/s per round",
     )
     rows = []
     for s in summaries:
         chunks = ", ".join(f"{k}: {v}" for k, v in sorted(s.tokens_per_chunk.items())) or DASH
-        rounds = ", ".join(fmt(v) for v in s.aggregate_tok_s_rounds) or DASH
+        rounds = ", ".join(fmt(v) for v in s.rounds_output_tok_s) or DASH
         if s.steady_window:
             rounds = f"steady window {fmt(s.steady_window.duration_s, 1)} s ({s.steady_window.method})"
         rows.append(
@@ -271,7 +271,7 @@ def bench_command(run: RunResult) -> str:
         parts.append(f"--rate {c.rate:g}")
     if c.arrivals != "poisson":
         parts.append(f"--arrivals {c.arrivals}")
-    parts.append(f"--warmup {c.warmup}")
+    parts.append(f"--warmup {c.warmup_label()}")
     if c.mode == "burst":
         parts.append(f"--rounds {c.rounds}")
     if c.requests is not None:
@@ -307,6 +307,10 @@ def bench_command(run: RunResult) -> str:
     return " \\\n  ".join(parts)
 
 
+def _warm_up(c: RunConfig) -> str:
+    return f"{c.warmup_s:g} s of warm-up load" if c.warmup_s is not None else f"{c.warmup} warm-up rounds"
+
+
 def metadata_section(run: RunResult) -> list[str]:
     """Who measured what, when, against which server, and how to run it again."""
     c, m = run.config, run.metadata
@@ -327,9 +331,9 @@ def metadata_section(run: RunResult) -> list[str]:
         ),
         (
             "load",
-            f"{c.warmup} warm-up + {c.rounds} measured rounds"
+            f"{_warm_up(c)} + {c.rounds} measured rounds"
             if c.mode == "burst"
-            else f"{c.warmup} warm-up rounds, {c.requests or DASH} requests, duration {fmt(c.duration_s, 0)} s",
+            else f"{_warm_up(c)}, {c.requests or DASH} requests, duration {fmt(c.duration_s, 0)} s",
         ),
         ("max tokens / seed / salt mode", f"{c.max_tokens} / {c.seed} / {c.salt_mode}"),
         ("prompts", prompts_text(run)),
@@ -376,7 +380,7 @@ def costs_section(comparison: Comparison | Mapping[str, Comparison], client_boun
         "scenario",
         "input tokens",
         "output tokens",
-        "aggregate tok/s",
+        "output tok/s",
         "self-hosted USD / month",
         "managed API USD / month",
         "self-hosted / API",
@@ -388,7 +392,7 @@ def costs_section(comparison: Comparison | Mapping[str, Comparison], client_boun
             name + (" ⚠ client-bound" if name in client_bound else ""),
             str(c.inputs.input_tokens),
             str(c.inputs.output_tokens),
-            fmt(c.inputs.aggregate_tok_s),
+            fmt(c.inputs.output_tok_s),
             fmt(c.self_hosted_monthly_usd, 0),
             fmt(c.api_monthly_usd, 0),
             fmt(c.ratio_self_hosted_to_api),
@@ -400,7 +404,7 @@ def costs_section(comparison: Comparison | Mapping[str, Comparison], client_boun
     best = min((c for _, c in items), key=lambda c: c.break_even_utilization, default=None)
     first = next(iter(c for _, c in items), None)
     assumption = (
-        f"Assumes the measured aggregate throughput is sustained {first.inputs.hours:g} h a month; managed API at "
+        f"Assumes the measured output tok/s is sustained {first.inputs.hours:g} h a month; managed API at "
         f"{first.inputs.api_input_usd_per_m:g} / {first.inputs.api_output_usd_per_m:g} USD per 1M input / output tokens."
         if first
         else ""
@@ -491,14 +495,6 @@ def render_report(
     if alerts := warnings(run):
         lines += ["## Warnings", "", *(f"- {a}" for a in alerts), ""]
     lines += ["## Results", ""]
-    lines += [
-        "Aggregate: "
-        + (
-            "median over measured rounds of completion tokens / round wall time."
-            if run.config.mode == "burst"
-            else "completion tokens in the steady window / its length (ramp and drain excluded)."
-        )
-    ]
     lines += [
         "Per-request figures are medians over successful measured requests; "
         "TTFT counts from the first content or reasoning chunk.",

@@ -25,7 +25,7 @@ class ScenarioRow:
     mode: str
     input_tokens_target: int  # asked for; input_tokens is what calibration measured after the chat template
     ttft_samples: int  # how many requests the TTFT percentiles come from
-    aggregate_tok_s: float | None
+    output_tok_s: float | None
     e2e_tok_s: float | None
     ttft_median_ms: float | None
     ttft_p90_ms: float | None  # None where ttft_samples do not resolve it (bench.stats.min_samples)
@@ -53,7 +53,7 @@ def scenario_row(summary: ScenarioSummary) -> ScenarioRow:
         mode=summary.mode,
         input_tokens_target=summary.input_tokens_target,
         ttft_samples=summary.ttft_ms.count,
-        aggregate_tok_s=summary.aggregate_tok_s,
+        output_tok_s=summary.output_tok_s,
         e2e_tok_s=summary.e2e_tok_s.median,
         ttft_median_ms=summary.ttft_ms.median,
         ttft_p90_ms=resolved(summary.ttft_ms.p90, summary.ttft_ms.count, 0.90),
@@ -95,9 +95,9 @@ def _itl(scenario: ScenarioResult) -> Units:
 
 
 def _output(scenario: ScenarioResult) -> Units:
-    """Burst: each measured round's aggregate; otherwise the steady window's equal slices' tok/s."""
+    """Burst: each measured round's output tok/s; otherwise the steady window's equal slices' tok/s."""
     if scenario.summary.mode == "burst":
-        return [[r.aggregate_tok_s] for r in scenario.rounds if not r.warmup and r.aggregate_tok_s is not None]
+        return [[r.output_tok_s] for r in scenario.rounds if not r.warmup and r.output_tok_s is not None]
     window = scenario.summary.steady_window
     if window is None or window.t_end_ns <= window.t_start_ns:
         return []
@@ -125,7 +125,7 @@ class Compared:
 # Figures compared between two runs (the statistic matches the headline: medians; a steady
 # window's throughput is its mean).
 COMPARED: tuple[Compared, ...] = (
-    Compared("aggregate_tok_s", "output tok/s", True, _output, "rounds"),
+    Compared("output_tok_s", "output tok/s", True, _output, "rounds"),
     Compared("ttft_median_ms", "TTFT ms", False, _per_request("ttft_ms"), "requests"),
     Compared("itl_median_ms", "ITL ms", False, _itl, "requests"),
     Compared("e2e_median_ms", "E2E ms", False, _per_request("e2e_ms"), "requests"),

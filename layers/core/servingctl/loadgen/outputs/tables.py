@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from servingctl.loadgen.outputs.capacity import throughput_words
 from servingctl.loadgen.outputs.fingerprint import fingerprint
 from servingctl.schema.results import MetricSummary, RunResult
 
@@ -75,7 +76,7 @@ def scenario_rows(run: RunResult) -> list[dict[str, Any]]:
             "requests": s.requests,
             "ok": s.ok,
             "failed": s.failed,
-            "aggregate_tok_s": s.aggregate_tok_s,
+            "output_tok_s": s.output_tok_s,
             "client_bound": s.client_bound,
         }
         for prefix, field in DISTRIBUTIONS:
@@ -134,6 +135,7 @@ def render_html(run: RunResult, charts: Sequence[Path] = ()) -> str:
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
         f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>"
         f"<h2>Run</h2>{_table(fields)}<h2>Scenarios</h2>{_table(scenario_rows(run))}"
+        f"<p>{html.escape(throughput_words(run.config.mode))}.</p>"
         f"<h2>Failures by kind</h2>{_table(failures)}<h2>Charts</h2>{images or '<p>none</p>'}</body></html>"
     )
 

@@ -67,7 +67,7 @@ def results_table(run: RunResult) -> str:
     header = (
         "input\ntokens",
         "conc.",
-        "aggregate\ntok/s",
+        "output\ntok/s",
         "E2E tok/s\nper req",
         "TTFT ms\nmedian",
         "TTFT ms\np90 / p99",
@@ -82,7 +82,7 @@ def results_table(run: RunResult) -> str:
             (
                 _input(r),
                 str(r.concurrency),
-                fmt(r.aggregate_tok_s),
+                fmt(r.output_tok_s),
                 fmt(r.e2e_tok_s),
                 fmt(r.ttft_median_ms, 1),
                 _tail(r),
@@ -200,7 +200,7 @@ def costs_table(comparisons: Mapping[str, Comparison], run: RunResult | None = N
     rows = [
         (
             n,
-            fmt(c.inputs.aggregate_tok_s),
+            fmt(c.inputs.output_tok_s),
             fmt(c.self_hosted_monthly_usd, 0),
             fmt(c.api_monthly_usd, 0),
             fmt(c.ratio_self_hosted_to_api),
@@ -211,7 +211,7 @@ def costs_table(comparisons: Mapping[str, Comparison], run: RunResult | None = N
     ]
     header = (
         "scenario",
-        "aggregate\ntok/s",
+        "output\ntok/s",
         "self-hosted\nUSD",
         "API\nUSD",
         "self-hosted\n/ API",

@@ -13,8 +13,10 @@ Where our meaning differs, the file says so under `servingctl.notes` (see NOTES)
   vLLM pools raw chunk gaps; raw gaps are in `servingctl.chunk_gaps_ms`.
 - `ttfts` count from the first chunk carrying content or reasoning, not the empty role chunk.
 - `duration`: burst = sum of measured rounds' wall time; sustained/rate = first send to last end
-  of the measured requests (like vLLM, ramp and drain included). Our own aggregate (median of
-  rounds / steady window) is `servingctl.aggregate_tok_s`.
+  of the measured requests (like vLLM, ramp and drain included).
+- `output_throughput`, `total_token_throughput`, `request_throughput` keep vLLM's definition (tokens or
+  requests / `duration`, ramp and drain included): not servingctl's headline `servingctl.output_tok_s`
+  (burst: the median of the measured rounds' rates; sustained/rate: the steady window).
 - `start_times` are epoch seconds (vLLM: perf_counter seconds; only differences are meaningful).
 - `generated_texts` are empty strings: servingctl does not keep generated text.
 - `queue_times` are 0.0 in burst and sustained modes and absent in rate mode.
@@ -41,7 +43,13 @@ NOTES: dict[str, str] = {
     "ttfts": "seconds to the first chunk carrying content or reasoning (vLLM counts the role-only first chunk)",
     "tpot": "(E2E - TTFT) / (completion_tokens - 1) from the server's usage (exact under speculative decoding)",
     "duration": "burst: sum of measured rounds' wall time; sustained/rate: first send to last end of measured "
-    "requests; servingctl's aggregate (median of rounds or steady window) is servingctl.aggregate_tok_s",
+    "requests (ramp and drain included)",
+    "output_throughput": "vLLM's definition: output tokens of the measured requests / duration; servingctl's headline "
+    "throughput is servingctl.output_tok_s",
+    "total_token_throughput": "vLLM's definition: input + output tokens of the measured requests / duration",
+    "servingctl.output_tok_s": "servingctl's headline output tokens per second: burst = the median of the measured "
+    "rounds' rates (each round's output tokens / its wall time); sustained/rate = output tokens of the steady window "
+    "/ its length (ramp and drain excluded)",
     "start_times": "epoch seconds (vLLM: perf_counter seconds; only differences are meaningful)",
     "output_lens": "usage.completion_tokens reported by the server (0 for failed requests)",
     "input_lens": "the calibrated prompt tokens after the chat template",
@@ -157,7 +165,7 @@ def to_vllm(run: RunResult, scenario: ScenarioResult) -> dict[str, Any]:
         "run_id": run.metadata.run_id,
         "scenario": summary.name,
         "mode": summary.mode,
-        "aggregate_tok_s": summary.aggregate_tok_s,
+        "output_tok_s": summary.output_tok_s,
         "client_bound": summary.client_bound,
         "token_counts_exact": summary.token_counts_exact,
         "chunk_gaps_ms": [chunk_gaps_ms(r.chunks) for r in measured],
