@@ -73,3 +73,31 @@ def test_html_report_is_self_contained_with_every_scenario_and_its_charts(run, t
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     assert all(ref.startswith("data:") for ref in page.references)  # nothing fetched: readable offline
+
+
+def test_html_report_of_a_comparison_holds_each_figures_change_its_interval_and_both_fingerprints(run, baseline, tmp_path):
+    from servingctl.loadgen.outputs.rows import compare_runs
+
+    write_all(run, tmp_path, baseline=baseline)
+    text = (tmp_path / REPORT_HTML).read_text()
+    page = Page()
+    page.feed(text)
+    assert f"Comparison with {baseline.metadata.run_id}" in text
+    compared = {sc.name: sc for sc in compare_runs(baseline, run)}
+    for label in ("output tok/s", "decode tok/s", "TTFT ms"):
+        figure = next(f for f in compared["in256-c1"].figures if f.label == label)
+        # The same figure in the page: both medians, the change, the interval (or '-' when too few), the verdict.
+        at = page.cells.index(label, page.cells.index("in256-c1"))
+        row = page.cells[at + 1 : at + 8]
+        shown = [figure.baseline, figure.run, figure.change_pct, figure.low_pct, figure.high_pct]
+        assert row[:5] == ["-" if v is None else f"{v:,.2f}" for v in shown] and row[5] == figure.verdict
+    assert figure.change_pct is not None and figure.change_pct > 0  # TTFT 100 against 90 ms
+    last = len(page.cells) - 1 - page.cells[::-1].index("in2048-c2")  # its comparison row, after the scenarios table
+    assert page.cells[last + 1] == "only in this run"
+    # Both fingerprints side by side, each field saying whether the runs differ on it.
+    from servingctl.loadgen.outputs.fingerprint import compare_fingerprints
+
+    prints = compare_fingerprints(baseline, run)
+    at = page.cells.index("differs") + 1
+    assert page.cells[at : at + 4 * len(prints)] == [c for r in prints for c in (r.field, r.baseline, r.run, str(r.differs))]
+    assert len(page.images) == len(sorted(tmp_path.glob("*.png"))) and any("compare" in p.name for p in tmp_path.glob("*.png"))

@@ -46,5 +46,5 @@ def write_all(
         *write_vllm(run, directory),
         write_report(run, directory, comparison=comparison, baseline=baseline),
         *charts,
-        *write_tables(run, directory, charts),
+        *write_tables(run, directory, charts, baseline),
     ]

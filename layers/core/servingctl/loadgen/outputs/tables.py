@@ -1,5 +1,7 @@
 """A run as CSV (one row a request, one row a scenario) and as one self-contained HTML page (its
-tables, the prompts it sent and its PNG charts embedded as data URIs: readable offline, no fetches)."""
+tables, the prompts it sent and its PNG charts embedded as data URIs: readable offline, no fetches);
+beside a baseline run, the page also holds the comparison (each figure's change with its bootstrap
+interval and verdict) and both fingerprints."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from servingctl.loadgen.outputs.capacity import throughput_words
-from servingctl.loadgen.outputs.fingerprint import fingerprint
+from servingctl.loadgen.outputs.fingerprint import compare_fingerprints, fingerprint
+from servingctl.loadgen.outputs.rows import compare_runs
 from servingctl.schema.results import MetricSummary, RunResult
 
 REQUESTS_CSV = "requests.csv"
@@ -112,8 +115,50 @@ def _table(rows: Sequence[dict[str, Any]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_html(run: RunResult, charts: Sequence[Path] = ()) -> str:
-    """The run as one HTML page: fingerprint, scenarios, charts (embedded), warnings counted per scenario."""
+def comparison_rows(baseline: RunResult, run: RunResult) -> list[dict[str, Any]]:
+    """One row per scenario and compared figure: both medians, the change and its interval (%), the verdict."""
+    rows: list[dict[str, Any]] = []
+    for sc in compare_runs(baseline, run):
+        if not (sc.in_baseline and sc.in_run):
+            rows.append({"scenario": sc.name, "figure": f"only in {'the baseline' if sc.in_baseline else 'this run'}"})
+            continue
+        rows += [
+            {
+                "scenario": sc.name + (" (client-bound)" if sc.client_bound else ""),
+                "figure": f.label,
+                "baseline": f.baseline,
+                "this run": f.run,
+                "change %": f.change_pct,
+                "interval low %": f.low_pct,
+                "interval high %": f.high_pct,
+                "verdict": f.verdict,
+                "samples": f"{f.units[0]} vs {f.units[1]} {f.unit}",
+            }
+            for f in sc.figures
+        ]
+    return rows
+
+
+def _comparison_html(baseline: RunResult, run: RunResult) -> str:
+    rows = comparison_rows(baseline, run)
+    # Rows of different shapes (a scenario on one side only) share the full header.
+    header = max(rows, key=len).keys() if rows else []
+    table = _table([{k: row.get(k) for k in header} for row in rows])
+    prints = [
+        {"field": r.field, "baseline": r.baseline, "this run": r.run, "differs": r.differs}
+        for r in compare_fingerprints(baseline, run)
+    ]
+    return (
+        f"<h2>Comparison with {html.escape(baseline.metadata.run_id)}</h2>"
+        "<p>Medians (output tok/s as the scenario defines it); change = this run / baseline - 1 with its 95 % bootstrap "
+        "interval; faster or slower only when the interval excludes 0.</p>"
+        f"{table}<h2>Fingerprints</h2>{_table(prints)}"
+    )
+
+
+def render_html(run: RunResult, charts: Sequence[Path] = (), baseline: RunResult | None = None) -> str:
+    """The run as one HTML page: fingerprint, scenarios, the comparison with a baseline when given,
+    charts (embedded), failures counted per scenario and kind."""
     fields = [{"field": k, "value": v} for k, v in fingerprint(run).items()]
     images = "".join(
         f'<figure><img alt="{html.escape(p.stem)}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
@@ -136,18 +181,22 @@ def render_html(run: RunResult, charts: Sequence[Path] = ()) -> str:
         f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>"
         f"<h2>Run</h2>{_table(fields)}<h2>Scenarios</h2>{_table(scenario_rows(run))}"
         f"<p>{html.escape(throughput_words(run.config.mode))}.</p>"
+        f"{_comparison_html(baseline, run) if baseline is not None else ''}"
         f"<h2>Failures by kind</h2>{_table(failures)}<h2>Charts</h2>{images or '<p>none</p>'}</body></html>"
     )
 
 
-def write_tables(run: RunResult, directory: Path | str, charts: Sequence[Path] = ()) -> list[Path]:
-    """Write requests.csv, scenarios.csv and report.html (with `charts` embedded) into DIR."""
+def write_tables(
+    run: RunResult, directory: Path | str, charts: Sequence[Path] = (), baseline: RunResult | None = None
+) -> list[Path]:
+    """Write requests.csv, scenarios.csv and report.html (with `charts` embedded, and the comparison
+    with `baseline` when given) into DIR."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     files = {
         REQUESTS_CSV: to_csv(request_rows(run)),
         SCENARIOS_CSV: to_csv(scenario_rows(run)),
-        REPORT_HTML: render_html(run, charts),
+        REPORT_HTML: render_html(run, charts, baseline),
     }
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
