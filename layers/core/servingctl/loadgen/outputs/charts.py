@@ -84,7 +84,10 @@ def output_figure(run: RunResult) -> Figure:
     ax.set_ylabel(f"output tok/s ({_THROUGHPUT_OF[run.config.mode]})")
     ax.set_title(f"Output tok/s: {run.config.model}\n{run.metadata.run_id}", fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend()
+    if lines:
+        ax.legend()
+    else:  # every request failed: say so where the lines would be
+        ax.text(0.5, 0.5, "no scenario has an output tok/s (see the failures)", ha="center", transform=ax.transAxes)
     return fig
 
 
