@@ -183,6 +183,9 @@ def test_a_run_whose_upload_is_missing_or_altered_is_refused_and_starts_nothing(
     api, auth = twin.api_url, twin.api_auth()
     payload = b'{"messages":[{"role":"user","content":"hello"}],"output_tokens":8}\n'
     body = {"profile": "nemotron-nano", "start": True, "mode": "sustained", "max_tokens": 8, "concurrencies": [1]}
+    # No run id: the API cannot know which upload is meant.
+    answer = httpx.post(f"{api}/benchmarks", json=body | {"dataset": _described(payload, 1)}, timeout=30, auth=auth)
+    assert answer.status_code == 400 and answer.json()["field"] == "body.run_id", answer.text
     # Nothing uploaded: the API says so at once.
     missing = body | {"run_id": "20261206T000000Z-none", "dataset": _described(payload, 1)}
     answer = httpx.post(f"{api}/benchmarks", json=missing, timeout=30, auth=auth)
