@@ -203,14 +203,18 @@ def test_a_hard_limit_stops_it_despite_running_requests_after_the_drain(
     assert (draining["stop"], draining["action"], draining["reason"]) == (False, "kept", "draining"), draining
     assert draining["stopping_soon"] and f"max runtime of {MAX_RUNTIME_MINUTES} minutes" in draining["detail"], draining
     assert _stop_executions(twin, HARD) == []
-    # The drain is over: stopped whatever still runs.
+    # The drain is over: stopped whatever still runs. Fresh streams, so that on a busy machine the
+    # two sweeps above have not already outlasted them: these are running when the stop comes.
+    late = [Stream(spec, CUT_STREAM_TOKENS) for _ in range(2)]
+    probe.wait_for("the late streams' first tokens", lambda: all(s.tokens_seen.is_set() or not s.running for s in late))
+    assert [s.error for s in late] == [None] * 2
     hard = sweep(timedelta(minutes=MAX_RUNTIME_MINUTES + DRAIN_MINUTES + 1))[HARD]
     assert hard["active_requests"] >= 1 and "request(s) cut" in hard["detail"], hard
     _stopped_by_the_sweep(twin, probe, HARD, hard, "max-runtime")
-    for stream in streams:
+    for stream in streams + late:
         stream.thread.join(timeout=60)
-    assert not any(s.running for s in streams)
-    assert not all(s.complete for s in streams), "the stop cut no stream: they had all finished"
+    assert not any(s.running for s in streams + late)
+    assert not all(s.complete for s in late), "the stop cut no stream: they had all finished"
 
 
 def test_a_benchmark_on_a_ready_profile_is_not_cut_by_its_lease(
