@@ -163,7 +163,7 @@ def _as_json(value: Any) -> Any:
 def upload_prompts(args: argparse.Namespace, client: Client, body: dict[str, Any]) -> bytes | None:
     """Read --dataset here (a malformed line stops it before anything is sent), describe the prompts
     taken in the body's dataset; returns the JSONL to upload (None without --dataset)."""
-    from servingctl.loadgen.datasets import load_dataset
+    from servingctl.loadgen.datasets import check_usable, load_dataset
     from servingctl.runs.matrix import BenchmarkInput
     from servingctl.runs.uploads import describe_upload, upload_payload
     from servingctl_cli.bench import dataset_spec
@@ -172,6 +172,8 @@ def upload_prompts(args: argparse.Namespace, client: Client, body: dict[str, Any
     if spec is None:
         return None
     dataset = load_dataset(spec)
+    mode = body.get("mode", BenchmarkInput.model_fields["mode"].default)
+    check_usable(dataset, api=body.get("api", "chat"), mode=mode, replay=body.get("replay_speed") is not None)
     payload = upload_payload(dataset)
     max_tokens = body.get("max_tokens", BenchmarkInput.model_fields["max_tokens"].default)
     body["dataset"] = describe_upload(dataset, payload, max_tokens).model_dump(mode="json")
@@ -337,9 +339,13 @@ def _remote(args: argparse.Namespace, client: Client) -> int:
     args.flags = {f"body.{field}": flag for field, flag in FLAGS.items()}  # the API's errors, named the same way
     from servingctl.api.benchmarks import BenchmarkRef
 
-    try:
-        if payload is not None:
+    if payload is not None:
+        try:
             put_prompts(client, body["run_id"], payload)
+        except KeyboardInterrupt:
+            print(f"interrupted while uploading the prompts: no run was started on {args.profile}", file=sys.stderr)
+            return EXIT_INTERRUPTED
+    try:
         answer = client.post("/benchmarks", body)
     except KeyboardInterrupt:
         return unanswered(f"run {body['run_id']} of {args.profile}", f"servingctl wait {body['run_id']}")

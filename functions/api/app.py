@@ -16,6 +16,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from servingctl.api.benchmarks import PRESIGN_CONFIG
 from servingctl.api.routes import build_app, handle
 from servingctl.api.service import ApiDeps
 from servingctl.control.known import Known, known
@@ -58,7 +59,11 @@ def _build_clients() -> None:
     # session is not thread-safe).
     with _init_lock:
         if not _clients:
-            built: dict[str, Any] = {name: boto3.client(name) for name in ("ecs", "autoscaling", "elbv2", "cloudwatch", "s3")}
+            built: dict[str, Any] = {name: boto3.client(name) for name in ("ecs", "autoscaling", "elbv2", "cloudwatch")}
+            # SigV4 presigning in every region (botocore presigns with SigV2 in us-east-1 and the other
+            # old regions, which signs no header): a dataset upload's URL binds its size, checksum and
+            # If-None-Match only when they are signed.
+            built["s3"] = boto3.client("s3", config=PRESIGN_CONFIG)
             built["sfn"] = boto3.client("stepfunctions")
             built["store"] = DynamoStore(SETTINGS.table)
             built["catalog"] = load_catalog()

@@ -55,6 +55,7 @@ ECS_BENCHMARK = {
 RUN_ROLE = BenchWorkerSettings.model_fields["run_role"].alias or ""
 BENCH_TASK = "servingctl-bench"  # the benchmark task definition's family: its calls are recorded under it
 # Statements the runs never need, each with the reason it is still granted.
+DATASET_RUN = "20261206T000000Z-iam"
 NEVER_USED = {
     "sweep/DeadLetterQueuePolicy/0": "Lambda itself sends a failed asynchronous sweep to the queue (SAM's DeadLetterQueue)",
     # AWS checks both when the capacity fallback's UpdateAutoScalingGroup names a launch template (its
@@ -175,6 +176,23 @@ def _full_runs(twin: Twin) -> str:
     assert [r["run_id"] for r in api.get("/benchmarks").json()] == [run["run_id"]]
     [link] = api.get(f"/benchmarks/{run['run_id']}").json()["records_urls"].values()
     assert httpx.get(link, timeout=30).status_code == 200
+    # A user's prompts: the API presigns their upload (the signer must be allowed the PUT), and a run
+    # naming an upload that is not there is refused at once (S3 answers the API's HeadObject 403: it
+    # may read runs/* but not list the bucket).
+    prompts = b'{"prompt": "hello"}\n'
+    upload = api.post(f"/benchmarks/{DATASET_RUN}/dataset", json={"size_bytes": len(prompts), "sha256": "0" * 64})
+    assert upload.status_code == 200 and "X-Amz-Signature" in upload.json()["url"], upload.text
+    described = {
+        "sha256": "0" * 64,
+        "prompts": 1,
+        "input_bytes": 5,
+        "max_input_bytes": 5,
+        "output_tokens_bound": 8,
+        "max_output_tokens": 8,
+        "file": {"source": "p.jsonl", "format": "jsonl", "sha256": "0" * 64, "prompts": 1, "entries": 1},
+    }
+    refused = api.post("/benchmarks", json={"profile": BENCHED, "run_id": DATASET_RUN, "mode": "sustained", "dataset": described})
+    assert refused.status_code == 400 and refused.json()["field"] == "body.dataset", refused.text
     # The same scenario on the ECS runner: the benchmark task's own calls, under its task role.
     on_ecs = api.post("/benchmarks", json={**ECS_BENCHMARK, "stop": True}).json()
     result = twin.wait_execution(on_ecs["execution_arn"], timeout_s=300)
@@ -222,9 +240,11 @@ def test_every_call_of_the_full_runs_is_allowed_by_its_functions_role(twin: Twin
     missing = _full_runs(twin)
     assert twin.iam is not None
     calls = twin.iam.calls
-    # The one refusal: S3's answer to the worker's read of the missing shard, which it then lists.
+    # The two refusals: S3's answers to the API's look for a dataset never uploaded and to the worker's
+    # read of the missing shard (which it then lists).
     assert [f"{c}: {c.denied}" for c in calls if c.denied] == [
-        f"bench_worker: s3.GetObject s3:GetObject on arn:aws:s3:::{twin.bucket_name}/{missing}: Access Denied"
+        f"api: s3.HeadObject s3:GetObject on arn:aws:s3:::{twin.bucket_name}/runs/{DATASET_RUN}/dataset.jsonl: Access Denied",
+        f"bench_worker: s3.GetObject s3:GetObject on arn:aws:s3:::{twin.bucket_name}/{missing}: Access Denied",
     ]
     # smoke_test calls no AWS API
     assert {c.function for c in calls} == {"api", "profile_steps", "sweep", "bench_worker", BENCH_TASK}

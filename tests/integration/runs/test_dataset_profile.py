@@ -164,7 +164,9 @@ def _described(payload: bytes, prompts: int) -> dict[str, Any]:
         "sha256": digest,
         "prompts": prompts,
         "input_bytes": 5 * prompts,
+        "max_input_bytes": 5,
         "output_tokens_bound": 8 * prompts,
+        "max_output_tokens": 8,
         "file": {"source": "p.jsonl", "format": "jsonl", "sha256": digest, "prompts": prompts, "entries": prompts},
     }
 

@@ -14,6 +14,7 @@ import pytest
 
 from servingctl.loadgen.datasets import Dataset, DatasetError, DatasetPrompt, parse_dataset
 from servingctl.runs import uploads
+from servingctl.runs import worker as bench_worker
 from servingctl.runs.matrix import MAX_RUN_PROMPTS, BenchmarkInput, UploadedDataset, parse_benchmark_input
 from servingctl.runs.uploads import describe_upload, read_upload, upload_payload
 from servingctl.runs.worker import WorkerDeps, run_action
@@ -198,7 +199,13 @@ def test_split_shards_send_every_prompt_by_exactly_one_shard(deps: WorkerDeps) -
 
 
 def _given(described: UploadedDataset, **given: Any) -> BenchmarkInput:
-    document = {"profile": PROFILE, "mode": "sustained", "max_tokens": 8, "dataset": described.model_dump(mode="json")}
+    document = {
+        "profile": PROFILE,
+        "run_id": RUN_ID,
+        "mode": "sustained",
+        "max_tokens": 8,
+        "dataset": described.model_dump(mode="json"),
+    }
     return parse_benchmark_input(document | given)
 
 
@@ -239,3 +246,51 @@ def test_dataset_input_rules_name_the_field(deps: WorkerDeps) -> None:
     with pytest.raises(InvalidInput, match=r"dataset\.prompts: Input should be less than or equal to 10000"):
         _given(described.model_copy(update={"prompts": MAX_RUN_PROMPTS + 1}))
     assert _given(described.model_copy(update={"prompts": MAX_RUN_PROMPTS})).dataset is not None
+
+
+def test_a_split_never_has_more_shards_than_the_dataset_has_prompts_or_conversations(deps: WorkerDeps) -> None:
+    _ready(deps, PROFILE)
+    plan = _plan(deps, uploaded(deps, RUN_ID, user_file(2)), concurrencies=[4], client_cpu_limit=0.0, max_workers=4)
+    run_action({"action": "calibrate", "state": {"profile": PROFILE, "plan": plan}, "execution": EXECUTION}, deps)
+    [scenario] = plan["scenarios"]
+    answer = run_action(
+        {"action": "run_scenario", "state": {"run_id": RUN_ID, "scenario": scenario}, "execution": EXECUTION}, deps
+    )
+    assert answer["client_bound"] and [s["shard"]["count"] for s in answer["shards"]] == [2, 2]  # 4 workers asked, 2 prompts
+    # Each shard starts late enough to read and count its prompts first.
+    lead, parts = bench_worker.shard_terms(_given(uploaded(deps, "r2", user_file(5000, short=True))))
+    assert parts == 5000 and lead == bench_worker.START_LEAD_S + 5000 * bench_worker.COUNTED_PROMPTS_S
+
+
+def test_the_estimate_counts_a_datasets_longest_request_and_conversation_and_a_drawn_output() -> None:
+    from servingctl.runs.matrix import estimate_seconds
+
+    file = user_file(8)
+    described = describe_upload(file, upload_payload(file), 8)
+    assert (described.max_input_bytes, described.max_output_tokens) == (len(" ".join(f"w{k}" for k in range(8))), 9)
+    given = _given(described, expected_tok_s=1.0, warmup=0)
+    # 8 prompts at 4 streams: a mean request, then the longest one ends last (at 1 tok/s: 9 s of output).
+    mean = described.input_bytes / 8 * 4 / 1000 + described.output_tokens_bound / 8
+    longest = described.max_input_bytes * 4 / 1000 + 9
+    assert estimate_seconds(given, 0, 4) == pytest.approx(mean + longest)
+    # One conversation of 8 turns with think time: the turns run one after the other on one stream.
+    talk = given.model_copy(
+        update={"dataset": described.model_copy(update={"conversations": 1, "longest_conversation": 8}), "think_time_s": 2.0}
+    )
+    assert estimate_seconds(talk, 0, 4) == pytest.approx(8 * (longest + 2.0))
+    # Output lengths drawn from a distribution: its bound, not the file's.
+    drawn = _given(described, expected_tok_s=1.0, warmup=0, output_distribution={"kind": "uniform", "low": 100, "high": 4000})
+    assert estimate_seconds(drawn, 0, 4) > 2 * 4000
+
+
+def test_a_dataset_the_engine_refuses_is_refused_at_plan_before_any_start(deps: WorkerDeps) -> None:
+    talk = Dataset(
+        [DatasetPrompt(line=1, messages=(("system", "be brief"), ("user", "hi")), output_tokens=4)], user_file(1).fingerprint
+    )
+    described = uploaded(deps, RUN_ID, talk)
+    with pytest.raises(InvalidInput, match=r"messages: /v1/completions sends one prompt; this line has 2 messages"):
+        _plan(deps, described, start=True, api="completions")
+    assert deps.runs.get_run(RUN_ID) is None
+    no_id = _given(described).model_copy(update={"run_id": None})
+    with pytest.raises(InvalidInput, match="run_id: required with a dataset"):
+        read_upload(deps.records, RUN_ID, no_id)

@@ -15,6 +15,7 @@ import secrets
 from datetime import datetime
 from typing import Any
 
+from botocore.config import Config
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
 
@@ -31,6 +32,10 @@ RECORDS_URL_EXPIRY_S = 3600
 # A dataset's upload URL: long enough for 64 MiB on a slow link, short enough not to linger.
 UPLOAD_URL_EXPIRY_S = 900
 UPLOAD_CONTENT_TYPE = "application/x-ndjson"
+# The API's S3 client presigns with SigV4 in every region: botocore's default in us-east-1 (and the
+# other regions older than 2014) is SigV2, which signs no header, so the size, the checksum and
+# If-None-Match would bind nothing.
+PRESIGN_CONFIG = Config(signature_version="s3v4")
 
 
 class BenchmarkRef(BaseModel):
@@ -126,7 +131,8 @@ def _check_upload(deps: ApiDeps, given: BenchmarkInput) -> None:
     try:
         deps.s3.head_object(Bucket=deps.records_bucket, Key=key)
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+        # The API may read runs/* but not list the bucket: S3 answers a missing key with 403 then.
+        if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound", "403", "AccessDenied"):
             raise
         raise BadRequest(
             f"body.dataset: nothing uploaded at s3://{deps.records_bucket}/{key}; POST /benchmarks/{given.run_id}/dataset "

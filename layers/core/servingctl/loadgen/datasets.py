@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servingctl.schema.results import DATASET_FORMATS, DatasetFingerprint, DatasetFormat, DatasetSpec
+from servingctl.schema.results import DATASET_FORMATS, Api, DatasetFingerprint, DatasetFormat, DatasetSpec, Mode
 
 # A file larger than this is refused before it is read (ShareGPT V3, the usual file, is 642 MB).
 MAX_DATASET_BYTES = 1024 * 1024 * 1024
@@ -333,6 +333,27 @@ def to_jsonl(prompts: list[DatasetPrompt]) -> bytes:
         row |= {k: v for k, v in optional.items() if v is not None}
         lines.append(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
     return "".join(lines).encode()
+
+
+def check_usable(dataset: Dataset, *, api: Api, mode: Mode, replay: bool) -> None:
+    """The engine's rules on a dataset's prompts, checked before anything is counted or sent:
+    /v1/completions takes one prompt a request, conversations run in mode sustained, a replay
+    needs a timestamp on every prompt and no conversation."""
+    if api == "completions":
+        several = next((p for p in dataset.prompts if len(p.messages) > 1 or p.conversation is not None), None)
+        if several is not None:
+            raise DatasetError(
+                f"line {several.line}: messages: /v1/completions sends one prompt; this line has {len(several.messages)} "
+                "messages or a conversation (use --api chat)"
+            )
+    talks = next((g for g in conversations(dataset.prompts) if len(g) > 1), None)
+    if talks is not None and mode != "sustained":
+        raise DatasetError(
+            f"line {talks[0].line}: conversation_id: conversations run in mode sustained (the default with a dataset); "
+            f"got mode {mode}"
+        )
+    if replay:
+        check_replayable(dataset)
 
 
 def check_replayable(dataset: Dataset) -> None:

@@ -21,7 +21,7 @@ import httpx
 import servingctl
 from servingctl.loadgen.backend import Backend, Connection
 from servingctl.loadgen.calibration import calibrate
-from servingctl.loadgen.datasets import Dataset, DatasetError, check_replayable, load_dataset
+from servingctl.loadgen.datasets import Dataset, check_usable, load_dataset
 from servingctl.loadgen.host import client_host, load_average
 from servingctl.loadgen.measure import (
     Measurement,
@@ -202,13 +202,8 @@ async def prepare_workloads(
     async with Backend(connection, config.model, max_connections=8, transport=transport, api=config.api) as backend:
         if config.dataset is not None:
             dataset = dataset or load_dataset(config.dataset)
-            if config.replay_speed is not None:
-                check_replayable(dataset)
+            check_usable(dataset, api=config.api, mode=config.mode, replay=config.replay_speed is not None)
             workload = await dataset_workload(backend, dataset, config)
-            if workload.conversations is not None and config.mode != "sustained":
-                raise DatasetError(
-                    f"conversation_id: conversations run in mode sustained (the default with a dataset); got mode {config.mode}"
-                )
             if config.replay_speed is not None:  # sent in the order of their timestamps
                 workload = replace(workload, prompts=sorted(workload.prompts, key=lambda p: p.timestamp_s or 0.0))
             fingerprint = dataset.fingerprint

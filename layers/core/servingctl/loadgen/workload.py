@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from servingctl.loadgen.backend import Backend
 from servingctl.loadgen.calibration import CalibrationError, build_prompt, calibrate, tokenize_body
-from servingctl.loadgen.datasets import Dataset, DatasetError, DatasetPrompt, conversations
+from servingctl.loadgen.datasets import Dataset, DatasetPrompt, conversations
 from servingctl.loadgen.lengths import sample_lengths
 from servingctl.schema.results import Calibration, RunConfig
 
@@ -116,13 +116,6 @@ async def dataset_workload(backend: Backend, dataset: Dataset, config: RunConfig
         async with slots:
             return await _count(backend, body)
 
-    if backend.api == "completions":
-        several = next((p for p in dataset.prompts if len(p.messages) > 1 or p.conversation is not None), None)
-        if several is not None:
-            raise DatasetError(
-                f"line {several.line}: messages: /v1/completions sends one prompt; this line has {len(several.messages)} "
-                "messages or a conversation (use --api chat)"
-            )
     prompt_counts = await asyncio.gather(*(counted(tokenize_body(backend, as_messages(p.messages))) for p in dataset.prompts))
     references: list[int | None] = [None] * len(dataset.prompts)
     if from_dataset:

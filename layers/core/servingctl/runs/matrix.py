@@ -62,8 +62,11 @@ class UploadedDataset(BaseModel):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="of the uploaded JSONL's bytes")
     prompts: int = Field(ge=1, le=MAX_RUN_PROMPTS, description="requests in the upload")
     conversations: int = Field(default=0, ge=0, le=MAX_RUN_PROMPTS, description="conversations among them (0: none)")
+    longest_conversation: int = Field(default=0, ge=0, le=MAX_RUN_PROMPTS, description="its turns (0: no conversations)")
     input_bytes: int = Field(ge=1, description="UTF-8 bytes of every prompt's messages (bounds their tokens)")
+    max_input_bytes: int = Field(ge=1, description="UTF-8 bytes of the longest prompt's messages")
     output_tokens_bound: int = Field(ge=1, description="output tokens of every request together, at most")
+    max_output_tokens: int = Field(ge=1, description="output tokens of the longest answer asked, at most")
     span_s: float | None = Field(default=None, ge=0, description="last timestamp - first (None: no timestamps)")
     file: DatasetFingerprint = Field(description="the user's file: name, format, sha256, entries, prompts taken")
 
@@ -144,7 +147,9 @@ class BenchmarkInput(BaseModel):
             raise ValueError(f"requests or duration_s: mode {self.mode} needs one of them (with a dataset: every prompt once)")
         if self.dataset is not None and self.dataset.conversations and self.mode != "sustained":
             raise ValueError(f"mode: conversations run in mode sustained; got {self.mode}")
-        if self.replay_speed is not None and (self.dataset is None or self.dataset.span_s is None):
+        if self.replay_speed is not None and self.dataset is None:
+            raise ValueError("replay_speed: replays a dataset's timestamps; give a dataset")
+        if self.replay_speed is not None and self.dataset is not None and self.dataset.span_s is None:
             raise ValueError("replay_speed: replays the dataset's timestamps; the dataset has none")
         if self.mode == "burst" and (self.requests is not None or self.duration_s is not None):
             raise ValueError("requests, duration_s: only for modes sustained and rate (burst uses warmup and rounds)")
@@ -211,35 +216,43 @@ def _bound(distribution: LengthDistribution) -> float:
     return (distribution.mean or 0.0) + 3 * (distribution.sd or 0.0)
 
 
-def request_lengths(given: BenchmarkInput, input_tokens: int) -> tuple[float, float]:
+def request_lengths(given: BenchmarkInput, input_tokens: int, longest: bool = False) -> tuple[float, float]:
     """Prompt and output tokens the estimate takes for one request: the matrix's, a distribution's
-    bound, or a dataset's mean (its prompts' bytes bound their tokens)."""
-    if given.dataset is not None:
-        return given.dataset.input_bytes / given.dataset.prompts, given.dataset.output_tokens_bound / given.dataset.prompts
-    prompt = _bound(given.input_distribution) if given.input_distribution is not None else float(input_tokens)
+    bound, or a dataset's mean (`longest`: its longest prompt and answer; its bytes bound its tokens)."""
     output = _bound(given.output_distribution) if given.output_distribution is not None else float(given.max_tokens)
+    data = given.dataset
+    if data is not None:
+        prompt = data.max_input_bytes if longest else data.input_bytes / data.prompts
+        if given.output_distribution is None:  # else the engine draws the output lengths
+            output = data.max_output_tokens if longest else data.output_tokens_bound / data.prompts
+        return prompt, output
+    prompt = _bound(given.input_distribution) if given.input_distribution is not None else float(input_tokens)
     return prompt, output
 
 
-def request_seconds(given: BenchmarkInput, input_tokens: int, concurrency: int) -> float:
+def request_seconds(given: BenchmarkInput, input_tokens: int, concurrency: int, longest: bool = False) -> float:
     """Pessimistic seconds of one request when `concurrency` are in flight: all prompts of the
     round prefilled one after the other, then its output at expected_tok_s."""
-    prompt, output = request_lengths(given, input_tokens)
+    prompt, output = request_lengths(given, input_tokens, longest)
     return prompt * concurrency / PREFILL_TOK_S + output / given.expected_tok_s
 
 
 def estimate_seconds(given: BenchmarkInput, input_tokens: int, concurrency: int) -> float:
-    """Pessimistic wall time of one scenario's load (warm-ups included)."""
+    """Pessimistic wall time of one scenario's load (warm-ups included); with a dataset its longest
+    request may end last, and its longest conversation runs turn after turn on one stream."""
     one = request_seconds(given, input_tokens, concurrency)
     warm = given.warmup * one if given.warmup_s is None else given.warmup_s + one  # a started warm-up request ends
-    if given.mode == "burst":
-        return warm + given.rounds * one
     data = given.dataset
+    tail = request_seconds(given, input_tokens, concurrency, longest=True) if data is not None else one
+    if given.mode == "burst":
+        return warm + (given.rounds - 1) * one + tail
     if data is not None and given.replay_speed is not None and data.span_s is not None:
-        return warm + data.span_s / given.replay_speed + one
+        return warm + data.span_s / given.replay_speed + tail
     if data is not None and given.requests is None and given.duration_s is None:  # every prompt once
         turns = math.ceil(data.prompts / concurrency)
-        return warm + turns * one + turns * given.think_time_s
+        spread = (turns - 1) * (one + given.think_time_s) + tail
+        talk = data.longest_conversation * (tail + given.think_time_s)
+        return warm + max(spread, talk)
     if given.duration_s is not None and (given.requests is None or given.mode == "sustained"):
         load = given.duration_s
         if given.requests is not None:

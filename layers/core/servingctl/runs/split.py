@@ -32,22 +32,30 @@ class ShardPlan:
     start_at: datetime
 
 
-def shard_count(summary: ScenarioSummary, max_workers: int, requests: int | None) -> int:
+def shard_count(summary: ScenarioSummary, max_workers: int, requests: int | None, parts: int | None = None) -> int:
     """Workers needed so each stays under the self-check's CPU limit, plus one because a saturated
-    client measures at most one core whatever it needed (at least 2); 0 = no split."""
+    client measures at most one core whatever it needed (at least 2), never more than the work has
+    `parts` (a dataset's prompts sent once each, its conversations); 0 = no split."""
     if not summary.client_bound or summary.mode == "rate" or max_workers < 2 or summary.concurrency < 2:
         return 0
     client = summary.client
     needed = math.ceil(client.cpu_share / client.cpu_share_limit) + 1 if client.cpu_share_limit > 0 else max_workers
     upper = min(max_workers, summary.concurrency, requests if requests is not None else summary.concurrency)
+    if parts is not None:
+        upper = min(upper, parts)
     return max(2, min(needed, upper)) if upper >= 2 else 0
 
 
 def plan_shards(
-    summary: ScenarioSummary, config: RunConfig, max_workers: int, now: datetime, lead_s: float = START_LEAD_S
+    summary: ScenarioSummary,
+    config: RunConfig,
+    max_workers: int,
+    now: datetime,
+    lead_s: float = START_LEAD_S,
+    parts: int | None = None,
 ) -> list[ShardPlan]:
-    """The shards of a client-bound scenario (empty when it is not split)."""
-    count = shard_count(summary, max_workers, config.requests)
+    """The shards of a client-bound scenario (empty when it is not split), at most `parts` of them."""
+    count = shard_count(summary, max_workers, config.requests, parts)
     if not count:
         return []
     start_at = now + timedelta(seconds=lead_s)

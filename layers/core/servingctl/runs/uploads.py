@@ -13,7 +13,15 @@ import hashlib
 from dataclasses import replace
 from pathlib import Path
 
-from servingctl.loadgen.datasets import Dataset, DatasetError, DatasetPrompt, conversations, parse_dataset, to_jsonl
+from servingctl.loadgen.datasets import (
+    Dataset,
+    DatasetError,
+    DatasetPrompt,
+    check_usable,
+    conversations,
+    parse_dataset,
+    to_jsonl,
+)
 from servingctl.runs.matrix import MAX_RUN_PROMPTS, MAX_UPLOAD_BYTES, BenchmarkInput, UploadedDataset
 from servingctl.schema.results import DatasetSpec
 from servingctl.shared.errors import InvalidInput
@@ -30,20 +38,25 @@ def _from_reference(prompt: DatasetPrompt) -> bool:
 def _shape(prompts: list[DatasetPrompt], max_tokens: int, from_dataset: bool) -> dict[str, object]:
     """The upload's shape as UploadedDataset states it: counts, prompt bytes, an output bound, the timestamps' span."""
     grouped = conversations(prompts)
-    outputs = 0
+    talks = any(len(g) > 1 for g in grouped)
+    outputs = []
     for p in prompts:
         if from_dataset and p.output_tokens is not None:
-            outputs += p.output_tokens
+            outputs.append(p.output_tokens)
         elif from_dataset and p.reference is not None:  # a token is at least one byte, special tokens aside
-            outputs += len(p.reference.encode()) + SPECIAL_TOKENS_BOUND
+            outputs.append(len(p.reference.encode()) + SPECIAL_TOKENS_BOUND)
         else:
-            outputs += max_tokens
+            outputs.append(max_tokens)
+    inputs = [sum(len(content.encode()) for _, content in p.messages) for p in prompts]
     stamps = [p.timestamp_s for p in prompts if p.timestamp_s is not None]
     return {
         "prompts": len(prompts),
-        "conversations": len(grouped) if any(len(g) > 1 for g in grouped) else 0,
-        "input_bytes": sum(len(content.encode()) for p in prompts for _, content in p.messages),
-        "output_tokens_bound": outputs,
+        "conversations": len(grouped) if talks else 0,
+        "longest_conversation": max(map(len, grouped)) if talks else 0,
+        "input_bytes": sum(inputs),
+        "max_input_bytes": max(inputs),
+        "output_tokens_bound": sum(outputs),
+        "max_output_tokens": max(outputs),
         "span_s": max(stamps) - min(stamps) if len(stamps) == len(prompts) else None,
     }
 
@@ -82,6 +95,8 @@ def read_upload(records: RecordStore, run_id: str, given: BenchmarkInput) -> Dat
     described = given.dataset
     if described is None:
         raise InvalidInput("invalid input: dataset: this run has none")
+    if given.run_id is None:
+        raise InvalidInput("invalid input: run_id: required with a dataset: the run id its prompts were uploaded for")
     key = dataset_key(run_id)
     where = records.uri(key)
     try:
@@ -102,6 +117,7 @@ def read_upload(records: RecordStore, run_id: str, given: BenchmarkInput) -> Dat
     from_dataset = described.file.output_tokens == "dataset"
     try:
         dataset = parse_dataset(payload, DatasetSpec(source=where, format="jsonl", output_tokens=described.file.output_tokens))
+        check_usable(dataset, api=given.api, mode=given.mode, replay=given.replay_speed is not None)
     except DatasetError as exc:
         raise InvalidInput(f"invalid input: dataset: {where}: {exc}") from None
     shape = _shape(dataset.prompts, given.max_tokens, from_dataset)

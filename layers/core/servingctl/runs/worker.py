@@ -64,7 +64,7 @@ from servingctl.runs.matrix import (
     run_config,
     sweep_scenario,
 )
-from servingctl.runs.split import ShardPlan, plan_shards, shard_config
+from servingctl.runs.split import START_LEAD_S, ShardPlan, plan_shards, shard_config
 from servingctl.runs.uploads import read_upload
 from servingctl.schema.comparison import SloCost
 from servingctl.schema.results import (
@@ -107,6 +107,9 @@ STORED_TIMELINE_SAMPLES = 300
 SHARD_TIMELINE_SAMPLES = 100
 # How often a measuring worker reads its run: one that ended stops the measurement this soon.
 RUN_WATCH_S = 5.0
+# A dataset's shard reads the upload and counts every prompt through /tokenize before the common
+# start: this much more lead a prompt (a pessimistic 1,000 prompts a second).
+COUNTED_PROMPTS_S = 0.001
 # The statuses calibrate and finish may move a run from (after them, the run has ended).
 UNFINISHED = frozenset({RunStatus.PLANNED, RunStatus.RUNNING})
 
@@ -501,10 +504,27 @@ def _answer(summary: ScenarioSummary) -> dict[str, Any]:
     }
 
 
+def shard_terms(given: BenchmarkInput) -> tuple[float, int | None]:
+    """A split's start lead and the most shards its work has: a dataset's shards read and count its
+    prompts before the common start (at least COUNTED_PROMPTS_S a prompt on top of START_LEAD_S), and
+    each needs a conversation, or a prompt when every prompt is sent once."""
+    data = given.dataset
+    if data is None:
+        return START_LEAD_S, None
+    lead = START_LEAD_S + data.prompts * COUNTED_PROMPTS_S
+    if data.conversations:
+        return lead, data.conversations
+    return lead, data.prompts if given.mode != "burst" and given.requests is None else None
+
+
 def _scenario_answer(deps: WorkerDeps, run: BenchmarkRun, planned: PlannedScenario, summary: ScenarioSummary) -> dict[str, Any]:
     # An ECS task is sized for its scenario: only Lambda workers are split.
     given = _given(run)
-    shards = [] if planned.runner == "ecs" else plan_shards(summary, run.config, given.max_workers, deps.clock.now())
+    if planned.runner == "ecs":
+        shards = []
+    else:
+        lead, parts = shard_terms(given)
+        shards = plan_shards(summary, run.config, given.max_workers, deps.clock.now(), lead, parts)
     return _answer(summary) | {"split": bool(shards), "shards": [_shard_state(run.run_id, planned, s) for s in shards]}
 
 
