@@ -842,7 +842,7 @@ def measure_dataset_run(args: argparse.Namespace, concurrency: int, model: str, 
             vllm_moved = counters_moved(url, before, vllm[concurrency]["tokens"])
             row["load_avg"]["after"] = os.getloadavg()
             for name, phase, cpu, moved, requests, tok_s in (
-                ("ours", ours[concurrency], ours_cpu, ours_moved, summary.ok, summary.aggregate_tok_s),
+                ("ours", ours[concurrency], ours_cpu, ours_moved, summary.ok, summary.output_tok_s),
                 (
                     "vllm",
                     vllm[concurrency],
