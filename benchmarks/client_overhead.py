@@ -38,11 +38,13 @@ The load average before and after each shape is printed next to its ratios: the 
 
 `--user-run` measures instead what a user's run costs against a real vLLM on CPU (measure_user_run):
 servingctl bench's defaults against as many requests of vllm bench serve, whole process tree and
-load phase CPU per 1M tokens.
+load phase CPU per 1M tokens. `--sharegpt [FILE]` does the same with both clients reading one
+ShareGPT file (measure_dataset_run), and checks that they sent the same requests.
 
 Usage (repository root, main venv; the vLLM venv and the tiny model come from `make vllm`):
     .venv/bin/python benchmarks/client_overhead.py --output .cache/bench/client_overhead.json
     .venv/bin/python benchmarks/client_overhead.py --user-run --concurrency 64 --max-tokens 128 --input-tokens 128
+    .venv/bin/python benchmarks/client_overhead.py --sharegpt --concurrency 64 --num-prompts 300 --repeat 1
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ import json
 import math
 import os
 import platform
+import random
 import socket
 import statistics
 import subprocess
@@ -129,13 +132,14 @@ def run_ours(
     concurrencies: list[int],
     load: list[str],
     max_tokens: int,
-    input_tokens: int,
+    prompts: list[str],
     out: Path,
     timeout_s: float,
     cpus: set[int] | None,
 ) -> tuple[dict[int, dict], float]:
-    """`servingctl bench` with `load` (the flags of its load shape; [] is a user's defaults), every
-    concurrency in one process; returns its phases and its whole process tree's CPU seconds."""
+    """`servingctl bench` with `load` (the flags of its load shape; [] is a user's defaults) and `prompts`
+    (the flags choosing them: --input-tokens N, or a --dataset), every concurrency in one process;
+    returns its phases and its whole process tree's CPU seconds."""
     log = out.with_suffix(".phases.jsonl")
     cmd = [
         sys.executable,
@@ -146,8 +150,7 @@ def run_ours(
         url,
         "--model",
         model,
-        "--input-tokens",
-        str(input_tokens),
+        *prompts,
         "--concurrency",
         ",".join(map(str, concurrencies)),
         *load,
@@ -183,13 +186,14 @@ def run_vllm(
     model: str,
     concurrencies: list[int],
     requests: dict[int, int],
-    max_tokens: int,
+    max_tokens: int | None,
     dataset: Path,
     out: Path,
     timeout_s: float,
     cpus: set[int] | None,
 ) -> tuple[dict[int, dict], dict[int, dict], float]:
-    """`vllm bench serve` (openai-chat backend, ShareGPT-shaped prompts), every concurrency in one process."""
+    """`vllm bench serve` (openai-chat backend, ShareGPT-shaped prompts, in file order), every concurrency
+    in one process; `max_tokens` None: each request's output length is its reference answer's tokens."""
     out.mkdir(parents=True, exist_ok=True)
     log = out / "phases.jsonl"
     cmd = [vllm_python, str(PHASE_CPU), str(log), "vllm"]
@@ -208,8 +212,8 @@ def run_vllm(
             "sharegpt",
             "--dataset-path",
             str(dataset),
-            "--sharegpt-output-len",
-            str(max_tokens),
+            *(["--sharegpt-output-len", str(max_tokens)] if max_tokens is not None else []),
+            "--disable-shuffle",
             "--num-prompts",
             str(requests[c]),
             "--max-concurrency",
@@ -394,7 +398,7 @@ def run_both(
                 concurrencies,
                 ["--mode", "sustained", *ours_load, "--warmup", "0"],
                 max_tokens,
-                args.input_tokens,
+                ["--input-tokens", str(args.input_tokens)],
                 work / "ours",
                 args.timeout,
                 client_cpus,
@@ -660,7 +664,15 @@ def measure_user_run(args: argparse.Namespace, concurrency: int, model: str, wor
             load_before = os.getloadavg()
             print(f"{run_dir.name}: servingctl bench (defaults), concurrency {concurrency} ...", file=sys.stderr, flush=True)
             ours, ours_cpu = run_ours(
-                url, model, [concurrency], [], args.max_tokens, args.input_tokens, run_dir / "ours", args.timeout, client_cpus
+                url,
+                model,
+                [concurrency],
+                [],
+                args.max_tokens,
+                ["--input-tokens", str(args.input_tokens)],
+                run_dir / "ours",
+                args.timeout,
+                client_cpus,
             )
             dataset = sharegpt_file(run_dir / "sharegpt.json", requests, max(1, args.input_tokens // 8))
             print(f"{run_dir.name}: vllm bench serve, {requests} requests ...", file=sys.stderr, flush=True)
@@ -722,6 +734,178 @@ def print_user_run(report: dict) -> None:
     print(f"ours / vLLM (median): whole tree {ratio['whole_per_1m']:.2f}, load phase {ratio['phase_per_1m']:.2f}")
 
 
+# Words of the generated ShareGPT file: common English, so a word is one or two tokens.
+COMMON_WORDS = (
+    "the of and to in is that for it as was with be by on not he this are or his from at which but have an they "
+    "you were her all she there would their we him been has when who will more no if out so said what up its about "
+    "into than them can only other new some could time these two may then do first any my now such like our over man "
+    "me even most made after also did many before must through back years where much your way well down should because"
+)
+WORDS = COMMON_WORDS.split()
+
+
+def sharegpt_varied(path: Path, count: int, seed: int) -> Path:
+    """A ShareGPT file of `count` entries, seeded: prompts of 8 to 400 words and reference answers of 4 to
+    300 (about 1.3 tokens a word: inside vLLM's filter of 4..1024 prompt tokens and 2048 in all), each
+    log-uniform so short and long ones both occur, as in ShareGPT."""
+    rng = random.Random(seed)
+
+    def text(low: int, high: int) -> str:
+        n = round(math.exp(rng.uniform(math.log(low), math.log(high))))
+        return " ".join(rng.choice(WORDS) for _ in range(n))
+
+    rows = [
+        {"id": f"entry-{i}", "conversations": [{"from": "human", "value": text(8, 400)}, {"from": "gpt", "value": text(4, 300)}]}
+        for i in range(count)
+    ]
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def server_counters(url: str) -> dict[str, float]:
+    """The server's prompt and generation token counters (vLLM's /metrics, summed over label sets)."""
+    names = {"vllm:prompt_tokens_total": "prompt", "vllm:generation_tokens_total": "generation"}
+    out = dict.fromkeys(names.values(), 0.0)
+    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in names:
+            out[names[name]] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def counters_moved(url: str, before: dict[str, float], generated: int) -> dict[str, float]:
+    """How far the counters moved since `before`, once they account for `generated` tokens (they move
+    just after a stream ends), or after 10 s."""
+    deadline = time.monotonic() + 10
+    while True:
+        after = server_counters(url)
+        if after["generation"] - before["generation"] >= generated or time.monotonic() > deadline:
+            return {k: after[k] - before[k] for k in before}
+        time.sleep(0.2)
+
+
+def measure_dataset_run(args: argparse.Namespace, concurrency: int, model: str, work: Path) -> dict:
+    """Both clients on one ShareGPT file (`--sharegpt [FILE]`): one real vLLM on CPU (the tiny model, on
+    every core but the last), `servingctl bench --dataset FILE --dataset-format sharegpt` and `vllm bench
+    serve --dataset-name sharegpt --disable-shuffle`, the first --num-prompts prompts, each request's
+    output length its reference answer's tokens (ignore_eos), at one concurrency, each client on the last
+    core, --repeat times in turn. Per client: whole process tree and load phase CPU per 1M streamed
+    tokens, and how far the server's prompt and generation counters moved (the same requests move them
+    alike)."""
+    from servingctl_twin.modelserver import model_server_cpus, vllm_server
+
+    dataset = Path(args.sharegpt) if args.sharegpt else sharegpt_varied(work / "sharegpt.json", args.num_prompts, args.seed)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    client_cpus = set(sorted(os.sched_getaffinity(0))[-1:]) if model_server_cpus() else None
+    ours_prompts = ["--dataset", str(dataset), "--dataset-format", "sharegpt", "--num-prompts", str(args.num_prompts)]
+    ours_prompts += ["--dataset-output-tokens", "dataset"]
+    pairs = []
+    server = vllm_server(
+        model, port, served_model_name=model, extra_args=["--max-num-seqs", str(max(concurrency, 8))], log_path=work / "vllm.log"
+    )
+    with server:
+        server.wait_healthy(timeout_s=900)
+        for repeat in range(args.repeat):
+            run_dir = work / f"sharegpt-run-{repeat + 1}"
+            run_dir.mkdir(parents=True, exist_ok=True)
+            row: dict[str, Any] = {"load_avg": {"before": os.getloadavg()}}
+            print(f"{run_dir.name}: servingctl bench --dataset {dataset.name}, concurrency {concurrency} ...", file=sys.stderr)
+            before = server_counters(url)
+            ours, ours_cpu = run_ours(
+                url,
+                model,
+                [concurrency],
+                ["--warmup", "0"],
+                args.max_tokens,
+                ours_prompts,
+                run_dir / "ours",
+                args.timeout,
+                client_cpus,
+            )
+            ours_moved = counters_moved(url, before, ours[concurrency]["tokens"])
+            summary = read_results(run_dir / "ours").scenarios[0].summary
+            print(f"{run_dir.name}: vllm bench serve on the same file ...", file=sys.stderr, flush=True)
+            before = server_counters(url)
+            vllm, results, vllm_cpu = run_vllm(
+                args.vllm_python,
+                url,
+                model,
+                [concurrency],
+                {concurrency: args.num_prompts},
+                None,
+                dataset,
+                run_dir / "vllm",
+                args.timeout,
+                client_cpus,
+            )
+            vllm_moved = counters_moved(url, before, vllm[concurrency]["tokens"])
+            row["load_avg"]["after"] = os.getloadavg()
+            for name, phase, cpu, moved, requests, tok_s in (
+                ("ours", ours[concurrency], ours_cpu, ours_moved, summary.ok, summary.output_tok_s),
+                (
+                    "vllm",
+                    vllm[concurrency],
+                    vllm_cpu,
+                    vllm_moved,
+                    results[concurrency]["completed"],
+                    results[concurrency]["output_throughput"],
+                ),
+            ):
+                row[name] = {
+                    "requests": requests,
+                    "tokens": phase["tokens"],
+                    "server_prompt_tokens": moved["prompt"],
+                    "server_generation_tokens": moved["generation"],
+                    "whole_cpu_s": cpu,
+                    "phase_cpu_s": phase["cpu_s"],
+                    "whole_per_1m": cpu / phase["tokens"] * 1e6,
+                    "phase_per_1m": phase["cpu_s"] / phase["tokens"] * 1e6,
+                    "output_tok_s": tok_s,
+                }
+            row["same_requests"] = all(
+                row["ours"][key] == row["vllm"][key] for key in ("requests", "server_prompt_tokens", "server_generation_tokens")
+            )
+            pairs.append(row)
+    median = {key: statistics.median(p["ours"][key] / p["vllm"][key] for p in pairs) for key in ("whole_per_1m", "phase_per_1m")}
+    return {
+        "benchmark": "client_overhead --sharegpt",
+        "command": " ".join([".venv/bin/python", "benchmarks/client_overhead.py", *sys.argv[1:]]),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "settings": {
+            "server": "vLLM on CPU, tiny model",
+            "concurrency": concurrency,
+            "num_prompts": args.num_prompts,
+            "dataset": str(dataset),
+            "generated": not args.sharegpt,
+            "seed": args.seed,
+        },
+        "runs": pairs,
+        "ratio_ours_to_vllm": median,
+    }
+
+
+def print_dataset_run(report: dict) -> None:
+    """The --sharegpt table: per repeat, both clients' CPU per 1M tokens, the server's counters, the load."""
+    st = report["settings"]
+    print(
+        f"CPU s per 1M streamed tokens, {st['num_prompts']} prompts of {Path(st['dataset']).name} at concurrency "
+        f"{st['concurrency']} against a real vLLM on CPU"
+    )
+    print("run  client  requests  whole tree  load phase  tokens  server prompt/gen tokens  output tok/s  load avg")
+    for i, row in enumerate(report["runs"], 1):
+        for name in ("ours", "vllm"):
+            r = row[name]
+            print(
+                f"{i:<4} {name:<7} {r['requests']:>8} {r['whole_per_1m']:>11.1f} {r['phase_per_1m']:>11.1f} {r['tokens']:>7} "
+                f"{r['server_prompt_tokens']:>14.0f} / {r['server_generation_tokens']:<8.0f} {r['output_tok_s'] or 0:>12.1f}  "
+                f"{row['load_avg']['before'][0]:.1f} -> {row['load_avg']['after'][0]:.1f}"
+            )
+        print(f"     same requests (count, server prompt and generation tokens): {'yes' if row['same_requests'] else 'NO'}")
+    ratio = report["ratio_ours_to_vllm"]
+    print(f"ours / vLLM (median): whole tree {ratio['whole_per_1m']:.2f}, load phase {ratio['phase_per_1m']:.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison, print the table, write the JSON."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -776,6 +960,16 @@ def main(argv: list[str] | None = None) -> int:
         help="instead: what a user's run costs against a real vLLM on CPU (servingctl bench's defaults at the one "
         "--concurrency given, whole process tree and load phase; see measure_user_run)",
     )
+    p.add_argument(
+        "--sharegpt",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="instead: both clients read the same ShareGPT file (FILE, or one generated: seeded, varied lengths) "
+        "against a real vLLM on CPU at the one --concurrency given (see measure_dataset_run)",
+    )
+    p.add_argument("--num-prompts", type=int, default=300, help="--sharegpt: prompts taken from the file (default 300)")
+    p.add_argument("--seed", type=int, default=0, help="--sharegpt: seed of the generated file (default 0)")
     p.add_argument("--work-dir", help="keep client outputs here (default: a new temporary directory)")
     p.add_argument("--output", default=str(ROOT / ".cache/bench/client_overhead.json"), help="JSON results path")
     args = p.parse_args(argv)
@@ -786,13 +980,21 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"needs the vLLM venv ({args.vllm_python}) and the tiny model ({model}): run `make vllm`")
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="client-overhead-"))
     work.mkdir(parents=True, exist_ok=True)
-    if args.user_run and len(concurrencies) != 1:
-        raise SystemExit(f"--concurrency: --user-run measures one concurrency; got {args.concurrency}")
-    report = measure_user_run(args, concurrencies[0], model, work) if args.user_run else measure(args, concurrencies, model, work)
+    one = "--user-run" if args.user_run else "--sharegpt" if args.sharegpt is not None else None
+    if one and len(concurrencies) != 1:
+        raise SystemExit(f"--concurrency: {one} measures one concurrency; got {args.concurrency}")
+    if args.user_run and args.sharegpt is not None:
+        raise SystemExit("--user-run, --sharegpt: one at a time")
+    if args.user_run:
+        report, show = measure_user_run(args, concurrencies[0], model, work), print_user_run
+    elif args.sharegpt is not None:
+        report, show = measure_dataset_run(args, concurrencies[0], model, work), print_dataset_run
+    else:
+        report, show = measure(args, concurrencies, model, work), print_table
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
-    (print_user_run if args.user_run else print_table)(report)
+    show(report)
     print(f"JSON: {out}   client outputs: {work}")
     return 0
 

@@ -1,21 +1,26 @@
 """A user's own prompts file against the real vLLM on CPU (tiny local model): every request's prompt
-and output tokens as the server counts them, and the same ShareGPT file through `vllm bench serve`
-and `servingctl bench`: the same requests (the server's own prompt and generation counters move
-alike), the same output tokens per request, and TTFT / E2E medians within SIDE_BY_SIDE_TOLERANCE."""
+and output tokens as the server counts them; conversations whose later turns carry the history
+(the server's replies included) and hit the prefix cache of their own conversation only; and the
+same ShareGPT file through `vllm bench serve` and `servingctl bench`: the same requests (the
+server's own prompt and generation counters move alike), the same output tokens per request, and
+TTFT / E2E medians within SIDE_BY_SIDE_TOLERANCE."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import statistics
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
+from servingctl.loadgen.backend import Backend
 from servingctl.loadgen.outputs import read_results
 from servingctl_cli.main import main
 from servingctl_twin.modelserver import ModelServerProcess, tiny_model_dir, vllm_python
@@ -55,15 +60,27 @@ def sharegpt(path: Path, count: int) -> Path:
     return path
 
 
-def counters(url: str) -> dict[str, float]:
-    """vLLM's prompt and generation token counters (sums over label sets)."""
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    out = {"prompt": 0.0, "generation": 0.0}
+COUNTERS = (
+    ("prompt", "vllm:prompt_tokens_total"),
+    ("generation", "vllm:generation_tokens_total"),
+    ("hits", "vllm:prefix_cache_hits_total"),
+    ("queries", "vllm:prefix_cache_queries_total"),
+)
+
+
+def parse_counters(text: str) -> dict[str, float]:
+    """vLLM's prompt, generation and prefix-cache counters of a /metrics text (sums over label sets)."""
+    out = dict.fromkeys((key for key, _ in COUNTERS), 0.0)
     for line in text.splitlines():
-        for key, name in (("prompt", "vllm:prompt_tokens_total"), ("generation", "vllm:generation_tokens_total")):
+        for key, name in COUNTERS:
             if re.match(rf"{re.escape(name)}(\{{|\s)", line):
                 out[key] += float(line.rsplit(" ", 1)[1])
     return out
+
+
+def counters(url: str) -> dict[str, float]:
+    """The server's counters now (parse_counters)."""
+    return parse_counters(httpx.get(f"{url}/metrics", timeout=10).text)
 
 
 def settled(url: str, before: dict[str, float], generated: int) -> dict[str, float]:
@@ -143,6 +160,97 @@ def test_sharegpt_file_lengths_exact_per_request_and_counters_equal(vllm_server,
     assert f"sha256 {run.dataset.sha256}" in report
 
 
+@dataclass(frozen=True)
+class Sent:
+    """One request as servingctl sent it, the reply it streamed, and the server's counters it moved."""
+
+    messages: list[dict[str, str]]
+    reply: str
+    moved: dict[str, float]
+
+
+def conversations_file(path: Path) -> tuple[Path, dict[str, list[str]]]:
+    """Three conversations of three turns as JSONL: a and b open with the same long first turn (over
+    a few cache blocks), c with another; the later turns are short and differ."""
+    opening = sentence(200, 0)
+    talks = {
+        "a": [opening, sentence(9, 1), sentence(7, 2)],
+        "b": [opening, sentence(8, 5), sentence(10, 6)],
+        "c": [sentence(180, 9), sentence(6, 3), sentence(11, 4)],
+    }
+    lines = [json.dumps({"conversation_id": cid, "prompt": turn}) for cid, turns in talks.items() for turn in turns]
+    path.write_text("\n".join(lines) + "\n")
+    return path, talks
+
+
+def test_conversations_carry_the_history_and_hit_the_cache_of_their_own_conversation_only(
+    vllm_server, tmp_path, capsys, monkeypatch
+):
+    dataset, talks = conversations_file(tmp_path / "talks.jsonl")
+    url = vllm_server.url
+    sent: list[Sent] = []
+    stream_chat = Backend.stream_chat
+
+    async def recorded(self, request, *, max_tokens, seed, t0, text=None):
+        # What went out and came back, and the server's counters around this one request (one in flight).
+        reply: list[str] = text if text is not None else []
+        async with httpx.AsyncClient(timeout=10) as client:
+            before = parse_counters((await client.get(f"{url}/metrics")).text)
+            record = await stream_chat(self, request, max_tokens=max_tokens, seed=seed, t0=t0, text=reply)
+            for _ in range(50):
+                after = parse_counters((await client.get(f"{url}/metrics")).text)
+                if after["generation"] - before["generation"] >= (record.completion_tokens or 0):
+                    break
+                await asyncio.sleep(0.1)
+        sent.append(Sent(list(request.messages or []), "".join(reply), {k: after[k] - before[k] for k in after}))
+        return record
+
+    monkeypatch.setattr(Backend, "stream_chat", recorded)
+    think_s = 0.05
+    before = counters(url)
+    code = run_servingctl(
+        vllm_server, dataset, tmp_path / "out", "--warmup", "0", "--max-tokens", "8", "--think-time", str(think_s)
+    )
+    assert code == 0, capsys.readouterr()
+    run = read_results(tmp_path / "out")
+    scenario = run.scenarios[0]
+    records = sorted(scenario.records, key=lambda r: r.index)
+    assert scenario.summary.name == "conversations-c1-sustained" and scenario.summary.failed == 0
+    assert len(records) == len(sent) == 9  # one conversation at a time: a's turns, then b's, then c's
+    after = settled(url, before, sum(r.completion_tokens or 0 for r in records))
+    moved = {k: after[k] - before[k] for k in after}
+
+    turns = [(cid, k, turn) for cid, ts in talks.items() for k, turn in enumerate(ts)]
+    for i, ((cid, k, turn), request, record) in enumerate(zip(turns, sent, records, strict=True)):
+        # each turn: the whole history, the server's own replies included, then the file's next turn
+        history = [] if k == 0 else [*sent[i - 1].messages, {"role": "assistant", "content": sent[i - 1].reply}]
+        assert request.messages == [*history, {"role": "user", "content": turn}], (cid, k)
+        assert len(request.reply) > 0 and record.completion_tokens == 8
+        counted = tokenize(url, vllm_server.model, messages=request.messages, add_generation_prompt=True)
+        assert record.prompt_tokens == request.moved["prompt"] == counted, (cid, k)
+        if k:  # the reply came back before the next turn went out, a think time later
+            assert record.t_start_ns - records[i - 1].t_end_ns >= think_s * 1e9
+    # the server counted exactly these prompts: a dropped history would move it by far less
+    assert moved["prompt"] == sum(request.moved["prompt"] for request in sent) == scenario.summary.server.prompt_tokens_delta
+
+    # prefix-cache hits, request by request from the server's counters: every later turn reuses its
+    # own conversation's cached prefix (at least the first turn's blocks); no first turn hits, not even
+    # b's, identical to a's (one salt per conversation, so a's cached blocks are not b's)
+    hits = [request.moved["hits"] for request in sent]
+    first_turn_tokens = {cid: records[3 * j].prompt_tokens for j, cid in enumerate(talks)}
+    for (cid, k, _), hit in zip(turns, hits, strict=True):
+        if k == 0:
+            assert hit == 0, (cid, hits)
+        else:
+            assert hit >= first_turn_tokens[cid] / 2, (cid, k, hits)  # cached in whole blocks
+    assert sent[0].messages == sent[3].messages and hits[1] > 0 == hits[3]
+    # servingctl reports the same counters in results.json, and no salt failure for reused prefixes
+    server = scenario.summary.server
+    assert server.prefix_cache_hits_delta == moved["hits"] == sum(hits) > 0
+    assert server.prefix_cache_queries_delta == moved["queries"]
+    assert server.prefix_cache_ok is None and not server.failures
+
+
 # `vllm bench serve ARG...` through its module: the venv's vllm carries no package metadata, which the
 # `vllm` console entry point reads for --version.
 VLLM_BENCH_SERVE = (
@@ -215,7 +323,7 @@ def test_side_by_side_with_vllm_bench_serve_on_the_same_sharegpt_file(vllm_serve
     theirs = run_vllm_bench(vllm_server, dataset, tmp_path, prompts)
     assert theirs["completed"] == prompts and theirs["failed"] == 0
     vllm_moved = settled(url, before, sum(theirs["output_lens"]))
-    vllm_delta = {k: vllm_moved[k] - before[k] for k in before}
+    vllm_delta = {k: vllm_moved[k] - before[k] for k in ("prompt", "generation")}  # it sends no cache salt
 
     before = counters(url)
     code = run_servingctl(vllm_server, dataset, tmp_path / "ours", "--warmup", "0", "--dataset-output-tokens", "dataset")
@@ -224,7 +332,7 @@ def test_side_by_side_with_vllm_bench_serve_on_the_same_sharegpt_file(vllm_serve
     scenario = run.scenarios[0]
     measured = sorted((r for r in scenario.records if not r.warmup), key=lambda r: r.index)
     ours_moved = settled(url, before, sum(r.completion_tokens or 0 for r in scenario.records))
-    ours_delta = {k: ours_moved[k] - before[k] for k in before}
+    ours_delta = {k: ours_moved[k] - before[k] for k in ("prompt", "generation")}
 
     # the same requests: both tools moved the server's prompt and generation counters alike, and
     # each request's output tokens match in order

@@ -390,3 +390,55 @@ def test_ttft_is_when_the_first_token_reached_the_socket_even_with_the_loop_busy
     assert server_ttft_ms < 100 and abs(record.ttft_ms - server_ttft_ms) < 5
     # after the first token the loop's transport reads: the second is stamped when the loop got to it
     assert (record.chunks[1][0] - record.t_start_ns) / 1e6 >= 650
+
+
+# A trace of 12 requests over 5 s from t=100 s, one line out of order and two pairs of equal
+# timestamps. Replayed at speed 2 it spans 2.5 s: ignoring the timestamps (all at once) or the speed
+# (twice as long) puts the last request 2.5 s off, far past REPLAY_TOLERANCE_S, which still leaves a
+# busy 2-core machine a quarter of a second of lateness per request.
+TRACE_S = [100.0, 100.3, 100.3, 101.0, 100.9, 101.8, 102.5, 102.5, 103.1, 104.0, 104.2, 105.0]
+REPLAY_SPEED = 2.0
+REPLAY_TOLERANCE_S = 0.25
+
+
+def test_replay_sends_each_request_at_its_timestamp_divided_by_the_speed(sim, tmp_path, capsys):
+    # prompt i has 3 + 2i words: the server's prompt-token count tells which line a record sent
+    lines = [{"prompt": " ".join(["word"] * (3 + 2 * i)), "timestamp": t} for i, t in enumerate(TRACE_S)]
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    code = main(
+        [
+            "bench",
+            "--endpoint",
+            sim,
+            "--model",
+            MODEL,
+            "--dataset",
+            str(trace),
+            "--replay",
+            str(REPLAY_SPEED),
+            "--concurrency",
+            str(len(TRACE_S)),  # the cap never delays a send
+            "--warmup",
+            "0",
+            "--max-tokens",
+            "4",
+            "--output",
+            str(tmp_path / "out"),
+        ]
+    )
+    assert code == 0, capsys.readouterr()
+    scenario = read_results(tmp_path / "out").scenarios[0]
+    assert scenario.summary.name == f"dataset-c{len(TRACE_S)}-replay2" and scenario.summary.ok == len(TRACE_S)
+    line_of = {tokenize(sim, line["prompt"]): i for i, line in enumerate(lines)}
+    assert len(line_of) == len(lines)
+    sent = sorted(scenario.records, key=lambda r: r.t_start_ns)
+    # the order is the timestamps' (ties in file order), and sending order is index order
+    assert [line_of[r.prompt_tokens] for r in sent] == sorted(range(len(lines)), key=lambda i: TRACE_S[i])
+    assert [r.index for r in sent] == sorted(r.index for r in sent)
+    # each request left at (its timestamp - the first one's) / speed after the first request
+    first = sent[0].t_start_ns
+    for record in sent:
+        planned_s = (TRACE_S[line_of[record.prompt_tokens]] - TRACE_S[0]) / REPLAY_SPEED
+        actual_s = (record.t_start_ns - first) / 1e9
+        assert abs(actual_s - planned_s) <= REPLAY_TOLERANCE_S, (line_of[record.prompt_tokens], actual_s, planned_s)
