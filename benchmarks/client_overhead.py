@@ -61,6 +61,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -638,6 +640,39 @@ def print_table(report: dict) -> None:
     print(f"vLLM result keys missing in our vLLM-compatible export: {missing or 'none'}")
 
 
+@contextmanager
+def real_vllm(model: str, concurrency: int, work: Path) -> Iterator[tuple[str, set[int] | None]]:
+    """One real vLLM on CPU (the tiny model, on every core but the last), healthy: its URL and the
+    cores the clients get (the last one; None when vLLM is not pinned)."""
+    from servingctl_twin.modelserver import model_server_cpus, vllm_server
+
+    port = free_port()
+    client_cpus = set(sorted(os.sched_getaffinity(0))[-1:]) if model_server_cpus() else None
+    server = vllm_server(
+        model, port, served_model_name=model, extra_args=["--max-num-seqs", str(max(concurrency, 8))], log_path=work / "vllm.log"
+    )
+    with server:
+        server.wait_healthy(timeout_s=900)
+        yield f"http://127.0.0.1:{port}", client_cpus
+
+
+def client_costs(phase: dict, cpu: float, tok_s: float | None) -> dict:
+    """A client's whole-tree and load-phase CPU, each per 1M streamed tokens, and the tok/s it saw."""
+    return {
+        "tokens": phase["tokens"],
+        "whole_cpu_s": cpu,
+        "phase_cpu_s": phase["cpu_s"],
+        "whole_per_1m": cpu / phase["tokens"] * 1e6,
+        "phase_per_1m": phase["cpu_s"] / phase["tokens"] * 1e6,
+        "output_tok_s": tok_s,
+    }
+
+
+def median_ratios(pairs: list[dict]) -> dict[str, float]:
+    """Ours / vLLM's CPU per 1M tokens (whole tree, load phase), the median over the repeats."""
+    return {key: statistics.median(p["ours"][key] / p["vllm"][key] for p in pairs) for key in ("whole_per_1m", "phase_per_1m")}
+
+
 def measure_user_run(args: argparse.Namespace, concurrency: int, model: str, work: Path) -> dict:
     """What a user's run costs (`--user-run`): one real vLLM on CPU (the tiny model, on every core but
     the last), `servingctl bench` with its defaults (burst, 2 warm-up and 5 measured rounds, report
@@ -646,18 +681,9 @@ def measure_user_run(args: argparse.Namespace, concurrency: int, model: str, wor
     process tree's CPU (os.wait4: start-up, calibration, outputs, any child process) and the load
     phase's, per 1M streamed tokens, and the output tok/s each client saw (the server's pace sets
     how far per-second costs spread). Repeated --repeat times, the clients in turn."""
-    from servingctl_twin.modelserver import model_server_cpus, vllm_server
-
     requests = (2 + 5) * concurrency  # servingctl bench's default warm-up and measured rounds
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    client_cpus = set(sorted(os.sched_getaffinity(0))[-1:]) if model_server_cpus() else None
     pairs = []
-    server = vllm_server(
-        model, port, served_model_name=model, extra_args=["--max-num-seqs", str(max(concurrency, 8))], log_path=work / "vllm.log"
-    )
-    with server:
-        server.wait_healthy(timeout_s=900)
+    with real_vllm(model, concurrency, work) as (url, client_cpus):
         for repeat in range(args.repeat):
             run_dir = work / f"user-run-{repeat + 1}"
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -694,16 +720,9 @@ def measure_user_run(args: argparse.Namespace, concurrency: int, model: str, wor
                 ("ours", ours[concurrency], ours_cpu, summary.output_tok_s),
                 ("vllm", vllm[concurrency], vllm_cpu, results[concurrency]["output_throughput"]),
             ):
-                row[name] = {
-                    "tokens": phase["tokens"],
-                    "whole_cpu_s": cpu,
-                    "phase_cpu_s": phase["cpu_s"],
-                    "whole_per_1m": cpu / phase["tokens"] * 1e6,
-                    "phase_per_1m": phase["cpu_s"] / phase["tokens"] * 1e6,
-                    "output_tok_s": tok_s,
-                }
+                row[name] = client_costs(phase, cpu, tok_s)
             pairs.append(row)
-    median = {key: statistics.median(p["ours"][key] / p["vllm"][key] for p in pairs) for key in ("whole_per_1m", "phase_per_1m")}
+    median = median_ratios(pairs)
     return {
         "benchmark": "client_overhead --user-run",
         "command": " ".join([".venv/bin/python", "benchmarks/client_overhead.py", *sys.argv[1:]]),
@@ -792,20 +811,11 @@ def measure_dataset_run(args: argparse.Namespace, concurrency: int, model: str, 
     core, --repeat times in turn. Per client: whole process tree and load phase CPU per 1M streamed
     tokens, and how far the server's prompt and generation counters moved (the same requests move them
     alike)."""
-    from servingctl_twin.modelserver import model_server_cpus, vllm_server
-
     dataset = Path(args.sharegpt) if args.sharegpt else sharegpt_varied(work / "sharegpt.json", args.num_prompts, args.seed)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    client_cpus = set(sorted(os.sched_getaffinity(0))[-1:]) if model_server_cpus() else None
     ours_prompts = ["--dataset", str(dataset), "--dataset-format", "sharegpt", "--num-prompts", str(args.num_prompts)]
     ours_prompts += ["--dataset-output-tokens", "dataset"]
     pairs = []
-    server = vllm_server(
-        model, port, served_model_name=model, extra_args=["--max-num-seqs", str(max(concurrency, 8))], log_path=work / "vllm.log"
-    )
-    with server:
-        server.wait_healthy(timeout_s=900)
+    with real_vllm(model, concurrency, work) as (url, client_cpus):
         for repeat in range(args.repeat):
             run_dir = work / f"sharegpt-run-{repeat + 1}"
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -854,20 +864,14 @@ def measure_dataset_run(args: argparse.Namespace, concurrency: int, model: str, 
             ):
                 row[name] = {
                     "requests": requests,
-                    "tokens": phase["tokens"],
                     "server_prompt_tokens": moved["prompt"],
                     "server_generation_tokens": moved["generation"],
-                    "whole_cpu_s": cpu,
-                    "phase_cpu_s": phase["cpu_s"],
-                    "whole_per_1m": cpu / phase["tokens"] * 1e6,
-                    "phase_per_1m": phase["cpu_s"] / phase["tokens"] * 1e6,
-                    "output_tok_s": tok_s,
-                }
+                } | client_costs(phase, cpu, tok_s)
             row["same_requests"] = all(
                 row["ours"][key] == row["vllm"][key] for key in ("requests", "server_prompt_tokens", "server_generation_tokens")
             )
             pairs.append(row)
-    median = {key: statistics.median(p["ours"][key] / p["vllm"][key] for p in pairs) for key in ("whole_per_1m", "phase_per_1m")}
+    median = median_ratios(pairs)
     return {
         "benchmark": "client_overhead --sharegpt",
         "command": " ".join([".venv/bin/python", "benchmarks/client_overhead.py", *sys.argv[1:]]),

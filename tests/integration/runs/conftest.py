@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -19,6 +20,8 @@ import pytest
 from servingctl.store import DynamoStore
 from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
 from servingctl.store.records import S3RecordStore
+from servingctl_cli.client import write_twin_state
+from servingctl_cli.main import main
 from servingctl_twin.twin import ExecutionResult, Twin
 from servingctl_twin.world import Delays
 
@@ -95,6 +98,30 @@ def twin() -> Iterator[Twin]:
     """A twin of the reference registry for the module."""
     with Twin(model_server="sim", time_scale=10.0, delays=Delays().scaled(0.1)) as running:
         yield running
+
+
+def twin_with_api() -> Twin:
+    """A twin that also serves the REST API over HTTP (for a module's own `twin` fixture)."""
+    return Twin(model_server="sim", time_scale=10.0, delays=Delays().scaled(0.1), api_port=0)
+
+
+@pytest.fixture
+def cli(twin: Twin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Any:
+    """main(argv) -> (exit code, stdout, stderr) against the module's twin (its REST API), found
+    through its state file (--local)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("SERVINGCTL_API_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert twin.api_url is not None, "the module's twin serves no REST API (twin_with_api)"
+    write_twin_state(twin.api_url, POLL)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main([*argv, "--local"])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
 
 
 @pytest.fixture(scope="module")

@@ -17,39 +17,18 @@ import pytest
 from servingctl.loadgen.outputs import read_results
 from servingctl.runs import worker as bench_worker
 from servingctl.store.benchmarks_dynamodb import DynamoBenchmarkStore
-from servingctl_cli.client import write_twin_state
-from servingctl_cli.main import main
 from servingctl_twin.twin import Twin
-from servingctl_twin.world import Delays
+from tests.integration.runs.conftest import POLL, twin_with_api
 
 PROFILE = "deepseek-v4-flash"
-POLL = {"interval_s": 1, "max_interval_s": 2, "backoff": 1.5}
 MATRIX = ["--input-tokens", "64,128", "--concurrency", "1,2", "--warmup", "1", "--rounds", "3", "--max-tokens", "16"]
 
 
 @pytest.fixture(scope="module")
 def twin() -> Iterator[Twin]:
     """A twin serving the REST API over HTTP (overrides the conftest's)."""
-    with Twin(model_server="sim", time_scale=10.0, delays=Delays().scaled(0.1), api_port=0) as running:
+    with twin_with_api() as running:
         yield running
-
-
-@pytest.fixture
-def cli(twin: Twin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Any:
-    """main(argv) -> (exit code, stdout, stderr) against the twin, found through its state file (--local)."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.delenv("SERVINGCTL_API_URL", raising=False)
-    monkeypatch.chdir(tmp_path)
-    assert twin.api_url is not None
-    write_twin_state(twin.api_url, POLL)
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main([*argv, "--local"])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def _json(out: str) -> Any:

@@ -24,7 +24,7 @@ from servingctl.store import MemoryStore
 from servingctl.store.benchmarks import RunStatus
 from servingctl.store.benchmarks_memory import MemoryBenchmarkStore
 from servingctl.store.records import MemoryRecordStore, dataset_key
-from tests.unit.runs.test_worker import EXECUTION, REGISTRY, FixedClock, _ready
+from tests.unit.runs.test_worker import EXECUTION, REGISTRY, FixedClock, _ready, streamed
 
 PROFILE = "deepseek-v4-flash"
 
@@ -49,16 +49,7 @@ def counting_server() -> tuple[httpx.MockTransport, list[dict[str, Any]]]:
         if not body["stream"]:
             return httpx.Response(200, json={"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": 1}})
         sent.append(body)
-        n = body["max_tokens"]
-        events = [{"choices": [{"delta": {"content": "x"}, "finish_reason": "length" if i == n - 1 else None}]} for i in range(n)]
-        events.append({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": n}})
-        lines = [f"data: {json.dumps(e)}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
-
-        async def stream():  # type: ignore[no-untyped-def]
-            for line in lines:
-                yield line
-
-        return httpx.Response(200, content=stream(), headers={"content-type": "text/event-stream"})
+        return streamed(body["max_tokens"], prompt)
 
     return httpx.MockTransport(handler), sent
 

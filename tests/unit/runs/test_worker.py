@@ -62,18 +62,22 @@ def fake_server() -> tuple[httpx.MockTransport, list[dict]]:
         prompt = 3 + 9 * body["messages"][0]["content"].count(UNIT)
         if not body["stream"]:
             return httpx.Response(200, json={"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": 1}})
-        n = body["max_tokens"]
-        events = [{"choices": [{"delta": {"content": "x"}, "finish_reason": "length" if i == n - 1 else None}]} for i in range(n)]
-        events.append({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": n}})
-        lines = [f"data: {json.dumps(e)}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
-
-        async def stream():
-            for line in lines:
-                yield line
-
-        return httpx.Response(200, content=stream(), headers={"content-type": "text/event-stream"})
+        return streamed(body["max_tokens"], prompt)
 
     return httpx.MockTransport(handler), seen
+
+
+def streamed(n: int, prompt: int) -> httpx.Response:
+    """An SSE answer of n one-token chunks, then the usage (prompt tokens as given) and [DONE]."""
+    events = [{"choices": [{"delta": {"content": "x"}, "finish_reason": "length" if i == n - 1 else None}]} for i in range(n)]
+    events.append({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": n}})
+    lines = [f"data: {json.dumps(e)}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
+
+    async def stream():
+        for line in lines:
+            yield line
+
+    return httpx.Response(200, content=stream(), headers={"content-type": "text/event-stream"})
 
 
 @pytest.fixture
